@@ -1,0 +1,3 @@
+from cpbench.cli import main
+
+main()

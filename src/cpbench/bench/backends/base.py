@@ -1,0 +1,94 @@
+"""Backend contract (after tritonbench: a name mapped to something that returns a zero-argument
+closure, so all setup stays outside the timed region; a backend that cannot run says why).
+
+A backend's ``prepare(work, mode)`` builds everything one forward needs (metadata, page tables, plans,
+output buffers, workspace) and returns a :class:`Prepared` whose ``forward()`` only launches work.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import torch
+
+from cpbench.bench.models import ModelSpec
+from cpbench.bench.workload import RankWork
+
+Call = Callable[[], None]
+
+
+@dataclass
+class Prepared:
+    """One rank's forward, ready to launch.
+
+    Attributes:
+        layers: per layer, ``[(call_name, closure), ...]``; call names are ``prev``/``next`` (two-call)
+            or ``combined`` (fused). Closures launch only; no host sync, no allocation of outputs.
+        outputs: ``window_left -> out [tokens_logical, Hq, D]``, written by the last layer of that kind.
+        setup_us: host µs of per-forward setup, by part (``metadata``, ``page_table``, ``plan``).
+        kernel_patterns: lower-case substrings that identify this backend's attention kernels by name.
+    """
+
+    layers: list[list[tuple[str, Call]]]
+    outputs: dict[int, torch.Tensor]
+    setup_us: dict[str, float] = field(default_factory=dict)
+    kernel_patterns: tuple[str, ...] = ()
+
+    def forward(self) -> None:
+        """Launch every attention call of every layer, in order."""
+        for calls in self.layers:
+            for _, fn in calls:
+                fn()
+
+    @property
+    def calls_per_layer(self) -> int:
+        return len(self.layers[0]) if self.layers else 0
+
+
+class Backend(Protocol):
+    """A named attention implementation."""
+
+    name: str
+
+    def supports(self, device: torch.device, model: ModelSpec) -> str | None:
+        """None if it can run here, else a one-line reason."""
+
+    def prepare(self, work: RankWork, mode: str) -> Prepared:
+        """Build one forward of ``work`` in ``mode`` (``"two-call"`` or ``"fused"``)."""
+
+
+class Stopwatch:
+    """Accumulates host µs per named part: ``with sw("plan"): ...``."""
+
+    def __init__(self) -> None:
+        self.us: dict[str, float] = {}
+        self._name = ""
+        self._t0 = 0.0
+
+    def __call__(self, name: str) -> "Stopwatch":
+        self._name = name
+        return self
+
+    def __enter__(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def __exit__(self, *exc) -> None:
+        self.us[self._name] = self.us.get(self._name, 0.0) + (time.perf_counter() - self._t0) * 1e6
+
+
+def output_buffers(work: RankWork) -> dict[int, torch.Tensor]:
+    """Pre-allocated outputs, one per layer kind: ``window_left -> [tokens_logical, Hq, D]`` (so no
+    zero-fill kernel runs inside the timed forward)."""
+    return {w: torch.empty_like(work.q) for w in work.model.layer_kinds}
+
+
+def row_ranges(calls) -> list[tuple[int, int]]:
+    """Local query-row range ``[start, end)`` of each call (calls are consecutive in local order)."""
+    out, start = [], 0
+    for _, segs in calls:
+        n = sum(s.q_len for s in segs)
+        out.append((start, start + n))
+        start += n
+    return out

@@ -1,0 +1,50 @@
+"""`cpbench geometry` / `models` and bad-input exit codes, run as a user would."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+KEYS = {"rank", "eligible", "reason", "actual_seq_q_prev", "actual_seq_q_next", "kv_len_prev",
+        "kv_len_next", "cu_seqlens_q_combined", "cu_seqlens_kv_combined", "max_seqlen_q_combined"}
+
+
+def cpbench(*args):
+    return subprocess.run([sys.executable, "-m", "cpbench", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_geometry_json():
+    r = cpbench("geometry", "--cp", "4", "--extend", "11,13", "--prefix", "8,14", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [set(o) for o in rows] == [KEYS] * 4
+    assert rows[3]["actual_seq_q_prev"] == [1, 2] and rows[3]["kv_len_next"] == [16, 24]
+    assert rows[0]["cu_seqlens_kv_combined"] == [0, 10, 26, 45, 72]
+
+
+def test_geometry_ineligible_json():
+    r = cpbench("geometry", "--cp", "4", "--extend", "7,4096", "--json", "--rank", "1")
+    rows = json.loads(r.stdout)
+    assert r.returncode == 0 and rows[0]["eligible"] is False and "7" in rows[0]["reason"]
+
+
+@pytest.mark.parametrize("args", [
+    ["geometry", "--cp", "0", "--extend", "8"],
+    ["geometry", "--cp", "4", "--rank", "4"],
+    ["geometry", "--extend", "-3"],
+    ["geometry", "--extend", ""],
+    ["geometry", "--extend", "8,8", "--prefix", "1"],
+    ["geometry", "--extend", "x"],
+])
+def test_bad_input_exit_2_one_line(args):
+    r = cpbench(*args)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error:")
+
+
+def test_models_lists_presets():
+    r = cpbench("models")
+    assert r.returncode == 0 and "gpt-oss-120b" in r.stdout and "llama-3.1-8b" in r.stdout
