@@ -1,0 +1,168 @@
+"""Tidy results and the run directory (versioned on-disk format, read without a GPU).
+
+A run directory holds ``results.jsonl`` (appended and flushed row by row while a sweep runs),
+``results.parquet`` and ``results.csv`` (written at the end), ``manifest.json``, ``profiles/``,
+``plots/`` and ``report.md``. One row per cell x rank x backend x mode x timing mode.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from cpbench.errors import CpbenchInputError
+
+SCHEMA_VERSION = 1
+MODES = ("two-call", "fused")
+STATUSES = ("ok", "ineligible", "unsupported", "oom", "mismatch", "error")
+# the columns that identify a row; a resumed sweep skips rows whose key is already on disk
+KEY_COLUMNS = ("model", "backend", "timing", "cp_size", "bs", "seq_len", "prefix_len", "seq_lens",
+               "rank", "mode")
+CELL_COLUMNS = ("model", "backend", "timing", "cp_size", "bs", "seq_len", "prefix_len", "seq_lens")
+
+# Documented columns (units in the name): what the runner writes and plots/report/compare read.
+COLUMNS = {
+    "schema_version": "int, results format version",
+    "model": "preset or config name", "backend": "torch | fa2 | fa3 | trtllm-gen",
+    "timing": "eager | graph", "dtype": "bf16 | fp16 | fp32",
+    "cp_size": "int", "bs": "requests in the batch", "seq_len": "tokens per request (max if uneven)",
+    "prefix_len": "cached prefix tokens per request", "seq_lens": "extend lengths, comma-separated",
+    "rank": "int", "mode": "two-call | fused", "page_size": "tokens",
+    "status": "ok | ineligible | unsupported | oom | mismatch | error", "reason": "why not ok",
+    "latency_us_median": "forward latency (all layers), µs", "latency_us_p10": "µs",
+    "latency_us_p90": "µs", "latency_us_ci_low": "95% CI of the median, µs", "latency_us_ci_high": "µs",
+    "n_samples": "timed forwards", "samples_us": "every raw sample, µs",
+    "per_layer_us": "latency_us_median / num_layers", "tflops": "TFLOP/s from per-segment causal areas",
+    "flops": "FLOPs per forward", "host_launch_us": "host time to enqueue one eager forward, µs",
+    "setup_us_metadata": "µs", "setup_us_page_table": "µs", "setup_us_plan": "µs", "setup_us_total": "µs",
+    "peak_mem_bytes": "peak device memory over the forward minus before, bytes",
+    "page_table_bytes": "bytes of [bs, W]", "page_table_dup_bytes": "bytes of [2*bs, W] (fused only)",
+    "dup_copy_us": "measured time of cat(page_table, page_table), µs (fused only)",
+    "kv_cache_bytes": "one layer's K+V cache, bytes", "context_len": "tokens the table is sized for",
+    "tokens_logical": "local query rows", "tokens_padded": "rows padded to a multiple of 2*cp_size",
+    "max_kv_len": "tokens", "num_layers": "int", "calls_per_layer": "attention calls per layer",
+    "max_abs_err": "vs the fp32 torch reference (NaN: not checked)",
+    "sm_clock_mhz_before": "MHz (NaN: unknown)", "sm_clock_mhz_after": "MHz", "clock_drop": "bool, >10%",
+    "attn_kernels": "attention kernels per forward (GPU executions; torch backend: calls)",
+    "other_kernels": "non-attention kernels per forward", "launches": "CPU launch calls per forward",
+}
+
+
+def append_row(path: Path, row: dict) -> None:
+    """Append one row to ``results.jsonl`` and flush it to disk (a kill loses no measured row)."""
+    with open(path, "a") as f:
+        f.write(json.dumps(_jsonable(row)) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _jsonable(row: dict) -> dict:
+    out = {}
+    for k, v in row.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            v = None
+        out[k] = v
+    return out
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Rows of a ``results.jsonl``; a torn last line (killed mid-write) is ignored."""
+    rows = []
+    if not path.exists():
+        return rows
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def row_key(row: dict) -> tuple:
+    return tuple(str(row.get(c)) for c in KEY_COLUMNS)
+
+
+def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
+    """Load a run directory: ``(results frame, manifest dict)``.
+
+    Reads ``results.parquet`` if present, else ``results.jsonl``.
+    Raises:
+        CpbenchInputError: missing directory, no results, or another schema version.
+    """
+    d = Path(run_dir)
+    if not d.is_dir():
+        raise CpbenchInputError(f"run directory {str(d)!r} does not exist: pass a directory made by cpbench sweep")
+    manifest = {}
+    if (d / "manifest.json").exists():
+        try:
+            manifest = json.loads((d / "manifest.json").read_text())
+        except json.JSONDecodeError:
+            raise CpbenchInputError(f"{str(d / 'manifest.json')!r} is not valid JSON") from None
+    if (d / "results.parquet").exists():
+        df = pd.read_parquet(d / "results.parquet")
+    else:
+        rows = read_jsonl(d / "results.jsonl")
+        if not rows:
+            raise CpbenchInputError(f"{str(d)!r} holds no results (results.jsonl/parquet): run cpbench sweep first")
+        df = pd.DataFrame(rows)
+    if df.empty:
+        raise CpbenchInputError(f"{str(d)!r} holds no result rows")
+    versions = set(df.get("schema_version", pd.Series([manifest.get("schema_version")])).dropna().astype(int))
+    if versions and versions != {SCHEMA_VERSION}:
+        raise CpbenchInputError(
+            f"{str(d)!r} uses results schema {sorted(versions)}, this cpbench reads {SCHEMA_VERSION}: "
+            "re-run the sweep or use the matching cpbench version")
+    return df, manifest
+
+
+def write_tables(run_dir: Path, rows: Iterable[dict]) -> pd.DataFrame:
+    """Write ``results.parquet`` and ``results.csv`` (samples as a JSON list in CSV); return the frame."""
+    df = pd.DataFrame(list(rows))
+    if df.empty:
+        return df
+    df.to_parquet(run_dir / "results.parquet", index=False)
+    csv = df.copy()
+    if "samples_us" in csv:
+        csv["samples_us"] = csv["samples_us"].map(lambda s: json.dumps(list(s)) if s is not None else "")
+    csv.to_csv(run_dir / "results.csv", index=False)
+    return df
+
+
+def critical_path(df: pd.DataFrame) -> pd.DataFrame:
+    """Per cell (model, backend, timing, cp_size, bs, seq_len, prefix, seq_lens): the slowest rank per
+    mode (the critical path), ``speedup = two_call_us / fused_us`` on it, and rank imbalance max/min.
+
+    A cell whose rows are not all ``ok`` gets ``status`` = the first non-ok status and NaN latencies.
+    Columns: ``two_call_us, fused_us, speedup, slowest_rank_two_call, slowest_rank_fused,
+    imbalance_two_call, imbalance_fused, status, reason``.
+    """
+    if df.empty:
+        return pd.DataFrame()
+    keys = [c for c in CELL_COLUMNS if c in df.columns]
+    out = []
+    for cell, g in df.groupby(keys, dropna=False, sort=True):
+        rec = dict(zip(keys, cell if isinstance(cell, tuple) else (cell,)))
+        bad = g[g["status"] != "ok"]
+        rec["status"] = bad["status"].iloc[0] if len(bad) else "ok"
+        rec["reason"] = str(bad["reason"].iloc[0]) if len(bad) else ""
+        for mode, tag in (("two-call", "two_call"), ("fused", "fused")):
+            m = g[(g["mode"] == mode) & (g["status"] == "ok")]
+            lat = m["latency_us_median"].astype(float)
+            if len(m) and not len(bad):
+                i = lat.idxmax()
+                rec[f"{tag}_us"] = float(lat.max())
+                rec[f"slowest_rank_{tag}"] = int(m.loc[i, "rank"])
+                rec[f"imbalance_{tag}"] = float(lat.max() / lat.min()) if lat.min() > 0 else math.nan
+            else:
+                rec[f"{tag}_us"] = math.nan
+                rec[f"slowest_rank_{tag}"] = -1
+                rec[f"imbalance_{tag}"] = math.nan
+        rec["speedup"] = (rec["two_call_us"] / rec["fused_us"]
+                          if rec["fused_us"] and math.isfinite(rec["fused_us"]) else math.nan)
+        out.append(rec)
+    return pd.DataFrame(out)
