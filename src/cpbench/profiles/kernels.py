@@ -1,0 +1,176 @@
+"""Kernel classification by name and counting over Chrome-trace events (torch.profiler export).
+
+Classes (checked in this order, on the lower-cased name):
+
+- ``merge``: split-KV merge kernels (``MergeStates``, ``MergeState``, ``VariableLengthMergeStates``);
+  checked first so a broad attention pattern such as ``"flashinfer"`` cannot swallow them.
+- ``attention``: the name contains one of the backend's ``attention_patterns`` (lower-case
+  substrings, ``Prepared.kernel_patterns``); e.g. fa2 ``flashinfer::BatchPrefillWithPagedKVCacheKernel
+  <...>``, fa3 ``flashinfer::PrefillWithKVCacheKernel<...SparseCollectiveMainloop<PagedParams...>>``,
+  trtllm-gen ``fmha...`` kernels (see :data:`KNOWN_ATTENTION_PATTERNS`).
+- ``fill``: zero/constant fills (``FillFunctor``, ``fill_kernel``) and GPU memsets.
+- ``copy``: GPU memcpys and elementwise copy kernels (``copy_kernel``, ``CatArrayBatchedCopy``).
+- ``other``: everything else (the torch reference's matmuls, softmax pieces, ...).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+# Lower-case substrings of the attention kernels of the backends cpbench knows (DESIGN.md §3).
+FA2_PATTERNS = ("batchprefillwithpagedkvcachekernel",)
+FA3_PATTERNS = ("prefillwithkvcachekernel",)  # fa3: flashinfer::PrefillWithKVCacheKernel<...Paged...>
+TRTLLM_PATTERNS = ("fmha",)
+KNOWN_ATTENTION_PATTERNS = FA2_PATTERNS + FA3_PATTERNS + TRTLLM_PATTERNS
+
+MERGE_PATTERNS = ("mergestate",)  # MergeStatesKernel, MergeStateInPlaceKernel, VariableLengthMergeStates
+FILL_PATTERNS = ("fillfunctor", "fill_kernel", "memset")
+COPY_PATTERNS = ("memcpy", "copy_kernel", "catarraybatchedcopy")
+
+KINDS = ("attention", "merge", "fill", "copy", "other")
+
+# CPU-side API calls that launch GPU work, as they appear in torch.profiler (cat cuda_runtime /
+# cuda_driver) and nsys (sometimes with a ``_v7000`` / ``_ptsz`` suffix, stripped before matching).
+LAUNCH_APIS = frozenset({
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchKernelEx", "cudaLaunchCooperativeKernel",
+    "cudaLaunchCooperativeKernelMultiDevice", "cudaGraphLaunch",
+    "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuGraphLaunch",
+})
+_API_SUFFIX = re.compile(r"(_v\d+|_ptsz|_ptds)+$")
+
+KERNEL_CATS = ("kernel",)
+MEMSET_CATS = ("gpu_memset",)
+MEMCPY_CATS = ("gpu_memcpy",)
+LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+ANNOTATION_CAT = "user_annotation"  # CPU record_function ranges ("gpu_user_annotation" is their GPU copy)
+CALL_NAMES = ("prev", "next", "combined")
+
+
+class ProfileError(RuntimeError):
+    """A profile that cannot be trusted: no attention kernels (or calls) seen, nsys could not make a
+    report, ... The message says what was seen and what to check, in one line."""
+
+
+def classify(name: str, attention_patterns: tuple[str, ...] | list[str] = ()) -> str:
+    """Class of one GPU activity by its (demangled) name.
+
+    Args:
+        name: kernel name as torch.profiler or nsys print it, or ``"Memset (Device)"`` /
+            ``"Memcpy HtoD (Pageable -> Device)"`` style memory-activity names.
+        attention_patterns: lower-case substrings identifying the backend's attention kernels; empty
+            means no kernel counts as attention (the torch reference counts attention *calls*).
+    Returns:
+        one of :data:`KINDS`.
+    """
+    low = (name or "").lower()
+    if any(p in low for p in MERGE_PATTERNS):
+        return "merge"
+    if any(p and p.lower() in low for p in attention_patterns):
+        return "attention"
+    if any(p in low for p in FILL_PATTERNS):
+        return "fill"
+    if any(p in low for p in COPY_PATTERNS):
+        return "copy"
+    return "other"
+
+
+def is_launch_api(name: str) -> bool:
+    """True for a CPU-side call that launches a kernel or a graph (``cudaLaunchKernel``, ...)."""
+    return _API_SUFFIX.sub("", name or "") in LAUNCH_APIS
+
+
+@dataclass
+class KernelCounts:
+    """Kernel and launch counts of one profiled forward (or one nsys range).
+
+    Attributes:
+        attention, merge, fill, copy, other: GPU executions per class (see :func:`classify`);
+            memsets count as ``fill``, memcpys as ``copy``.
+        launches: CPU-side launch API calls (:data:`LAUNCH_APIS`); a CUDA-graph replay is one.
+        attention_calls: ``prev`` / ``next`` / ``combined`` record_function ranges seen (CPU side).
+        kernel_names: GPU activity name -> executions.
+    """
+
+    attention: int = 0
+    merge: int = 0
+    fill: int = 0
+    copy: int = 0
+    other: int = 0
+    launches: int = 0
+    attention_calls: int = 0
+    kernel_names: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def kernels(self) -> int:
+        """All GPU executions (every class)."""
+        return self.attention + self.merge + self.fill + self.copy + self.other
+
+    def add(self, name: str, kind: str, n: int = 1) -> None:
+        """Count ``n`` executions of activity ``name`` of class ``kind``."""
+        setattr(self, kind, getattr(self, kind) + n)
+        self.kernel_names[name] = self.kernel_names.get(name, 0) + n
+
+    def require_attention(self, what: str = "") -> "KernelCounts":
+        """Return self, or raise ProfileError when no attention kernel was seen."""
+        if self.attention == 0:
+            seen = ", ".join(f"{k} x{v}" for k, v in sorted(self.kernel_names.items(),
+                                                               key=lambda kv: -kv[1])[:3])
+            raise ProfileError(
+                f"no attention kernels seen{' in ' + what if what else ''} "
+                f"({self.kernels} GPU activities{': ' + seen if seen else ''}); check the backend's "
+                "kernel_patterns and that the profiler records CUDA kernels (CUPTI)")
+        return self
+
+    def to_row(self) -> dict[str, int]:
+        """Flat numbers for a results row (kernel_names left out)."""
+        return {"attention_kernels": self.attention, "merge_kernels": self.merge,
+                "fill_kernels": self.fill, "copy_kernels": self.copy, "other_kernels": self.other,
+                "kernels": self.kernels, "launches": self.launches,
+                "attention_calls": self.attention_calls}
+
+
+def count_events(events: list[dict], attention_patterns: tuple[str, ...] | list[str] = (), *,
+                 require_attention: bool = False) -> KernelCounts:
+    """Count a Chrome trace's events (``trace["traceEvents"]`` of a torch.profiler export).
+
+    Counted: complete events (``ph`` "X" or missing) with ``cat`` ``kernel`` / ``gpu_memset`` /
+    ``gpu_memcpy`` (GPU executions, classified by name), ``cuda_runtime`` / ``cuda_driver`` launch
+    calls, and ``user_annotation`` ranges named ``prev``/``next``/``combined``. ``ts``/``dur`` are
+    not used (0 or missing is fine); events without ``name`` or ``cat`` are skipped; ``cat``
+    matching is case-insensitive (older torch wrote ``Kernel``).
+
+    Raises:
+        ProfileError: ``require_attention`` and no attention kernel was seen.
+    """
+    out = KernelCounts()
+    for ev in events:
+        if not isinstance(ev, dict) or ev.get("ph", "X") != "X":
+            continue
+        cat = str(ev.get("cat") or "").lower()
+        name = ev.get("name")
+        if not cat or not isinstance(name, str):
+            continue
+        if cat in KERNEL_CATS:
+            out.add(name, classify(name, attention_patterns))
+        elif cat in MEMSET_CATS:
+            out.add(name, "fill")
+        elif cat in MEMCPY_CATS:
+            out.add(name, "copy")
+        elif cat in LAUNCH_CATS:
+            out.launches += is_launch_api(name)
+        elif cat == ANNOTATION_CAT and name in CALL_NAMES:
+            out.attention_calls += 1
+    if require_attention:
+        out.require_attention("the trace")
+    return out
+
+
+def expected_attention_kernels(num_layers: int, calls_per_layer: int, kernels_per_call: int) -> int:
+    """Attention kernels one forward should execute: ``num_layers * calls_per_layer * kernels_per_call``.
+
+    E.g. GPT-OSS-120B (36 layers), one kernel per call: two-call 36*2*1 = 72, fused 36*1*1 = 36.
+    """
+    if min(num_layers, calls_per_layer, kernels_per_call) < 0:
+        raise ValueError("counts must be >= 0")
+    return num_layers * calls_per_layer * kernels_per_call
