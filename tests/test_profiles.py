@@ -1,0 +1,264 @@
+"""profiles/: ranges, classification, CPU capture of the torch backend, nsys argv and parsing."""
+
+import gzip
+import json
+
+import pytest
+import torch
+
+from cpbench.bench.backends.torch_ref import TorchBackend
+from cpbench.bench.geometry import rank_geometry
+from cpbench.bench.models import get_preset, with_overrides
+from cpbench.bench.workload import build_cell, rank_work
+from cpbench.profiles import capture, kernels, nsys, ranges
+from cpbench.profiles.kernels import KernelCounts, ProfileError, classify
+
+SEQ = [256]
+FA2 = "void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTraits<...> >(...)"
+FA3 = ("void flashinfer::PrefillWithKVCacheKernel<flashinfer::SparseCollectiveMainloop<flashinfer::"
+       "DefaultAttention<false, true, false, false>, ..., flashinfer::BatchPrefillPagedParams<...> > >(...)")
+FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<c10::BFloat16>, ...>(...)"
+
+
+@pytest.fixture(scope="module")
+def cell():
+    model = with_overrides(get_preset("gpt-oss-120b"), layers=36, heads=8, kv_heads=2, head_dim=16)
+    return build_cell(model, SEQ, [0], page_size=16, dtype=torch.float32, device="cpu")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # tiny matmuls: intra-op threads only add contention (100x slower on small CI boxes)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def prepared(cell, rank, mode):
+    return TorchBackend().prepare(rank_work(cell, rank_geometry(SEQ, None, 4, rank)), mode)
+
+
+# ---------------------------------------------------------------- ranges
+
+
+def test_annotated_forward_labels_and_nesting(cell, tmp_path):
+    p = prepared(cell, 0, "two-call")
+    fwd = ranges.annotated_forward(p, "cp4 bs1 seq256 r0 two-call eager", {"cp": 4, "rank": 0})
+    events = capture.trace_events(fwd, "cpu", trace_path=tmp_path / "t")
+    ann = [e for e in events if e.get("cat") == "user_annotation"]
+    names = [e["name"] for e in ann]
+    assert names.count("cp4 bs1 seq256 r0 two-call eager") == 1
+    assert [n for n in names if n.startswith("layer")] == [f"layer{i}" for i in range(36)]
+    assert names.count("prev") == names.count("next") == 36 and "combined" not in names
+    # nesting: every call lies inside a layer, every layer inside the cell range
+    top = next(e for e in ann if e["name"].startswith("cp4"))
+    layer0 = next(e for e in ann if e["name"] == "layer0")
+    first_prev = min((e for e in ann if e["name"] == "prev"), key=lambda e: e["ts"])
+    assert top["ts"] <= layer0["ts"] <= first_prev["ts"]
+    assert first_prev["ts"] + first_prev["dur"] <= layer0["ts"] + layer0["dur"] <= top["ts"] + top["dur"]
+    assert (tmp_path / "t.json.gz").exists()
+
+
+def test_annotated_forward_runs_same_work(cell):
+    p = prepared(cell, 1, "fused")
+    p.forward()
+    want = {w: o.clone() for w, o in p.outputs.items()}
+    for o in p.outputs.values():
+        o.zero_()
+    ranges.annotated_forward(p, "x", nvtx_on=True)()
+    for w, o in p.outputs.items():
+        assert torch.equal(o, want[w])
+
+
+def test_ranges_without_nvtx_or_record():
+    p = type("P", (), {"layers": [[("combined", lambda: None)]]})()
+    ranges.annotated_forward(p, "x", nvtx_on=False, record_functions=False)()  # no error
+
+
+def test_range_overhead_is_small_and_positive():
+    us = ranges.range_overhead_us(200)
+    assert 0 < us < 1000
+
+
+def test_nvtx_payload():
+    assert ranges.nvtx_payload(None) is None
+    assert ranges.nvtx_payload({"mode": "fused"}) is None
+    assert ranges.nvtx_payload({"seq": 8192}) == 8192
+    arr = ranges.nvtx_payload({"cp": 4, "bs": 1, "seq": 8192, "rank": 0, "mode": "fused"})
+    assert arr.dtype.names == ("cp", "bs", "seq", "rank") and int(arr["seq"]) == 8192
+
+
+# ---------------------------------------------------------------- capture (CPU: attention calls)
+
+
+@pytest.mark.parametrize("mode,per_rank", [("two-call", 72), ("fused", 36)])
+def test_attention_calls_per_rank_gpt_oss_120b(cell, mode, per_rank):
+    total = 0
+    for rank in range(4):
+        p = prepared(cell, rank, mode)
+        counts = capture.profile_prepared(p, f"cp4 bs1 seq256 r{rank} {mode} eager", "cpu")
+        assert counts.attention_calls == per_rank
+        assert counts.kernels == 0  # CPU: no GPU activity
+        assert capture.expected_for(p) == per_rank
+        total += counts.attention_calls
+    assert total == 4 * per_rank  # 288 two-call, 144 fused
+
+
+def test_profile_forward_writes_gzip_trace_of_one_step(cell, tmp_path):
+    p = prepared(cell, 2, "fused")
+    fwd = ranges.annotated_forward(p, "cell")
+    counts = capture.profile_forward(fwd, (), "cpu", tmp_path / "sub" / "rank2.json", steps_warmup=2)
+    path = tmp_path / "sub" / "rank2.json.gz"
+    data = json.loads(gzip.open(path, "rt").read())
+    steps = [e["name"] for e in data["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep")]
+    assert len(steps) == 1  # the active step only
+    assert counts.attention_calls == 36
+    assert kernels.count_events(data["traceEvents"]).attention_calls == 36
+
+
+def test_profile_forward_without_ranges_raises(cell):
+    p = prepared(cell, 0, "fused")
+    with pytest.raises(ProfileError, match="annotated_forward"):
+        capture.profile_forward(p.forward, (), "cpu", None)
+
+
+def test_kernels_per_call_needs_cuda():
+    with pytest.raises(ProfileError):
+        capture.kernels_per_call(lambda: None, ("fmha",), "cpu")
+
+
+def test_measure_call_counts_one_call_on_cpu():
+    counts = capture.measure_call(lambda: torch.ones(4).sum(), (), "cpu", name="prev")
+    assert counts.attention_calls == 1
+
+
+def test_gz_trace_path():
+    assert capture.gz_trace_path("a/b.json").name == "b.json.gz"
+    assert capture.gz_trace_path("a/b.json.gz").name == "b.json.gz"
+    assert capture.gz_trace_path("a/rank0").name == "rank0.json.gz"
+
+
+# ---------------------------------------------------------------- kernels
+
+
+@pytest.mark.parametrize("name,patterns,kind", [
+    (FA2, kernels.FA2_PATTERNS, "attention"),
+    (FA3, kernels.FA3_PATTERNS, "attention"),
+    (FA2, kernels.FA3_PATTERNS, "other"),  # the fa3 pattern must not match fa2
+    (FA3, kernels.FA2_PATTERNS, "other"),
+    ("fmhaSm100Kernel_QkvBfloat16OBfloat16H64PagedKvCausalP64VarSeqQ128Kv128PersistentContext",
+     kernels.TRTLLM_PATTERNS, "attention"),
+    ("void flashinfer::MergeStatesKernel<8u, 16u, 1u, 4u, __nv_bfloat16, float>(...)", ("flashinfer",), "merge"),
+    ("void flashinfer::MergeStateInPlaceKernel<8u, 16u, 1u, 4u, __nv_bfloat16>(...)", (), "merge"),
+    (FILL, kernels.KNOWN_ATTENTION_PATTERNS, "fill"),
+    ("Memset (Device)", (), "fill"),
+    ("Memcpy DtoD (Device -> Device)", (), "copy"),
+    ("void at::native::elementwise_kernel<128, 2, at::native::direct_copy_kernel_cuda(...)>(...)", (), "copy"),
+    ("ampere_sgemm_128x64_tn", kernels.KNOWN_ATTENTION_PATTERNS, "other"),
+    ("", (), "other"),
+])
+def test_classify(name, patterns, kind):
+    assert classify(name, patterns) == kind
+
+
+def test_launch_apis():
+    for name in ("cudaLaunchKernel", "cudaLaunchKernel_v7000", "cuLaunchKernelEx", "cudaGraphLaunch",
+                 "cudaLaunchKernelExC_v11060", "cudaGraphLaunch_v10000"):
+        assert kernels.is_launch_api(name), name
+    for name in ("cudaMemsetAsync", "cudaStreamSynchronize", "cudaLaunchHostFunc", ""):
+        assert not kernels.is_launch_api(name), name
+
+
+def test_count_events_tolerates_junk():
+    events = [None, 3, {}, {"ph": "M", "cat": "kernel", "name": FA2}, {"cat": "kernel", "name": FA2, "ts": 0},
+              {"ph": "X", "cat": "kernel", "name": 7}, {"ph": "X", "cat": None, "name": FA2},
+              {"ph": "X", "cat": "gpu_user_annotation", "name": "prev"},
+              {"ph": "X", "cat": "user_annotation", "name": "prev", "ts": 0, "dur": 0}]
+    c = kernels.count_events(events, kernels.FA2_PATTERNS)
+    assert (c.attention, c.kernels, c.attention_calls) == (1, 1, 1)
+    assert c.kernel_names == {FA2: 1}
+
+
+def test_count_events_empty_raises_when_required():
+    assert kernels.count_events([], ()).kernels == 0
+    with pytest.raises(ProfileError, match="no attention kernels"):
+        kernels.count_events([], kernels.FA2_PATTERNS, require_attention=True)
+
+
+def test_kernel_counts_row_and_expected():
+    c = KernelCounts()
+    c.add(FA2, "attention", 72)
+    c.add(FILL, "fill", 72)
+    assert c.to_row()["attention_kernels"] == 72 and c.kernels == 144
+    assert kernels.expected_attention_kernels(36, 2, 1) == 72
+    assert kernels.expected_attention_kernels(36, 1, 1) == 36
+    with pytest.raises(ValueError):
+        kernels.expected_attention_kernels(36, -1, 1)
+
+
+# ---------------------------------------------------------------- nsys
+
+
+def test_nsys_argv_and_find(tmp_path, monkeypatch):
+    argv = nsys.nsys_profile_argv(tmp_path / "rank0", ["python3", "-m", "cpbench", "profile"], "/x/nsys")
+    assert argv[:2] == ["/x/nsys", "profile"]
+    assert argv[argv.index("-t") + 1] == "cuda,nvtx"
+    assert "--capture-range=cudaProfilerApi" in argv and "--capture-range-end=stop" in argv
+    assert argv[argv.index("-o") + 1] == str(tmp_path / "rank0")
+    assert argv[argv.index("--force-overwrite") + 1] == "true"
+    assert argv[-4:] == ["python3", "-m", "cpbench", "profile"]
+    assert "--cuda-graph-trace=node" not in nsys.nsys_profile_argv(tmp_path, ["a"], graph_nodes=False)
+    s = nsys.stats_argv(tmp_path / "r.nsys-rep", "/x/nsys")
+    assert s[:4] == ["/x/nsys", "stats", "-r", "nvtx_kern_sum"] and "csv" in s and s[-1].endswith(".nsys-rep")
+    # find_nsys: PATH first, then the install globs
+    fake = tmp_path / "bin" / "nsys"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake.parent))
+    assert nsys.find_nsys() == str(fake)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(nsys, "NSYS_GLOBS", (str(tmp_path / "opt" / "*" / "nsys"),))
+    assert nsys.find_nsys() is None
+    (tmp_path / "opt" / "2025.1").mkdir(parents=True)
+    (tmp_path / "opt" / "2025.3").mkdir(parents=True)
+    for v in ("2025.1", "2025.3"):
+        f = tmp_path / "opt" / v / "nsys"
+        f.write_text("#!/bin/sh\n")
+        f.chmod(0o755)
+    assert nsys.find_nsys() == str(tmp_path / "opt" / "2025.3" / "nsys")  # newest first
+
+
+def test_report_path(tmp_path):
+    with pytest.raises(ProfileError, match="no report"):
+        nsys.report_path(tmp_path / "r0")
+    (tmp_path / "r0.qdstrm").write_text("")
+    with pytest.raises(ProfileError, match="qdstrm"):
+        nsys.report_path(tmp_path / "r0")
+    (tmp_path / "r0.nsys-rep").write_text("")
+    assert nsys.report_path(tmp_path / "r0") == tmp_path / "r0.nsys-rep"
+
+
+@pytest.mark.parametrize("raw,split", [
+    ("cpbench:layer0", ("cpbench", "layer0")), ("cpbench@prev", ("cpbench", "prev")),
+    (":warmup", ("", "warmup")), ("cpbench:cp4 bs1 seq8192 r0 fused eager", ("cpbench", "cp4 bs1 seq8192 r0 fused eager")),
+    ("cp4 bs1: odd", ("", "cp4 bs1: odd")), ("", ("", "")),
+])
+def test_split_range_name(raw, split):
+    assert nsys.split_range_name(raw) == split
+
+
+def test_parse_nvtx_kern_sum_variants():
+    text = ("Processing [x.sqlite] with [nvtx_kern_sum.py]...\n"
+            "Range,Kern Inst,Total Time (us),Name\n"
+            f'cpbench:combined,"1,024",2.5,"{FA2}"\n'
+            f'cpbench:combined,36,1.0,"{FILL}"\n'
+            "\nnot,part,of,it\n")
+    rows = nsys.parse_nvtx_kern_sum(text)
+    assert len(rows) == 2 and rows[0]["kernel_instances"] == 1024 and rows[0]["total_time"] == 2.5
+    per = nsys.kernels_per_range(rows, kernels.FA2_PATTERNS)
+    assert (per["combined"].attention, per["combined"].fill) == (1024, 36)
+    assert nsys.kernels_per_range(rows, kernels.FA2_PATTERNS, domain="other") == {}
+    with pytest.raises(ProfileError):
+        nsys.parse_nvtx_kern_sum("Processing...\nno table here\n")
