@@ -19,6 +19,7 @@ import gzip
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -87,12 +88,15 @@ def trace_events(fn: Callable[[], None], device: str | torch.device, steps_warmu
 
     try:
         sched = schedule(wait=0, warmup=steps_warmup, active=1, repeat=1)
-        with profile(activities=activities, schedule=sched, on_trace_ready=ready) as prof:
-            for _ in range(steps_warmup + 1):
-                fn()
-                if cuda:
-                    torch.cuda.synchronize(device)
-                prof.step()
+        with warnings.catch_warnings():
+            # one active step is the point: torch's "clears events at the end of each cycle" is noise
+            warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle.*")
+            with profile(activities=activities, schedule=sched, on_trace_ready=ready) as prof:
+                for _ in range(steps_warmup + 1):
+                    fn()
+                    if cuda:
+                        torch.cuda.synchronize(device)
+                    prof.step()
         if not exported:
             raise ProfileError("torch.profiler produced no trace for the active step")
         return load_trace(out)
