@@ -240,6 +240,19 @@ def test_report_path(tmp_path):
     assert nsys.report_path(tmp_path / "r0") == tmp_path / "r0.nsys-rep"
 
 
+def test_qdstrm_importer_beside_nsys(tmp_path, monkeypatch):
+    host = tmp_path / "nsight-compute" / "2025.3.1" / "host"
+    exe = host / "target-linux-x64" / "nsys"
+    imp = host / "linux-desktop-glibc_2_11_3-x64" / "QdstrmImporter"
+    for f in (exe, imp):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("#!/bin/sh\n")
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert nsys.find_qdstrm_importer(str(exe)) == str(imp)
+    assert nsys.import_qdstrm_argv(tmp_path / "r0.qdstrm", str(imp)) == [str(imp), "-f", "-i", str(tmp_path / "r0.qdstrm")]
+
+
 @pytest.mark.parametrize("raw,split", [
     ("cpbench:layer0", ("cpbench", "layer0")), ("cpbench@prev", ("cpbench", "prev")),
     (":warmup", ("", "warmup")), ("cpbench:cp4 bs1 seq8192 r0 fused eager", ("cpbench", "cp4 bs1 seq8192 r0 fused eager")),

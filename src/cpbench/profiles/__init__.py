@@ -18,6 +18,7 @@ _LAZY = {
     "gz_trace_path": "capture", "trace_events": "capture",
     "find_nsys": "nsys", "nsys_profile_argv": "nsys", "stats_argv": "nsys", "report_path": "nsys",
     "parse_nvtx_kern_sum": "nsys", "kernels_per_range": "nsys", "cuda_profiler_range": "nsys",
+    "find_qdstrm_importer": "nsys", "import_qdstrm_argv": "nsys",
 }
 
 

@@ -5,7 +5,8 @@ Flow (the runner owns the subprocesses; this module only builds argv and parses 
     nsys = find_nsys()                                    # None -> say "nsys not found", skip
     subprocess.run(nsys_profile_argv(base, child, nsys))  # child wraps its forward in
                                                           # cuda_profiler_range() + annotated_forward
-    rep = report_path(base)                               # raises ProfileError on a bare .qdstrm
+    rep = report_path(base)                               # ProfileError on a bare .qdstrm: see
+                                                          # find_qdstrm_importer / import_qdstrm_argv
     csv = subprocess.run(stats_argv(rep, nsys), capture_output=True, text=True).stdout
     per_range = kernels_per_range(parse_nvtx_kern_sum(csv), prepared.kernel_patterns)
     per_range["prev"].attention  # attention kernels launched inside all "prev" ranges
@@ -25,6 +26,15 @@ script's own SQL names the columns):
   forward range, ``layer{i}`` and the call), and rows group by range *name*: ``prev`` sums the prev
   calls of all layers. Kernels launched outside any range have an empty range name.
 - The CSV holds one table; a second table (several ``-r``) ends at the next blank line.
+- ``--force-export true`` is needed: with a stale ``.sqlite`` beside the report, nsys 2025.3 prints
+  a warning and its usage instead of the table.
+
+Checked on the H200 (nsys 2025.3.1 from Nsight Compute, torch reference forward): the header is
+exactly the list above, unquoted; names are ``cpbench:<range>``; stdout starts with "Generating
+SQLite file ..." and "Processing [...] with [...nvtx_kern_sum.py]..." (tests/fixtures/
+h200_nsys_torch_nvtx_kern_sum.csv). Because rows group by range *name*, capture one cell (cp, bs,
+seq, rank) per report: ``prev``/``next``/``combined`` then belong to that cell's two-call/fused
+forward, the cell-label range gives each forward's totals, and ``layer{i}`` mixes both modes.
 """
 
 from __future__ import annotations
@@ -92,20 +102,48 @@ def stats_argv(rep: Path, nsys: str = "nsys") -> list[str]:
     return [nsys, "stats", "-r", "nvtx_kern_sum", "--format", "csv", "--force-export", "true", str(rep)]
 
 
+def find_qdstrm_importer(nsys: str | None = None) -> str | None:
+    """Path of ``QdstrmImporter`` (turns a ``.qdstrm`` recording into a ``.nsys-rep``), or None.
+
+    Looks on ``$PATH``, then in the host folders beside ``nsys`` (``<ver>/host/*/QdstrmImporter`` in
+    Nsight Compute's copy, ``<ver>/host-linux-x64/QdstrmImporter`` in Nsight Systems).
+    """
+    hit = shutil.which("QdstrmImporter")
+    if hit:
+        return hit
+    nsys = nsys or find_nsys()
+    if not nsys:
+        return None
+    root = Path(nsys).resolve().parent.parent
+    for path in sorted(glob.glob(str(root / "*" / "QdstrmImporter")), reverse=True):
+        if os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def import_qdstrm_argv(qdstrm: Path, importer: str) -> list[str]:
+    """argv converting ``qdstrm`` into ``<same name>.nsys-rep`` (overwriting)."""
+    return [importer, "-f", "-i", str(qdstrm)]
+
+
 def report_path(out_base: Path) -> Path:
     """The ``.nsys-rep`` that :func:`nsys_profile_argv` made for ``out_base``.
 
     Raises:
-        ProfileError: no report; with a one-line cause when only a ``.qdstrm`` is there (this nsys
-            could record but not import: use a full Nsight Systems install).
+        ProfileError: no report. When only ``<out_base>.qdstrm`` is there, nsys recorded but its
+            importer failed; seen on the H200 image with the nsys inside Nsight Compute 2025.3.1,
+            whose QdstrmImporter needs ``libdw.so.1`` (elfutils): install libdw1 or put it on
+            ``LD_LIBRARY_PATH``, then run :func:`import_qdstrm_argv` and call this again.
     """
     base = Path(out_base)
     rep = base.with_name(base.name + ".nsys-rep")
     if rep.exists():
         return rep
-    if base.with_name(base.name + ".qdstrm").exists() or list(base.parent.glob("*.qdstrm")):
-        raise ProfileError(f"nsys left a .qdstrm but no {rep.name}: this nsys cannot import its "
-                           "recording (no QdstrmImporter); use a full Nsight Systems install")
+    qd = base.with_name(base.name + ".qdstrm")
+    if qd.exists():
+        raise ProfileError(f"nsys recorded {qd.name} but made no {rep.name}: its QdstrmImporter failed "
+                           "(needs libdw.so.1 from elfutils); install libdw1, then run "
+                           f"'QdstrmImporter -f -i {qd}'")
     raise ProfileError(f"nsys made no report at {rep} (did the child call cudaProfilerStart?)")
 
 
@@ -242,5 +280,5 @@ def kernels_per_range(rows: list[dict], attention_patterns: tuple[str, ...] | li
 
 
 __all__ = ["KINDS", "NSYS_GLOBS", "RangeKernels", "cuda_profiler_range", "find_nsys",
-           "kernels_per_range", "nsys_profile_argv", "parse_nvtx_kern_sum", "report_path",
-           "split_range_name", "stats_argv"]
+           "find_qdstrm_importer", "import_qdstrm_argv", "kernels_per_range", "nsys_profile_argv",
+           "parse_nvtx_kern_sum", "report_path", "split_range_name", "stats_argv"]
