@@ -1,0 +1,61 @@
+"""Every chart of a run, PNG + SVG into ``RUN/plots/`` (no torch; matplotlib on the Agg canvas)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from cpbench.bench.results import load_run
+from cpbench.plots.costs import kernels_chart, memory_chart
+from cpbench.plots.data import groups, prepare
+from cpbench.plots.latency import latency_chart, speedup_heatmap
+from cpbench.plots.overhead import balance_chart, overhead_chart
+
+# file stem, function, title, one-line caption for the report
+CHARTS = (
+    ("latency", latency_chart, "critical-path latency (slowest rank), median with p10–p90",
+     "Forward latency on the slowest rank per mode (ms, log scale), two-call solid, fused dashed."),
+    ("speedup", speedup_heatmap, "fused speedup on the critical path",
+     "two-call / fused latency of the slowest rank; blue: fused faster, red: fused slower, grey: did not run."),
+    ("kernels", kernels_chart, "attention kernels per forward, per rank",
+     "Attention kernels per rank (GPU executions from the profiler), with totals over all ranks."),
+    ("memory", memory_chart, "page table vs duplicated page table",
+     "Page table [bs, W] vs the fused path's duplicated [2·bs, W]: bytes, % of the KV cache, copy time."),
+    ("overhead", overhead_chart, "GPU vs host time per forward",
+     "GPU forward latency (eager, graph) against host setup and launch time, per mode."),
+    ("balance", balance_chart, "zigzag balance across ranks",
+     "Per-rank latency of the longest cell, and slowest/fastest rank ratio for every cell."),
+)
+
+
+def chart_stems(df: pd.DataFrame) -> list[tuple[str, str, str, str]]:
+    """``[(stem, model, backend, caption)]`` for a prepared frame, in render order."""
+    return [(f"{name}{suffix}", model, backend, caption)
+            for model, backend, suffix, _ in groups(df) for name, _, _, caption in CHARTS]
+
+
+def render_frame(df: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Draw every chart of a results frame (any shape, even empty) into ``out_dir``.
+
+    Args: df: a results frame (``load_run``); out_dir: created if missing.
+    Returns every written path (PNG and SVG per chart). One chart set per (model, backend); file stems
+    get a ``_<model>_<backend>`` suffix when the run holds more than one.
+    """
+    d = prepare(df)
+    out: list[Path] = []
+    for model, backend, suffix, rows in groups(d):
+        head = f"{model} · {backend}: " if model or backend else ""
+        for name, fn, title, _ in CHARTS:
+            out += fn(rows, Path(out_dir), f"{name}{suffix}", head + title)
+    return out
+
+
+def render_all(run_dir: str | Path) -> list[Path]:
+    """Load ``run_dir`` and write every chart to ``run_dir/plots/`` (PNG + SVG).
+
+    Returns the written paths.
+    Raises: CpbenchInputError (from ``load_run``): missing directory, no results, other schema version.
+    """
+    df, _ = load_run(run_dir)
+    return render_frame(df, Path(run_dir) / "plots")

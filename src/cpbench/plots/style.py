@@ -1,0 +1,157 @@
+"""One look for every cpbench chart: sizes readable at GitHub PR width (~900 px), colour-blind-safe
+colours, the Agg canvas set explicitly (no pyplot, no global backend switch), PNG + SVG output.
+
+Conventions used by every chart: colour = batch size (or mode where bs is not shown), line style =
+mode (two-call solid, fused dashed), failures are never drawn as 0 (non-positive values are dropped
+from log axes), and an empty selection draws a "no data" panel instead of raising.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+from matplotlib import rc_context
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
+
+WIDTH_IN = 9.0  # 9 in at 100 dpi = GitHub's ~900 px column; PNGs are saved at 2x for sharpness
+PNG_DPI = 160
+
+# Okabe-Ito (colour-blind safe), black dropped; one colour per batch size, in order
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+MODE_COLOR = {"two-call": "#0072B2", "fused": "#D55E00"}
+MODE_LINE = {"two-call": "-", "fused": "--"}
+MODE_MARKER = {"two-call": "o", "fused": "s"}
+FAIL_COLOR = "#d9d9d9"
+
+RC = {
+    "font.size": 10, "axes.titlesize": 10.5, "axes.labelsize": 10, "legend.fontsize": 9,
+    "xtick.labelsize": 9, "ytick.labelsize": 9, "figure.titlesize": 12, "figure.titleweight": "bold",
+    "axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.6, "axes.spines.top": False,
+    "axes.spines.right": False, "lines.linewidth": 1.6, "lines.markersize": 5,
+    "svg.hashsalt": "cpbench", "font.family": "DejaVu Sans",
+}
+
+
+def styled(fn: Callable) -> Callable:
+    """Decorator: run a chart function inside the cpbench rc style."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with rc_context(RC):
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def new_figure(nrows: int = 1, ncols: int = 1, height_in: float = 3.4, **kw) -> tuple[Figure, np.ndarray]:
+    """A Figure on the Agg canvas, ``WIDTH_IN`` wide and ``height_in`` per row; axes as a 2-D array."""
+    fig = Figure(figsize=(WIDTH_IN, max(2.4, height_in * nrows)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+    return fig, axes
+
+
+def save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
+    """Write ``out_dir/name.png`` and ``out_dir/name.svg`` (no timestamps, so reruns diff cleanly)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png, svg = out_dir / f"{name}.png", out_dir / f"{name}.svg"
+    fig.savefig(png, dpi=PNG_DPI, metadata={"Software": None})
+    fig.savefig(svg, metadata={"Date": None})
+    return [png, svg]
+
+
+def empty_chart(out_dir: Path, name: str, title: str, message: str = "no rows in this run") -> list[Path]:
+    """Write a one-panel "no data" chart (same file names as the real one)."""
+    fig, axes = new_figure(1, 1, height_in=2.4)
+    fig.suptitle(title)
+    no_data(axes[0, 0], message)
+    return save(fig, out_dir, name)
+
+
+def no_data(ax: Axes, message: str = "no data") -> None:
+    """Turn ``ax`` into a labelled empty panel."""
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="#666666",
+            fontsize=11, wrap=True)
+
+
+def positive(x: Iterable) -> np.ndarray:
+    """Boolean mask: finite and > 0 (what may go on a log axis)."""
+    a = np.asarray(list(x), dtype=float)
+    return np.isfinite(a) & (a > 0)
+
+
+def log2_xaxis(ax: Axes, values: Iterable, label: str = "tokens per request", max_labels: int = 10) -> None:
+    """Log2 x axis with a tick at every value present, labelled 1K/128K style (at most ``max_labels``
+    labels: every k-th one, the last always labelled)."""
+    vals = sorted({float(v) for v in values if v is not None and math.isfinite(float(v)) and float(v) > 0})
+    ax.set_xscale("log", base=2)
+    if vals:
+        ax.xaxis.set_major_locator(FixedLocator(vals))
+        ax.xaxis.set_minor_locator(NullLocator())
+        step = math.ceil(len(vals) / max_labels)
+        shown = {vals[i] for i in range(len(vals) - 1, -1, -step)}
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_tokens(v) if v in shown else ""))
+        if len(vals) == 1:
+            ax.set_xlim(vals[0] / 1.6, vals[0] * 1.6)
+        if len(shown) > 6:
+            for t in ax.get_xticklabels():
+                t.set_rotation(45)
+    ax.set_xlabel(label)
+
+
+def human_tokens(v: float) -> str:
+    """1024 -> '1K', 131072 -> '128K', 1536 -> '1.5K', 100 -> '100'."""
+    v = float(v)
+    for div, suf in ((1 << 20, "M"), (1 << 10, "K")):
+        if v >= div:
+            q = v / div
+            return f"{q:.0f}{suf}" if q == int(q) else f"{q:.1f}{suf}"
+    return f"{v:.0f}"
+
+
+def human_bytes(v: float) -> str:
+    """Bytes as B/KiB/MiB/GiB with 3 significant digits; NaN -> '—'."""
+    if v is None or not math.isfinite(float(v)):
+        return "—"
+    v = float(v)
+    for div, suf in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if abs(v) >= div:
+            return f"{v / div:.3g} {suf}"
+    return f"{v:.0f} B"
+
+
+def bs_colors(bss: Iterable) -> dict:
+    """Stable colour per batch size (sorted order)."""
+    return {b: PALETTE[i % len(PALETTE)] for i, b in enumerate(sorted(set(bss)))}
+
+
+def log_y(ax: Axes, fmt: Callable[[float], str] = lambda v: f"{v:g}") -> None:
+    """Log y axis with plain labels (0.1, 1, 10; 2 and 5 as well when the span is under two decades).
+    Call after plotting, when the limits are known."""
+    ax.set_yscale("log")
+    lo, hi = ax.get_ylim()
+    span = math.log10(hi / lo) if lo > 0 and hi > lo else 0.0
+
+    def label(v, _pos, minor):
+        if v <= 0:
+            return ""
+        mant = v / 10 ** math.floor(math.log10(v) + 1e-9)
+        nice = (1,) if span > 2 or not minor else (2, 5) if span > 0.7 else (2, 3, 4, 5, 6, 7, 8, 9)
+        return fmt(v) if any(abs(mant - n) < 1e-6 for n in nice) else ""
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, p: label(v, p, False)))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, p: label(v, p, True)))
+
+
+def bytes_y(ax: Axes) -> None:
+    """Log y axis for bytes, ticks at powers of 4 (256 B, 1 KiB, 4 KiB, ...)."""
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_locator(LogLocator(base=4))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: human_bytes(v)))
