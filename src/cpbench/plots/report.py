@@ -1,0 +1,119 @@
+"""``RUN/report.md``: a GitHub-renderable report of one run (no torch; reads only the run directory).
+
+Sections: summary (computed on the critical path), environment (manifest), exact repro command,
+results tables per cp_size, kernel counts, charts (relative ``plots/*.png``), notes on cells that did
+not run, clock drops and other caveats.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from cpbench.bench.results import CELL_COLUMNS, MODES, load_run
+from cpbench.plots.charts import chart_stems, render_frame
+from cpbench.plots.costs import kernel_counts
+from cpbench.plots.data import cells, groups, prepare, span_text
+from cpbench.plots.style import human_tokens
+from cpbench.plots.tables import TIE, cell_tables, kernel_lines, kernel_table, md_table, summary_lines
+
+ENV_KEYS = (("gpu_name", "GPU"), ("compute_capability", "compute capability"), ("driver", "driver"),
+            ("cuda", "CUDA"), ("torch", "torch"), ("flashinfer", "flashinfer"), ("python", "Python"),
+            ("cpu", "CPU"), ("cpbench_version", "cpbench"), ("git_commit", "git commit"),
+            ("created", "created"), ("timing_method", "timing method"), ("schema_version", "results schema"))
+MAX_NOTES = 60
+
+
+def environment_table(manifest: dict) -> str:
+    """Markdown table of the manifest: known keys first (missing ones shown as —), then any other key."""
+    rows = [[label, _short(manifest.get(key, "—"))] for key, label in ENV_KEYS]
+    known = {k for k, _ in ENV_KEYS} | {"command"}
+    rows += [[k, _short(v)] for k, v in sorted(manifest.items()) if k not in known]
+    return md_table(["", "value"], rows)
+
+
+def _short(v, limit: int = 120) -> str:
+    s = v if isinstance(v, str) else json.dumps(v, default=str)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def notes(df: pd.DataFrame) -> list[str]:
+    """Bullets for rows that did not run (grouped by cell, status and reason, with modes and ranks),
+    and for rows whose SM clock dropped while timing."""
+    out = []
+    bad = df[df["status"] != "ok"]
+    keys = list(CELL_COLUMNS) + ["status", "reason"]
+    for k, g in bad.groupby(keys, sort=True):
+        c = dict(zip(keys, k))
+        ranks = sorted(set(g["rank"]))
+        rtxt = f"rank{'s' if len(ranks) > 1 else ''} {span_text(ranks)}"
+        out.append(f"- {c['model']} · {c['backend']} · {c['timing']} · cp {c['cp_size']} · bs {c['bs']} · "
+                   f"{human_tokens(c['seq_len'])} tokens" + (f" + {human_tokens(c['prefix_len'])} prefix"
+                                                              if c["prefix_len"] > 0 else "")
+                   + f": **{c['status']}** ({', '.join(m for m in MODES if m in set(g['mode']))}; {rtxt})"
+                   + (f": {c['reason']}" if c["reason"] else ""))
+    if len(out) > MAX_NOTES:
+        out = out[:MAX_NOTES] + [f"- … and {len(out) - MAX_NOTES} more (see results.csv)."]
+    drop = df[df["clock_drop"].map(lambda v: v is True or v == 1 or str(v).lower() == "true")]
+    if len(drop):
+        out.append(f"- SM clock dropped by more than 10% while timing {len(drop)} row(s) "
+                   f"(e.g. cp {drop.iloc[0]['cp_size']}, bs {drop.iloc[0]['bs']}, "
+                   f"{human_tokens(drop.iloc[0]['seq_len'])} tokens, {drop.iloc[0]['mode']}); treat those numbers "
+                   "with care.")
+    return out or ["- Every cell ran on every rank in both modes."]
+
+
+def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Path | None = None) -> str:
+    """The report's markdown for a results frame and its manifest.
+
+    Args: df: results rows (``load_run``); manifest: manifest dict (missing keys are fine);
+    run_name: heading; plot_dir: where charts live (only existing PNGs are embedded; None: embed all).
+    """
+    d = prepare(df)
+    view = cells(d)
+    layers = sorted({int(x) for x in d["num_layers"].dropna()})
+    parts = [f"# cpbench: fused vs two-call zigzag CP prefill attention — `{run_name}`", "",
+             "## Summary", "",
+             "Latency is one whole forward (all " + (f"{'/'.join(map(str, layers))} " if layers else "")
+             + "attention layers), median of the timed samples, "
+             "on the **critical path**: the slowest rank of each mode, since every CP rank waits for the "
+             f"slowest. Speedup = two-call / fused (> 1: fused faster); within ±{TIE:.0%} counts as a tie.", ""]
+    counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
+    parts += summary_lines(view) + kernel_lines(counts) + ["", "## Environment", "", environment_table(manifest), "",
+                                    "## Reproduce", ""]
+    cmd = manifest.get("command")
+    parts += [f"```sh\n{cmd}\n```" if cmd else "_The command line was not recorded in manifest.json._", ""]
+    parts += ["## Results per cp size", "",
+              "Latencies in ms (slowest rank per mode); slowest rank = rank id on the critical path; "
+              "imbalance = slowest / fastest rank.", ""]
+    for heading, table in cell_tables(view):
+        parts += [f"### {heading}", "", table, ""]
+    if view.empty:
+        parts += ["_No result rows._", ""]
+    parts += ["## Attention kernels per forward", "",
+              "GPU kernel executions classified as attention (torch backend: calls), eager timing.", "",
+              kernel_table(counts), "", "## Charts", ""]
+    for stem, model, backend, caption in chart_stems(d):
+        if plot_dir is None or (plot_dir / f"{stem}.png").exists():
+            parts += [f"**{stem}** — {caption}", "", f"![{stem}](plots/{stem}.png)", ""]
+    parts += ["## Notes", ""] + notes(d) + [""]
+    return "\n".join(parts)
+
+
+def write_report(run_dir: str | Path, replot: bool = False) -> Path:
+    """Write ``run_dir/report.md`` (and the charts into ``run_dir/plots/`` if any is missing, or always
+    with ``replot``). Returns the report path.
+
+    Raises: CpbenchInputError (from ``load_run``): missing directory, no results, other schema version.
+    """
+    run = Path(run_dir)
+    df, manifest = load_run(run)
+    plot_dir = run / "plots"
+    stems = chart_stems(prepare(df))
+    if replot or any(not (plot_dir / f"{s}.png").exists() for s, *_ in stems):
+        render_frame(df, plot_dir)
+    path = run / "report.md"
+    path.write_text(render_report(df, manifest, run.resolve().name, plot_dir))
+    return path

@@ -1,0 +1,142 @@
+"""Markdown pieces of the report, computed from the critical-path view (no matplotlib drawing here).
+
+Speedup = two-call / fused latency of each mode's slowest rank; a cell within ±TIE of 1.0 counts as a
+tie in the summary (timing noise on a GPU is a few per cent).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from cpbench.plots.data import ranks_text, uniform
+from cpbench.plots.style import human_tokens
+
+TIE = 0.02
+
+
+def md_escape(v) -> str:
+    """Text safe inside a GitHub markdown table cell (pipes escaped, newlines flattened)."""
+    return str(v).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").strip()
+
+
+def md_table(headers: list[str], rows: list[list]) -> str:
+    """A GitHub markdown table; numbers right-aligned when the header says so (ends with ``>``)."""
+    align = ["---:" if h.endswith(">") else "---" for h in headers]
+    heads = [md_escape(h.rstrip(">")) for h in headers]
+    lines = ["| " + " | ".join(heads) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def ms(us: float) -> str:
+    """µs -> ms text with 3-4 significant digits; NaN -> '—'."""
+    if us is None or not math.isfinite(float(us)):
+        return "—"
+    v = float(us) / 1e3
+    return f"{v:.1f}" if v >= 100 else f"{v:.2f}" if v >= 10 else f"{v:.3f}"
+
+
+def times(x: float) -> str:
+    """1.234 -> '1.23×'; NaN -> '—'."""
+    return f"{x:.2f}×" if x is not None and math.isfinite(float(x)) else "—"
+
+
+def where(c: pd.Series, with_cp: bool = True) -> str:
+    """'cp 4, bs 1, 8K tokens' (+ prefix / uneven lengths when present)."""
+    s = (f"cp {c['cp_size']}, " if with_cp else "") + f"bs {c['bs']}, {human_tokens(c['seq_len'])} tokens"
+    if c["prefix_len"] > 0:
+        s += f" + {human_tokens(c['prefix_len'])} prefix"
+    if not uniform(c["seq_lens"]):
+        s += f" (extend {c['seq_lens']})"
+    return s
+
+
+def summary_lines(view: pd.DataFrame) -> list[str]:
+    """One markdown bullet per (model, backend, timing): where fused wins and loses on the critical path,
+    by how much (best, worst, median; first vs last sequence length), and how many cells did not run."""
+    out = []
+    if view.empty:
+        return ["- No cells in this run."]
+    for (model, backend, timing), v in view.groupby(["model", "backend", "timing"], sort=True):
+        ok = v[(v["status"] == "ok") & v["speedup"].map(lambda x: math.isfinite(float(x)))]
+        failed = len(v) - len(ok)
+        head = f"- **{model} · {backend} · {timing}** (cp {', '.join(str(c) for c in sorted(set(v['cp_size'])))}): "
+        if ok.empty:
+            out.append(head + f"no cell ran on both modes ({failed} did not run; see Notes).")
+            continue
+        win, lose = ok[ok["speedup"] > 1 + TIE], ok[ok["speedup"] < 1 - TIE]
+        best, worst = ok.loc[ok["speedup"].idxmax()], ok.loc[ok["speedup"].idxmin()]
+        s = head + (f"fused is faster in {len(win)} of {len(ok)} cells" if len(win) else
+                    f"fused is faster in none of {len(ok)} cells")
+        s += f" (median {times(ok['speedup'].median())}, best {times(best['speedup'])} at {where(best)})"
+        if len(lose):
+            s += (f", slower in {len(lose)} (worst {times(worst['speedup'])} at {where(worst)}, slowest fused "
+                  f"rank {int(worst['slowest_rank_fused'])})")
+        else:
+            s += f", and never more than {TIE:.0%} slower"
+        s += f"; {len(ok) - len(win) - len(lose)} within ±{TIE:.0%}."
+        seqs = sorted(set(ok["seq_len"]))
+        if len(seqs) > 1:
+            lo, hi = ok[ok["seq_len"] == seqs[0]], ok[ok["seq_len"] == seqs[-1]]
+            s += (f" Median speedup {times(lo['speedup'].median())} at {human_tokens(seqs[0])} tokens vs "
+                  f"{times(hi['speedup'].median())} at {human_tokens(seqs[-1])}.")
+        if failed:
+            s += f" {failed} cell(s) did not run (see Notes)."
+        out.append(s)
+    return out
+
+
+def cell_tables(view: pd.DataFrame) -> list[tuple[str, str]]:
+    """``[(heading, markdown table)]``, one per (model, backend, timing, cp_size): bs, tokens, two-call
+    ms, fused ms, speedup, slowest ranks, imbalance (slowest/fastest rank), status."""
+    out = []
+    if view.empty:
+        return out
+    for (model, backend, timing, cp), v in view.groupby(["model", "backend", "timing", "cp_size"], sort=True):
+        prefix = bool((v["prefix_len"] > 0).any())
+        heads = ["bs>", "tokens>"] + (["prefix>"] if prefix else []) + [
+            "two-call ms>", "fused ms>", "speedup>", "slowest rank (two-call / fused)>",
+            "imbalance (two-call / fused)>", "status"]
+        rows = []
+        for _, c in v.iterrows():
+            tok = human_tokens(c["seq_len"]) + ("" if uniform(c["seq_lens"]) else f" ({c['seq_lens']})")
+            status = c["status"] if c["status"] == "ok" else f"{c['status']}: {c['reason']}"[:80]
+            imb = " / ".join(f"{x:.3f}" if math.isfinite(x) else "—"
+                             for x in (float(c["imbalance_two_call"]), float(c["imbalance_fused"])))
+            rows.append([c["bs"], tok] + ([human_tokens(c["prefix_len"])] if prefix else []) + [
+                ms(c["two_call_us"]), ms(c["fused_us"]), times(c["speedup"]),
+                ranks_text(c["slowest_rank_two_call"], c["slowest_rank_fused"]), imb, status])
+        out.append((f"{model} · {backend} · {timing} · cp {cp}", md_table(heads, rows)))
+    return out
+
+
+def kernel_table(counts_by_group: list[tuple[str, str, dict]]) -> str:
+    """Attention kernels per forward: per rank and over all ranks, two-call vs fused, one row per
+    (model, backend, cp_size). ``counts_by_group``: ``[(model, backend, costs.kernel_counts(...))]``."""
+    rows = []
+    for model, backend, counts in counts_by_group:
+        for cp, by in counts.items():
+            tc, fu = by["two-call"], by["fused"]
+            per = lambda d: "–".join(sorted({str(min(d.values())), str(max(d.values()))}, key=int)) if d else "—"
+            ratio = tc["total"] / fu["total"] if fu["total"] else math.nan
+            rows.append([model, backend, cp, per(tc["per_rank"]), per(fu["per_rank"]), tc["total"], fu["total"],
+                         times(ratio), fu["cell"] + (" (counts vary by cell)" if tc["varies"] or fu["varies"] else "")])
+    if not rows:
+        return "_No kernel counts recorded (no successful profiled cell)._"
+    return md_table(["model", "backend", "cp>", "two-call / rank>", "fused / rank>", "two-call, all ranks>",
+                     "fused, all ranks>", "reduction>", "measured at"], rows)
+
+
+def kernel_lines(counts_by_group: list[tuple[str, str, dict]]) -> list[str]:
+    """Summary bullets: attention kernels per rank and over all ranks, two-call -> fused."""
+    out = []
+    for model, backend, counts in counts_by_group:
+        for cp, by in counts.items():
+            tc, fu = by["two-call"], by["fused"]
+            if tc["per_rank"] and fu["per_rank"]:
+                out.append(f"- Attention kernels per forward, {model} · {backend} · cp {cp}: "
+                           f"{max(tc['per_rank'].values())} → {max(fu['per_rank'].values())} per rank, "
+                           f"{tc['total']} → {fu['total']} over {len(fu['per_rank'])} ranks.")
+    return out
