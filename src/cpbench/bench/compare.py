@@ -1,0 +1,193 @@
+"""Compare two run directories row by row: NEW / BASE latency ratio, bootstrap CI, verdict, exit code.
+
+Rows match on ``results.KEY_COLUMNS`` (model, backend, timing, cp_size, bs, seq_len, prefix_len,
+seq_lens, rank, mode) and are compared when both are ``ok``. pandas + numpy only (no torch), so it
+runs on a laptop.
+
+Verdict rule (``band`` default 0.03, ``fail_above`` default 0.05):
+  ratio = NEW median / BASE median (µs); CI = 95% percentile bootstrap of the ratio of medians,
+  resampling each run's raw samples independently (``n_boot`` resamples, fixed seed per row).
+  * near-tie: |ratio - 1| <= band, or the CI contains 1 (the difference is within noise);
+  * faster:   otherwise, ratio < 1;   * slower: otherwise, ratio > 1.
+  * regression (exit code 1): ratio > 1 + fail_above and the CI lies entirely above 1.
+  Without raw samples the CI falls back to [new_ci_low / base_ci_high, new_ci_high / base_ci_low]
+  from the rows' own median CIs; with neither, the CI is unknown and the band alone decides.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cpbench.bench.results import CELL_COLUMNS, KEY_COLUMNS, load_run
+from cpbench.errors import CpbenchInputError
+
+VERDICTS = ("faster", "slower", "near-tie")
+
+
+@dataclass
+class CompareResult:
+    """Outcome of a comparison.
+
+    Attributes:
+        table: one row per matched ok/ok key: the key columns, ``base_us``, ``new_us``, ``ratio``,
+            ``ci_low``, ``ci_high``, ``verdict`` and ``regression`` (bool).
+        only_base / only_new: key columns (+ ``status``) of rows present in one run only.
+        not_comparable: keys present in both where either is not ok (``base_status``, ``new_status``).
+        band, fail_above: the thresholds used (fractions, e.g. 0.03).
+    """
+
+    table: pd.DataFrame
+    only_base: pd.DataFrame
+    only_new: pd.DataFrame
+    not_comparable: pd.DataFrame
+    band: float
+    fail_above: float
+
+    @property
+    def regressions(self) -> pd.DataFrame:
+        return self.table[self.table["regression"]] if len(self.table) else self.table
+
+    @property
+    def exit_code(self) -> int:
+        """1 when any row regressed beyond ``fail_above`` (see the module docstring), else 0."""
+        return 1 if len(self.regressions) else 0
+
+
+def _canon(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return ",".join(_canon(x) for x in v)
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def _keyed(df: pd.DataFrame) -> pd.DataFrame:
+    d = df.copy()
+    for c in KEY_COLUMNS:
+        if c not in d.columns:
+            d[c] = None
+    if "status" not in d.columns:
+        d["status"] = "ok"
+    d["_key"] = ["\x1f".join(t) for t in zip(*[d[c].map(_canon) for c in KEY_COLUMNS])]
+    return d.drop_duplicates("_key", keep="last").set_index("_key")
+
+
+def samples_of(v) -> np.ndarray:
+    """Raw samples (µs) from a list, array or JSON string; finite positive values only."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return np.empty(0)
+    if isinstance(v, str):
+        try:
+            v = json.loads(v) if v.strip() else []
+        except json.JSONDecodeError:
+            return np.empty(0)
+    a = np.asarray(list(v), dtype=float)
+    return a[np.isfinite(a) & (a > 0)]
+
+
+def ratio_ci(base: np.ndarray, new: np.ndarray, n_boot: int = 2000, seed: int = 0,
+             level: float = 0.95) -> tuple[float, float]:
+    """Percentile-bootstrap CI of median(new) / median(base), resampling both sample sets with
+    replacement. Needs >= 2 samples on each side, else ``(nan, nan)``. Deterministic for a seed."""
+    if len(base) < 2 or len(new) < 2:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    ratios = np.empty(n_boot)
+    step = max(1, 4_000_000 // max(len(base), len(new)))  # bound memory: resamples per chunk
+    for i in range(0, n_boot, step):
+        k = min(step, n_boot - i)
+        mb = np.median(base[rng.integers(0, len(base), (k, len(base)))], axis=1)
+        mn = np.median(new[rng.integers(0, len(new), (k, len(new)))], axis=1)
+        ratios[i:i + k] = mn / mb
+    a = (1 - level) / 2
+    return float(np.quantile(ratios, a)), float(np.quantile(ratios, 1 - a))
+
+
+def verdict(ratio: float, lo: float, hi: float, band: float) -> str:
+    """``near-tie`` if |ratio-1| <= band or lo <= 1 <= hi, else ``faster`` (ratio < 1) / ``slower``."""
+    straddles = math.isfinite(lo) and math.isfinite(hi) and lo <= 1.0 <= hi
+    if abs(ratio - 1.0) <= band or straddles:
+        return "near-tie"
+    return "faster" if ratio < 1.0 else "slower"
+
+
+def _median(row: pd.Series, samples: np.ndarray) -> float:
+    m = pd.to_numeric(pd.Series([row.get("latency_us_median")]), errors="coerce").iloc[0]
+    return float(m) if math.isfinite(m) and m > 0 else float(np.median(samples)) if len(samples) else math.nan
+
+
+def _fallback_ci(b: pd.Series, n: pd.Series) -> tuple[float, float]:
+    f = lambda r, c: pd.to_numeric(pd.Series([r.get(c)]), errors="coerce").iloc[0]
+    bl, bh = f(b, "latency_us_ci_low"), f(b, "latency_us_ci_high")
+    nl, nh = f(n, "latency_us_ci_low"), f(n, "latency_us_ci_high")
+    if all(math.isfinite(x) and x > 0 for x in (bl, bh, nl, nh)):
+        return nl / bh, nh / bl
+    return math.nan, math.nan
+
+
+def compare_frames(base: pd.DataFrame, new: pd.DataFrame, band: float = 0.03, fail_above: float = 0.05,
+                   n_boot: int = 2000, seed: int = 0) -> CompareResult:
+    """Compare two results frames (see the module docstring for the rule).
+
+    Args: band, fail_above: fractions >= 0 (0.03 = 3%); n_boot: bootstrap resamples; seed: base seed.
+    Raises: CpbenchInputError for a negative band/fail_above.
+    """
+    if band < 0 or fail_above < 0 or not (math.isfinite(band) and math.isfinite(fail_above)):
+        raise CpbenchInputError(f"--band and --fail-above must be fractions >= 0 (e.g. 0.03), got {band}, {fail_above}")
+    b, n = _keyed(base), _keyed(new)
+    keys = list(KEY_COLUMNS)
+    both = b.index.intersection(n.index)
+    ok = [k for k in both if b.at[k, "status"] == "ok" and n.at[k, "status"] == "ok"]
+    recs = []
+    for k in sorted(ok):
+        br, nr = b.loc[k], n.loc[k]
+        bs, ns = samples_of(br.get("samples_us")), samples_of(nr.get("samples_us"))
+        bm, nm = _median(br, bs), _median(nr, ns)
+        ratio = nm / bm if bm > 0 and math.isfinite(nm) else math.nan
+        lo, hi = ratio_ci(bs, ns, n_boot, seed ^ zlib.crc32(k.encode()))
+        if not math.isfinite(lo):
+            lo, hi = _fallback_ci(br, nr)
+        v = verdict(ratio, lo, hi, band) if math.isfinite(ratio) else "near-tie"
+        reg = math.isfinite(ratio) and ratio > 1 + fail_above and (not math.isfinite(lo) or lo > 1.0)
+        recs.append({**{c: br[c] for c in keys}, "base_us": bm, "new_us": nm, "ratio": ratio, "ci_low": lo,
+                     "ci_high": hi, "verdict": v, "regression": bool(reg)})
+    table = pd.DataFrame(recs, columns=keys + ["base_us", "new_us", "ratio", "ci_low", "ci_high", "verdict",
+                                               "regression"])
+    bad = [k for k in sorted(both) if k not in set(ok)]
+    nc = pd.DataFrame([{**{c: b.at[k, c] for c in keys}, "base_status": b.at[k, "status"],
+                        "new_status": n.at[k, "status"]} for k in bad], columns=keys + ["base_status", "new_status"])
+    only = lambda d, other: d.loc[sorted(d.index.difference(other.index)), keys + ["status"]].reset_index(drop=True)
+    return CompareResult(table, only(b, n), only(n, b), nc, band, fail_above)
+
+
+def compare_runs(base_dir: str | Path, new_dir: str | Path, band: float = 0.03, fail_above: float = 0.05,
+                 n_boot: int = 2000, seed: int = 0) -> tuple[CompareResult, dict, dict]:
+    """Load two run directories and compare them: ``(result, base_manifest, new_manifest)``.
+
+    Raises: CpbenchInputError: a missing run directory, one without results, or another schema version.
+    """
+    base_df, base_man = load_run(base_dir)
+    new_df, new_man = load_run(new_dir)
+    return compare_frames(base_df, new_df, band, fail_above, n_boot, seed), base_man, new_man
+
+
+def cells_of(rows: pd.DataFrame) -> list[str]:
+    """Distinct cells (no rank/mode) of key rows, as 'model · backend · timing · cp 4 · bs 1 · seq 8192'."""
+    out = []
+    if rows.empty:
+        return out
+    for _, r in rows.drop_duplicates(list(CELL_COLUMNS)).iterrows():
+        s = (f"{r['model']} · {r['backend']} · {r['timing']} · cp {_canon(r['cp_size'])} · bs {_canon(r['bs'])}"
+             f" · seq {_canon(r['seq_len'])}")
+        pre = _canon(r["prefix_len"])
+        out.append(s + (f" + prefix {pre}" if pre not in ("", "0") else ""))
+    return out
