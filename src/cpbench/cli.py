@@ -100,6 +100,9 @@ def models() -> None:
                   str(m.page_size))
     console.print(t)
 
+from cpbench import cli_report  # noqa: E402  (plot / report / compare)
+cli_report.register(app)
+
 
 def main() -> None:
     """Entry point: run the app, turning input errors into one line on stderr and exit code 2."""

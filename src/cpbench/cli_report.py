@@ -1,0 +1,78 @@
+"""``cpbench plot | report | compare``: read run directories, never a GPU (no torch import).
+
+``register(app)`` adds the commands to the main typer app (cli.py calls it). Errors are
+CpbenchInputError (one line, exit 2, printed by cli.main); a regression in ``compare`` exits 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+RunArg = Annotated[Path, typer.Argument(help="Run directory written by `cpbench sweep` (holds results.*).",
+                                        show_default=False)]
+
+
+def plot(run: RunArg) -> None:
+    """Draw every chart of a run into RUN/plots/ (PNG + SVG)."""
+    from cpbench.plots.charts import render_all
+
+    paths = render_all(run)
+    pngs = [p for p in paths if p.suffix == ".png"]
+    typer.echo(f"wrote {len(pngs)} charts (PNG + SVG) to {run / 'plots'}")
+
+
+def report(
+    run: RunArg,
+    replot: Annotated[bool, typer.Option(help="Redraw the charts even if they exist.")] = False,
+) -> None:
+    """Write RUN/report.md, ready to paste into a PR.
+
+    Summary, environment, repro command, tables per cp size, kernel counts, charts (drawn if missing), notes.
+    """
+    from cpbench.plots.report import write_report
+
+    path = write_report(run, replot=replot)
+    typer.echo(f"wrote {path}")
+
+
+def compare(
+    base: Annotated[Path, typer.Argument(help="Baseline run directory.", show_default=False)],
+    new: Annotated[Path, typer.Argument(help="New run directory.", show_default=False)],
+    band: Annotated[float, typer.Option(help="Near-tie band: |new/base - 1| <= band is a near-tie.")] = 0.03,
+    fail_above: Annotated[float, typer.Option(
+        help="Exit 1 if some row's new/base > 1 + this, with its 95% CI entirely above 1.")] = 0.05,
+    out: Annotated[Optional[Path], typer.Option(help="Also write the markdown to this file.")] = None,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed (results are reproducible for a seed).")] = 0,
+) -> None:
+    """Compare two runs: new/base latency per cell, rank and mode, with verdicts.
+
+    Rows match on (model, backend, timing, cp, bs, seq, prefix, rank, mode) and are compared when both ran.
+
+    Ratio = new/base median, 95% CI by bootstrap of the raw samples; near-tie: within --band or CI contains 1.
+
+    Prints markdown. Exit 1 if a row is slower by more than --fail-above with its CI above 1; else 0; 2: bad input.
+    """
+    from cpbench.bench.compare import compare_runs
+    from cpbench.errors import CpbenchInputError
+    from cpbench.plots.compare_md import compare_markdown
+
+    res, bman, nman = compare_runs(base, new, band=band, fail_above=fail_above, seed=seed)
+    text = compare_markdown(res, str(base), str(new), bman, nman)
+    typer.echo(text, nl=False)
+    if out is not None:
+        try:
+            out.write_text(text)
+        except OSError as e:
+            raise CpbenchInputError(f"cannot write --out {str(out)!r}: {e.strerror}; pick a writable path") from None
+    raise typer.Exit(res.exit_code)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``plot``, ``report`` and ``compare`` to ``app``."""
+    app.command(epilog="Example:  cpbench plot runs/<id>")(plot)
+    app.command(epilog="Example:  cpbench report runs/<id>")(report)
+    app.command(epilog="Example:  cpbench compare runs/base runs/new --band 0.03 --fail-above 0.05 "
+                       "--out compare.md")(compare)

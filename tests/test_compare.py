@@ -1,0 +1,147 @@
+"""`cpbench compare`: verdicts, CI, exit codes and unmatched rows, on synthetic runs with known differences."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cpbench.bench.compare import compare_frames, compare_runs, ratio_ci, verdict
+from cpbench.errors import CpbenchInputError
+from runfactory import default_latency, make_rows, make_run, write_run
+
+SMALL = dict(cp_sizes=(4,), bss=(1, 4), seqs=(1024, 8192), timings=("eager", "graph"))
+N_ROWS = 2 * 2 * 2 * 4 * 2  # bs x seq x timing x rank x mode
+
+
+def scaled(f):
+    return lambda *a: f * default_latency(*a)
+
+
+def cpbench(*args):
+    return subprocess.run([sys.executable, "-m", "cpbench", *map(str, args)], capture_output=True, text=True,
+                          timeout=180)
+
+
+@pytest.fixture
+def base(tmp_path):
+    return make_run(tmp_path / "base", seed=1, **SMALL)
+
+
+def test_new_20pct_faster(tmp_path, base):
+    new = make_run(tmp_path / "new", seed=2, latency=scaled(0.8), fmt="jsonl", **SMALL)  # jsonl vs parquet keys
+    res, _, _ = compare_runs(base, new)
+    t = res.table
+    assert len(t) == N_ROWS and set(t["verdict"]) == {"faster"} and res.exit_code == 0
+    assert np.allclose(t["ratio"], 0.8, atol=0.01)
+    assert ((t["ci_low"] <= t["ratio"]) & (t["ratio"] <= t["ci_high"]) & (t["ci_high"] < 0.83)
+            & (t["ci_high"] - t["ci_low"] < 0.03)).all()
+    r = cpbench("compare", base, new)
+    assert r.returncode == 0, r.stderr
+    assert f"{N_ROWS} rows compared: {N_ROWS} faster, 0 slower, 0 near-tie" in r.stdout
+
+
+def test_new_20pct_slower_fails(tmp_path, base):
+    new = make_run(tmp_path / "new", seed=2, latency=scaled(1.2), **SMALL)
+    res, _, _ = compare_runs(base, new)
+    assert set(res.table["verdict"]) == {"slower"} and len(res.regressions) == N_ROWS and res.exit_code == 1
+    out = tmp_path / "cmp.md"
+    r = cpbench("compare", base, new, "--out", out)
+    assert r.returncode == 1, r.stderr
+    md = out.read_text()
+    assert md == r.stdout and "## Regressions" in md and "⚠ regression" in md and "+20." in md
+
+
+def test_equal_within_noise_is_near_tie(tmp_path, base):
+    new = make_run(tmp_path / "new", seed=7, **SMALL)
+    res, _, _ = compare_runs(base, new)
+    assert set(res.table["verdict"]) == {"near-tie"} and res.exit_code == 0
+    assert cpbench("compare", base, new).returncode == 0
+
+
+def test_band_and_fail_above_are_separate(tmp_path):
+    base = make_run(tmp_path / "b", seed=1, noise=0.002, **SMALL)
+    new = make_run(tmp_path / "n", seed=2, noise=0.002, latency=scaled(1.04), **SMALL)
+    res, _, _ = compare_runs(base, new, band=0.03, fail_above=0.05)
+    assert set(res.table["verdict"]) == {"slower"} and res.exit_code == 0  # slower, but under the gate
+    res, _, _ = compare_runs(base, new, band=0.03, fail_above=0.02)
+    assert res.exit_code == 1
+    res, _, _ = compare_runs(base, new, band=0.05, fail_above=0.05)
+    assert set(res.table["verdict"]) == {"near-tie"}
+
+
+def test_wide_ci_is_near_tie_and_not_a_regression():
+    base = pd.DataFrame(make_rows(cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",), noise=0.6,
+                                  n_samples=6, seed=1))
+    new = pd.DataFrame(make_rows(cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",), noise=0.6,
+                                 n_samples=6, seed=2, latency=scaled(1.1)))
+    res = compare_frames(base, new)
+    straddle = (res.table["ci_low"] <= 1) & (res.table["ci_high"] >= 1)
+    assert straddle.any()
+    assert (res.table.loc[straddle, "verdict"] == "near-tie").all()
+    assert not res.table.loc[straddle, "regression"].any()
+
+
+def test_ratio_ci_and_verdict_units():
+    rng = np.random.default_rng(0)
+    b = 100 * (1 + 0.01 * rng.standard_normal(200))
+    n = 200 * (1 + 0.01 * rng.standard_normal(200))
+    lo, hi = ratio_ci(b, n, seed=3)
+    assert 1.97 < lo < 2.0 < hi < 2.03
+    assert (lo, hi) == ratio_ci(b, n, seed=3)  # fixed seed: reproducible
+    assert np.isnan(ratio_ci(b[:1], n)[0])
+    assert verdict(0.9, 0.85, 0.95, 0.03) == "faster"
+    assert verdict(1.1, 1.05, 1.15, 0.03) == "slower"
+    assert verdict(1.02, 1.01, 1.03, 0.03) == "near-tie"  # inside the band
+    assert verdict(1.2, 0.9, 1.5, 0.03) == "near-tie"  # CI contains 1
+
+
+def test_missing_samples_fall_back_to_row_ci():
+    rows_b = make_rows(cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",), noise=0)
+    rows_n = make_rows(cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",), noise=0, latency=scaled(1.2))
+    for r in rows_b + rows_n:
+        r["samples_us"] = None
+    res = compare_frames(pd.DataFrame(rows_b), pd.DataFrame(rows_n))
+    t = res.table
+    assert np.allclose(t["ratio"], 1.2) and np.allclose(t["ci_low"], 1.2 * 0.995 / 1.005)
+    assert set(t["verdict"]) == {"slower"} and res.exit_code == 1
+
+
+def test_unmatched_and_not_comparable_rows(tmp_path):
+    base = make_run(tmp_path / "b", cp_sizes=(2, 4), bss=(1,), seqs=(1024,), timings=("eager",))
+    oom = lambda *a: ("oom", "CUDA out of memory") if a[3] == 4 and a[6] == 0 else None
+    new = make_run(tmp_path / "n", cp_sizes=(4,), bss=(1,), seqs=(1024, 2048), timings=("eager",), status=oom)
+    res, _, _ = compare_runs(base, new)
+    assert len(res.table) == 6  # cp 4, 1024: ranks 1-3 x 2 modes
+    assert len(res.only_base) == 4 and set(res.only_base["cp_size"]) == {2}
+    assert len(res.only_new) == 8 and set(res.only_new["seq_len"]) == {2048}
+    assert len(res.not_comparable) == 2 and set(res.not_comparable["new_status"]) == {"oom"}
+    r = cpbench("compare", base, new)
+    assert r.returncode == 0, r.stderr
+    assert "## Only in base (4 rows)" in r.stdout and "cp 2 · bs 1 · seq 1024" in r.stdout
+    assert "## Only in new (8 rows)" in r.stdout and "seq 2048" in r.stdout
+    assert "base ok, new oom" in r.stdout
+
+
+def test_negative_band_rejected():
+    df = pd.DataFrame(make_rows(cp_sizes=(2,), bss=(1,), seqs=(64,), timings=("eager",)))
+    with pytest.raises(CpbenchInputError):
+        compare_frames(df, df, band=-0.1)
+
+
+@pytest.mark.parametrize("setup", ["missing", "no_results", "schema", "band"])
+def test_bad_input_exits_2_with_one_line(tmp_path, base, setup):
+    other = tmp_path / "other"
+    extra = []
+    if setup == "no_results":
+        other.mkdir()
+    elif setup == "schema":
+        rows = make_rows(cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",))
+        write_run(other, [{**r, "schema_version": 2} for r in rows], manifest_over={"schema_version": 2})
+    elif setup == "band":
+        other, extra = base, ["--band", "-1"]
+    r = cpbench("compare", base, other, *extra)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in r.stderr

@@ -1,0 +1,188 @@
+"""Charts and report.md from synthetic run directories (no GPU, no torch in the code under test)."""
+
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cpbench.plots import latency, style
+from cpbench.plots.charts import CHARTS, render_all, render_frame
+from cpbench.plots.data import cells, prepare
+from cpbench.plots.report import write_report
+from runfactory import default_latency, make_rows, make_run, write_run
+
+STEMS = [name for name, *_ in CHARTS]
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", head[16:24])
+
+
+def exact_latency(model, backend, timing, cp, bs, seq, rank, mode):
+    """two-call slowest on rank cp-1 (1000 + 100 r), fused slowest on rank 0 (500 + 50 (cp-1-r))."""
+    return 1000.0 + 100 * rank if mode == "two-call" else 500.0 + 50 * (cp - 1 - rank)
+
+
+def test_render_all_writes_every_chart(tmp_path):
+    run = make_run(tmp_path / "run")
+    paths = render_all(run)
+    assert sorted(p.name for p in paths) == sorted(f"{s}.{e}" for s in STEMS for e in ("png", "svg"))
+    for p in paths:
+        assert p.parent == run / "plots" and p.stat().st_size > 10_000, p
+        if p.suffix == ".png":
+            w, h = png_size(p)
+            assert w == round(style.WIDTH_IN * style.PNG_DPI) and 300 < h < w * 1.2, (p, w, h)
+        else:
+            assert p.read_text().lstrip().startswith("<?xml") and "<svg" in p.read_text()
+
+
+def test_two_models_get_suffixed_chart_sets(tmp_path):
+    paths = render_frame(pd.DataFrame(make_rows(cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",),
+                                                backends=("fa2", "fa3"))), tmp_path)
+    names = {p.name for p in paths}
+    assert {"latency_gpt-oss-120b_fa2.png", "latency_gpt-oss-120b_fa3.png", "kernels_gpt-oss-120b_fa3.svg"} <= names
+    assert len(paths) == 2 * 2 * len(STEMS)
+
+
+def _nan_latencies():
+    rows = make_rows(cp_sizes=(2,), bss=(1,), seqs=(1024, 2048), timings=("eager",))
+    for r in rows:
+        r.update(latency_us_median=float("nan"), latency_us_p10=None, latency_us_p90=None)
+    return rows
+
+
+def _zeros():
+    rows = make_rows(cp_sizes=(2,), bss=(1, 4), seqs=(1024, 8192))
+    for i, r in enumerate(rows):
+        if i % 3 == 0:
+            r.update(latency_us_median=0.0, latency_us_p10=0.0, dup_copy_us=0.0, setup_us_total=0.0)
+        if i % 5 == 0:
+            r.update(attn_kernels=None, host_launch_us=0.0)
+    return rows
+
+
+def _all_failed():
+    return make_rows(cp_sizes=(4,), bss=(1, 4), seqs=(7, 4096), status=lambda *a: (
+        ("ineligible", "extend 7 < 2*cp_size 8") if a[5] == 7 else ("unsupported", "trtllm-gen needs SM 10.x")))
+
+
+EDGE = {
+    "empty": lambda: [],
+    "single_cell": lambda: make_rows(cp_sizes=(4,), bss=(1,), seqs=(4096,), timings=("eager",)),
+    "single_rank_row": lambda: make_rows(cp_sizes=(2,), bss=(1,), seqs=(64,), timings=("graph",))[:1],
+    "nan_latencies": _nan_latencies,
+    "zeros": _zeros,
+    "all_failed": _all_failed,
+    "sparse_columns": lambda: [{"model": "m", "backend": "b", "timing": "eager", "cp_size": 2, "bs": 1,
+                                "seq_len": 64, "rank": 0, "mode": "fused", "status": "ok",
+                                "latency_us_median": 5.0}],
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDGE))
+def test_charts_survive_edge_cases(tmp_path, case):
+    paths = render_frame(pd.DataFrame(EDGE[case]()), tmp_path)
+    assert len(paths) == 2 * len(STEMS)
+    assert all(p.exists() and p.stat().st_size > 1_000 for p in paths)
+
+
+def test_failures_never_drawn_as_zero():
+    d = prepare(pd.DataFrame(_zeros()))
+    assert len(d[d["latency_us_median"] == 0]) and (d.loc[d["latency_us_median"] == 0, "status"] == "error").all()
+    view = cells(prepare(pd.DataFrame(make_rows(cp_sizes=(2,), bss=(1, 4), seqs=(1024, 8192, 65536),
+                                                timings=("eager",)))))
+    view.loc[0, "two_call_us"] = 0.0  # the panel must drop what reaches it anyway
+    view.loc[1, "fused_us"] = np.nan
+    view.loc[2, "p10_fused_us"] = 0.0
+    fig, axes = style.new_figure()
+    assert latency._panel(axes[0, 0], view, {lab: "k" for lab in view["label"]})
+    ys = np.concatenate([c.lines[0].get_ydata() for c in axes[0, 0].containers])  # data lines, not caps
+    assert len(ys) == 2 * len(view) - 2 and (ys > 0).all() and np.isfinite(ys).all()
+
+
+def test_heatmap_marks_failed_cells():
+    rows = make_rows(cp_sizes=(4,), bss=(1, 16), seqs=(1024, 65536), timings=("eager",), noise=0,
+                     status=lambda *a: ("oom", "CUDA out of memory") if a[4] == 16 and a[5] == 65536 else None)
+    view = cells(prepare(pd.DataFrame(rows)))
+    fig, axes = style.new_figure()
+    latency._heat(axes[0, 0], view, latency._norm(view["speedup"].to_numpy(float)))
+    texts = [t.get_text() for t in axes[0, 0].texts]
+    expected = view[view["status"] == "ok"]["speedup"].map(lambda s: f"{s:.2f}×")
+    assert sorted(texts) == sorted(list(expected) + ["oom"])
+
+
+@pytest.fixture
+def report_run(tmp_path):
+    def status(model, backend, timing, cp, bs, seq, rank, mode):
+        return ("ineligible", "extend 7 < 2*cp_size 8") if seq == 7 else None
+    return make_run(tmp_path / "run", cp_sizes=(4,), bss=(1,), seqs=(7, 8192), timings=("eager",),
+                    latency=exact_latency, status=status, noise=0)
+
+
+def test_report_holds_run_values(report_run):
+    path = write_report(report_run)
+    md = path.read_text()
+    assert path == report_run / "report.md"
+    # critical path: two-call rank 3 = 1300 µs, fused rank 0 = 650 µs -> 2.00x
+    assert "| 1 | 8K | 1.300 | 0.650 | 2.00× | 3 / 0 |" in md
+    assert "fused is faster in 1 of 1 cells (median 2.00×, best 2.00× at cp 4, bs 1, 8K tokens)" in md
+    assert "| gpt-oss-120b | fa3 | 4 | 72 | 36 | 288 | 144 | 2.00× |" in md
+    assert "72 → 36 per rank, 288 → 144 over 4 ranks" in md
+    assert "| GPU | NVIDIA H200 |" in md and "| flashinfer | 0.7.2.post1 |" in md
+    assert "```sh\ncpbench sweep --cp 2,4 --bs 1,4,16" in md
+    assert "**ineligible** (two-call, fused; ranks 0–3): extend 7 < 2*cp_size 8" in md
+    for stem in STEMS:
+        assert f"![{stem}](plots/{stem}.png)" in md and (report_run / "plots" / f"{stem}.png").exists()
+
+
+def test_report_summary_reports_losses(tmp_path):
+    slow_fused = lambda *a: default_latency(*a) * (1.25 if a[-1] == "fused" else 1.0)
+    run = make_run(tmp_path / "run", cp_sizes=(2,), bss=(1,), seqs=(65536,), timings=("graph",),
+                   latency=slow_fused, noise=0)
+    md = write_report(run).read_text()
+    assert "fused is faster in none of 1 cells" in md and "slower in 1 (worst 0.77×" in md
+
+
+def test_report_without_manifest_or_command(tmp_path):
+    run = write_run(tmp_path / "run", make_rows(cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",)),
+                    with_manifest=False)
+    md = write_report(run).read_text()
+    assert "| GPU | — |" in md and "not recorded in manifest.json" in md
+
+
+def cpbench(*args, block_torch=False):
+    pre = "import sys; sys.modules['torch'] = None; " if block_torch else ""
+    code = pre + f"sys.argv = ['cpbench', *{list(map(str, args))!r}]; from cpbench.cli import main; main()"
+    return subprocess.run([sys.executable, "-c", "import sys; " + code], capture_output=True, text=True,
+                          timeout=180)
+
+
+def test_cli_report_and_plot_without_torch(tmp_path):
+    run = make_run(tmp_path / "run", cp_sizes=(2,), bss=(1, 4), seqs=(1024, 8192))
+    r = cpbench("report", run, block_torch=True)
+    assert r.returncode == 0, r.stderr
+    assert (run / "report.md").exists() and (run / "plots" / "speedup.svg").exists()
+    r = cpbench("plot", run, block_torch=True)
+    assert r.returncode == 0 and "wrote 6 charts" in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("setup", ["missing", "no_results", "schema"])
+def test_cli_bad_run_dir_exits_2(tmp_path, setup):
+    run = tmp_path / "run"
+    if setup != "missing":
+        run.mkdir()
+    if setup == "schema":
+        rows = make_rows(cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",))
+        write_run(run, [{**r, "schema_version": 99} for r in rows], manifest_over={"schema_version": 99})
+    for cmd in ("report", "plot"):
+        r = cpbench(cmd, run)
+        assert r.returncode == 2, (cmd, r.stdout, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:"), r.stderr
+        assert "Traceback" not in r.stderr
