@@ -52,6 +52,7 @@ def overhead_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
     fig.suptitle(f"{title} (cp {cp})" if len(o) else title)
     for ax in axes.ravel()[len(bss):]:
         ax.set_visible(False)
+    shown: set = set()
     for ax, bs in zip(axes.ravel(), bss):
         g = o[o["bs"] == bs]
         drawn = False
@@ -66,6 +67,7 @@ def overhead_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
                     ax.plot(s.index.to_numpy(float)[keep], s.values[keep], ls=ls, marker=mk,
                             color=MODE_COLOR[mode])
                     drawn = True
+                    shown.add((qty, timing))
         if not drawn:
             no_data(ax, f"bs {bs}: no successful cells" if len(o) else "no successful cells")
             continue
@@ -75,10 +77,11 @@ def overhead_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
             ax.set_ylabel("µs per forward")
     for ax in axes.ravel():
         if ax.axison and ax.get_visible():
-            style.log_y(ax)
-    if len(o):
+            style.log_y(ax, lambda v: f"{v:,.0f}" if v >= 1000 else f"{v:g}")
+    if shown:
         handles = [Line2D([], [], color=MODE_COLOR[m], lw=2.5, label=m) for m in MODES]
-        handles += [Line2D([], [], color="#333333", ls=ls, marker=mk, label=t) for _, _, ls, mk, t in QUANTITIES]
+        handles += [Line2D([], [], color="#333333", ls=ls, marker=mk, label=t)
+                    for q, tm, ls, mk, t in QUANTITIES if (q, tm) in shown]
         fig.legend(handles=handles, loc="outside lower center", ncol=3, frameon=False)
     return style.save(fig, out_dir, name)
 

@@ -34,8 +34,10 @@ def environment_table(manifest: dict) -> str:
     return md_table(["", "value"], rows)
 
 
-def _short(v, limit: int = 120) -> str:
-    s = v if isinstance(v, str) else json.dumps(v, default=str)
+def _short(v) -> str:
+    if v is None or v == "":
+        return "—"
+    s, limit = (v, 400) if isinstance(v, str) else (json.dumps(v, default=str), 120)
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 

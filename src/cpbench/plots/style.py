@@ -131,7 +131,7 @@ def bs_colors(bss: Iterable) -> dict:
     return {b: PALETTE[i % len(PALETTE)] for i, b in enumerate(sorted(set(bss)))}
 
 
-def log_y(ax: Axes, fmt: Callable[[float], str] = lambda v: f"{v:g}") -> None:
+def log_y(ax: Axes, fmt: Callable[[float], str] = lambda v: f"{v:,.0f}" if v >= 1e4 else f"{v:g}") -> None:
     """Log y axis with plain labels (0.1, 1, 10; 2 and 5 as well when the span is under two decades).
     Call after plotting, when the limits are known."""
     ax.set_yscale("log")

@@ -102,7 +102,8 @@ def cell_tables(view: pd.DataFrame) -> list[tuple[str, str]]:
         rows = []
         for _, c in v.iterrows():
             tok = human_tokens(c["seq_len"]) + ("" if uniform(c["seq_lens"]) else f" ({c['seq_lens']})")
-            status = c["status"] if c["status"] == "ok" else f"{c['status']}: {c['reason']}"[:80]
+            status = c["status"] if c["status"] == "ok" else f"{c['status']}: {c['reason']}".rstrip(": ")
+            status = status if len(status) <= 60 else status[:59] + "…"
             imb = " / ".join(f"{x:.3f}" if math.isfinite(x) else "—"
                              for x in (float(c["imbalance_two_call"]), float(c["imbalance_fused"])))
             rows.append([c["bs"], tok] + ([human_tokens(c["prefix_len"])] if prefix else []) + [
