@@ -13,3 +13,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# The CPU reference runs many small ops: one intra-op thread is faster and far steadier on small CI
+# machines, where several threads contend for 2 cores.
+torch.set_num_threads(1)

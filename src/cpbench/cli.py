@@ -6,6 +6,7 @@ Exit codes: 0 ok; 1 a measured problem (mismatch, regression); 2 bad input (one 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -16,6 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 from cpbench.errors import CpbenchInputError
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # keep torch.profiler's per-step log lines off the terminal
 
 app = typer.Typer(
     add_completion=False,
@@ -99,6 +102,137 @@ def models() -> None:
                   if m.sliding_window else "full", "fp32" if m.has_sinks else "-",
                   str(m.page_size))
     console.print(t)
+
+
+
+# ------------------------------------------------------------------------------------------------
+# shared options
+# ------------------------------------------------------------------------------------------------
+class BackendName(str, Enum):
+    auto = "auto"
+    torch = "torch"
+    fa2 = "fa2"
+    fa3 = "fa3"
+    trtllm_gen = "trtllm-gen"
+
+
+class DType(str, Enum):
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp32 = "fp32"
+
+
+ModelOpt = Annotated[str, typer.Option("--model", help="Model preset (see `cpbench models`).")]
+ModelConfigOpt = Annotated[Optional[Path], typer.Option(
+    "--model-config", help="Local Hugging Face config.json (or its folder) instead of a preset.")]
+LayersOpt = Annotated[Optional[int], typer.Option("--layers", help="Override: attention layers.")]
+HeadsOpt = Annotated[Optional[int], typer.Option("--heads", help="Override: q heads per rank.")]
+KvHeadsOpt = Annotated[Optional[int], typer.Option("--kv-heads", help="Override: kv heads per rank.")]
+HeadDimOpt = Annotated[Optional[int], typer.Option("--head-dim", help="Override: head_dim.")]
+WindowOpt = Annotated[Optional[int], typer.Option(
+    "--window", help="Override: sliding window in tokens (window_left = window-1); 0 = all layers full.")]
+SinksOpt = Annotated[Optional[bool], typer.Option("--sinks/--no-sinks", help="Override: fp32 per-head sinks.")]
+PageSizeOpt = Annotated[Optional[int], typer.Option("--page-size", help="KV page size in tokens (default: the model's, 64).")]
+DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="cuda, cuda:N or cpu (default: cuda if present).")]
+
+
+def resolve_model(model: str, model_config: Optional[Path], layers, heads, kv_heads, head_dim, window,
+                  sinks, page_size):
+    from cpbench.bench.models import from_hf_config, get_preset, with_overrides
+
+    spec = from_hf_config(model_config) if model_config else get_preset(model)
+    return with_overrides(spec, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                          window=window, sinks=sinks, page_size=page_size)
+
+
+def resolve_device(device: Optional[str]):
+    import torch
+
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise CpbenchInputError(f"--device {device!r} is not a device: use cuda, cuda:N or cpu") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise CpbenchInputError("--device cuda asked for, but torch sees no CUDA GPU: use --device cpu")
+    if dev.type not in ("cuda", "cpu"):
+        raise CpbenchInputError(f"--device {device!r} is not supported: use cuda, cuda:N or cpu")
+    return dev
+
+
+def choice_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise CpbenchInputError(f"{what} is empty: use {', '.join(allowed)}")
+    for t in items:
+        if t not in allowed:
+            raise CpbenchInputError(f"unknown {what} {t!r}: use {', '.join(allowed)}")
+    return list(dict.fromkeys(items))
+
+
+SWEEP_EPILOG = ("Examples:  cpbench sweep --cp 4 --bs 1,4,16  |  cpbench sweep --cp 2,4,8 --bs 1 --seq 8192,32768 "
+                "--timing eager  |  cpbench sweep --seq-lens 3000,8192 --prefix 512 --backend fa2  |  "
+                "cpbench sweep --out runs/a --resume")
+
+
+@app.command(epilog=SWEEP_EPILOG)
+def sweep(
+    cp: Annotated[str, typer.Option("--cp", help="cp_size values, e.g. 2,4,8.")] = "4",
+    bs: Annotated[str, typer.Option("--bs", help="Batch sizes (requests), e.g. 1,4,16.")] = "1,4,16",
+    seq: Annotated[Optional[str], typer.Option(
+        "--seq", help="Extend lengths per request (tokens). Default: 2048,8192,32768 on a GPU, 32,64 on CPU.")] = None,
+    seq_lens: Annotated[Optional[str], typer.Option(
+        "--seq-lens", help="One explicit heterogeneous batch instead of --bs x --seq, e.g. 3000,5000.")] = None,
+    prefix: Annotated[int, typer.Option("--prefix", help="Cached prefix tokens per request.")] = 0,
+    ranks: Annotated[str, typer.Option("--ranks", help="'all' or a list of ranks, e.g. 0,3.")] = "all",
+    mode: Annotated[str, typer.Option("--mode", help="two-call, fused, or both.")] = "two-call,fused",
+    backend: Annotated[BackendName, typer.Option("--backend", help="Attention backend.")] = BackendName.auto,
+    timing: Annotated[Optional[str], typer.Option(
+        "--timing", help="eager, graph or both (default: both on CUDA, eager on CPU).")] = None,
+    budget_ms: Annotated[float, typer.Option("--budget-ms", help="Time budget per timed variant, ms.")] = 200.0,
+    warmup: Annotated[Optional[int], typer.Option(
+        "--warmup", help="Untimed forwards before timing (default 3 on CUDA, 1 on CPU).")] = None,
+    dtype: Annotated[DType, typer.Option("--dtype", help="q/k/v dtype.")] = DType.bf16,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of inputs and page-table permutation.")] = 0,
+    context_len: Annotated[Optional[int], typer.Option(
+        "--context-len", help="Tokens the page table is sized for (W = ceil(context_len/page_size)); default: longest sequence.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Run directory (default runs/<timestamp>).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out, skipping measured rows.")] = False,
+    check: Annotated[bool, typer.Option("--check/--no-check", help="Compare outputs with the fp32 torch reference.")] = True,
+    allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Exit 0 even if a check fails.")] = False,
+    profile: Annotated[bool, typer.Option("--profile/--no-profile", help="Count kernels per forward (torch.profiler).")] = True,
+    report: Annotated[bool, typer.Option("--report/--no-report", help="Write plots and report.md at the end.")] = True,
+    model: ModelOpt = "gpt-oss-120b", model_config: ModelConfigOpt = None, layers: LayersOpt = None,
+    heads: HeadsOpt = None, kv_heads: KvHeadsOpt = None, head_dim: HeadDimOpt = None, window: WindowOpt = None,
+    sinks: SinksOpt = None, page_size: PageSizeOpt = None, device: DeviceOpt = None,
+) -> None:
+    """Measure fused vs two-call zigzag CP attention for every cell and rank; write a run directory."""
+    from cpbench.cli_sweep import run_sweep
+
+    dev = resolve_device(device)
+    spec = resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
+    explicit = int_list(seq_lens, "--seq-lens") if seq_lens else None
+    default_seq = "2048,8192,32768" if dev.type == "cuda" else "32,64"
+    timings = choice_list(timing or ("eager,graph" if dev.type == "cuda" else "eager"), ("eager", "graph"), "--timing")
+    if "graph" in timings and dev.type != "cuda":
+        raise CpbenchInputError("--timing graph needs a CUDA device: use --timing eager on CPU")
+    warmup = (3 if dev.type == "cuda" else 1) if warmup is None else warmup
+    if budget_ms <= 0 or warmup < 0:
+        raise CpbenchInputError("--budget-ms must be > 0 and --warmup >= 0")
+    if prefix < 0:
+        raise CpbenchInputError(f"--prefix must be >= 0 tokens, got {prefix}")
+    cps = int_list(cp, "--cp")
+    rank_list = None if ranks.strip() == "all" else int_list(ranks, "--ranks", minimum=0)
+    if rank_list and max(rank_list) >= min(cps):
+        raise CpbenchInputError(f"--ranks {max(rank_list)} is outside [0, cp_size) for cp_size {min(cps)}")
+    code = run_sweep(
+        model=spec, cp_sizes=cps, bs_list=int_list(bs, "--bs"), seq_list=int_list(seq or default_seq, "--seq"),
+        seq_lens=explicit, prefix=prefix, ranks=rank_list, modes=choice_list(mode, ("two-call", "fused"), "--mode"),
+        backend=backend.value, timings=timings, budget_ms=budget_ms, warmup=warmup, dtype=dtype.value, seed=seed,
+        check=check, context_len=context_len, device=dev, profile=profile, out=out, resume=resume,
+        report=report, allow_mismatch=allow_mismatch, console=console)
+    raise typer.Exit(code)
 
 from cpbench import cli_report  # noqa: E402  (plot / report / compare)
 cli_report.register(app)

@@ -35,6 +35,7 @@ class Segment:
     q_len: int
     kv_len: int
     table_row: int
+    part: str = "prev"  # "prev" or "next" block of its request
 
 
 def _cu(xs: Sequence[int]) -> list[int]:
@@ -130,7 +131,7 @@ class RankGeometry:
 
     def next_segments(self, table_offset: int = 0) -> list[Segment]:
         return [Segment(s, self.q_start_next[s], self.actual_seq_q_next[s], self.kv_len_next[s],
-                        table_offset + s)
+                        table_offset + s, "next")
                 for s in range(len(self.actual_seq_q_next))]
 
     def calls(self, mode: str) -> list[tuple[str, list[Segment]]]:

@@ -128,7 +128,8 @@ def write_tables(run_dir: Path, rows: Iterable[dict]) -> pd.DataFrame:
     df.to_parquet(run_dir / "results.parquet", index=False)
     csv = df.copy()
     if "samples_us" in csv:
-        csv["samples_us"] = csv["samples_us"].map(lambda s: json.dumps(list(s)) if s is not None else "")
+        csv["samples_us"] = csv["samples_us"].map(
+            lambda s: json.dumps([float(x) for x in s]) if hasattr(s, "__len__") and not isinstance(s, str) else "")
     csv.to_csv(run_dir / "results.csv", index=False)
     return df
 
@@ -152,7 +153,9 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
         rec["reason"] = str(bad["reason"].iloc[0]) if len(bad) else ""
         for mode, tag in (("two-call", "two_call"), ("fused", "fused")):
             m = g[(g["mode"] == mode) & (g["status"] == "ok")]
-            lat = m["latency_us_median"].astype(float)
+            lat = pd.to_numeric(m["latency_us_median"], errors="coerce")
+            if len(m) and not (lat > 0).all():  # an ok row without a positive latency is not usable
+                m, lat = m.iloc[0:0], lat.iloc[0:0]
             if len(m) and not len(bad):
                 i = lat.idxmax()
                 rec[f"{tag}_us"] = float(lat.max())

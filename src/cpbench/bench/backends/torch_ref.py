@@ -12,7 +12,7 @@ import torch
 
 from cpbench.bench.backends.base import Prepared, Stopwatch, output_buffers, row_ranges
 from cpbench.bench.geometry import Segment
-from cpbench.bench.kv import token_slots
+from cpbench.bench.kv import duplicate_block_tables, token_slots
 from cpbench.bench.models import ModelSpec
 from cpbench.bench.workload import CellInputs, RankWork
 
@@ -22,46 +22,50 @@ SCORE_BLOCK_BYTES = 256 << 20
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_left: int = -1,
            sinks: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Reference attention of one segment.
+    """Reference attention of one segment, or of ``n`` segments of equal shape at once.
 
     Args:
-        q: ``[q_len, Hq, D]`` queries (any float dtype); the segment's last query is the last key.
-        k, v: ``[kv_len, Hkv, D]`` keys and values, ``kv_len >= q_len``.
+        q: ``[q_len, Hq, D]`` (or ``[n, q_len, Hq, D]``) queries; the last query is the last key.
+        k, v: ``[kv_len, Hkv, D]`` (or ``[n, kv_len, Hkv, D]``), ``kv_len >= q_len``.
         window_left: -1 for full causal, else each query sees keys ``[pos - window_left, pos]``.
         sinks: ``[Hq]`` fp32 sink logits, or None.
-        out: optional ``[q_len, Hq, D]`` destination (written in its dtype).
+        out: optional destination shaped like ``q`` (written in its dtype).
     Returns:
-        ``[q_len, Hq, D]`` in ``q.dtype`` (or ``out``).
+        Attention output shaped like ``q``, in ``q.dtype`` (or ``out``).
     """
-    q_len, hq, d = q.shape
-    kv_len, hkv, _ = k.shape
+    if q.dim() == 3:
+        o = attend(q[None], k[None], v[None], window_left, sinks, None if out is None else out[None])
+        return o[0]
+    n, q_len, hq, d = q.shape
+    kv_len, hkv = k.shape[1], k.shape[2]
     group = hq // hkv
     scale = d ** -0.5
     if out is None:
         out = torch.empty_like(q)
-    kf = k.float().permute(1, 0, 2).unsqueeze(1)  # kf: [Hkv, 1, kv_len, D]
-    vf = v.float().permute(1, 0, 2).unsqueeze(1)  # vf: [Hkv, 1, kv_len, D]
-    keys = torch.arange(kv_len, device=q.device)
-    step = max(1, SCORE_BLOCK_BYTES // (4 * hq * kv_len))
+    first = max(0, kv_len - q_len - window_left) if window_left >= 0 else 0  # keys before it are masked
+    kf = k[:, first:].float().permute(0, 2, 1, 3).unsqueeze(2)  # kf: [n, Hkv, 1, kv', D]
+    vf = v[:, first:].float().permute(0, 2, 1, 3).unsqueeze(2)  # vf: [n, Hkv, 1, kv', D]
+    keys = torch.arange(first, kv_len, device=q.device)
+    step = max(1, SCORE_BLOCK_BYTES // (4 * n * hq * (kv_len - first)))
+    sink = sinks.float().view(1, hkv, group, 1, 1) if sinks is not None else None
     for lo in range(0, q_len, step):
         hi = min(q_len, lo + step)
-        qf = q[lo:hi].float().view(hi - lo, hkv, group, d).permute(1, 2, 0, 3)  # [Hkv, g, n, D]
-        s = torch.matmul(qf, kf.transpose(-1, -2)) * scale  # s: [Hkv, g, n, kv_len] fp32
+        qf = q[:, lo:hi].float().reshape(n, hi - lo, hkv, group, d).permute(0, 2, 3, 1, 4)  # [n, Hkv, g, m, D]
+        s = torch.matmul(qf, kf.transpose(-1, -2)) * scale  # s: [n, Hkv, g, m, kv'] fp32
         pos = torch.arange(kv_len - q_len + lo, kv_len - q_len + hi, device=q.device)[:, None]
         allowed = keys[None, :] <= pos
         if window_left >= 0:
             allowed &= keys[None, :] >= pos - window_left
         s = s.masked_fill(~allowed, float("-inf"))
-        m = s.amax(dim=-1, keepdim=True)  # m: [Hkv, g, n, 1]
-        if sinks is not None:
-            sink = sinks.float().view(hkv, group, 1, 1)
+        m = s.amax(dim=-1, keepdim=True)  # m: [n, Hkv, g, m, 1]
+        if sink is not None:
             m = torch.maximum(m, sink)
         p = torch.exp(s - m)
         denom = p.sum(dim=-1, keepdim=True)
-        if sinks is not None:
+        if sink is not None:
             denom = denom + torch.exp(sink - m)
-        o = torch.matmul(p, vf) / denom  # o: [Hkv, g, n, D]
-        out[lo:hi].copy_(o.permute(2, 0, 1, 3).reshape(hi - lo, hq, d))
+        o = torch.matmul(p, vf) / denom  # o: [n, Hkv, g, m, D]
+        out[:, lo:hi].copy_(o.permute(0, 3, 1, 2, 4).reshape(n, hi - lo, hq, d))
     return out
 
 
@@ -72,16 +76,43 @@ def gather_kv(cache: torch.Tensor, block_row: torch.Tensor, kv_len: int, page_si
     return flat.index_select(0, token_slots(block_row, kv_len, page_size))
 
 
-def reference_call(work: RankWork, segments: list[Segment], rows: tuple[int, int], window_left: int,
-                   kv: tuple[torch.Tensor, torch.Tensor], table: torch.Tensor, out: torch.Tensor) -> None:
-    """One attention call over ``segments`` (eagerly), writing local rows ``rows`` of ``out``."""
-    ps = work.cell.page_size
-    r = rows[0]
-    for s in segments:
-        k = gather_kv(kv[0], table[s.table_row], s.kv_len, ps)
-        v = gather_kv(kv[1], table[s.table_row], s.kv_len, ps)
-        attend(work.q[r:r + s.q_len], k, v, window_left, work.cell.sinks, out[r:r + s.q_len])
-        r += s.q_len
+def _groups(segments: list[Segment]) -> list[list[int]]:
+    """Runs of consecutive segments of one part (prev/next) with equal (q_len, kv_len): each run is
+    computed as one batched :func:`attend` (uniform batches become one or two runs per call).
+    Runs never cross the prev/next boundary, so a segment is computed identically in both modes."""
+    runs: list[list[int]] = []
+    for i, s in enumerate(segments):
+        p = segments[runs[-1][-1]] if runs else None
+        if p is not None and (p.part, p.q_len, p.kv_len) == (s.part, s.q_len, s.kv_len):
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+def _call_closure(work: RankWork, segments: list[Segment], slots: list[torch.Tensor], rows: tuple[int, int],
+                  window_left: int, kv: tuple[torch.Tensor, torch.Tensor], out: torch.Tensor):
+    """One attention call over ``segments``, writing local rows ``rows`` of ``out``.
+    ``slots[i]``: int64 ``[kv_len_i]`` cache slots of segment i (built at prepare)."""
+    k_flat = kv[0].view(-1, kv[0].shape[-2], kv[0].shape[-1])  # [num_pages*page_size, Hkv, D]
+    v_flat = kv[1].view(-1, kv[1].shape[-2], kv[1].shape[-1])
+    sinks, hq, d = work.cell.sinks, work.q.shape[1], work.q.shape[2]
+    starts = [rows[0] + sum(s.q_len for s in segments[:i]) for i in range(len(segments))]
+    plan = []
+    for run in _groups(segments):
+        q_len, n = segments[run[0]].q_len, len(run)
+        lo = starts[run[0]]
+        idx = torch.cat([slots[i] for i in run])  # [n * kv_len] cache slots
+        plan.append((lo, q_len, n, idx))
+
+    def call() -> None:
+        for lo, q_len, n, idx in plan:
+            q = work.q[lo:lo + n * q_len].view(n, q_len, hq, d)  # q: [n, q_len, Hq, D]
+            k = k_flat.index_select(0, idx).view(n, -1, *k_flat.shape[1:])  # k: [n, kv_len, Hkv, D]
+            v = v_flat.index_select(0, idx).view(n, -1, *v_flat.shape[1:])
+            attend(q, k, v, window_left, sinks, out[lo:lo + n * q_len].view(n, q_len, hq, d))
+
+    return call
 
 
 class TorchBackend:
@@ -94,26 +125,24 @@ class TorchBackend:
         return None
 
     def prepare(self, work: RankWork, mode: str) -> Prepared:
-        from cpbench.bench.kv import duplicate_block_tables
-
+        """Metadata = geometry calls + per-segment cache slots; page_table = the duplicated table
+        (fused, cp > 1). Raises CpbenchInputError for an ineligible rank or unknown mode."""
         sw = Stopwatch()
-        with sw("metadata"):
-            calls = work.geometry.calls(mode)
-            ranges = row_ranges(calls)
+        ps = work.cell.page_size
         with sw("page_table"):
-            fused = any(name == "combined" for name, _ in calls) and work.geometry.cp_size > 1
+            calls = work.geometry.calls(mode)
+            fused = mode == "fused" and work.geometry.cp_size > 1
             table = duplicate_block_tables(work.cell.block_tables) if fused else work.cell.block_tables
+        with sw("metadata"):
+            ranges = row_ranges(calls)
+            slots = [[token_slots(table[s.table_row], s.kv_len, ps) for s in segs] for _, segs in calls]
         outputs = output_buffers(work)
         layers = []
         for i, w in enumerate(work.model.window_left_per_layer):
             kv = work.cell.kv_buffers[work.cell.layer_buffer[i]]
-            layers.append([(name, _bind(work, segs, rr, w, kv, table, outputs[w]))
-                           for (name, segs), rr in zip(calls, ranges)])
+            layers.append([(name, _call_closure(work, segs, sl, rr, w, kv, outputs[w]))
+                           for (name, segs), sl, rr in zip(calls, slots, ranges)])
         return Prepared(layers, outputs, sw.us, kernel_patterns=())
-
-
-def _bind(work, segs, rows, w, kv, table, out):
-    return lambda: reference_call(work, segs, rows, w, kv, table, out)
 
 
 def sequence_reference(cell: CellInputs, request: int, layer: int) -> torch.Tensor:

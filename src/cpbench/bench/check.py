@@ -1,0 +1,55 @@
+"""Correctness gate: a backend's outputs against the fp32 torch reference, on sampled rows.
+
+For each segment the first and last ``rows_per_end`` query rows are checked (all rows of short
+segments). Rows ``[a, b)`` of a segment ``(q_len, kv_len)`` are themselves the segment
+``(b - a, kv_len - q_len + b)``, so the reference needs no extra masking.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cpbench.bench.backends.base import Prepared
+from cpbench.bench.backends.torch_ref import attend, gather_kv
+from cpbench.bench.workload import RankWork
+
+# Documented tolerances on max |out - reference| (outputs are O(1): v ~ N(0, 1)); DESIGN §3 saw
+# FlashInfer within 4e-3 of the fp32 reference in bf16 on the H200.
+TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 4e-3, torch.float32: 1e-4}
+
+
+def _row_spans(q_len: int, rows_per_end: int) -> list[tuple[int, int]]:
+    if q_len <= 2 * rows_per_end:
+        return [(0, q_len)]
+    return [(0, rows_per_end), (q_len - rows_per_end, q_len)]
+
+
+def max_abs_error(work: RankWork, prepared: Prepared, rows_per_end: int = 64) -> float:
+    """Max |output - fp32 reference| over every layer kind's output and the sampled rows.
+
+    ``prepared.forward()`` must have run. Uses the KV buffer of the last layer of each kind (whose
+    output the forward leaves in ``prepared.outputs``).
+    """
+    cell, model = work.cell, work.model
+    worst = 0.0
+    for w, out in prepared.outputs.items():
+        kv = cell.kv_buffers[cell.layer_buffer[model.last_layer(w)]]
+        row0 = 0
+        for seg in work.geometry.prev_segments() + work.geometry.next_segments():
+            table_row = cell.block_tables[seg.request]
+            for a, b in _row_spans(seg.q_len, rows_per_end):
+                kv_len = seg.kv_len - seg.q_len + b
+                k = gather_kv(kv[0], table_row, kv_len, cell.page_size)
+                v = gather_kv(kv[1], table_row, kv_len, cell.page_size)
+                q = work.q[row0 + a:row0 + b]
+                ref = attend(q, k, v, w, cell.sinks, out=torch.empty_like(q, dtype=torch.float32))
+                err = (out[row0 + a:row0 + b].float() - ref).abs().max().item()
+                worst = err if not err <= worst else worst  # NaN propagates (never hidden)
+            row0 += seg.q_len
+    return worst
+
+
+def max_abs_diff(a: Prepared, b: Prepared) -> float:
+    """Max |a - b| over the layer-kind outputs of two prepared forwards (e.g. fused vs two-call)."""
+    diffs = [(a.outputs[w].float() - b.outputs[w].float()).abs().max().item() for w in a.outputs]
+    return float("nan") if any(d != d for d in diffs) else max(diffs)

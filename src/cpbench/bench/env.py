@@ -1,0 +1,106 @@
+"""The environment a run was measured in (for the manifest and `cpbench doctor`), and SM clocks."""
+
+from __future__ import annotations
+
+import math
+import platform
+import shlex
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+import cpbench
+
+
+def pkg_version(name: str) -> str | None:
+    """Installed version of a distribution, or None."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_commit() -> str | None:
+    """Commit of the cpbench checkout (with ``-dirty`` when it has uncommitted changes), or None."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                             timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (sha + ("-dirty" if dirty else "")) if sha else None
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _nvml_handle(index: int):
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception:  # NVML missing or not permitted: clocks are simply unknown
+        return None, None
+
+
+def driver_version() -> str | None:
+    nv, h = _nvml_handle(0)
+    if nv is None:
+        return None
+    v = nv.nvmlSystemGetDriverVersion()
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def sm_clock_mhz(device: torch.device) -> float:
+    """Current SM clock of ``device`` in MHz via NVML; NaN on CPU or when NVML is unavailable."""
+    if device.type != "cuda":
+        return math.nan
+    nv, h = _nvml_handle(device.index or 0)
+    if nv is None:
+        return math.nan
+    try:
+        return float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
+    except Exception:
+        return math.nan
+
+
+def environment(device: torch.device) -> dict:
+    """Versions and hardware: python, torch, CUDA, driver, flashinfer(-cubin), GPU name and compute
+    capability (or the CPU model), cpbench version and git commit, the exact command line."""
+    env = {
+        "cpbench_version": cpbench.__version__,
+        "git_commit": git_commit(),
+        "command": shlex.join(["cpbench", *sys.argv[1:]]),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "flashinfer": pkg_version("flashinfer-python"),
+        "flashinfer_cubin": pkg_version("flashinfer-cubin"),
+        "nvtx": pkg_version("nvtx"),
+        "cpu": cpu_model(),
+        "hostname": platform.node(),
+        "device": str(device),
+    }
+    if device.type == "cuda":
+        idx = device.index or 0
+        cc = torch.cuda.get_device_capability(idx)
+        env.update(gpu_name=torch.cuda.get_device_name(idx), compute_capability=f"{cc[0]}.{cc[1]}",
+                   driver=driver_version(), sm_count=torch.cuda.get_device_properties(idx).multi_processor_count)
+    else:
+        env.update(gpu_name=None, compute_capability=None, driver=None)
+    return env

@@ -1,0 +1,67 @@
+"""Run-directory lifecycle: create or resume, manifest, and the final tables (no torch here)."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from cpbench.bench.results import SCHEMA_VERSION, read_jsonl, row_key, write_tables
+from cpbench.errors import CpbenchInputError
+
+RESULTS = "results.jsonl"
+
+
+def open_run_dir(out: str | Path | None, resume: bool) -> Path:
+    """Create (or, with ``resume``, reopen) a run directory; default ``runs/<YYYYmmdd-HHMMSS>``.
+
+    Raises:
+        CpbenchInputError: ``out`` is a file, is not writable, already holds results without
+            ``resume``, or ``resume`` names a directory without results.
+    """
+    d = Path(out) if out else Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S")
+    if d.exists() and not d.is_dir():
+        raise CpbenchInputError(f"--out {str(d)!r} is a file: pass a directory path")
+    has_rows = (d / RESULTS).exists()
+    if resume and not has_rows:
+        raise CpbenchInputError(f"--resume: {str(d)!r} holds no {RESULTS}: pass the --out of the sweep to resume")
+    if has_rows and not resume:
+        raise CpbenchInputError(f"{str(d)!r} already holds results: add --resume to continue it, or pick another --out")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        probe = d / ".cpbench-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise CpbenchInputError(f"cannot write to {str(d)!r} ({e.strerror or e}): choose another --out") from None
+    return d
+
+
+def done_keys(run_dir: Path) -> set:
+    """Keys of rows already measured in ``run_dir`` (for --resume)."""
+    return {row_key(r) for r in read_jsonl(run_dir / RESULTS)}
+
+
+def write_manifest(run_dir: Path, env: dict, config: dict) -> None:
+    """Write ``manifest.json``: schema version, environment (versions, GPU/CPU, command) and config.
+    On resume the first manifest's ``created`` and command are kept and the new command is appended
+    to ``resumed_by``."""
+    path = run_dir / "manifest.json"
+    manifest = {"schema_version": SCHEMA_VERSION, **env, "config": config}
+    if path.exists():
+        old = json.loads(path.read_text())
+        manifest = {**old, "resumed_by": [*old.get("resumed_by", []), env.get("command")]}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def finalize(run_dir: Path) -> pd.DataFrame:
+    """Dedupe ``results.jsonl`` by row key (last wins) and write ``results.parquet`` / ``.csv``."""
+    rows = {}
+    for r in read_jsonl(run_dir / RESULTS):
+        rows[row_key(r)] = r
+    return write_tables(run_dir, rows.values())

@@ -1,0 +1,141 @@
+"""Timing of whole forwards: one function per clock, returning every raw sample (µs).
+
+What a sample includes (after flashinfer's bench_gpu_time, documented so numbers can be compared):
+
+* CUDA, eager: the device is synchronised before each sample, then CUDA events bracket one call of
+  ``fn`` on the current stream. The sample is the device time from the first to the last event, so it
+  includes any idle gap while the host is still launching (launch overhead is visible).
+* CUDA, graph: ``fn`` is captured once into a CUDA graph; a sample brackets one ``graph.replay()``.
+  Host launch cost is gone; what remains is kernel time plus inter-kernel gaps inside the graph.
+* CPU: ``time.perf_counter`` around one call of ``fn``.
+
+Interleaving: :func:`time_interleaved` runs the variants in ABBA order (A B B A A B ...) on identical
+inputs, so clock or thermal drift hits all of them alike. No L2 flush between samples: consecutive
+forwards in an engine do not flush either.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import torch
+
+Fn = Callable[[], None]
+
+
+class Clock:
+    """Times single calls on one device (``"cuda"`` or ``"cpu"``)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def sample_us(self, fn: Fn) -> float:
+        """Time one call of ``fn``, µs (see the module docstring for what it includes)."""
+        if not self.cuda:
+            t0 = time.perf_counter()
+            fn()
+            return (time.perf_counter() - t0) * 1e6
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+
+def capture_graph(fn: Fn, warmup: int = 2) -> Fn:
+    """Capture ``fn`` into a CUDA graph (after ``warmup`` runs on a side stream, as torch requires) and
+    return a zero-argument replay. ``fn`` must not sync or allocate outputs (plans stay outside)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    return graph.replay
+
+
+def repeats_for_budget(estimate_us: float, budget_ms: float, min_reps: int = 5, max_reps: int = 2000) -> int:
+    """Samples that fit ``budget_ms`` per variant at ``estimate_us`` each, clamped to [min, max]."""
+    if estimate_us <= 0:
+        return max_reps
+    return int(min(max_reps, max(min_reps, budget_ms * 1e3 // estimate_us)))
+
+
+def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms: float,
+                     min_reps: int = 5, max_reps: int = 2000) -> dict[str, list[float]]:
+    """Time each variant in ABBA order; return ``name -> raw samples (µs)``.
+
+    ``warmup`` untimed calls of each variant run first; one more timed call per variant estimates the
+    cost, and the repeat count is chosen so each variant gets about ``budget_ms`` of samples (at least
+    ``min_reps``). Every timed sample is kept, the estimate included.
+    """
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    clock.sync()
+    samples = {n: [clock.sample_us(fns[n])] for n in names}
+    reps = repeats_for_budget(max(s[0] for s in samples.values()), budget_ms, min_reps, max_reps)
+    order = names + names[::-1]  # A B B A
+    for i in range(max(0, reps - 1) * len(names)):
+        n = order[i % len(order)]
+        samples[n].append(clock.sample_us(fns[n]))
+    return samples
+
+
+def host_enqueue_us(fn: Fn, clock: Clock, reps: int = 5) -> float:
+    """Median host time to enqueue one call of ``fn`` (no sync inside the timed part), µs.
+    NaN on CPU, where enqueueing is executing (the latency samples already say it)."""
+    if not clock.cuda:
+        return math.nan
+    out = []
+    for _ in range(reps):
+        clock.sync()
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1e6)
+    clock.sync()
+    return sorted(out)[len(out) // 2]
+
+
+def summarize(samples: list[float]) -> dict[str, float]:
+    """Median, p10, p90, mean and a distribution-free 95% CI of the median (order statistics at
+    ``n/2 -+ 1.96 sqrt(n)/2``), all µs, plus ``n_samples``."""
+    xs = sorted(samples)
+    n = len(xs)
+    if n == 0:
+        nan = math.nan
+        return dict(latency_us_median=nan, latency_us_p10=nan, latency_us_p90=nan, latency_us_mean=nan,
+                    latency_us_ci_low=nan, latency_us_ci_high=nan, n_samples=0)
+
+    def q(p: float) -> float:  # linear interpolation between order statistics
+        pos = p * (n - 1)
+        lo = int(math.floor(pos))
+        hi = min(n - 1, lo + 1)
+        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+    half = 1.96 * math.sqrt(n) / 2
+    lo_i = max(0, int(math.floor(n / 2 - half)))
+    hi_i = min(n - 1, int(math.ceil(n / 2 + half)) - 1)
+    return dict(latency_us_median=q(0.5), latency_us_p10=q(0.1), latency_us_p90=q(0.9),
+                latency_us_mean=sum(xs) / n, latency_us_ci_low=xs[lo_i], latency_us_ci_high=xs[hi_i],
+                n_samples=n)
+
+
+def time_op_us(fn: Fn, clock: Clock, reps: int = 20) -> float:
+    """Median time of a small op (e.g. the page-table duplication), µs."""
+    fn()
+    return sorted(clock.sample_us(fn) for _ in range(reps))[reps // 2]
