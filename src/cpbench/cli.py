@@ -8,14 +8,15 @@ from __future__ import annotations
 import json
 import os
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from cpbench.cli_options import (BackendName, DeviceOpt, DType, HeadDimOpt, HeadsOpt, KvHeadsOpt, LayersOpt,
+                                 ModelConfigOpt, ModelOpt, PageSizeOpt, SinksOpt, WindowOpt, choice_list, console,
+                                 err_console, int_list, resolve_device, resolve_model)
 from cpbench.errors import CpbenchInputError
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # keep torch.profiler's per-step log lines off the terminal
@@ -29,25 +30,6 @@ app = typer.Typer(
     epilog="Examples:  cpbench sweep --cp 4 --bs 1,4,16   |   cpbench geometry --cp 4 --extend 11,13 "
            "--prefix 8,14   |   cpbench profile --cp 4 --bs 1 --seq 8192   |   cpbench report runs/<id>",
 )
-console = Console()
-if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-    console.width = 160
-err_console = Console(stderr=True)
-
-
-def int_list(text: str, what: str, minimum: int = 1) -> list[int]:
-    """Parse ``"1,4,16"`` into ints >= minimum; raise CpbenchInputError naming the option."""
-    items = [t.strip() for t in str(text).split(",") if t.strip()]
-    if not items:
-        raise CpbenchInputError(f"{what} is empty: give a comma-separated list such as 1,4,16")
-    try:
-        vals = [int(t) for t in items]
-    except ValueError:
-        raise CpbenchInputError(f"{what} must be comma-separated integers, got {text!r}") from None
-    bad = [v for v in vals if v < minimum]
-    if bad:
-        raise CpbenchInputError(f"{what} values must be >= {minimum}, got {bad[0]}")
-    return vals
 
 
 # ------------------------------------------------------------------------------------------------
@@ -103,72 +85,6 @@ def models() -> None:
                   str(m.page_size))
     console.print(t)
 
-
-
-# ------------------------------------------------------------------------------------------------
-# shared options
-# ------------------------------------------------------------------------------------------------
-class BackendName(str, Enum):
-    auto = "auto"
-    torch = "torch"
-    fa2 = "fa2"
-    fa3 = "fa3"
-    trtllm_gen = "trtllm-gen"
-
-
-class DType(str, Enum):
-    bf16 = "bf16"
-    fp16 = "fp16"
-    fp32 = "fp32"
-
-
-ModelOpt = Annotated[str, typer.Option("--model", help="Model preset (see `cpbench models`).")]
-ModelConfigOpt = Annotated[Optional[Path], typer.Option(
-    "--model-config", help="Local Hugging Face config.json (or its folder) instead of a preset.")]
-LayersOpt = Annotated[Optional[int], typer.Option("--layers", help="Override: attention layers.")]
-HeadsOpt = Annotated[Optional[int], typer.Option("--heads", help="Override: q heads per rank.")]
-KvHeadsOpt = Annotated[Optional[int], typer.Option("--kv-heads", help="Override: kv heads per rank.")]
-HeadDimOpt = Annotated[Optional[int], typer.Option("--head-dim", help="Override: head_dim.")]
-WindowOpt = Annotated[Optional[int], typer.Option(
-    "--window", help="Override: sliding window in tokens (window_left = window-1); 0 = all layers full.")]
-SinksOpt = Annotated[Optional[bool], typer.Option("--sinks/--no-sinks", help="Override: fp32 per-head sinks.")]
-PageSizeOpt = Annotated[Optional[int], typer.Option("--page-size", help="KV page size in tokens (default: the model's, 64).")]
-DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="cuda, cuda:N or cpu (default: cuda if present).")]
-
-
-def resolve_model(model: str, model_config: Optional[Path], layers, heads, kv_heads, head_dim, window,
-                  sinks, page_size):
-    from cpbench.bench.models import from_hf_config, get_preset, with_overrides
-
-    spec = from_hf_config(model_config) if model_config else get_preset(model)
-    return with_overrides(spec, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                          window=window, sinks=sinks, page_size=page_size)
-
-
-def resolve_device(device: Optional[str]):
-    import torch
-
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise CpbenchInputError(f"--device {device!r} is not a device: use cuda, cuda:N or cpu") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise CpbenchInputError("--device cuda asked for, but torch sees no CUDA GPU: use --device cpu")
-    if dev.type not in ("cuda", "cpu"):
-        raise CpbenchInputError(f"--device {device!r} is not supported: use cuda, cuda:N or cpu")
-    return dev
-
-
-def choice_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
-        raise CpbenchInputError(f"{what} is empty: use {', '.join(allowed)}")
-    for t in items:
-        if t not in allowed:
-            raise CpbenchInputError(f"unknown {what} {t!r}: use {', '.join(allowed)}")
-    return list(dict.fromkeys(items))
 
 
 SWEEP_EPILOG = ("Examples:  cpbench sweep --cp 4 --bs 1,4,16  |  cpbench sweep --cp 2,4,8 --bs 1 --seq 8192,32768 "
@@ -234,7 +150,9 @@ def sweep(
         report=report, allow_mismatch=allow_mismatch, console=console)
     raise typer.Exit(code)
 
-from cpbench import cli_report  # noqa: E402  (plot / report / compare)
+from cpbench import cli_profile, cli_report  # noqa: E402  (profile, doctor / plot, report, compare)
+
+cli_profile.register(app)
 cli_report.register(app)
 
 

@@ -152,7 +152,7 @@ class Runner:
                 torch.cuda.empty_cache()
 
     def _unsupported(self) -> tuple[str, str] | None:
-        reason = self.backend.supports(self.cfg.device, self.cfg.model)
+        reason = self.backend.supports(self.cfg.device, self.cfg.model, DTYPES[self.cfg.dtype])
         return ("unsupported", reason) if reason else None
 
     def _cell_metrics(self, inputs: CellInputs) -> dict:

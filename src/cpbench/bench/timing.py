@@ -78,14 +78,16 @@ def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms
                      min_reps: int = 5, max_reps: int = 2000) -> dict[str, list[float]]:
     """Time each variant in ABBA order; return ``name -> raw samples (µs)``.
 
-    ``warmup`` untimed calls of each variant run first; one more timed call per variant estimates the
-    cost, and the repeat count is chosen so each variant gets about ``budget_ms`` of samples (at least
+    ``warmup`` untimed calls of each variant run first (only one when the rest would overrun
+    ``budget_ms``); one more timed call per variant estimates the cost, and the repeat count is chosen so each variant gets about ``budget_ms`` of samples (at least
     ``min_reps``). Every timed sample is kept, the estimate included.
     """
     names = list(fns)
-    for name in names:
-        for _ in range(warmup):
-            fns[name]()
+    for name in names:  # one untimed call each, then the rest of the warm-up if it fits the budget
+        if warmup:
+            first = clock.sample_us(fns[name])
+            for _ in range(warmup - 1 if first * (warmup - 1) < budget_ms * 1e3 else 0):
+                fns[name]()
     clock.sync()
     samples = {n: [clock.sample_us(fns[n])] for n in names}
     reps = repeats_for_budget(max(s[0] for s in samples.values()), budget_ms, min_reps, max_reps)
@@ -96,7 +98,7 @@ def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms
     return samples
 
 
-def host_enqueue_us(fn: Fn, clock: Clock, reps: int = 5) -> float:
+def host_enqueue_us(fn: Fn, clock: Clock, reps: int = 3) -> float:
     """Median host time to enqueue one call of ``fn`` (no sync inside the timed part), µs.
     NaN on CPU, where enqueueing is executing (the latency samples already say it)."""
     if not clock.cuda:

@@ -87,10 +87,12 @@ def trace_events(fn: Callable[[], None], device: str | torch.device, steps_warmu
         exported.append(out)
 
     try:
-        sched = schedule(wait=0, warmup=steps_warmup, active=1, repeat=1)
         with warnings.catch_warnings():
-            # one active step is the point: torch's "clears events at the end of each cycle" is noise
+            # one active step is the point: torch's "clears events at the end of each cycle" is noise,
+            # and so is "won't be using warmup" when the caller asked for none (CPU: nothing to miss)
             warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle.*")
+            warnings.filterwarnings("ignore", message=".*won't be using warmup.*")
+            sched = schedule(wait=0, warmup=steps_warmup, active=1, repeat=1)
             with profile(activities=activities, schedule=sched, on_trace_ready=ready) as prof:
                 for _ in range(steps_warmup + 1):
                     fn()

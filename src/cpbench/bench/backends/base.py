@@ -52,7 +52,7 @@ class Backend(Protocol):
 
     name: str
 
-    def supports(self, device: torch.device, model: ModelSpec) -> str | None:
+    def supports(self, device: torch.device, model: ModelSpec, dtype: torch.dtype) -> str | None:
         """None if it can run here, else a one-line reason."""
 
     def prepare(self, work: RankWork, mode: str) -> Prepared:

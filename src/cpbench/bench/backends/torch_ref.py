@@ -121,7 +121,7 @@ class TorchBackend:
 
     name = "torch"
 
-    def supports(self, device: torch.device, model: ModelSpec) -> str | None:
+    def supports(self, device: torch.device, model: ModelSpec, dtype: torch.dtype = torch.bfloat16) -> str | None:
         return None
 
     def prepare(self, work: RankWork, mode: str) -> Prepared:

@@ -1,0 +1,134 @@
+"""FlashInfer fa2 / fa3 paged prefill (compute capability 8.x/9.x; fa3 9.0 only), DESIGN.md §3.
+
+Models without sinks use ``BatchPrefillWithPagedKVCacheWrapper``; models with sinks use
+``BatchAttentionWithAttentionSinkWrapper`` (the plain wrapper ignores ``sinks=`` on fa2/fa3). The
+window is fixed at plan time, so each (call, layer kind) gets its own planned wrapper: two-call plans
+prev and next over the page table ``[bs, W]``; fused plans one call over the 2*bs combined segments
+whose page indices come from the row-duplicated table ``[2*bs, W]``. All plans, outputs and the
+workspace are built in ``prepare``; the forward only calls ``run(..., out=...)``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cpbench.bench.backends.base import Prepared, Stopwatch, output_buffers, row_ranges
+from cpbench.bench.kv import duplicate_block_tables, paged_kv_arrays
+from cpbench.bench.models import ModelSpec
+from cpbench.bench.workload import RankWork
+from cpbench.profiles.kernels import FA2_PATTERNS, FA3_PATTERNS
+
+WORKSPACE_BYTES = 256 << 20  # float workspace shared by every wrapper (split-KV partials)
+INSTALL_HINT = "pip install 'cpbench[flashinfer]' (flashinfer-python), or use --backend torch"
+
+# flashinfer 0.7.2.post1 names the attention-sink JIT module by dtype, window on/off and backend but
+# not head_dim, so a module built for one head_dim can be reused for another in the same process
+# (DESIGN §3 hazard). Remember which head_dim each such module was first built for, and refuse others.
+_SINK_MODULE_HEAD_DIM: dict[tuple, int] = {}
+
+
+def flashinfer_version() -> str | None:
+    try:
+        import flashinfer
+    except ImportError:
+        return None
+    return getattr(flashinfer, "__version__", "unknown")
+
+
+def _sink_module_keys(backend: str, model: ModelSpec, dtype: torch.dtype) -> list[tuple]:
+    return [(backend, str(dtype), w >= 0) for w in model.layer_kinds]
+
+
+class FlashInferBackend:
+    """fa2 or fa3 through FlashInfer's paged prefill wrappers."""
+
+    def __init__(self, name: str) -> None:
+        assert name in ("fa2", "fa3")
+        self.name = name
+        self._workspace: dict[torch.device, torch.Tensor] = {}
+
+    def supports(self, device: torch.device, model: ModelSpec, dtype: torch.dtype = torch.bfloat16) -> str | None:
+        """None, or why this backend cannot run here (no CUDA, no flashinfer, wrong compute
+        capability, fp32, or the sink-module head_dim hazard)."""
+        if device.type != "cuda":
+            return f"{self.name} needs a CUDA GPU; none is in use: use --backend torch"
+        if flashinfer_version() is None:
+            return f"flashinfer is not installed: {INSTALL_HINT}"
+        major, minor = torch.cuda.get_device_capability(device)
+        if self.name == "fa3" and (major, minor) != (9, 0):
+            return f"fa3 needs compute capability 9.0 (Hopper); this GPU is {major}.{minor}: use fa2"
+        if self.name == "fa2" and major not in (8, 9):
+            return f"fa2 is supported here on compute capability 8.x/9.x; this GPU is {major}.{minor}"
+        if dtype == torch.float32:
+            return f"{self.name} runs fp16/bf16 only: use --dtype bf16"
+        if model.has_sinks:
+            for key in _sink_module_keys(self.name, model, dtype):
+                seen = _SINK_MODULE_HEAD_DIM.get(key)
+                if seen is not None and seen != model.head_dim:
+                    return (f"flashinfer's attention-sink module {key} was built for head_dim {seen} in this "
+                            f"process and its name lacks head_dim (0.7.2.post1): run head_dim "
+                            f"{model.head_dim} in a separate cpbench process")
+        return None
+
+    def _workspace_for(self, device: torch.device) -> torch.Tensor:
+        if device not in self._workspace:
+            self._workspace[device] = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        return self._workspace[device]
+
+    def _wrapper(self, work: RankWork, window_left: int):
+        import flashinfer
+
+        ws = self._workspace_for(work.q.device)
+        m, dtype = work.model, work.q.dtype
+        if m.has_sinks:
+            for key in _sink_module_keys(self.name, m, dtype):
+                _SINK_MODULE_HEAD_DIM.setdefault(key, m.head_dim)
+            return flashinfer.BatchAttentionWithAttentionSinkWrapper(
+                ws, kv_layout="NHD", backend=self.name, q_data_type=dtype, kv_data_type=dtype,
+                head_dim_qk=m.head_dim, head_dim_vo=m.head_dim, window_left=window_left)
+        return flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, kv_layout="NHD", backend=self.name)
+
+    def prepare(self, work: RankWork, mode: str) -> Prepared:
+        """Plan every (call, layer kind); page_table = duplication (fused), metadata = host arrays,
+        plan = ``wrapper.plan`` (host sync). Raises CpbenchInputError for an ineligible rank."""
+        reason = self.supports(work.q.device, work.model, work.q.dtype)
+        if reason:
+            raise RuntimeError(reason)
+        sw = Stopwatch()
+        cell, m = work.cell, work.model
+        with sw("page_table"):
+            calls = work.geometry.calls(mode)
+            fused = mode == "fused" and work.geometry.cp_size > 1
+            table = duplicate_block_tables(cell.block_tables) if fused else cell.block_tables
+        with sw("metadata"):
+            ranges = row_ranges(calls)
+            arrays = []
+            for (_, segs), (r0, r1) in zip(calls, ranges):
+                qo = torch.tensor([0, *torch.tensor([s.q_len for s in segs]).cumsum(0).tolist()],
+                                  dtype=torch.int32, device=work.q.device)  # qo_indptr: [n+1]
+                arrays.append((qo, *paged_kv_arrays(segs, table, cell.page_size)))
+        planned: dict[tuple[int, int], object] = {}
+        with sw("plan"):
+            for w in m.layer_kinds:
+                for ci, (qo, kv_indptr, kv_indices, last) in enumerate(arrays):
+                    wrapper = self._wrapper(work, w)
+                    wrapper.plan(qo, kv_indptr, kv_indices, last, m.num_q_heads, m.num_kv_heads, m.head_dim,
+                                 cell.page_size, causal=True, window_left=w, sm_scale=m.head_dim ** -0.5,
+                                 q_data_type=work.q.dtype, kv_data_type=work.q.dtype)
+                    planned[(w, ci)] = wrapper
+        outputs = output_buffers(work)
+        layers = []
+        for i, w in enumerate(m.window_left_per_layer):
+            kv = cell.kv_buffers[cell.layer_buffer[i]]
+            layers.append([(name, _run(planned[(w, ci)], work.q[r0:r1], kv, cell.sinks, outputs[w][r0:r1]))
+                           for ci, ((name, _), (r0, r1)) in enumerate(zip(calls, ranges))])
+        return Prepared(layers, outputs, sw.us,
+                        kernel_patterns=FA2_PATTERNS if self.name == "fa2" else FA3_PATTERNS)
+
+
+def _run(wrapper, q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], sinks: torch.Tensor | None,
+         out: torch.Tensor):
+    """Closure of one planned call: q ``[rows, Hq, D]``, out ``[rows, Hq, D]`` (pre-allocated)."""
+    if sinks is not None:
+        return lambda: wrapper.run(q, kv, sinks, out=out)
+    return lambda: wrapper.run(q, kv, out=out)

@@ -1,0 +1,92 @@
+"""Kernel counts per rank and mode for a few cells (`cpbench profile`), and the nsys child run.
+
+Each forward is run once un-profiled (JIT load, caches), then profiled with torch.profiler
+(``runner.count_kernels``): attention kernels are GPU executions matched by the backend's kernel
+names (the torch reference counts attention calls). Under nsys the same forwards run once each,
+NVTX-annotated, inside one cudaProfilerStart/Stop capture range.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from cpbench.bench.backends import get_backend
+from cpbench.bench.geometry import all_ranks, eligibility
+from cpbench.bench.runner import DTYPES, CellSpec, count_kernels
+from cpbench.bench.workload import build_cell, rank_work
+from cpbench.errors import CpbenchInputError
+
+MODES = ("two-call", "fused")
+
+
+def forward_label(cell: CellSpec, rank: int, mode: str) -> str:
+    """The NVTX / record_function label of one forward, e.g. ``cp4 bs1 seq8192 r0 fused eager``."""
+    return f"{cell.label()} r{rank} {mode} eager"
+
+
+def _prepared(model, cell: CellSpec, backend: str, device: torch.device, dtype: str, seed: int,
+              ranks: list[int] | None, context_len: int | None):
+    """Yield ``(rank, mode, prepared)`` for every rank and mode of a cell, each forward run once."""
+    ok, reason = eligibility(cell.extend_lens, cell.cp_size)
+    if not ok:
+        raise CpbenchInputError(f"{cell.label()} is not CP-eligible: {reason}")
+    be = get_backend(backend)
+    why = be.supports(device, model, DTYPES[dtype])
+    if why:
+        raise CpbenchInputError(f"backend {backend}: {why}")
+    inputs = build_cell(model, cell.extend_lens, cell.prefix_lens, page_size=model.page_size,
+                        dtype=DTYPES[dtype], device=device, seed=seed, context_len=context_len)
+    geoms = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)
+    for r in ranks if ranks is not None else range(cell.cp_size):
+        work = rank_work(inputs, geoms[r])
+        for mode in MODES:
+            prep = be.prepare(work, mode)
+            prep.forward()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            yield r, mode, prep
+
+
+def profile_cell(model, cell: CellSpec, *, backend: str, device: torch.device, dtype: str = "bf16",
+                 seed: int = 0, ranks: list[int] | None = None, trace_dir: Path | None = None,
+                 context_len: int | None = None) -> list[dict]:
+    """Kernel-count rows (one per rank and mode) of one cell; Chrome traces go to ``trace_dir``.
+
+    Row keys: ``rank, mode, label, attn_kernels, attn_kernels_expected, kernels_per_call, attn_calls,
+    other_kernels, kernels, launches`` (+ ``trace``). Raises CpbenchInputError for an ineligible cell
+    or an unsupported backend; ProfileError when no attention work is seen.
+    """
+    rows = []
+    for r, mode, prep in _prepared(model, cell, backend, device, dtype, seed, ranks, context_len):
+        label = forward_label(cell, r, mode)
+        counts = count_kernels(prep, label.removesuffix(" eager"), device, trace_dir)
+        rows.append({"rank": r, "mode": mode, "label": label, **counts})
+    return rows
+
+
+def nsys_child(model, cells: list[CellSpec], *, backend: str, device: torch.device, dtype: str = "bf16",
+               seed: int = 0, ranks: list[int] | None = None, context_len: int | None = None) -> None:
+    """Run every (cell, rank, mode) forward once, NVTX-annotated, inside one profiler capture range."""
+    from cpbench.profiles.nsys import cuda_profiler_range
+    from cpbench.profiles.ranges import annotated_forward
+
+    forwards = []
+    for cell in cells:
+        for r, mode, prep in _prepared(model, cell, backend, device, dtype, seed, ranks, context_len):
+            payload = {"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len, "rank": r}
+            forwards.append((prep, annotated_forward(prep, forward_label(cell, r, mode), payload, nvtx_on=True)))
+    torch.cuda.synchronize()
+    with cuda_profiler_range():
+        for _, fwd in forwards:
+            fwd()
+        torch.cuda.synchronize()
+
+
+def totals(rows: list[dict]) -> dict:
+    """Attention kernels summed over ranks per mode, e.g. ``{"two-call": 288, "fused": 144}``."""
+    out = {m: 0 for m in MODES}
+    for r in rows:
+        out[r["mode"]] += int(r["attn_kernels"])
+    return out

@@ -1,0 +1,144 @@
+"""``cpbench profile`` (kernel counts, Perfetto traces, nsys cross-check) and ``cpbench doctor``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from cpbench import cli_options as c
+from cpbench.errors import CpbenchInputError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(epilog="Examples:  cpbench profile --cp 4 --bs 1 --seq 8192  |  cpbench profile --backend torch "
+                        "--cp 4 --bs 1 --seq 256 --json  |  cpbench profile --cp 4 --bs 1 --seq 8192 --nsys")
+    def profile(
+        cp: Annotated[str, typer.Option("--cp", help="cp_size values.")] = "4",
+        bs: Annotated[str, typer.Option("--bs", help="Batch sizes.")] = "1",
+        seq: Annotated[str, typer.Option("--seq", help="Extend lengths per request (tokens).")] = "8192",
+        seq_lens: Annotated[Optional[str], typer.Option("--seq-lens", help="One explicit batch, e.g. 3000,5000.")] = None,
+        prefix: Annotated[int, typer.Option("--prefix", help="Cached prefix tokens per request.")] = 0,
+        ranks: Annotated[str, typer.Option("--ranks", help="'all' or a list of ranks.")] = "all",
+        backend: Annotated[c.BackendName, typer.Option("--backend", help="Attention backend.")] = c.BackendName.auto,
+        dtype: Annotated[c.DType, typer.Option("--dtype")] = c.DType.bf16,
+        out: Annotated[Optional[Path], typer.Option("--out", help="Directory for traces (default runs/profile-<time>).")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
+        nsys: Annotated[bool, typer.Option("--nsys", help="Also run under Nsight Systems and cross-check the counts.")] = False,
+        nsys_child: Annotated[bool, typer.Option("--nsys-child", hidden=True)] = False,
+        model: c.ModelOpt = "gpt-oss-120b", model_config: c.ModelConfigOpt = None, layers: c.LayersOpt = None,
+        heads: c.HeadsOpt = None, kv_heads: c.KvHeadsOpt = None, head_dim: c.HeadDimOpt = None,
+        window: c.WindowOpt = None, sinks: c.SinksOpt = None, page_size: c.PageSizeOpt = None,
+        device: c.DeviceOpt = None,
+    ) -> None:
+        """Count attention kernels per rank, two-call vs fused (e.g. 72 -> 36 per rank, 288 -> 144 over
+        4 ranks), and write Perfetto-openable Chrome traces."""
+        from cpbench.bench.backends import resolve_auto
+        from cpbench.bench.profiling import nsys_child as run_child, profile_cell, totals
+        from cpbench.bench.runner import CellSpec
+
+        dev = c.resolve_device(device)
+        spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
+        name = resolve_auto(dev) if backend.value == "auto" else backend.value
+        batches = ([tuple(c.int_list(seq_lens, "--seq-lens"))] if seq_lens else
+                   [(s,) * b for b in c.int_list(bs, "--bs") for s in c.int_list(seq, "--seq")])
+        if prefix < 0:
+            raise CpbenchInputError(f"--prefix must be >= 0 tokens, got {prefix}")
+        cells = [CellSpec(p, ext, (prefix,) * len(ext)) for p in c.int_list(cp, "--cp") for ext in batches]
+        rank_list = None if ranks.strip() == "all" else c.int_list(ranks, "--ranks", minimum=0)
+        if rank_list and max(rank_list) >= min(x.cp_size for x in cells):
+            raise CpbenchInputError(f"--ranks {max(rank_list)} is outside [0, cp_size)")
+        kw = dict(backend=name, device=dev, dtype=dtype.value, ranks=rank_list)
+        if nsys_child:
+            run_child(spec, cells, **kw)
+            return
+        run_dir = Path(out) if out else Path("runs") / datetime.now().strftime("profile-%Y%m%d-%H%M%S")
+        if run_dir.exists() and not run_dir.is_dir():
+            raise CpbenchInputError(f"--out {str(run_dir)!r} is a file: pass a directory")
+        trace_dir = run_dir / "profiles"
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        report = {"model": spec.name, "backend": name, "device": str(dev), "cells": []}
+        for cell in cells:
+            rows = profile_cell(spec, cell, trace_dir=trace_dir, **kw)
+            report["cells"].append({"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
+                                    "seq_lens": list(cell.extend_lens), "per_rank": rows, "total": totals(rows)})
+        if nsys:
+            report["nsys"] = _nsys_cross_check(sys.argv[1:], run_dir, report, name)
+        (run_dir / "profile.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+        if as_json:
+            print(json.dumps(report, default=str))
+        else:
+            _print_counts(c.console, report, run_dir)
+
+    @app.command()
+    def doctor() -> None:
+        """Show the GPU, drivers, library versions, JIT cache, nsys, and which backends can run here."""
+        from cpbench.bench.doctor import diagnose
+
+        info = diagnose()
+        t = Table(title="cpbench doctor", show_header=False)
+        t.add_column("what")
+        t.add_column("value")
+        for k, v in info["environment"].items():
+            t.add_row(k, "-" if v in (None, "") else str(v))
+        for b, why in info["backends"].items():
+            t.add_row(f"backend {b}", "[green]available[/]" if why is None else f"[yellow]unavailable:[/] {why}")
+        c.console.print(t)
+
+
+def _print_counts(console, report: dict, run_dir: Path) -> None:
+    for cell in report["cells"]:
+        t = Table(title=f"{report['model']} {report['backend']}: cp{cell['cp_size']} bs{cell['bs']} "
+                        f"seq{cell['seq_len']} attention kernels per forward")
+        for col in ("rank", "two-call", "fused", "two-call other", "fused other", "two-call launches", "fused launches"):
+            t.add_column(col, justify="right")
+        by = {(r["rank"], r["mode"]): r for r in cell["per_rank"]}
+        for rank in sorted({r["rank"] for r in cell["per_rank"]}):
+            a, b = by[(rank, "two-call")], by[(rank, "fused")]
+            t.add_row(str(rank), str(a["attn_kernels"]), str(b["attn_kernels"]), str(a["other_kernels"]),
+                      str(b["other_kernels"]), str(a["launches"]), str(b["launches"]))
+        tot = cell["total"]
+        t.add_row("all", f"[bold]{tot['two-call']}[/]", f"[bold]{tot['fused']}[/]", "", "", "", "")
+        console.print(t)
+    if "nsys" in report:
+        n = report["nsys"]
+        console.print(f"nsys: {n.get('status')} {n.get('report', '')} {n.get('reason', '')}")
+    console.print(f"traces (open in https://ui.perfetto.dev): {run_dir / 'profiles'}")
+
+
+def _nsys_cross_check(argv: list[str], run_dir: Path, report: dict, backend: str) -> dict:
+    """Re-run this command under nsys (child mode) and compare kernels per NVTX forward range."""
+    from cpbench.profiles.nsys import (find_nsys, kernels_per_range, nsys_profile_argv, parse_nvtx_kern_sum,
+                                       report_path, stats_argv)
+    from cpbench.profiles.kernels import KNOWN_ATTENTION_PATTERNS
+
+    exe = find_nsys()
+    if exe is None:
+        return {"status": "skipped", "reason": "nsys not found (install Nsight Systems or put nsys on PATH)"}
+    child = [sys.executable, "-m", "cpbench", *[a for a in argv if a not in ("--nsys", "--json")], "--nsys-child"]
+    base = run_dir / "profiles" / "nsys"
+    proc = subprocess.run(nsys_profile_argv(base, child, exe), capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"status": "error", "reason": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
+    rep = report_path(base)
+    stats = subprocess.run(stats_argv(rep, exe), capture_output=True, text=True)
+    csv_path = run_dir / "profiles" / "nvtx_kern_sum.csv"
+    csv_path.write_text(stats.stdout)
+    per_range = kernels_per_range(parse_nvtx_kern_sum(stats.stdout), KNOWN_ATTENTION_PATTERNS)
+    # the torch reference has no attention kernel to name: compare all kernels of each forward instead
+    what = "kernels" if backend == "torch" else "attention"
+    checks, agree = [], True
+    for cell in report["cells"]:
+        for r in cell["per_rank"]:
+            got = per_range.get(r["label"])
+            n = getattr(got, what) if got is not None else None
+            want = r["kernels"] if what == "kernels" else r["attn_kernels"]
+            agree &= n == want
+            checks.append({"label": r["label"], "counted": what, "torch_profiler": want, "nsys": n, "equal": n == want})
+    return {"status": "equal" if agree else "DIFFERENT", "report": str(rep), "csv": str(csv_path), "checks": checks}

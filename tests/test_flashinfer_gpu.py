@@ -1,0 +1,79 @@
+"""fa2/fa3 on a GPU: fused == two-call bit for bit, both within tolerance of the fp32 reference.
+
+Run on the device machine (CI skips them): `python -m pytest -q -m gpu tests/test_flashinfer_gpu.py`.
+"""
+
+import pytest
+import torch
+
+from cpbench.bench.backends import get_backend
+from cpbench.bench.check import TOLERANCE, max_abs_diff, max_abs_error
+from cpbench.bench.geometry import all_ranks
+from cpbench.bench.models import get_preset, with_overrides
+from cpbench.bench.workload import build_cell, rank_work
+
+pytestmark = pytest.mark.gpu
+MODELS = {"gpt-oss-120b": dict(layers=2), "llama-3.1-8b": dict(layers=1)}
+BATCHES = [
+    ("bs1", [8192], [0]),
+    ("bs4", [2048, 2048, 2048, 2048], [0, 0, 0, 0]),
+    ("uneven", [3000, 8192], [0, 0]),
+    ("prefix", [4099, 1000], [1, 512]),
+]
+
+
+def _backends():
+    names = ["fa2"]
+    if torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0):
+        names.append("fa3")
+    return names
+
+
+@pytest.mark.parametrize("backend", ["fa2", "fa3"])
+@pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.parametrize("cp", [2, 4, 8])
+@pytest.mark.parametrize("batch", BATCHES, ids=[b[0] for b in BATCHES])
+def test_fused_equals_two_call_and_reference(backend, model, cp, batch):
+    if backend not in _backends():
+        pytest.skip(f"{backend} does not run on this GPU")
+    spec = with_overrides(get_preset(model), **MODELS[model])
+    be = get_backend(backend)
+    reason = be.supports(torch.device("cuda"), spec, torch.bfloat16)
+    assert reason is None, reason
+    _, ext, pre = batch
+    cell = build_cell(spec, ext, pre, page_size=spec.page_size, dtype=torch.bfloat16, device="cuda", seed=cp)
+    for g in all_ranks(ext, pre, cp):
+        work = rank_work(cell, g)
+        two, fused = be.prepare(work, "two-call"), be.prepare(work, "fused")
+        two.forward()
+        fused.forward()
+        torch.cuda.synchronize()
+        assert max_abs_diff(fused, two) == 0.0, f"rank {g.rank}: fused differs from two-call"
+        err = max_abs_error(work, fused)
+        assert err <= TOLERANCE[torch.bfloat16], f"rank {g.rank}: max |err| {err}"
+        print(f"{backend} {model} cp{cp} {batch[0]} r{g.rank}: max|err| {err:.2e}, fused==two-call")
+
+
+@pytest.mark.parametrize("backend", ["fa2", "fa3"])
+def test_sink_module_head_dim_hazard(backend):
+    """A sink model at head_dim 64 then 128 in one process: correct results or a clear refusal."""
+    if backend not in _backends():
+        pytest.skip(f"{backend} does not run on this GPU")
+    be = get_backend(backend)
+    outcomes = []
+    for hd in (64, 128):
+        spec = with_overrides(get_preset("gpt-oss-120b"), layers=2, head_dim=hd)
+        reason = be.supports(torch.device("cuda"), spec, torch.bfloat16)
+        if reason:
+            assert "head_dim" in reason
+            outcomes.append("refused")
+            continue
+        cell = build_cell(spec, [2048], [0], page_size=64, dtype=torch.bfloat16, device="cuda")
+        work = rank_work(cell, all_ranks([2048], [0], 4)[0])
+        prep = be.prepare(work, "fused")
+        prep.forward()
+        err = max_abs_error(work, prep)
+        assert err <= TOLERANCE[torch.bfloat16], f"head_dim {hd}: wrong results (max |err| {err})"
+        outcomes.append("correct")
+    print(backend, outcomes)
+    assert outcomes[0] == "correct"
