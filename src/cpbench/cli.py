@@ -97,7 +97,7 @@ def sweep(
     cp: Annotated[str, typer.Option("--cp", help="cp_size values, e.g. 2,4,8.")] = "4",
     bs: Annotated[str, typer.Option("--bs", help="Batch sizes (requests), e.g. 1,4,16.")] = "1,4,16",
     seq: Annotated[Optional[str], typer.Option(
-        "--seq", help="Extend lengths per request (tokens). Default: 2048,8192,32768 on a GPU, 32,64 on CPU.")] = None,
+        "--seq", help="Extend lengths per request (tokens). Default: 2048,8192,16384 on a GPU, 32,64 on CPU.")] = None,
     seq_lens: Annotated[Optional[str], typer.Option(
         "--seq-lens", help="One explicit heterogeneous batch instead of --bs x --seq, e.g. 3000,5000.")] = None,
     prefix: Annotated[int, typer.Option("--prefix", help="Cached prefix tokens per request.")] = 0,
@@ -129,7 +129,7 @@ def sweep(
     dev = resolve_device(device)
     spec = resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
     explicit = int_list(seq_lens, "--seq-lens") if seq_lens else None
-    default_seq = "2048,8192,32768" if dev.type == "cuda" else "32,64"
+    default_seq = "2048,8192,16384" if dev.type == "cuda" else "32,64"
     timings = choice_list(timing or ("eager,graph" if dev.type == "cuda" else "eager"), ("eager", "graph"), "--timing")
     if "graph" in timings and dev.type != "cuda":
         raise CpbenchInputError("--timing graph needs a CUDA device: use --timing eager on CPU")

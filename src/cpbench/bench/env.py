@@ -34,7 +34,9 @@ def git_commit() -> str | None:
                                capture_output=True, text=True, timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
-    return (sha + ("-dirty" if dirty else "")) if sha else None
+    if len(sha) != 40 or any(c not in "0123456789abcdef" for c in sha):
+        return None  # not a git checkout (an installed wheel, a copied tree)
+    return sha + ("-dirty" if dirty else "")
 
 
 def cpu_model() -> str:

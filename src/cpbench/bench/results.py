@@ -144,6 +144,9 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
     """
     if df.empty:
         return pd.DataFrame()
+    for col in ("latency_us_median", "reason"):
+        if col not in df.columns:  # e.g. a run in which no cell was measured
+            df = df.assign(**{col: math.nan if col.startswith("latency") else ""})
     keys = [c for c in CELL_COLUMNS if c in df.columns]
     out = []
     for cell, g in df.groupby(keys, dropna=False, sort=True):

@@ -93,6 +93,7 @@ class Runner:
         self.emit = emit
         self.done = done or set()
         self.trace_dir = trace_dir
+        self._kpc: dict = {}  # kernels per call, measured once per (cell, mode)
         self.backend = get_backend(cfg.backend)
         self.clock = Clock(cfg.device)
         self.mismatches = 0
@@ -170,13 +171,20 @@ class Runner:
         for m in modes:
             try:
                 prepared[m] = self.backend.prepare(work, m)
-                info[m] = self._first_forward(work, prepared[m], f"{cell.label()} r{work.geometry.rank} {m}")
+                info[m] = self._first_forward(work, prepared[m])
             except torch.OutOfMemoryError:
                 raise
             except Exception as e:  # a backend failure is a row, not a crash
                 self._emit_mode(cell, work, m, todo, "error", _one_line(e))
         if self.cfg.check and {"two-call", "fused"} <= set(prepared):
             info["fused"]["diff_vs_two_call"] = checks.max_abs_diff(prepared["fused"], prepared["two-call"])
+        for m in list(prepared) if self.cfg.profile else []:  # after the checks: profiling reruns calls
+            try:
+                info[m].update(count_kernels(prepared[m], f"{cell.label()} r{work.geometry.rank} {m}",
+                                             self.cfg.device, self.trace_dir, self._kpc, (cell, m)))
+            except Exception as e:
+                self._emit_mode(cell, work, m, todo, "error", f"kernel count failed: {_one_line(e)}")
+                del prepared[m]
         flops = sum(attention_flops(segs, work.model.num_q_heads, work.model.head_dim, w)
                     for w in work.model.window_left_per_layer for _, segs in work.geometry.calls("fused"))
         for timing in dict.fromkeys(t for _, t in todo):
@@ -193,7 +201,7 @@ class Runner:
                 self.emit(self._measured_row(cell, work, m, timing, xs, prepared[m], info[m], shared,
                                              flops, clk0, clk1))
 
-    def _first_forward(self, work: RankWork, prep: Prepared, label: str) -> dict:
+    def _first_forward(self, work: RankWork, prep: Prepared) -> dict:
         dev = self.cfg.device
         out: dict = {"setup_us_" + k: v for k, v in prep.setup_us.items()}
         out["setup_us_total"] = sum(prep.setup_us.values())
@@ -206,8 +214,6 @@ class Runner:
         out["peak_mem_bytes"] = (torch.cuda.max_memory_allocated(dev) - before) if dev.type == "cuda" else math.nan
         out["host_launch_us"] = host_enqueue_us(prep.forward, self.clock)
         out["max_abs_err"] = checks.max_abs_error(work, prep) if self.cfg.check else math.nan
-        if self.cfg.profile:
-            out.update(count_kernels(prep, label, self.cfg.device, self.trace_dir))
         return out
 
     def _timed_fns(self, prepared, timing, cell, work, todo) -> dict:
@@ -259,7 +265,8 @@ class Runner:
         return row
 
 
-def count_kernels(prep: Prepared, label: str, device: torch.device, trace_dir: Path | None = None) -> dict:
+def count_kernels(prep: Prepared, label: str, device: torch.device, trace_dir: Path | None = None,
+                  kpc_cache: dict | None = None, kpc_key=None) -> dict:
     """Kernel-count columns of one eager forward (profiles.capture), checked against
     ``layers x calls per layer x kernels per call`` where kernels can be told apart by name.
 
@@ -276,7 +283,11 @@ def count_kernels(prep: Prepared, label: str, device: torch.device, trace_dir: P
     row = {"attn_kernels": c.attention if by_kernel else c.attention_calls, "attn_calls": c.attention_calls,
            "merge_kernels": c.merge, "fill_kernels": c.fill, "copy_kernels": c.copy,
            "other_kernels": c.other + c.merge + c.fill + c.copy, "kernels": c.kernels, "launches": c.launches}
-    kpc = kernels_per_call(prep.layers[0][0][1], prep.kernel_patterns, device) if by_kernel else 1
+    kpc = (kpc_cache or {}).get(kpc_key)
+    if kpc is None:
+        kpc = kernels_per_call(prep.layers[0][0][1], prep.kernel_patterns, device) if by_kernel else 1
+        if kpc_cache is not None:
+            kpc_cache[kpc_key] = kpc
     row["kernels_per_call"] = kpc
     row["attn_kernels_expected"] = expected_for(prep, kpc)
     if row["attn_kernels"] != row["attn_kernels_expected"]:

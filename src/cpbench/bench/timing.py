@@ -50,7 +50,7 @@ class Clock:
             torch.cuda.synchronize()
 
 
-def capture_graph(fn: Fn, warmup: int = 2) -> Fn:
+def capture_graph(fn: Fn, warmup: int = 1) -> Fn:
     """Capture ``fn`` into a CUDA graph (after ``warmup`` runs on a side stream, as torch requires) and
     return a zero-argument replay. ``fn`` must not sync or allocate outputs (plans stay outside)."""
     stream = torch.cuda.Stream()

@@ -1,0 +1,133 @@
+"""`cpbench sweep` end to end on CPU: run directory, statuses, exit codes, SIGKILL + --resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import torch
+
+from cpbench.bench.backends.torch_ref import TorchBackend
+from cpbench.bench.models import get_preset, with_overrides
+from cpbench.bench.results import KEY_COLUMNS, critical_path, read_jsonl
+from cpbench.cli_options import console
+from cpbench.cli_sweep import run_sweep
+
+TINY = ["--layers", "4", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--page-size", "16"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def cpbench(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "cpbench", *args], capture_output=True, text=True,
+                          timeout=timeout, env=ENV)
+
+
+def test_sweep_writes_run_directory(tmp_path):
+    out = tmp_path / "run"
+    r = cpbench("sweep", "--cp", "2,4", "--bs", "1,2", "--seq", "64", "--out", str(out), "--no-report", *TINY)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for name in ("results.jsonl", "results.parquet", "results.csv", "manifest.json"):
+        assert (out / name).stat().st_size > 0
+    df = pd.read_parquet(out / "results.parquet")
+    assert len(df) == 2 * (2 + 4) * 2  # bs x ranks(cp2 + cp4) x modes (eager only on CPU)
+    assert set(df["status"]) == {"ok"}
+    assert (df["n_samples"] >= 3).all() and df["samples_us"].map(len).eq(df["n_samples"]).all()
+    fused = df[df["mode"] == "fused"]
+    assert (fused["diff_vs_two_call"] == 0).all()  # the torch reference: fused == two-call exactly
+    assert set(df[df["mode"] == "two-call"]["attn_kernels"]) == {8}  # 4 layers x 2 calls
+    assert set(fused["attn_kernels"]) == {4}
+    assert (fused["page_table_dup_bytes"] == 2 * fused["page_table_bytes"]).all()
+    cp = critical_path(df)
+    assert len(cp) == 4 and cp["speedup"].notna().all()
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["command"].startswith("cpbench sweep") and man["torch"] == torch.__version__
+
+
+def test_ineligible_cell_recorded_and_sweep_goes_on(tmp_path):
+    out = tmp_path / "run"
+    r = cpbench("sweep", "--cp", "4", "--bs", "1", "--seq", "7,64", "--out", str(out), "--no-report", *TINY)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = read_jsonl(out / "results.jsonl")
+    bad = [x for x in rows if x["seq_len"] == 7]
+    assert bad and {x["status"] for x in bad} == {"ineligible"} and "2*cp_size = 8" in bad[0]["reason"]
+    assert {x["status"] for x in rows if x["seq_len"] == 64} == {"ok"}
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--bs", "0"], "--bs"), (["--bs", ""], "--bs"), (["--seq", "7"], "no cell can run"),
+    (["--timing", "warp"], "--timing"), (["--timing", "graph"], "CUDA"), (["--cp", "4", "--ranks", "4"], "--ranks"),
+    (["--model", "gpt-9"], "unknown model"), (["--page-size", "48"], "page size"), (["--prefix", "-1"], "--prefix"),
+])
+def test_bad_input_one_line_exit_2(tmp_path, args, needle):
+    r = cpbench("sweep", "--out", str(tmp_path / "r"), "--no-report", *TINY, *args)
+    assert r.returncode == 2, r.stdout[-500:] + r.stderr[-500:]
+    assert "Traceback" not in r.stderr and needle in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r" / "results.jsonl").exists()
+
+
+def test_out_is_a_file_or_unwritable(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    for target in (f, f / "sub"):
+        r = cpbench("sweep", "--out", str(target), "--seq", "64", "--bs", "1", *TINY)
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        assert "--out" in r.stderr or "cannot write" in r.stderr
+
+
+def test_unsupported_backend_recorded_then_exit_2(tmp_path):
+    out = tmp_path / "run"
+    r = cpbench("sweep", "--backend", "fa3", "--bs", "1", "--seq", "64", "--out", str(out), "--no-report", *TINY)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    rows = read_jsonl(out / "results.jsonl")
+    assert rows and {x["status"] for x in rows} == {"unsupported"} and "CUDA" in rows[0]["reason"]
+
+
+def test_mismatch_exit_code(tmp_path, monkeypatch):
+    real = TorchBackend.prepare
+
+    def broken(self, work, mode):
+        prep = real(self, work, mode)
+        if mode == "fused":
+            fwd = prep.forward
+            prep.forward = lambda: (fwd(), [o.add_(1.0) for o in prep.outputs.values()])
+        return prep
+
+    monkeypatch.setattr(TorchBackend, "prepare", broken)
+    model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=16)
+    kw = dict(model=model, cp_sizes=[2], bs_list=[1], seq_list=[64], seq_lens=None, prefix=0, ranks=None,
+              modes=["two-call", "fused"], timings=["eager"], budget_ms=5, warmup=0, dtype="fp32", seed=0,
+              check=True, context_len=None, device=torch.device("cpu"), profile=False)
+    code = run_sweep(out=tmp_path / "a", resume=False, report=False, allow_mismatch=False, console=console,
+                     backend="torch", **kw)
+    rows = read_jsonl(tmp_path / "a" / "results.jsonl")
+    assert code == 1 and {x["status"] for x in rows if x["mode"] == "fused"} == {"mismatch"}
+    assert {x["status"] for x in rows if x["mode"] == "two-call"} == {"ok"}
+    assert run_sweep(out=tmp_path / "b", resume=False, report=False, allow_mismatch=True, console=console,
+                     backend="torch", **kw) == 0
+
+
+def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path):
+    out = tmp_path / "run"
+    args = ["sweep", "--cp", "2,4", "--bs", "1,2", "--seq", "64,128", "--out", str(out), "--no-report", *TINY]
+    proc = subprocess.Popen([sys.executable, "-m", "cpbench", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=ENV)
+    path = out / "results.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and (not path.exists() or len(path.read_text().splitlines()) < 10):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    assert 10 <= len(before) < 48, "the sweep should have been killed mid-way"
+    r = cpbench(*args, "--resume")
+    assert r.returncode == 0, r.stderr[-2000:]
+    after = read_jsonl(path)
+    keys = [tuple(str(x.get(c)) for c in KEY_COLUMNS) for x in after]
+    assert len(keys) == len(set(keys)) == 48  # 2 bs x 2 seq x (2 + 4 ranks) x 2 modes
+    assert after[:len(before)] == before  # rows measured before the kill are untouched
+    assert len(pd.read_parquet(out / "results.parquet")) == 48
