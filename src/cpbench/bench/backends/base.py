@@ -84,6 +84,17 @@ def output_buffers(work: RankWork) -> dict[int, torch.Tensor]:
     return {w: torch.empty_like(work.q) for w in work.model.layer_kinds}
 
 
+def calls_and_table(work: RankWork, mode: str) -> tuple[list, torch.Tensor]:
+    """A layer's calls (``RankGeometry.calls(mode)``) and the page table they read: ``[bs, W]`` int32
+    for two-call (and cp_size 1), or the row-duplicated ``[2*bs, W]`` that the fused call reads,
+    built here once per forward (SGLang PR #33137). Raises CpbenchInputError for an ineligible rank."""
+    from cpbench.bench.kv import duplicate_block_tables
+
+    calls = work.geometry.calls(mode)
+    fused = mode == "fused" and work.geometry.cp_size > 1
+    return calls, duplicate_block_tables(work.cell.block_tables) if fused else work.cell.block_tables
+
+
 def row_ranges(calls) -> list[tuple[int, int]]:
     """Local query-row range ``[start, end)`` of each call (calls are consecutive in local order)."""
     out, start = [], 0

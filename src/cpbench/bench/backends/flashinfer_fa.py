@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from cpbench.bench.backends.base import Prepared, Stopwatch, output_buffers, row_ranges
-from cpbench.bench.kv import duplicate_block_tables, paged_kv_arrays
+from cpbench.bench.backends.base import Prepared, Stopwatch, calls_and_table, output_buffers, row_ranges
+from cpbench.bench.kv import paged_kv_arrays
 from cpbench.bench.models import ModelSpec
 from cpbench.bench.workload import RankWork
 from cpbench.profiles.kernels import FA2_PATTERNS, FA3_PATTERNS
@@ -97,9 +97,7 @@ class FlashInferBackend:
         sw = Stopwatch()
         cell, m = work.cell, work.model
         with sw("page_table"):
-            calls = work.geometry.calls(mode)
-            fused = mode == "fused" and work.geometry.cp_size > 1
-            table = duplicate_block_tables(cell.block_tables) if fused else cell.block_tables
+            calls, table = calls_and_table(work, mode)
         with sw("metadata"):
             ranges = row_ranges(calls)
             arrays = []

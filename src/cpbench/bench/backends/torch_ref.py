@@ -8,11 +8,13 @@ denominator. Scale ``head_dim ** -0.5``.
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import torch
 
-from cpbench.bench.backends.base import Prepared, Stopwatch, output_buffers, row_ranges
+from cpbench.bench.backends.base import Prepared, Stopwatch, calls_and_table, output_buffers, row_ranges
 from cpbench.bench.geometry import Segment
-from cpbench.bench.kv import duplicate_block_tables, token_slots
+from cpbench.bench.kv import token_slots
 from cpbench.bench.models import ModelSpec
 from cpbench.bench.workload import CellInputs, RankWork
 
@@ -97,7 +99,7 @@ def _call_closure(work: RankWork, segments: list[Segment], slots: list[torch.Ten
     k_flat = kv[0].view(-1, kv[0].shape[-2], kv[0].shape[-1])  # [num_pages*page_size, Hkv, D]
     v_flat = kv[1].view(-1, kv[1].shape[-2], kv[1].shape[-1])
     sinks, hq, d = work.cell.sinks, work.q.shape[1], work.q.shape[2]
-    starts = [rows[0] + sum(s.q_len for s in segments[:i]) for i in range(len(segments))]
+    starts = [rows[0] + c for c in accumulate((s.q_len for s in segments), initial=0)]
     plan = []
     for run in _groups(segments):
         q_len, n = segments[run[0]].q_len, len(run)
@@ -130,9 +132,7 @@ class TorchBackend:
         sw = Stopwatch()
         ps = work.cell.page_size
         with sw("page_table"):
-            calls = work.geometry.calls(mode)
-            fused = mode == "fused" and work.geometry.cp_size > 1
-            table = duplicate_block_tables(work.cell.block_tables) if fused else work.cell.block_tables
+            calls, table = calls_and_table(work, mode)
         with sw("metadata"):
             ranges = row_ranges(calls)
             slots = [[token_slots(table[s.table_row], s.kv_len, ps) for s in segs] for _, segs in calls]

@@ -14,8 +14,7 @@ import os
 
 import torch
 
-from cpbench.bench.backends.base import Prepared, Stopwatch, output_buffers, row_ranges
-from cpbench.bench.kv import duplicate_block_tables
+from cpbench.bench.backends.base import Prepared, Stopwatch, calls_and_table, output_buffers, row_ranges
 from cpbench.bench.models import ModelSpec
 from cpbench.bench.workload import RankWork
 from cpbench.profiles.kernels import TRTLLM_PATTERNS
@@ -64,9 +63,7 @@ class TrtllmGenBackend:
         sw = Stopwatch()
         cell, m, dev = work.cell, work.model, work.q.device
         with sw("page_table"):
-            calls = work.geometry.calls(mode)
-            fused = mode == "fused" and work.geometry.cp_size > 1
-            table = duplicate_block_tables(cell.block_tables) if fused else cell.block_tables
+            calls, table = calls_and_table(work, mode)
         with sw("metadata"):
             ranges = row_ranges(calls)
             args = []

@@ -1,0 +1,28 @@
+"""Timing helpers: statistics, repeat count from the budget, ABBA interleaving."""
+
+import torch
+
+from cpbench.bench.timing import Clock, repeats_for_budget, summarize, time_interleaved
+
+
+def test_summarize_values():
+    s = summarize([float(x) for x in range(1, 101)])
+    assert s["latency_us_median"] == 50.5 and s["n_samples"] == 100
+    assert abs(s["latency_us_p10"] - 10.9) < 1e-9 and abs(s["latency_us_p90"] - 90.1) < 1e-9
+    assert s["latency_us_ci_low"] < 50.5 < s["latency_us_ci_high"]
+    assert (s["latency_us_ci_low"], s["latency_us_ci_high"]) == (41.0, 60.0)  # order stats n/2 -+ 1.96 sqrt(n)/2
+    assert summarize([])["n_samples"] == 0
+
+
+def test_repeats_for_budget():
+    assert repeats_for_budget(1000.0, 200.0) == 200
+    assert repeats_for_budget(1e6, 200.0) == 5  # at least min_reps
+    assert repeats_for_budget(1.0, 1e6, max_reps=2000) == 2000
+
+
+def test_abba_order_and_every_sample_kept():
+    order = []
+    fns = {"A": lambda: order.append("A"), "B": lambda: order.append("B")}
+    out = time_interleaved(fns, Clock(torch.device("cpu")), warmup=0, budget_ms=1e-9, min_reps=5)
+    assert len(out["A"]) == len(out["B"]) == 5
+    assert "".join(order) == "AB" + "ABBA" * 2  # estimate pass, then A B B A ...
