@@ -37,3 +37,9 @@ def test_h200_run_holds_the_headline_counts():
     assert set(eager[eager["mode"] == "fused"]["attn_kernels"]) == {36}
     assert (eager[eager["mode"] == "fused"]["diff_vs_two_call"] == 0).all()
     assert eager["max_abs_err"].max() < 0.02
+
+
+def test_report_lists_planned_cells_that_were_not_measured():
+    text = (RUNS / "h200-fa3-gpt-oss-120b" / "report.md").read_text()
+    assert "cp 4 · bs 16 · 16K tokens · eager: **not measured**" in text
+    assert "Every cell ran" not in text

@@ -41,6 +41,9 @@ def _short(v) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
+ALL_RAN = "- Every cell ran on every rank in both modes."
+
+
 def notes(df: pd.DataFrame) -> list[str]:
     """Bullets for rows that did not run (grouped by cell, status and reason, with modes and ranks),
     and for rows whose SM clock dropped while timing."""
@@ -64,7 +67,28 @@ def notes(df: pd.DataFrame) -> list[str]:
                    f"(e.g. cp {drop.iloc[0]['cp_size']}, bs {drop.iloc[0]['bs']}, "
                    f"{human_tokens(drop.iloc[0]['seq_len'])} tokens, {drop.iloc[0]['mode']}); treat those numbers "
                    "with care.")
-    return out or ["- Every cell ran on every rank in both modes."]
+    return out or [ALL_RAN]
+
+
+def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
+    """Bullets for cells the manifest's config planned but the results do not hold (a sweep that was
+    stopped: ``cpbench sweep ... --resume`` measures them)."""
+    cfg = manifest.get("config") or {}
+    if not cfg.get("cp_sizes"):
+        return []
+    if cfg.get("seq_lens"):
+        batches = [(len(cfg["seq_lens"]), max(cfg["seq_lens"]))]
+    else:
+        batches = [(b, q) for b in cfg.get("bs_list", []) for q in cfg.get("seq_list", [])]
+    have = set(zip(df["cp_size"].astype(int), df["bs"].astype(int), df["seq_len"].astype(int), df["timing"]))
+    out = []
+    for cp in cfg["cp_sizes"]:
+        for bs, seq in batches:
+            for timing in cfg.get("timings", []):
+                if (cp, bs, seq, timing) not in have:
+                    out.append(f"- cp {cp} · bs {bs} · {human_tokens(seq)} tokens · {timing}: **not measured** "
+                               "(the sweep stopped before this cell; rerun its command with `--resume`)")
+    return out
 
 
 def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Path | None = None) -> str:
@@ -100,7 +124,11 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     for stem, model, backend, caption in chart_stems(d):
         if plot_dir is None or (plot_dir / f"{stem}.png").exists():
             parts += [f"**{stem}** — {caption}", "", f"![{stem}](plots/{stem}.png)", ""]
-    parts += ["## Notes", ""] + notes(d) + [""]
+    missing = missing_cells(d, manifest)
+    ran = notes(d)
+    if missing and ran == [ALL_RAN]:
+        ran = []
+    parts += ["## Notes", ""] + missing + ran + [""]
     return "\n".join(parts)
 
 
