@@ -49,7 +49,7 @@ def test_sweep_writes_run_directory(tmp_path):
 
 def test_ineligible_cell_recorded_and_sweep_goes_on(tmp_path):
     out = tmp_path / "run"
-    r = cpbench("sweep", "--cp", "4", "--bs", "1", "--seq", "7,64", "--out", str(out), "--no-report", *TINY)
+    r = cpbench("sweep", "--cp", "4", "--bs", "1", "--seq", "7,64", "--out", str(out), "--no-report", "--nvtx", *TINY)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = read_jsonl(out / "results.jsonl")
     bad = [x for x in rows if x["seq_len"] == 7]

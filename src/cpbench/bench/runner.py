@@ -51,7 +51,7 @@ class SweepConfig:
     check: bool = True
     context_len: int | None = None
     profile: bool = True
-    nvtx: bool = False
+    nvtx: bool = False  # NVTX ranges (cell, layer, call) around timed eager forwards
 
 
 @dataclass(frozen=True)
@@ -221,6 +221,13 @@ class Runner:
         for m, prep in prepared.items():
             if timing == "eager":
                 fns[m] = prep.forward
+                if self.cfg.nvtx:  # NVTX ranges around the timed forwards (~0.4 µs per range on the H200)
+                    from cpbench.profiles.ranges import annotated_forward
+
+                    g = work.geometry
+                    fns[m] = annotated_forward(prep, f"{cell.label()} r{g.rank} {m} eager",
+                                               {"cp_size": g.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
+                                                "rank": g.rank}, nvtx_on=True, record_functions=False)
                 continue
             try:
                 fns[m] = capture_graph(prep.forward)
