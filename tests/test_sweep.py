@@ -61,6 +61,7 @@ def test_ineligible_cell_recorded_and_sweep_goes_on(tmp_path):
     (["--bs", "0"], "--bs"), (["--bs", ""], "--bs"), (["--seq", "7"], "no cell can run"),
     (["--timing", "warp"], "--timing"), (["--timing", "graph"], "CUDA"), (["--cp", "4", "--ranks", "4"], "--ranks"),
     (["--model", "gpt-9"], "unknown model"), (["--page-size", "48"], "page size"), (["--prefix", "-1"], "--prefix"),
+    (["--seq", "64", "--context-len", "32"], "--context-len"),
 ])
 def test_bad_input_one_line_exit_2(tmp_path, args, needle):
     r = cpbench("sweep", "--out", str(tmp_path / "r"), "--no-report", *TINY, *args)
@@ -68,6 +69,16 @@ def test_bad_input_one_line_exit_2(tmp_path, args, needle):
     assert "Traceback" not in r.stderr and needle in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "r" / "results.jsonl").exists()
+
+
+def test_oom_cell_recorded_and_sweep_goes_on(tmp_path):
+    out = tmp_path / "run"
+    r = cpbench("sweep", "--cp", "2", "--bs", "1", "--seq", "64,2000000000", "--out", str(out), "--no-report", *TINY)
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    rows = read_jsonl(out / "results.jsonl")
+    assert {x["status"] for x in rows if x["seq_len"] == 64} == {"ok"}
+    big = [x for x in rows if x["seq_len"] == 2000000000]
+    assert len(big) == 4 and {x["status"] for x in big} == {"oom"} and "allocate" in big[0]["reason"]
 
 
 def test_out_is_a_file_or_unwritable(tmp_path):

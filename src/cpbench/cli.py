@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from cpbench.cli_options import (BackendName, DeviceOpt, DType, HeadDimOpt, HeadsOpt, KvHeadsOpt, LayersOpt,
@@ -56,7 +57,7 @@ def geometry(
         return
     g0 = geoms[0]
     if not g0.eligible:
-        console.print(f"[yellow]not CP-eligible:[/] {g0.reason}")
+        console.print(f"[yellow]not CP-eligible:[/] {escape(g0.reason)}")
         return
     t = Table(title=f"zigzag geometry: cp_size {cp}, extend {ext}, prefix {list(g0.prefix_lens)}; "
                     f"rows per rank padded to {g0.tokens_padded}")
@@ -141,12 +142,16 @@ def sweep(
         raise CpbenchInputError("--budget-ms must be > 0 and --warmup >= 0")
     if prefix < 0:
         raise CpbenchInputError(f"--prefix must be >= 0 tokens, got {prefix}")
+    seqs = int_list(seq or default_seq, "--seq")
+    if context_len is not None and context_len < max(explicit or seqs) + prefix:
+        raise CpbenchInputError(f"--context-len {context_len} is shorter than the longest sequence "
+                                f"({max(explicit or seqs) + prefix} tokens with prefix): raise it or drop it")
     cps = int_list(cp, "--cp")
     rank_list = None if ranks.strip() == "all" else int_list(ranks, "--ranks", minimum=0)
     if rank_list and max(rank_list) >= min(cps):
         raise CpbenchInputError(f"--ranks {max(rank_list)} is outside [0, cp_size) for cp_size {min(cps)}")
     code = run_sweep(
-        model=spec, cp_sizes=cps, bs_list=int_list(bs, "--bs"), seq_list=int_list(seq or default_seq, "--seq"),
+        model=spec, cp_sizes=cps, bs_list=int_list(bs, "--bs"), seq_list=seqs,
         seq_lens=explicit, prefix=prefix, ranks=rank_list, modes=choice_list(mode, ("two-call", "fused"), "--mode"),
         backend=backend.value, timings=timings, budget_ms=budget_ms, warmup=warmup, dtype=dtype.value, seed=seed,
         check=check, context_len=context_len, device=dev, profile=profile, nvtx=nvtx, out=out, resume=resume,
@@ -164,5 +169,5 @@ def main() -> None:
     try:
         app(standalone_mode=True)
     except CpbenchInputError as e:
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(2)

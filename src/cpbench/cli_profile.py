@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from cpbench import cli_options as c
@@ -86,9 +87,9 @@ def register(app: typer.Typer) -> None:
         t.add_column("what")
         t.add_column("value")
         for k, v in info["environment"].items():
-            t.add_row(k, "-" if v in (None, "") else str(v))
+            t.add_row(k, "-" if v in (None, "") else escape(str(v)))
         for b, why in info["backends"].items():
-            t.add_row(f"backend {b}", "[green]available[/]" if why is None else f"[yellow]unavailable:[/] {why}")
+            t.add_row(f"backend {b}", "[green]available[/]" if why is None else f"[yellow]unavailable:[/] {escape(why)}")
         c.console.print(t)
 
 
@@ -108,7 +109,7 @@ def _print_counts(console, report: dict, run_dir: Path) -> None:
         console.print(t)
     if "nsys" in report:
         n = report["nsys"]
-        console.print(f"nsys: {n.get('status')} {n.get('report', '')} {n.get('reason', '')}")
+        console.print(escape(f"nsys: {n.get('status')} {n.get('report', '')} {n.get('reason', '')}"))
     console.print(f"traces (open in https://ui.perfetto.dev): {run_dir / 'profiles'}")
 
 

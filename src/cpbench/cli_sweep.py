@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -56,7 +57,7 @@ def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend:
     console.print(f"run directory: {run_dir}")
     if df.empty or not (df["status"].isin(["ok", "mismatch"])).any():
         reasons = sorted(set(df.get("reason", []))) if not df.empty else []
-        console.print(f"[red]no cell could run:[/] {'; '.join(map(str, reasons))[:400]}")
+        console.print(f"[red]no cell could run:[/] {escape('; '.join(map(str, reasons))[:400])}")
         return 2
     if runner.mismatches and not allow_mismatch:
         console.print(f"[red]{runner.mismatches} row(s) failed the correctness check[/] (--allow-mismatch to accept)")
@@ -98,5 +99,5 @@ def show_summary(console: Console, df) -> None:
             sp = r["speedup"]
             t.add_row(str(r["bs"]), str(r["seq_len"]), _ms(r["two_call_us"]), _ms(r["fused_us"]),
                       "-" if sp != sp else f"{sp:.2f}x", r["status"] if r["status"] == "ok" else
-                      f"{r['status']}: {str(r['reason'])[:60]}")
+                      f"{r['status']}: {escape(str(r['reason'])[:60])}")
         console.print(t)

@@ -25,6 +25,7 @@ from cpbench.bench.models import ModelSpec
 from cpbench.bench.results import SCHEMA_VERSION, row_key
 from cpbench.bench.timing import Clock, capture_graph, host_enqueue_us, summarize, time_interleaved, time_op_us
 from cpbench.bench.workload import CellInputs, RankWork, build_cell, rank_work
+from cpbench.errors import CpbenchInputError
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -90,7 +91,7 @@ class Runner:
     def __init__(self, cfg: SweepConfig, emit: Callable[[dict], None], done: set | None = None,
                  trace_dir: Path | None = None) -> None:
         self.cfg = cfg
-        self.emit = emit
+        self._sink = emit
         self.done = done or set()
         self.trace_dir = trace_dir
         self._kpc: dict = {}  # kernels per call, measured once per (cell, mode)
@@ -99,6 +100,11 @@ class Runner:
         self.mismatches = 0
 
     # -- rows ------------------------------------------------------------------------------------
+    def emit(self, row: dict) -> None:
+        """Hand a row to the sink and remember its key (so no later status row duplicates it)."""
+        self.done.add(row_key(row))
+        self._sink(row)
+
     def _base(self, cell: CellSpec, rank: int, mode: str, timing: str) -> dict:
         c = self.cfg
         return dict(schema_version=SCHEMA_VERSION, model=c.model.name, backend=c.backend, timing=timing,
@@ -145,8 +151,13 @@ class Runner:
             for r in ranks:
                 self._run_rank(cell, rank_work(inputs, geoms[r]), shared)
                 on_rank()
-        except torch.OutOfMemoryError as e:
-            self._emit_status(cell, ranks, "oom", f"out of device memory: {str(e).splitlines()[0][:160]}")
+        except CpbenchInputError:
+            raise
+        except Exception as e:  # the cell cannot run: record why for every row not yet measured
+            if _is_oom(e):
+                self._emit_status(cell, ranks, "oom", f"out of memory building or running the cell: {_one_line(e)}")
+            else:
+                self._emit_status(cell, ranks, "error", _one_line(e))
         finally:
             del inputs
             if self.cfg.device.type == "cuda":
@@ -172,9 +183,9 @@ class Runner:
             try:
                 prepared[m] = self.backend.prepare(work, m)
                 info[m] = self._first_forward(work, prepared[m])
-            except torch.OutOfMemoryError:
-                raise
-            except Exception as e:  # a backend failure is a row, not a crash
+            except Exception as e:  # a backend failure is a row, not a crash (OOM fails the whole cell)
+                if _is_oom(e):
+                    raise
                 self._emit_mode(cell, work, m, todo, "error", _one_line(e))
         if self.cfg.check and {"two-call", "fused"} <= set(prepared):
             info["fused"]["diff_vs_two_call"] = checks.max_abs_diff(prepared["fused"], prepared["two-call"])
@@ -231,9 +242,9 @@ class Runner:
                 continue
             try:
                 fns[m] = capture_graph(prep.forward)
-            except torch.OutOfMemoryError:
-                raise
             except Exception as e:
+                if _is_oom(e):
+                    raise
                 self._emit_mode(cell, work, m, [(m, timing)] if (m, timing) in todo else [], "error",
                                 f"CUDA graph capture failed: {_one_line(e)}")
         return fns
@@ -303,6 +314,13 @@ def count_kernels(prep: Prepared, label: str, device: torch.device, trace_dir: P
     if trace is not None:
         row["trace"] = str(trace)
     return row
+
+
+def _is_oom(e: BaseException) -> bool:
+    """CUDA OOM, or a CPU allocation failure (torch raises a plain RuntimeError for those)."""
+    text = str(e).lower()
+    return isinstance(e, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(e, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text))
 
 
 def _one_line(e: BaseException) -> str:
