@@ -48,3 +48,13 @@ def test_bad_input_exit_2_one_line(args):
 def test_models_lists_presets():
     r = cpbench("models")
     assert r.returncode == 0 and "gpt-oss-120b" in r.stdout and "llama-3.1-8b" in r.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["sweep", "--backend", "fa9"], ["sweep", "--budget-ms", "abc"], ["sweep", "--out"], ["nope"],
+    ["sweep", "--bogus", "1"], ["report"],
+])
+def test_usage_errors_are_one_line_exit_2(args):
+    r = cpbench(*args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error:")

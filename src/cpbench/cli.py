@@ -164,10 +164,30 @@ cli_profile.register(app)
 cli_report.register(app)
 
 
+def _is(e: BaseException, name: str) -> bool:
+    # typer >= 0.2x vendors click (typer._click), older typer uses click: match the class by name
+    return any(c.__name__ == name for c in type(e).__mro__)
+
+
 def main() -> None:
-    """Entry point: run the app, turning input errors into one line on stderr and exit code 2."""
+    """Entry point: run the app; bad input (ours or click's) becomes one line on stderr and exit 2."""
     try:
-        app(standalone_mode=True)
+        code = app(standalone_mode=False)
     except CpbenchInputError as e:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(2)
+    except Exception as e:
+        if _is(e, "NoArgsIsHelpError"):
+            print(e.ctx.get_help() if getattr(e, "ctx", None) else str(e))
+            sys.exit(0)
+        if _is(e, "UsageError"):  # unknown option/command, bad value, missing argument
+            ctx = getattr(e, "ctx", None)
+            where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            err_console.print(f"[bold red]error:[/] {escape(e.format_message() + where)}", highlight=False,
+                              soft_wrap=True)
+            sys.exit(2)
+        if _is(e, "Abort"):
+            err_console.print("aborted")
+            sys.exit(130)
+        raise
+    sys.exit(code if isinstance(code, int) else 0)
