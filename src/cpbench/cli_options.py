@@ -89,6 +89,9 @@ def resolve_device(device: Optional[str]):
 
 
 def choice_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    """Parse ``"a,b"`` (or ``"both"`` for every allowed value) into a list of allowed choices."""
+    if text.strip() == "both":
+        return list(allowed)
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
         raise CpbenchInputError(f"{what} is empty: use {', '.join(allowed)}")

@@ -40,7 +40,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Count attention kernels per rank, two-call vs fused (e.g. 72 -> 36 per rank, 288 -> 144 over
         4 ranks), and write Perfetto-openable Chrome traces."""
-        from cpbench.bench.backends import resolve_auto
+        from cpbench.bench.backends import get_backend, resolve_auto
+        from cpbench.bench.runner import DTYPES
+        from cpbench.profiles.nsys import find_nsys
         from cpbench.bench.profiling import nsys_child as run_child, profile_cell, totals
         from cpbench.bench.runner import CellSpec
 
@@ -59,6 +61,12 @@ def register(app: typer.Typer) -> None:
         if nsys_child:
             run_child(spec, cells, **kw)
             return
+        why = get_backend(name).supports(dev, spec, DTYPES[dtype.value])
+        if why:
+            raise CpbenchInputError(f"backend {name}: {why}")
+        if nsys and find_nsys() is None:
+            raise CpbenchInputError("--nsys: nsys not found; install Nsight Systems or put nsys on PATH "
+                                    "(`cpbench doctor` shows what is found), or drop --nsys")
         run_dir = Path(out) if out else Path("runs") / datetime.now().strftime("profile-%Y%m%d-%H%M%S")
         if run_dir.exists() and not run_dir.is_dir():
             raise CpbenchInputError(f"--out {str(run_dir)!r} is a file: pass a directory")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+
+import torch
 
 from rich.console import Console
 from rich.markup import escape
@@ -25,6 +28,10 @@ def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend:
     Raises CpbenchInputError for bad input found before anything is measured.
     """
     name = resolve_auto(kw["device"]) if backend == "auto" else backend
+    if kw["device"].type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        # the CPU reference runs many small ops: one intra-op thread is steadier (and on 2 cores about
+        # as fast); several threads spin against any other load. OMP_NUM_THREADS overrides.
+        torch.set_num_threads(1)
     get_backend(name)  # unknown names fail here, before a directory is made
     cfg = SweepConfig(backend=name, **kw)
     cells = plan_cells(cfg)
@@ -69,7 +76,8 @@ def timing_method(cfg: SweepConfig) -> str:
     clock = "CUDA events" if cfg.device.type == "cuda" else "time.perf_counter"
     return (f"{clock}, one whole forward ({cfg.model.num_layers} layers) per sample, device synchronised "
             f"before each sample; {cfg.warmup} warm-up forwards; ~{cfg.budget_ms:g} ms of samples per variant "
-            f"(>= 5); two-call and fused interleaved ABBA; timings: {', '.join(cfg.timings)} "
+            f"(>= {5 if cfg.device.type == 'cuda' else 3}"
+            f"{'' if cfg.device.type == 'cuda' else f', {torch.get_num_threads()} CPU thread(s)'}); two-call and fused interleaved ABBA; timings: {', '.join(cfg.timings)} "
             "(graph = CUDA graph replay); setup (metadata, page tables, plan) timed separately on the host")
 
 
