@@ -110,3 +110,22 @@ def test_hf_config_bad(tmp_path, text):
         from_hf_config(p)
     with pytest.raises(CpbenchInputError, match="cannot read"):
         from_hf_config(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("cfg", [
+    {"num_hidden_layers": 2, "num_attention_heads": 8, "hidden_size": 100},  # head_dim would truncate
+    {"num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 16, "sliding_window": -5},
+    {"num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 16, "sliding_window": 8, "layer_types": ["x", "y"]},
+])
+def test_hf_config_rejects_silent_nonsense(tmp_path, cfg):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(CpbenchInputError):
+        from_hf_config(p)
+
+
+def test_hf_config_not_utf8(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(CpbenchInputError, match="UTF-8"):
+        from_hf_config(p)

@@ -73,7 +73,9 @@ def test_bad_input_one_line_exit_2(tmp_path, args, needle):
 
 def test_oom_cell_recorded_and_sweep_goes_on(tmp_path):
     out = tmp_path / "run"
-    r = cpbench("sweep", "--cp", "2", "--bs", "1", "--seq", "64,2000000000", "--out", str(out), "--no-report", *TINY)
+    r = subprocess.run([sys.executable, "-m", "cpbench", "sweep", "--cp", "2", "--bs", "1", "--seq", "64,2000000000",
+                        "--out", str(out), "--no-report", *TINY], capture_output=True, text=True, timeout=300,
+                       env={**ENV, "CPBENCH_CPU_TFLOP_LIMIT": "1e30"})  # let it reach the allocation
     assert r.returncode == 0 and "Traceback" not in r.stderr
     rows = read_jsonl(out / "results.jsonl")
     assert {x["status"] for x in rows if x["seq_len"] == 64} == {"ok"}
@@ -142,3 +144,28 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path):
     assert len(keys) == len(set(keys)) == 48  # 2 bs x 2 seq x (2 + 4 ranks) x 2 modes
     assert after[:len(before)] == before  # rows measured before the kill are untouched
     assert len(pd.read_parquet(out / "results.parquet")) == 48
+
+
+def test_resume_with_other_options_refused(tmp_path):
+    out = tmp_path / "run"
+    args = ["sweep", "--cp", "2", "--bs", "1", "--seq", "64", "--out", str(out), "--no-report", *TINY]
+    assert cpbench(*args).returncode == 0
+    r = cpbench(*args, "--resume", "--dtype", "fp16")
+    assert r.returncode == 2 and "different dtype" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_cpu_refuses_cells_too_big_for_the_reference(tmp_path):
+    out = tmp_path / "run"
+    r = cpbench("sweep", "--cp", "4", "--bs", "1", "--seq", "64,10000000", "--out", str(out), "--no-report", *TINY)
+    assert r.returncode == 0
+    big = [x for x in read_jsonl(out / "results.jsonl") if x["seq_len"] == 10000000]
+    assert big and {x["status"] for x in big} == {"unsupported"} and "TFLOP" in big[0]["reason"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--out", ""], "--out is empty"), (["--seq-lens", ""], "--seq-lens is empty"),
+    (["--budget-ms", "nan"], "finite"), (["--seed", "99999999999999999999"], "--seed"), (["--timing", ""], "--timing"),
+])
+def test_empty_or_nonfinite_options(args, needle):
+    r = cpbench("sweep", *args, *TINY)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr

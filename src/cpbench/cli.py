@@ -6,6 +6,7 @@ Exit codes: 0 ok; 1 a measured problem (mismatch, regression); 2 bad input (one 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -114,7 +115,7 @@ def sweep(
     seed: Annotated[int, typer.Option("--seed", help="Seed of inputs and page-table permutation.")] = 0,
     context_len: Annotated[Optional[int], typer.Option(
         "--context-len", help="Tokens the page table is sized for (W = ceil(context_len/page_size)); default: longest sequence.")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Run directory (default runs/<timestamp>).")] = None,
+    out: Annotated[Optional[str], typer.Option("--out", help="Run directory (default runs/<timestamp>).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out, skipping measured rows.")] = False,
     check: Annotated[bool, typer.Option("--check/--no-check", help="Compare outputs with the fp32 torch reference.")] = True,
     allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Exit 0 even if a check fails.")] = False,
@@ -134,7 +135,14 @@ def sweep(
     spec = resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
     explicit = int_list(seq_lens, "--seq-lens") if seq_lens else None
     default_seq = "2048,8192,16384" if dev.type == "cuda" else "32,64"
-    timings = choice_list(timing or ("eager,graph" if dev.type == "cuda" else "eager"), ("eager", "graph"), "--timing")
+    if out is not None and not out.strip():
+        raise CpbenchInputError("--out is empty: give a directory, or leave it out for runs/<timestamp>")
+    if seq_lens is not None and not seq_lens.strip():
+        raise CpbenchInputError("--seq-lens is empty: give lengths such as 3000,5000, or leave it out")
+    if not math.isfinite(budget_ms) or not 0 <= seed < 2**63:
+        raise CpbenchInputError("--budget-ms must be a finite number of ms and --seed an integer in [0, 2**63)")
+    timings = choice_list(timing if timing is not None else ("eager,graph" if dev.type == "cuda" else "eager"),
+                          ("eager", "graph"), "--timing")
     if "graph" in timings and dev.type != "cuda":
         raise CpbenchInputError("--timing graph needs a CUDA device: use --timing eager on CPU")
     warmup = (3 if dev.type == "cuda" else 1) if warmup is None else warmup
@@ -175,6 +183,10 @@ def main() -> None:
         code = app(standalone_mode=False)
     except CpbenchInputError as e:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except (OSError, UnicodeDecodeError) as e:  # a path that is not what it should be (file vs folder, ...)
+        err_console.print(f"[bold red]error:[/] {escape(f'{type(e).__name__}: {e}')}", highlight=False,
+                          soft_wrap=True)
         sys.exit(2)
     except Exception as e:
         if _is(e, "NoArgsIsHelpError"):

@@ -59,6 +59,10 @@ def compare(
     from cpbench.errors import CpbenchInputError
     from cpbench.plots.compare_md import compare_markdown
 
+    if not 0 <= seed < 2**32:
+        raise CpbenchInputError(f"--seed must be in [0, 2**32), got {seed}")
+    if out is not None and out.is_dir():
+        raise CpbenchInputError(f"--out {str(out)!r} is a directory: give a file path such as compare.md")
     res, bman, nman = compare_runs(base, new, band=band, fail_above=fail_above, seed=seed)
     text = compare_markdown(res, str(base), str(new), bman, nman)
     typer.echo(text, nl=False)

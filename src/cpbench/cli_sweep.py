@@ -19,6 +19,7 @@ from cpbench.bench.geometry import eligibility
 from cpbench.bench.results import append_row, critical_path
 from cpbench.bench.rundir import RESULTS, done_keys, finalize, open_run_dir, write_manifest
 from cpbench.bench.runner import Runner, SweepConfig, plan_cells
+from cpbench.cli_options import err_console
 from cpbench.errors import CpbenchInputError
 
 
@@ -40,6 +41,8 @@ def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend:
         raise CpbenchInputError(f"no cell can run: {eligibility(c.extend_lens, c.cp_size)[1]} "
                                 f"(every batch needs extend lengths >= 2*cp_size)")
     run_dir = open_run_dir(out, resume)
+    if resume:
+        check_resume_config(run_dir, cfg)
     env = environment(cfg.device)
     config = {k: (v.name if k == "model" else str(v) if k == "device" else v)
               for k, v in dataclasses.asdict(cfg).items() if k != "model"}
@@ -64,12 +67,29 @@ def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend:
     console.print(f"run directory: {run_dir}")
     if df.empty or not (df["status"].isin(["ok", "mismatch"])).any():
         reasons = sorted(set(df.get("reason", []))) if not df.empty else []
-        console.print(f"[red]no cell could run:[/] {escape('; '.join(map(str, reasons))[:400])}")
+        err_console.print(f"[red]error:[/] no cell could run: {escape('; '.join(map(str, reasons))[:300])}",
+                          soft_wrap=True)
         return 2
     if runner.mismatches and not allow_mismatch:
         console.print(f"[red]{runner.mismatches} row(s) failed the correctness check[/] (--allow-mismatch to accept)")
         return 1
     return 0
+
+
+# Options that change what a row means; a resumed sweep must keep them (lists of cells may grow).
+FIXED_ON_RESUME = ("backend", "dtype", "seed", "prefix", "context_len", "check", "model")
+
+
+def check_resume_config(run_dir, cfg: SweepConfig) -> None:
+    """Raise CpbenchInputError when --resume would mix rows measured under other options."""
+    import json
+
+    old = json.loads((run_dir / "manifest.json").read_text()).get("config", {}) if (run_dir / "manifest.json").exists() else {}
+    new = {"model": dataclasses.asdict(cfg.model), **{k: getattr(cfg, k) for k in FIXED_ON_RESUME if k != "model"}}
+    for key in FIXED_ON_RESUME:
+        if key in old and json.loads(json.dumps(old[key])) != json.loads(json.dumps(new[key])):
+            raise CpbenchInputError(f"--resume: {run_dir} was measured with a different {key} "
+                                    f"({str(old[key])[:60]}): resume with the same options or pick another --out")
 
 
 def timing_method(cfg: SweepConfig) -> str:

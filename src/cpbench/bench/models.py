@@ -107,6 +107,8 @@ def from_hf_config(path: str | Path) -> ModelSpec:
         cfg = json.loads(p.read_text())
     except OSError as e:
         raise CpbenchInputError(f"cannot read model config {str(p)!r}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise CpbenchInputError(f"model config {str(p)!r} is not UTF-8 JSON") from None
     except json.JSONDecodeError as e:
         raise CpbenchInputError(f"model config {str(p)!r} is not valid JSON (line {e.lineno})") from None
     if not isinstance(cfg, dict):
@@ -121,11 +123,21 @@ def from_hf_config(path: str | Path) -> ModelSpec:
 
     layers, heads = need("num_hidden_layers"), need("num_attention_heads")
     kv_heads = cfg.get("num_key_value_heads") or heads
-    head_dim = cfg.get("head_dim") or (need("hidden_size") // heads)
+    head_dim = cfg.get("head_dim")
+    if head_dim is None:
+        if need("hidden_size") % heads:
+            raise CpbenchInputError(f"model config {str(p)!r}: hidden_size is not a multiple of "
+                                    "num_attention_heads and head_dim is missing: add head_dim")
+        head_dim = cfg["hidden_size"] // heads
     window = cfg.get("sliding_window")
     types = cfg.get("layer_types")
     if types is not None and (not isinstance(types, list) or len(types) != layers):
         raise CpbenchInputError(f"model config {str(p)!r}: layer_types must list {layers} layer types")
+    if types is not None and not set(types) <= {"sliding_attention", "full_attention"}:
+        raise CpbenchInputError(f"model config {str(p)!r}: layer_types may hold only sliding_attention and "
+                                f"full_attention, got {sorted(set(map(str, types)))}")
+    if window is not None and not (isinstance(window, int) and not isinstance(window, bool) and window > 0):
+        raise CpbenchInputError(f"model config {str(p)!r}: sliding_window must be a positive integer or null")
     if types is None:
         slides = bool(window) and bool(cfg.get("use_sliding_window", False))
         types = ["sliding_attention" if slides else "full_attention"] * layers

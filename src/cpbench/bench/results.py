@@ -75,11 +75,17 @@ def read_jsonl(path: Path) -> list[dict]:
     rows = []
     if not path.exists():
         return rows
-    for line in path.read_text().splitlines():
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise CpbenchInputError(f"{str(path)!r} is not UTF-8 text: it is not a cpbench results file") from None
+    for line in text.splitlines():
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(row, dict):
+            rows.append(row)
     return rows
 
 
@@ -104,7 +110,11 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
         except json.JSONDecodeError:
             raise CpbenchInputError(f"{str(d / 'manifest.json')!r} is not valid JSON") from None
     if (d / "results.parquet").exists():
-        df = pd.read_parquet(d / "results.parquet")
+        try:
+            df = pd.read_parquet(d / "results.parquet")
+        except Exception as e:  # pyarrow raises its own types for a corrupt file
+            raise CpbenchInputError(f"{str(d / 'results.parquet')!r} cannot be read ({type(e).__name__}): "
+                                    "delete it to fall back to results.jsonl") from None
     else:
         rows = read_jsonl(d / "results.jsonl")
         if not rows:
@@ -112,7 +122,8 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
         df = pd.DataFrame(rows)
     if df.empty:
         raise CpbenchInputError(f"{str(d)!r} holds no result rows")
-    versions = set(df.get("schema_version", pd.Series([manifest.get("schema_version")])).dropna().astype(int))
+    raw = df.get("schema_version", pd.Series([manifest.get("schema_version")])).dropna()
+    versions = set(pd.to_numeric(raw, errors="coerce").fillna(-1).astype(int))
     if versions and versions != {SCHEMA_VERSION}:
         raise CpbenchInputError(
             f"{str(d)!r} uses results schema {sorted(versions)}, this cpbench reads {SCHEMA_VERSION}: "

@@ -9,6 +9,7 @@ status and a reason, and the sweep goes on.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -28,6 +29,8 @@ from cpbench.bench.workload import CellInputs, RankWork, build_cell, rank_work
 from cpbench.errors import CpbenchInputError
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# per rank forward: ~1-2 minutes per forward for the CPU reference on 2 cores; env var raises it
+CPU_TFLOP_LIMIT = float(os.environ.get("CPBENCH_CPU_TFLOP_LIMIT", "2"))
 
 
 @dataclass
@@ -135,7 +138,7 @@ class Runner:
             return
         ok, reason = eligibility(cell.extend_lens, cell.cp_size)
         why = None if ok else ("ineligible", reason)
-        why = why or self._unsupported()
+        why = why or self._unsupported(cell)
         if why:
             self._emit_status(cell, ranks, *why)
             for _ in ranks:
@@ -163,9 +166,19 @@ class Runner:
             if self.cfg.device.type == "cuda":
                 torch.cuda.empty_cache()
 
-    def _unsupported(self) -> tuple[str, str] | None:
+    def _unsupported(self, cell: CellSpec) -> tuple[str, str] | None:
         reason = self.backend.supports(self.cfg.device, self.cfg.model, DTYPES[self.cfg.dtype])
-        return ("unsupported", reason) if reason else None
+        if reason:
+            return "unsupported", reason
+        if self.cfg.device.type == "cpu":  # the reference on a CPU: refuse what would run for hours
+            m = self.cfg.model
+            g = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)[0]
+            tflop = sum(attention_flops(segs, m.num_q_heads, m.head_dim, w)
+                        for w in m.window_left_per_layer for _, segs in g.calls("fused")) / 1e12
+            if tflop > CPU_TFLOP_LIMIT:
+                return "unsupported", (f"about {tflop:.3g} TFLOP per forward is too much for the CPU reference "
+                                       f"(limit {CPU_TFLOP_LIMIT:g}): use a GPU, or a smaller --seq/--bs")
+        return None
 
     def _cell_metrics(self, inputs: CellInputs) -> dict:
         bt = inputs.block_tables
