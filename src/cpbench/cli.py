@@ -9,7 +9,6 @@ import json
 import math
 import os
 import sys
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer

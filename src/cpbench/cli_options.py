@@ -73,19 +73,10 @@ def resolve_model(model: str, model_config: Optional[Path], layers, heads, kv_he
 
 
 def resolve_device(device: Optional[str]):
-    import torch
+    """The torch device for ``--device`` (see cpbench.bench.env.resolve_device)."""
+    from cpbench.bench.env import resolve_device as resolve
 
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise CpbenchInputError(f"--device {device!r} is not a device: use cuda, cuda:N or cpu") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise CpbenchInputError("--device cuda asked for, but torch sees no CUDA GPU: use --device cpu")
-    if dev.type not in ("cuda", "cpu"):
-        raise CpbenchInputError(f"--device {device!r} is not supported: use cuda, cuda:N or cpu")
-    return dev
+    return resolve(device)
 
 
 def choice_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-
-import torch
 
 from rich.console import Console
 from rich.markup import escape
@@ -29,10 +26,6 @@ def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend:
     Raises CpbenchInputError for bad input found before anything is measured.
     """
     name = resolve_auto(kw["device"]) if backend == "auto" else backend
-    if kw["device"].type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
-        # the CPU reference runs many small ops: one intra-op thread is steadier (and on 2 cores about
-        # as fast); several threads spin against any other load. OMP_NUM_THREADS overrides.
-        torch.set_num_threads(1)
     get_backend(name)  # unknown names fail here, before a directory is made
     cfg = SweepConfig(backend=name, **kw)
     cells = plan_cells(cfg)
@@ -43,14 +36,14 @@ def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend:
     run_dir = open_run_dir(out, resume)
     if resume:
         check_resume_config(run_dir, cfg)
+    done = done_keys(run_dir)
+    rows_path = run_dir / RESULTS
+    runner = Runner(cfg, lambda row: append_row(rows_path, row), done)
     env = environment(cfg.device)
     config = {k: (v.name if k == "model" else str(v) if k == "device" else v)
               for k, v in dataclasses.asdict(cfg).items() if k != "model"}
     config["model"] = dataclasses.asdict(cfg.model)
-    write_manifest(run_dir, {**env, "timing_method": timing_method(cfg)}, config)
-    done = done_keys(run_dir)
-    rows_path = run_dir / RESULTS
-    runner = Runner(cfg, lambda row: append_row(rows_path, row), done)
+    write_manifest(run_dir, {**env, "timing_method": timing_method(cfg, runner.cpu_threads)}, config)
     console.print(f"[bold]cpbench sweep[/] {cfg.model.name} on {env.get('gpu_name') or env['cpu']} "
                   f"backend [cyan]{name}[/] -> {run_dir}" + (f" (resuming, {len(done)} rows on disk)" if done else ""))
     total = sum(len(cfg.ranks or range(c.cp_size)) for c in cells)
@@ -92,20 +85,18 @@ def check_resume_config(run_dir, cfg: SweepConfig) -> None:
                                     f"({str(old[key])[:60]}): resume with the same options or pick another --out")
 
 
-def timing_method(cfg: SweepConfig) -> str:
+def timing_method(cfg: SweepConfig, cpu_threads: int | None) -> str:
     clock = "CUDA events" if cfg.device.type == "cuda" else "time.perf_counter"
     return (f"{clock}, one whole forward ({cfg.model.num_layers} layers) per sample, device synchronised "
             f"before each sample; {cfg.warmup} warm-up forwards; ~{cfg.budget_ms:g} ms of samples per variant "
             f"(>= {5 if cfg.device.type == 'cuda' else 3}"
-            f"{'' if cfg.device.type == 'cuda' else f', {torch.get_num_threads()} CPU thread(s)'}); two-call and fused interleaved ABBA; timings: {', '.join(cfg.timings)} "
+            f"{'' if cpu_threads is None else f', {cpu_threads} CPU thread(s)'}); two-call and fused interleaved ABBA; timings: {', '.join(cfg.timings)} "
             "(graph = CUDA graph replay); setup (metadata, page tables, plan) timed separately on the host")
 
 
 def _write_report(run_dir, console: Console) -> None:
-    try:
-        from cpbench.plots.report import write_report
-    except ImportError:
-        return
+    from cpbench.plots.report import write_report
+
     path = write_report(run_dir)
     console.print(f"report: {path}")
 

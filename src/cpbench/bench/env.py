@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 import cpbench
+from cpbench.errors import CpbenchInputError
 
 
 def pkg_version(name: str) -> str | None:
@@ -106,3 +107,21 @@ def environment(device: torch.device) -> dict:
     else:
         env.update(gpu_name=None, compute_capability=None, driver=None)
     return env
+
+
+def resolve_device(device: str | None) -> torch.device:
+    """``--device`` as a torch device (default: cuda if torch sees a GPU, else cpu).
+
+    Raises CpbenchInputError for a name torch does not know, cuda without a GPU, or another device type.
+    """
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise CpbenchInputError(f"--device {device!r} is not a device: use cuda, cuda:N or cpu") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise CpbenchInputError("--device cuda asked for, but torch sees no CUDA GPU: use --device cpu")
+    if dev.type not in ("cuda", "cpu"):
+        raise CpbenchInputError(f"--device {device!r} is not supported: use cuda, cuda:N or cpu")
+    return dev

@@ -98,6 +98,13 @@ class Runner:
         self.done = done or set()
         self.trace_dir = trace_dir
         self._kpc: dict = {}  # kernels per call, measured once per (cell, mode)
+        self.cpu_threads: int | None = None
+        if cfg.device.type == "cpu":
+            # the CPU reference runs many small ops: one intra-op thread is steadier (on 2 cores about
+            # as fast); several threads spin against any other load. OMP_NUM_THREADS overrides.
+            if "OMP_NUM_THREADS" not in os.environ:
+                torch.set_num_threads(1)
+            self.cpu_threads = torch.get_num_threads()
         self.backend = get_backend(cfg.backend)
         self.clock = Clock(cfg.device)
         self.mismatches = 0
