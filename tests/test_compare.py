@@ -145,3 +145,18 @@ def test_bad_input_exits_2_with_one_line(tmp_path, base, setup):
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in r.stderr
+
+
+def test_ok_rows_without_latency_are_not_compared():
+    import pandas as pd
+
+    from cpbench.bench.compare import compare_frames
+    from cpbench.bench.results import KEY_COLUMNS
+
+    key = {c: 1 for c in KEY_COLUMNS} | {"model": "m", "backend": "torch", "timing": "eager", "mode": "fused",
+                                         "seq_lens": "64", "rank": 0}
+    base = pd.DataFrame([{**key, "status": "ok", "latency_us_median": 100.0, "samples_us": [99.0, 100.0, 101.0]}])
+    new = pd.DataFrame([{**key, "status": "ok", "latency_us_median": 0.0, "samples_us": []}])
+    res = compare_frames(base, new)
+    assert res.table.empty and len(res.not_comparable) == 1
+    assert res.not_comparable["new_status"].iloc[0] == "no latency" and res.exit_code == 0

@@ -77,6 +77,8 @@ def _keyed(df: pd.DataFrame) -> pd.DataFrame:
             d[c] = None
     if "status" not in d.columns:
         d["status"] = "ok"
+    lat = pd.to_numeric(d.get("latency_us_median", pd.Series(math.nan, index=d.index)), errors="coerce")
+    d.loc[(d["status"] == "ok") & ~(lat > 0), "status"] = "no latency"  # ok rows without a usable median
     d["_key"] = ["\x1f".join(t) for t in zip(*[d[c].map(_canon) for c in KEY_COLUMNS])]
     return d.drop_duplicates("_key", keep="last").set_index("_key")
 
