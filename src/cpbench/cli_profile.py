@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
         """Count attention kernels per rank, two-call vs fused (e.g. 72 -> 36 per rank, 288 -> 144 over
         4 ranks), and write Perfetto-openable Chrome traces."""
         from cpbench.bench.backends import get_backend, resolve_auto
-        from cpbench.bench.runner import DTYPES, _is_oom, _one_line
+        from cpbench.bench.runner import DTYPES, is_oom, one_line
         from cpbench.profiles.nsys import find_nsys
         from cpbench.bench.profiling import nsys_child as run_child, profile_cell, totals
         from cpbench.bench.runner import CellSpec
@@ -77,9 +77,9 @@ def register(app: typer.Typer) -> None:
             try:
                 rows = profile_cell(spec, cell, trace_dir=trace_dir, **kw)
             except RuntimeError as e:
-                if not _is_oom(e):
+                if not is_oom(e):
                     raise
-                raise CpbenchInputError(f"{cell.label()} does not fit in memory ({_one_line(e)[:120]}): "
+                raise CpbenchInputError(f"{cell.label()} does not fit in memory ({one_line(e)[:120]}): "
                                         "use a smaller --seq/--bs") from None
             report["cells"].append({"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
                                     "seq_lens": list(cell.extend_lens), "per_rank": rows, "total": totals(rows)})

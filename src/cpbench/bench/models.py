@@ -52,11 +52,6 @@ class ModelSpec:
         """Index of the last layer with this ``window_left`` (whose output a forward leaves behind)."""
         return max(i for i, w in enumerate(self.window_left_per_layer) if w == window_left)
 
-    def describe(self) -> str:
-        win = f"sliding {self.sliding_window}/full alternating" if self.sliding_window else "full"
-        return (f"{self.num_layers} layers, {self.num_q_heads} q / {self.num_kv_heads} kv heads, "
-                f"head_dim {self.head_dim}, {win}, sinks {'yes' if self.has_sinks else 'no'}, "
-                f"page_size {self.page_size}")
 
 
 def _alternating(num_layers: int, window_left: int) -> tuple[int, ...]:

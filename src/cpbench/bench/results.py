@@ -33,7 +33,7 @@ COLUMNS = {
     "cp_size": "int", "bs": "requests in the batch", "seq_len": "tokens per request (max if uneven)",
     "prefix_len": "cached prefix tokens per request", "seq_lens": "extend lengths, comma-separated",
     "rank": "int", "mode": "two-call | fused", "page_size": "tokens",
-    "status": "ok | ineligible | unsupported | oom | mismatch | error", "reason": "why not ok",
+    "status": " | ".join(STATUSES), "reason": "why not ok",
     "latency_us_median": "forward latency (all layers), µs", "latency_us_p10": "µs",
     "latency_us_p90": "µs", "latency_us_ci_low": "95% CI of the median, µs", "latency_us_ci_high": "µs",
     "n_samples": "timed forwards", "samples_us": "every raw sample, µs",
@@ -49,6 +49,11 @@ COLUMNS = {
     "max_abs_err": "vs the fp32 torch reference (NaN: not checked)",
     "sm_clock_mhz_before": "MHz (NaN: unknown)", "sm_clock_mhz_after": "MHz", "clock_drop": "bool, >10%",
     "attn_kernels": "attention kernels per forward (GPU executions; torch backend: calls)",
+    "attn_kernels_expected": "layers x calls per layer x kernels_per_call", "kernels_per_call": "int",
+    "attn_calls": "prev/next/combined ranges per forward", "kernels": "GPU kernel executions per forward",
+    "merge_kernels": "split-KV merges", "fill_kernels": "fills/memsets", "copy_kernels": "copies",
+    "diff_vs_two_call": "max |fused - two-call| output (fused rows)", "kv_buffers": "distinct KV caches the layers rotate",
+    "latency_us_mean": "µs", "trace": "Chrome trace path (cpbench profile)",
     "other_kernels": "non-attention kernels per forward", "launches": "CPU launch calls per forward",
 }
 

@@ -164,10 +164,10 @@ class Runner:
         except CpbenchInputError:
             raise
         except Exception as e:  # the cell cannot run: record why for every row not yet measured
-            if _is_oom(e):
-                self._emit_status(cell, ranks, "oom", f"out of memory building or running the cell: {_one_line(e)}")
+            if is_oom(e):
+                self._emit_status(cell, ranks, "oom", f"out of memory building or running the cell: {one_line(e)}")
             else:
-                self._emit_status(cell, ranks, "error", _one_line(e))
+                self._emit_status(cell, ranks, "error", one_line(e))
         finally:
             del inputs
             if self.cfg.device.type == "cuda":
@@ -191,7 +191,7 @@ class Runner:
         bt = inputs.block_tables
         return dict(page_table_bytes=table_bytes(bt), kv_cache_bytes=inputs.kv_cache_bytes,
                     context_len=inputs.context_len, kv_buffers=len(inputs.kv_buffers),
-                    dup_copy_us_measured=time_op_us(lambda: duplicate_block_tables(bt), self.clock))
+                    dup_copy_us=time_op_us(lambda: duplicate_block_tables(bt), self.clock))
 
     # -- ranks -----------------------------------------------------------------------------------
     def _run_rank(self, cell: CellSpec, work: RankWork, shared: dict) -> None:
@@ -204,9 +204,9 @@ class Runner:
                 prepared[m] = self.backend.prepare(work, m)
                 info[m] = self._first_forward(work, prepared[m])
             except Exception as e:  # a backend failure is a row, not a crash (OOM fails the whole cell)
-                if _is_oom(e):
+                if is_oom(e):
                     raise
-                self._emit_mode(cell, work, m, todo, "error", _one_line(e))
+                self._emit_mode(cell, work, m, todo, "error", one_line(e))
         if self.cfg.check and {"two-call", "fused"} <= set(prepared):
             info["fused"]["diff_vs_two_call"] = checks.max_abs_diff(prepared["fused"], prepared["two-call"])
         for m in list(prepared) if self.cfg.profile else []:  # after the checks: profiling reruns calls
@@ -214,7 +214,7 @@ class Runner:
                 info[m].update(count_kernels(prepared[m], f"{cell.label()} r{work.geometry.rank} {m}",
                                              self.cfg.device, self.trace_dir, self._kpc, (cell, m)))
             except Exception as e:
-                self._emit_mode(cell, work, m, todo, "error", f"kernel count failed: {_one_line(e)}")
+                self._emit_mode(cell, work, m, todo, "error", f"kernel count failed: {one_line(e)}")
                 del prepared[m]
         flops = sum(attention_flops(segs, work.model.num_q_heads, work.model.head_dim, w)
                     for w in work.model.window_left_per_layer for _, segs in work.geometry.calls("fused"))
@@ -263,10 +263,10 @@ class Runner:
             try:
                 fns[m] = capture_graph(prep.forward)
             except Exception as e:
-                if _is_oom(e):
+                if is_oom(e):
                     raise
                 self._emit_mode(cell, work, m, [(m, timing)] if (m, timing) in todo else [], "error",
-                                f"CUDA graph capture failed: {_one_line(e)}")
+                                f"CUDA graph capture failed: {one_line(e)}")
         return fns
 
     def _emit_mode(self, cell, work, mode, todo, status, reason) -> None:
@@ -281,9 +281,9 @@ class Runner:
         row = {**self._base(cell, g.rank, mode, timing), **stats, "samples_us": [round(x, 3) for x in xs],
                "per_layer_us": med / model.num_layers, "flops": flops,
                "tflops": flops / (med * 1e-6) / 1e12 if med > 0 else math.nan,
-               **{k: v for k, v in shared.items() if k != "dup_copy_us_measured"},
+               **shared,
                "page_table_dup_bytes": 2 * shared["page_table_bytes"] if mode == "fused" and g.cp_size > 1 else 0,
-               "dup_copy_us": shared["dup_copy_us_measured"] if mode == "fused" and g.cp_size > 1 else 0.0,
+               "dup_copy_us": shared["dup_copy_us"] if mode == "fused" and g.cp_size > 1 else 0.0,
                "tokens_logical": g.tokens_logical, "tokens_padded": g.tokens_padded,
                "max_kv_len": g.max_kv_len, "calls_per_layer": prep.calls_per_layer,
                "sm_clock_mhz_before": clk0, "sm_clock_mhz_after": clk1,
@@ -336,13 +336,13 @@ def count_kernels(prep: Prepared, label: str, device: torch.device, trace_dir: P
     return row
 
 
-def _is_oom(e: BaseException) -> bool:
+def is_oom(e: BaseException) -> bool:
     """CUDA OOM, or a CPU allocation failure (torch raises a plain RuntimeError for those)."""
     text = str(e).lower()
     return isinstance(e, (torch.OutOfMemoryError, MemoryError)) or (
         isinstance(e, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text))
 
 
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0][:200] if text else ''}"
