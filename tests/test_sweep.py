@@ -45,6 +45,7 @@ def test_sweep_writes_run_directory(tmp_path):
     assert len(cp) == 4 and cp["speedup"].notna().all()
     man = json.loads((out / "manifest.json").read_text())
     assert man["command"].startswith("cpbench sweep") and man["torch"] == torch.__version__
+    assert len(man["sweep_wall_s"]) == 1 and 0 < man["sweep_wall_s"][0] < 600
 
 
 def test_ineligible_cell_recorded_and_sweep_goes_on(tmp_path):
@@ -144,6 +145,8 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path):
     assert len(keys) == len(set(keys)) == 48  # 2 bs x 2 seq x (2 + 4 ranks) x 2 modes
     assert after[:len(before)] == before  # rows measured before the kill are untouched
     assert len(pd.read_parquet(out / "results.parquet")) == 48
+    man = json.loads((out / "manifest.json").read_text())
+    assert len(man["sweep_wall_s"]) == 1 and len(man["resumed_by"]) == 1  # the killed run recorded none
 
 
 def test_resume_with_other_options_refused(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 
 from rich.console import Console
 from rich.markup import escape
@@ -14,7 +15,7 @@ from cpbench.bench.backends import get_backend, resolve_auto
 from cpbench.bench.env import environment
 from cpbench.bench.geometry import eligibility
 from cpbench.bench.results import append_row, critical_path
-from cpbench.bench.rundir import RESULTS, done_keys, finalize, open_run_dir, write_manifest
+from cpbench.bench.rundir import RESULTS, done_keys, finalize, open_run_dir, record_wall_time, write_manifest
 from cpbench.bench.runner import Runner, SweepConfig, plan_cells
 from cpbench.cli_options import err_console
 from cpbench.errors import CpbenchInputError
@@ -25,6 +26,7 @@ def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend:
 
     Raises CpbenchInputError for bad input found before anything is measured.
     """
+    t0 = time.monotonic()
     name = resolve_auto(kw["device"]) if backend == "auto" else backend
     get_backend(name)  # unknown names fail here, before a directory is made
     cfg = SweepConfig(backend=name, **kw)
@@ -54,6 +56,7 @@ def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend:
             bar.update(task, description=c.label())
             runner.run_cell(c, on_rank=lambda: bar.advance(task))
     df = finalize(run_dir)
+    record_wall_time(run_dir, time.monotonic() - t0)
     show_summary(console, df)
     if report:
         _write_report(run_dir, console)

@@ -59,6 +59,17 @@ def write_manifest(run_dir: Path, env: dict, config: dict) -> None:
     os.replace(tmp, path)
 
 
+def record_wall_time(run_dir: Path, seconds: float) -> None:
+    """Append this invocation's wall time (s, from start to final tables) to the manifest's
+    ``sweep_wall_s`` list: one entry per invocation, so a resumed sweep shows each part."""
+    path = run_dir / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["sweep_wall_s"] = [*manifest.get("sweep_wall_s", []), round(seconds, 1)]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
 def finalize(run_dir: Path) -> pd.DataFrame:
     """Dedupe ``results.jsonl`` by row key (last wins) and write ``results.parquet`` / ``.csv``."""
     rows = {}

@@ -17,12 +17,12 @@ from cpbench.plots.charts import chart_stems, render_frame
 from cpbench.plots.costs import kernel_counts
 from cpbench.plots.data import cells, groups, prepare, span_text
 from cpbench.plots.style import human_tokens
-from cpbench.plots.tables import TIE, cell_tables, kernel_lines, kernel_table, md_table, summary_lines
+from cpbench.plots.tables import TIE, cell_tables, kernel_lines, kernel_table, md_table, merge_lines, summary_lines
 
 ENV_KEYS = (("gpu_name", "GPU"), ("compute_capability", "compute capability"), ("driver", "driver"),
             ("cuda", "CUDA"), ("torch", "torch"), ("flashinfer", "flashinfer"), ("python", "Python"),
             ("cpu", "CPU"), ("cpbench_version", "cpbench"), ("git_commit", "git commit"),
-            ("created", "created"), ("timing_method", "timing method"), ("schema_version", "results schema"))
+            ("created", "created"), ("sweep_wall_s", "sweep wall time (s)"), ("timing_method", "timing method"), ("schema_version", "results schema"))
 MAX_NOTES = 60
 
 
@@ -107,7 +107,7 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
              "on the **critical path**: the slowest rank of each mode, since every CP rank waits for the "
              f"slowest. Speedup = two-call / fused (> 1: fused faster); within ±{TIE:.0%} counts as a tie.", ""]
     counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
-    parts += summary_lines(view) + kernel_lines(counts) + ["", "## Environment", "", environment_table(manifest), "",
+    parts += summary_lines(view) + kernel_lines(counts) + merge_lines(d) + ["", "## Environment", "", environment_table(manifest), "",
                                     "## Reproduce", ""]
     cmd = manifest.get("command")
     parts += [f"```sh\n{cmd}\n```" if cmd else "_The command line was not recorded in manifest.json._", ""]
