@@ -98,3 +98,63 @@ def test_trtllm_two_call_arguments(monkeypatch):
     assert torch.equal(prev["block_tables"], cell.block_tables) and torch.equal(nxt["block_tables"], cell.block_tables)
     assert prev["seq_lens"].tolist() == [10, 16] and nxt["seq_lens"].tolist() == [19, 27]
     assert prev["cum_seq_lens_q"].tolist() == [0, 2, 4] and nxt["cum_seq_lens_kv"].tolist() == [0, 19, 46]
+
+
+class _FakeWrapper:
+    """Records FlashInfer wrapper construction, plan and run arguments (no kernels)."""
+
+    log: list = []
+
+    def __init__(self, workspace, **kw):
+        self.kw = kw
+
+    def plan(self, qo_indptr, kv_indptr, kv_indices, last_page_len, *args, **kw):
+        _FakeWrapper.log.append(dict(kind=type(self).__name__, init=self.kw, qo=qo_indptr.tolist(),
+                                     kv_indptr=kv_indptr.tolist(), kv_indices=kv_indices.tolist(),
+                                     last=last_page_len.tolist(), args=args, **kw))
+
+    def run(self, q, kv, *rest, out):
+        out.copy_(q)
+
+
+def _fa_plans(monkeypatch, mode, split_kv=True):
+    from cpbench.bench.backends.flashinfer_fa import FlashInferBackend
+
+    pkg = types.ModuleType("flashinfer")
+    pkg.BatchPrefillWithPagedKVCacheWrapper = type("BatchPrefillWithPagedKVCacheWrapper", (_FakeWrapper,), {})
+    pkg.BatchAttentionWithAttentionSinkWrapper = type("BatchAttentionWithAttentionSinkWrapper", (_FakeWrapper,), {})
+    monkeypatch.setitem(sys.modules, "flashinfer", pkg)
+    monkeypatch.setattr(_FakeWrapper, "log", [])
+    be = FlashInferBackend("fa2", split_kv=split_kv)
+    monkeypatch.setattr(be, "supports", lambda *a: None)
+    model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=4)
+    cell = build_cell(model, [11, 13], [8, 14], page_size=4, dtype=torch.bfloat16, device="cpu", context_len=64)
+    work = rank_work(cell, rank_geometry([11, 13], [8, 14], 4, 0))
+    prep = be.prepare(work, mode)
+    prep.forward()
+    return _FakeWrapper.log, cell, prep
+
+
+def test_fa_fused_plans_the_combined_segments_over_the_duplicated_table(monkeypatch):
+    plans, cell, prep = _fa_plans(monkeypatch, "fused")
+    assert len(plans) == 2  # one fused plan per layer kind (window 127, full)
+    assert [p["window_left"] for p in plans] == [127, -1]
+    p = plans[0]
+    assert p["kind"] == "BatchAttentionWithAttentionSinkWrapper" and p["init"]["window_left"] == 127
+    assert p["qo"] == [0, 2, 4, 5, 6]  # 2*bs segments: prev blocks then next blocks (DESIGN §1 vector)
+    assert p["kv_indptr"] == [0, 3, 7, 12, 19]  # pages of kv lengths 10, 16, 19, 27 at page_size 4
+    bt = cell.block_tables.tolist()
+    assert p["kv_indices"] == bt[0][:3] + bt[1][:4] + bt[0][:5] + bt[1][:7]  # rows of the duplicated table
+    assert p["last"] == [2, 4, 3, 3]
+    assert p["args"] == (8, 2, 16, 4) and p["causal"] is True and p["sm_scale"] == 16 ** -0.5
+    assert "disable_split_kv" not in p  # FlashInfer's default planner
+    assert prep.calls_per_layer == 1 and set(prep.setup_us) == {"page_table", "metadata", "plan"}
+
+
+def test_fa_two_call_plans_prev_and_next_and_split_kv_off(monkeypatch):
+    plans, cell, prep = _fa_plans(monkeypatch, "two-call", split_kv=False)
+    assert len(plans) == 4 and prep.calls_per_layer == 2  # (prev, next) x layer kinds
+    prev, nxt = plans[0], plans[1]
+    assert prev["qo"] == [0, 2, 4] and prev["kv_indptr"] == [0, 3, 7]
+    assert nxt["qo"] == [0, 1, 2] and nxt["kv_indptr"] == [0, 5, 12]
+    assert all(p["disable_split_kv"] is True for p in plans)

@@ -1,4 +1,9 @@
-"""fa2/fa3 on a GPU: fused == two-call bit for bit, both within tolerance of the fp32 reference.
+"""fa2/fa3 on a GPU: fused vs two-call and both against the fp32 reference.
+
+fa3: fused == two-call bit for bit. fa2: within FA2_SPLIT_KV_DIFF with FlashInfer's default planner (it
+sizes split-KV chunks from the whole batch's work, and the fused batch is twice as large; each KV chunk
+rounds its softmax probabilities to bf16 on its own), and bit for bit with split-KV disabled, which
+shows that the chunking is the only difference.
 
 Run on the device machine (CI skips them): `python -m pytest -q -m gpu tests/test_flashinfer_gpu.py`.
 """
@@ -7,6 +12,7 @@ import pytest
 import torch
 
 from cpbench.bench.backends import get_backend
+from cpbench.bench.backends.flashinfer_fa import FlashInferBackend
 from cpbench.bench.check import TOLERANCE, max_abs_diff, max_abs_error
 from cpbench.bench.geometry import all_ranks
 from cpbench.bench.models import get_preset, with_overrides
@@ -14,6 +20,7 @@ from cpbench.bench.workload import build_cell, rank_work
 
 pytestmark = pytest.mark.gpu
 MODELS = {"gpt-oss-120b": dict(layers=2), "llama-3.1-8b": dict(layers=1)}
+FA2_SPLIT_KV_DIFF = 2.0 ** -6  # 1 bf16 ulp at |out| in [2, 4); the largest seen on the H200 was 2^-7
 BATCHES = [
     ("bs1", [8192], [0]),
     ("bs4", [2048, 2048, 2048, 2048], [0, 0, 0, 0]),
@@ -42,16 +49,24 @@ def test_fused_equals_two_call_and_reference(backend, model, cp, batch):
     assert reason is None, reason
     _, ext, pre = batch
     cell = build_cell(spec, ext, pre, page_size=spec.page_size, dtype=torch.bfloat16, device="cuda", seed=cp)
+    no_split = FlashInferBackend("fa2", split_kv=False)
     for g in all_ranks(ext, pre, cp):
         work = rank_work(cell, g)
         two, fused = be.prepare(work, "two-call"), be.prepare(work, "fused")
         two.forward()
         fused.forward()
         torch.cuda.synchronize()
-        assert max_abs_diff(fused, two) == 0.0, f"rank {g.rank}: fused differs from two-call"
-        err = max_abs_error(work, fused)
+        diff = max_abs_diff(fused, two)
+        assert diff <= (FA2_SPLIT_KV_DIFF if backend == "fa2" else 0.0), f"rank {g.rank}: fused vs two-call {diff}"
+        err = max(max_abs_error(work, prep) for prep in (fused, two))
         assert err <= TOLERANCE[torch.bfloat16], f"rank {g.rank}: max |err| {err}"
-        print(f"{backend} {model} cp{cp} {batch[0]} r{g.rank}: max|err| {err:.2e}, fused==two-call")
+        if backend == "fa2":
+            two_ns, fused_ns = no_split.prepare(work, "two-call"), no_split.prepare(work, "fused")
+            two_ns.forward()
+            fused_ns.forward()
+            assert max_abs_diff(fused_ns, two_ns) == 0.0, f"rank {g.rank}: split-KV off, fused differs"
+        print(f"{backend} {model} cp{cp} {batch[0]} r{g.rank}: max|err| {err:.2e}, max|fused - two-call| "
+              f"{diff:.2e}" + (" (0 with split-KV off)" if backend == "fa2" else ""))
 
 
 @pytest.mark.parametrize("backend", ["fa2", "fa3"])

@@ -40,11 +40,19 @@ def _sink_module_keys(backend: str, model: ModelSpec, dtype: torch.dtype) -> lis
 
 
 class FlashInferBackend:
-    """fa2 or fa3 through FlashInfer's paged prefill wrappers."""
+    """fa2 or fa3 through FlashInfer's paged prefill wrappers.
 
-    def __init__(self, name: str) -> None:
+    ``split_kv=False`` plans fa2 with ``disable_split_kv=True``. By default fa2's planner picks the
+    KV chunk size from the whole batch's work (scheduler.cuh ``PrefillBinarySearchKVChunkSize``), so
+    the fused batch (twice the segments) may split KV differently from each two-call batch and its
+    outputs differ from two-call's by rounding (1 bf16 ulp seen on the H200); without split-KV
+    they are bit-identical. fa3 has no such option and was bit-identical on the H200.
+    """
+
+    def __init__(self, name: str, split_kv: bool = True) -> None:
         assert name in ("fa2", "fa3")
         self.name = name
+        self.split_kv = split_kv
         self._workspace: dict[torch.device, torch.Tensor] = {}
 
     def supports(self, device: torch.device, model: ModelSpec, dtype: torch.dtype = torch.bfloat16) -> str | None:
@@ -106,13 +114,14 @@ class FlashInferBackend:
                                   dtype=torch.int32, device=work.q.device)  # qo_indptr: [n+1]
                 arrays.append((qo, *paged_kv_arrays(segs, table, cell.page_size)))
         planned: dict[tuple[int, int], object] = {}
+        extra = {} if self.split_kv or self.name != "fa2" else {"disable_split_kv": True}
         with sw("plan"):
             for w in m.layer_kinds:
                 for ci, (qo, kv_indptr, kv_indices, last) in enumerate(arrays):
                     wrapper = self._wrapper(work, w)
                     wrapper.plan(qo, kv_indptr, kv_indices, last, m.num_q_heads, m.num_kv_heads, m.head_dim,
                                  cell.page_size, causal=True, window_left=w, sm_scale=m.head_dim ** -0.5,
-                                 q_data_type=work.q.dtype, kv_data_type=work.q.dtype)
+                                 q_data_type=work.q.dtype, kv_data_type=work.q.dtype, **extra)
                     planned[(w, ci)] = wrapper
         outputs = output_buffers(work)
         layers = []
