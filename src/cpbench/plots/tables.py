@@ -141,3 +141,22 @@ def kernel_lines(counts_by_group: list[tuple[str, str, dict]]) -> list[str]:
                            f"{max(tc['per_rank'].values())} → {max(fu['per_rank'].values())} per rank, "
                            f"{tc['total']} → {fu['total']} over {len(fu['per_rank'])} ranks.")
     return out
+
+
+def merge_lines(df: pd.DataFrame) -> list[str]:
+    """Summary bullets on split-KV merge kernels (a planner such as FlashInfer fa2's splits a segment's
+    KV across CTAs when a call has too little work to fill the GPU, then merges the partial states): per
+    (model, backend, cp_size) the cells where either mode launched merges, with the most per forward on
+    any rank. ``df``: prepared results rows; eager rows are used (graph rows carry no counts)."""
+    ok = df[(df["status"] == "ok") & (df["timing"] == "eager")]
+    ok = ok[pd.to_numeric(ok["merge_kernels"], errors="coerce").fillna(0) > 0]
+    out = []
+    for (model, backend, cp), g in ok.groupby(["model", "backend", "cp_size"], sort=True):
+        found = []
+        for _, c in g.groupby(["bs", "seq_len", "prefix_len", "seq_lens"], sort=True):
+            most = {mode: int(c[c["mode"] == mode]["merge_kernels"].max()) if (c["mode"] == mode).any() else 0
+                    for mode in ("two-call", "fused")}
+            found.append(f"{where(c.iloc[0], with_cp=False)}: {most['two-call']} two-call, {most['fused']} fused")
+        out.append(f"- Split-KV merge kernels per forward, {model} · {backend} · cp {cp} (most on any rank; "
+                   f"KV split across CTAs when a call is too small to fill the GPU): {'; '.join(found)}.")
+    return out
