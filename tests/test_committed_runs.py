@@ -8,12 +8,12 @@ import pytest
 
 from cpbench.bench.results import critical_path, load_run
 from cpbench.plots.charts import render_all
-from cpbench.plots.report import write_report
+from cpbench.plots.report import render_report, write_report
 
 RUNS = Path(__file__).parent.parent / "docs" / "runs"
 
 
-@pytest.mark.parametrize("name", ["cpu-torch-default", "h200-fa3-gpt-oss-120b"])
+@pytest.mark.parametrize("name", ["cpu-torch-default", "h200-fa3-gpt-oss-120b", "h200-fa2-gpt-oss-120b"])
 def test_report_and_charts_from_committed_run(tmp_path, name):
     run = tmp_path / name
     shutil.copytree(RUNS / name, run, ignore=shutil.ignore_patterns("plots", "report.md"))
@@ -39,7 +39,40 @@ def test_h200_run_holds_the_headline_counts():
     assert eager["max_abs_err"].max() < 0.02
 
 
-def test_report_lists_planned_cells_that_were_not_measured():
-    text = (RUNS / "h200-fa3-gpt-oss-120b" / "report.md").read_text()
+def test_h200_default_sweep_is_complete_and_timed():
+    df, manifest = load_run(RUNS / "h200-fa3-gpt-oss-120b")
+    assert manifest["command"].startswith("cpbench sweep --cp 4 --bs 1,4,16 ")  # backend auto
+    assert manifest["config"]["backend"] == "fa3" and manifest["gpu_name"] == "NVIDIA H200"
+    assert len(df) == 9 * 4 * 2 * 2 and set(df["status"]) == {"ok"}  # cells x ranks x modes x timings
+    assert sum(manifest["sweep_wall_s"]) <= 180  # warm JIT cache
+
+
+def test_h200_fa2_two_call_splits_kv_at_small_batch():
+    """The fa2 run's finding: at bs 1 x 2K the two-call plans split KV (one merge kernel per call), the
+    fused plan (twice the work) does not, and fused is > 3x faster; outputs differ by rounding only."""
+    df = pd.read_parquet(RUNS / "h200-fa2-gpt-oss-120b" / "results.parquet")
+    small = df[(df["bs"] == 1) & (df["seq_len"] == 2048) & (df["timing"] == "eager")]
+    assert set(small[small["mode"] == "two-call"]["merge_kernels"]) == {72}
+    assert set(small[small["mode"] == "fused"]["merge_kernels"]) == {0}
+    cp = critical_path(df)
+    cell = cp[(cp["bs"] == 1) & (cp["seq_len"] == 2048)]
+    assert (cell["speedup"] > 3).all()
+    fused = df[df["mode"] == "fused"]
+    assert 0 < fused["diff_vs_two_call"].max() <= 2 ** -6
+    df_run, manifest = load_run(RUNS / "h200-fa2-gpt-oss-120b")
+    text = render_report(df_run, manifest, "fa2")
+    assert "Split-KV merge kernels per forward, gpt-oss-120b · fa2 · cp 4" in text
+    assert "bs 1, 2K tokens: 72 two-call, 0 fused." in text
+    assert "Split-KV" not in render_report(*load_run(RUNS / "h200-fa3-gpt-oss-120b"), "fa3")
+
+
+def test_report_lists_planned_cells_that_were_not_measured(tmp_path):
+    run = tmp_path / "cut"
+    shutil.copytree(RUNS / "h200-fa3-gpt-oss-120b", run, ignore=shutil.ignore_patterns("plots", "report.md"))
+    rows = (run / "results.jsonl").read_text().splitlines()
+    (run / "results.jsonl").write_text("\n".join(r for r in rows if '"bs": 16, "seq_len": 16384' not in r) + "\n")
+    (run / "results.parquet").unlink()
+    text = write_report(run).read_text()
     assert "cp 4 · bs 16 · 16K tokens · eager: **not measured**" in text
     assert "Every cell ran" not in text
+    assert "Every cell ran" in (RUNS / "h200-fa3-gpt-oss-120b" / "report.md").read_text()
