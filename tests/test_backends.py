@@ -1,5 +1,8 @@
 """Backend registry, `auto`, refusal reasons, and the trtllm-gen call's arguments (function patched)."""
 
+import json
+import os
+import subprocess
 import sys
 import types
 
@@ -158,3 +161,32 @@ def test_fa_two_call_plans_prev_and_next_and_split_kv_off(monkeypatch):
     assert prev["qo"] == [0, 2, 4] and prev["kv_indptr"] == [0, 3, 7]
     assert nxt["qo"] == [0, 1, 2] and nxt["kv_indptr"] == [0, 5, 12]
     assert all(p["disable_split_kv"] is True for p in plans)
+
+
+def test_doctor_json_on_cpu_exits_0_with_reasons():
+    r = subprocess.run([sys.executable, "-m", "cpbench", "doctor", "--json"], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["environment"]["auto backend"] == "torch" and info["environment"]["torch"] == torch.__version__
+    assert info["backends"]["torch"] is None
+    for name in ("fa2", "fa3", "trtllm-gen"):
+        assert "none is in use" in info["backends"][name]
+
+
+def test_doctor_says_when_the_jit_cache_will_rebuild(tmp_path):
+    from cpbench.bench.doctor import jit_cache
+
+    cache, pkg = tmp_path / "cache", tmp_path / "flashinfer"
+    (cache / "0.7.2.post1" / "90a" / "cached_ops" / "m").mkdir(parents=True)
+    so = cache / "0.7.2.post1" / "90a" / "cached_ops" / "m" / "m.so"
+    so.write_bytes(b"x" * 2**20)
+    (pkg / "data" / "include").mkdir(parents=True)
+    header = pkg / "data" / "include" / "prefill.cuh"
+    header.write_text("//")
+    os.utime(header, (1e9, 1e9))  # installed long before the module was built: cache is fresh
+    fresh = jit_cache(cache, pkg)
+    assert fresh == f"{cache}: 1 compiled modules, 1 MiB"
+    os.utime(header, (so.stat().st_mtime + 60,) * 2)  # reinstalled after: ninja rebuilds
+    assert "will rebuild them on first use" in jit_cache(cache, pkg)
+    assert "empty" in jit_cache(tmp_path / "nothing", pkg)

@@ -92,11 +92,18 @@ def register(app: typer.Typer) -> None:
             _print_counts(c.console, report, run_dir)
 
     @app.command()
-    def doctor() -> None:
-        """Show the GPU, drivers, library versions, JIT cache, nsys, and which backends can run here."""
+    def doctor(
+        as_json: Annotated[bool, typer.Option("--json", help="Print {environment, backends} as JSON "
+                                                             "(a backend maps to null or why it cannot run).")] = False,
+    ) -> None:
+        """Show the GPU, drivers, library versions, JIT cache, nsys, and which backends can run here.
+        Exits 0 even when things are missing."""
         from cpbench.bench.doctor import diagnose
 
         info = diagnose()
+        if as_json:
+            print(json.dumps(info, default=str))
+            return
         t = Table(title="cpbench doctor", show_header=False)
         t.add_column("what")
         t.add_column("value")
