@@ -186,3 +186,11 @@ def test_cli_bad_run_dir_exits_2(tmp_path, setup):
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error:"), r.stderr
         assert "Traceback" not in r.stderr
+
+
+def test_environment_table_sums_resumed_wall_times():
+    from cpbench.plots.report import environment_table
+
+    assert "| sweep wall time (s) | 140.1 |" in environment_table({"sweep_wall_s": [140.1]})
+    assert "| sweep wall time (s) | 60 + 30.5 = 90.5 (resumed) |" in environment_table({"sweep_wall_s": [60, 30.5]})
+    assert "| sweep wall time (s) | — |" in environment_table({})

@@ -28,6 +28,10 @@ MAX_NOTES = 60
 
 def environment_table(manifest: dict) -> str:
     """Markdown table of the manifest: known keys first (missing ones shown as —), then any other key."""
+    walls = manifest.get("sweep_wall_s")
+    if isinstance(walls, list) and walls:  # one entry per invocation (a resumed sweep has several)
+        manifest = {**manifest, "sweep_wall_s": " + ".join(f"{w:g}" for w in walls)
+                    + (f" = {sum(walls):g} (resumed)" if len(walls) > 1 else "")}
     rows = [[label, _short(manifest.get(key, "—"))] for key, label in ENV_KEYS]
     known = {k for k, _ in ENV_KEYS} | {"command"}
     rows += [[k, _short(v)] for k, v in sorted(manifest.items()) if k not in known]
