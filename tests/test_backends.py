@@ -185,6 +185,8 @@ def test_doctor_says_when_the_jit_cache_will_rebuild(tmp_path):
     header = pkg / "data" / "include" / "prefill.cuh"
     header.write_text("//")
     os.utime(header, (1e9, 1e9))  # installed long before the module was built: cache is fresh
+    (pkg / "__pycache__").mkdir()
+    (pkg / "__pycache__" / "jit.cpython-312.pyc").write_bytes(b"")  # written at import: not a build input
     fresh = jit_cache(cache, pkg)
     assert fresh == f"{cache}: 1 compiled modules, 1 MiB"
     os.utime(header, (so.stat().st_mtime + 60,) * 2)  # reinstalled after: ninja rebuilds

@@ -33,25 +33,33 @@ def _flashinfer_dir() -> Path | None:
     return Path(spec.origin).parent if spec and spec.origin else None
 
 
+SOURCE_SUFFIXES = {".h", ".hpp", ".cuh", ".cu", ".cc", ".cpp", ".inc"}  # what the JIT's ninja files depend on
+
+
 def jit_cache(root: Path | None = None, package_dir: Path | None = None) -> str:
     """FlashInfer's JIT cache (``$FLASHINFER_WORKSPACE_BASE`` or ``~``, then ``.cache/flashinfer``, as in
     flashinfer/jit/env.py): path, compiled modules and size. Ninja decides freshness by file times, so
-    when any file of the installed flashinfer (``package_dir``) is newer than the oldest compiled module,
-    say that the modules will be rebuilt on first use (typical after a reinstall)."""
+    when a C++/CUDA source or header of the installed flashinfer (``package_dir``) is newer than the
+    oldest compiled module, say that the modules will be rebuilt on first use (typical after a
+    reinstall). Never raises: an unreadable cache is reported as such."""
     base = Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or Path.home())
     root = root or base / ".cache" / "flashinfer"
-    if not root.exists():
-        return f"{root} (empty: kernels compile with nvcc at first use, ~15-100 s each)"
-    libs = list(root.rglob("*.so"))
-    size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
-    text = f"{root}: {len(libs)} compiled modules, {size / 2**20:.0f} MiB"
-    package_dir = package_dir or _flashinfer_dir()
-    if libs and package_dir and package_dir.is_dir():
-        newest = max((p.stat().st_mtime for p in package_dir.rglob("*") if p.is_file()), default=0.0)
-        if newest > min(p.stat().st_mtime for p in libs):
-            text += ("; flashinfer's installed files are newer than cached modules, so ninja will rebuild "
-                     "them on first use (README: Known issues)")
-    return text
+    try:
+        if not root.is_dir():
+            return f"{root} (empty: kernels compile with nvcc at first use, ~15-100 s each)"
+        libs = [p.stat().st_mtime for p in root.rglob("*.so") if p.is_file()]
+        size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+        text = f"{root}: {len(libs)} compiled modules, {size / 2**20:.0f} MiB"
+        package_dir = package_dir or _flashinfer_dir()
+        if libs and package_dir and package_dir.is_dir():
+            newest = max((p.stat().st_mtime for p in package_dir.rglob("*")
+                          if p.suffix in SOURCE_SUFFIXES and p.is_file()), default=0.0)
+            if newest > min(libs):
+                text += ("; flashinfer's installed headers are newer than cached modules, so ninja will "
+                         "rebuild them on first use (README: Known issues)")
+        return text
+    except OSError as e:
+        return f"{root}: cannot be read ({e.strerror or e})"
 
 
 def diagnose() -> dict:

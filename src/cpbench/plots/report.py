@@ -22,14 +22,16 @@ from cpbench.plots.tables import TIE, cell_tables, kernel_lines, kernel_table, m
 ENV_KEYS = (("gpu_name", "GPU"), ("compute_capability", "compute capability"), ("driver", "driver"),
             ("cuda", "CUDA"), ("torch", "torch"), ("flashinfer", "flashinfer"), ("python", "Python"),
             ("cpu", "CPU"), ("cpbench_version", "cpbench"), ("git_commit", "git commit"),
-            ("created", "created"), ("sweep_wall_s", "sweep wall time (s)"), ("timing_method", "timing method"), ("schema_version", "results schema"))
+            ("created", "created"), ("sweep_wall_s", "sweep wall time (s)"), ("timing_method", "timing method"),
+            ("schema_version", "results schema"))
 MAX_NOTES = 60
 
 
 def environment_table(manifest: dict) -> str:
     """Markdown table of the manifest: known keys first (missing ones shown as —), then any other key."""
     walls = manifest.get("sweep_wall_s")
-    if isinstance(walls, list) and walls:  # one entry per invocation (a resumed sweep has several)
+    if (isinstance(walls, list) and walls  # one entry per invocation (a resumed sweep has several)
+            and all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in walls)):
         manifest = {**manifest, "sweep_wall_s": " + ".join(f"{w:g}" for w in walls)
                     + (f" = {sum(walls):g} (resumed)" if len(walls) > 1 else "")}
     rows = [[label, _short(manifest.get(key, "—"))] for key, label in ENV_KEYS]
@@ -111,8 +113,8 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
              "on the **critical path**: the slowest rank of each mode, since every CP rank waits for the "
              f"slowest. Speedup = two-call / fused (> 1: fused faster); within ±{TIE:.0%} counts as a tie.", ""]
     counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
-    parts += summary_lines(view) + kernel_lines(counts) + merge_lines(d) + ["", "## Environment", "", environment_table(manifest), "",
-                                    "## Reproduce", ""]
+    parts += summary_lines(view) + kernel_lines(counts) + merge_lines(d)
+    parts += ["", "## Environment", "", environment_table(manifest), "", "## Reproduce", ""]
     cmd = manifest.get("command")
     parts += [f"```sh\n{cmd}\n```" if cmd else "_The command line was not recorded in manifest.json._", ""]
     parts += ["## Results per cp size", "",

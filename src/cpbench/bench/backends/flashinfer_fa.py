@@ -45,7 +45,7 @@ class FlashInferBackend:
     ``split_kv=False`` plans fa2 with ``disable_split_kv=True``. By default fa2's planner picks the
     KV chunk size from the whole batch's work (scheduler.cuh ``PrefillBinarySearchKVChunkSize``), so
     the fused batch (twice the segments) may split KV differently from each two-call batch and its
-    outputs differ from two-call's by rounding (1 bf16 ulp seen on the H200); without split-KV
+    outputs differ from two-call's by rounding (up to 2^-7 seen on the H200); without split-KV
     they are bit-identical. fa3 has no such option and was bit-identical on the H200.
     """
 
