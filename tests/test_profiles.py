@@ -2,6 +2,9 @@
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -275,3 +278,32 @@ def test_parse_nvtx_kern_sum_variants():
     assert nsys.kernels_per_range(rows, kernels.FA2_PATTERNS, domain="other") == {}
     with pytest.raises(ProfileError):
         nsys.parse_nvtx_kern_sum("Processing...\nno table here\n")
+
+
+TINY = ["--layers", "4", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--page-size", "16"]
+
+
+def _profile_cli(*args):
+    return subprocess.run([sys.executable, "-m", "cpbench", "profile", *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+
+
+def test_profile_cli_json_counts_and_traces(tmp_path):
+    r = _profile_cli("--backend", "torch", "--cp", "4", "--bs", "1", "--seq", "64", "--json", "--out", str(tmp_path), *TINY)
+    assert r.returncode == 0, r.stderr[-1000:]
+    cell = json.loads(r.stdout)["cells"][0]
+    assert cell["total"] == {"two-call": 32, "fused": 16}  # 4 layers x (2 | 1) calls x 4 ranks
+    assert {(x["mode"], x["attn_calls"]) for x in cell["per_rank"]} == {("two-call", 8), ("fused", 4)}
+    assert len(list((tmp_path / "profiles").glob("*.json.gz"))) == 8  # ranks x modes
+    assert json.loads((tmp_path / "profile.json").read_text())["cells"][0]["total"] == cell["total"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--seq-lens", "64,96", "--bs", "2"], "--seq-lens gives the whole batch"),
+    (["--seq", ""], "--seq is empty"),
+    (["--backend", "fa3"], "fa3 needs a CUDA GPU"),
+])
+def test_profile_cli_bad_input_one_line_exit_2(tmp_path, args, needle):
+    r = _profile_cli("--out", str(tmp_path / "p"), *TINY, *args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and needle in r.stderr, r.stderr[-1000:]
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -63,6 +63,8 @@ def test_ineligible_cell_recorded_and_sweep_goes_on(tmp_path):
     (["--timing", "warp"], "--timing"), (["--timing", "graph"], "CUDA"), (["--cp", "4", "--ranks", "4"], "--ranks"),
     (["--model", "gpt-9"], "unknown model"), (["--page-size", "48"], "page size"), (["--prefix", "-1"], "--prefix"),
     (["--seq", "64", "--context-len", "32"], "--context-len"),
+    (["--seq-lens", "64,96", "--bs", "2"], "--seq-lens gives the whole batch"),
+    (["--seq-lens", "64,96", "--seq", "64"], "--seq-lens gives the whole batch"), (["--seq", ""], "--seq"),
 ])
 def test_bad_input_one_line_exit_2(tmp_path, args, needle):
     r = cpbench("sweep", "--out", str(tmp_path / "r"), "--no-report", *TINY, *args)

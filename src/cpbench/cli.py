@@ -17,7 +17,7 @@ from rich.table import Table
 
 from cpbench.cli_options import (BackendName, DeviceOpt, DType, HeadDimOpt, HeadsOpt, KvHeadsOpt, LayersOpt,
                                  ModelConfigOpt, ModelOpt, PageSizeOpt, SinksOpt, WindowOpt, choice_list, console,
-                                 err_console, int_list, resolve_device, resolve_model)
+                                 check_seq_lens, err_console, int_list, resolve_device, resolve_model)
 from cpbench.errors import CpbenchInputError
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # keep torch.profiler's per-step log lines off the terminal
@@ -96,7 +96,7 @@ SWEEP_EPILOG = ("Examples:  cpbench sweep --cp 4 --bs 1,4,16  |  cpbench sweep -
 @app.command(epilog=SWEEP_EPILOG)
 def sweep(
     cp: Annotated[str, typer.Option("--cp", help="cp_size values, e.g. 2,4,8.")] = "4",
-    bs: Annotated[str, typer.Option("--bs", help="Batch sizes (requests), e.g. 1,4,16.")] = "1,4,16",
+    bs: Annotated[Optional[str], typer.Option("--bs", help="Batch sizes (requests), e.g. 1,4,16. Default: 1,4,16.")] = None,
     seq: Annotated[Optional[str], typer.Option(
         "--seq", help="Extend lengths per request (tokens). Default: 2048,8192,16384 on a GPU, 32,64 on CPU.")] = None,
     seq_lens: Annotated[Optional[str], typer.Option(
@@ -132,12 +132,11 @@ def sweep(
 
     dev = resolve_device(device)
     spec = resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
+    check_seq_lens(seq_lens, bs, seq)
     explicit = int_list(seq_lens, "--seq-lens") if seq_lens else None
     default_seq = "2048,8192,16384" if dev.type == "cuda" else "32,64"
     if out is not None and not out.strip():
         raise CpbenchInputError("--out is empty: give a directory, or leave it out for runs/<timestamp>")
-    if seq_lens is not None and not seq_lens.strip():
-        raise CpbenchInputError("--seq-lens is empty: give lengths such as 3000,5000, or leave it out")
     if not math.isfinite(budget_ms) or not 0 <= seed < 2**63:
         raise CpbenchInputError("--budget-ms must be a finite number of ms and --seed an integer in [0, 2**63)")
     timings = choice_list(timing if timing is not None else ("eager,graph" if dev.type == "cuda" else "eager"),
@@ -149,7 +148,7 @@ def sweep(
         raise CpbenchInputError("--budget-ms must be > 0 and --warmup >= 0")
     if prefix < 0:
         raise CpbenchInputError(f"--prefix must be >= 0 tokens, got {prefix}")
-    seqs = int_list(seq or default_seq, "--seq")
+    seqs = int_list(default_seq if seq is None else seq, "--seq")
     if context_len is not None and context_len < max(explicit or seqs) + prefix:
         raise CpbenchInputError(f"--context-len {context_len} is shorter than the longest sequence "
                                 f"({max(explicit or seqs) + prefix} tokens with prefix): raise it or drop it")
@@ -158,7 +157,7 @@ def sweep(
     if rank_list and max(rank_list) >= min(cps):
         raise CpbenchInputError(f"--ranks {max(rank_list)} is outside [0, cp_size) for cp_size {min(cps)}")
     code = run_sweep(
-        model=spec, cp_sizes=cps, bs_list=int_list(bs, "--bs"), seq_list=seqs,
+        model=spec, cp_sizes=cps, bs_list=int_list("1,4,16" if bs is None else bs, "--bs"), seq_list=seqs,
         seq_lens=explicit, prefix=prefix, ranks=rank_list, modes=choice_list(mode, ("two-call", "fused"), "--mode"),
         backend=backend.value, timings=timings, budget_ms=budget_ms, warmup=warmup, dtype=dtype.value, seed=seed,
         check=check, context_len=context_len, device=dev, profile=profile, nvtx=nvtx, out=out, resume=resume,

@@ -22,8 +22,8 @@ def register(app: typer.Typer) -> None:
                         "--cp 4 --bs 1 --seq 256 --json  |  cpbench profile --cp 4 --bs 1 --seq 8192 --nsys")
     def profile(
         cp: Annotated[str, typer.Option("--cp", help="cp_size values.")] = "4",
-        bs: Annotated[str, typer.Option("--bs", help="Batch sizes.")] = "1",
-        seq: Annotated[str, typer.Option("--seq", help="Extend lengths per request (tokens).")] = "8192",
+        bs: Annotated[Optional[str], typer.Option("--bs", help="Batch sizes. Default: 1.")] = None,
+        seq: Annotated[Optional[str], typer.Option("--seq", help="Extend lengths per request (tokens). Default: 8192.")] = None,
         seq_lens: Annotated[Optional[str], typer.Option("--seq-lens", help="One explicit batch, e.g. 3000,5000.")] = None,
         prefix: Annotated[int, typer.Option("--prefix", help="Cached prefix tokens per request.")] = 0,
         ranks: Annotated[str, typer.Option("--ranks", help="'all' or a list of ranks.")] = "all",
@@ -49,8 +49,10 @@ def register(app: typer.Typer) -> None:
         dev = c.resolve_device(device)
         spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
         name = resolve_auto(dev) if backend.value == "auto" else backend.value
+        c.check_seq_lens(seq_lens, bs, seq)
         batches = ([tuple(c.int_list(seq_lens, "--seq-lens"))] if seq_lens else
-                   [(s,) * b for b in c.int_list(bs, "--bs") for s in c.int_list(seq, "--seq")])
+                   [(s,) * b for b in c.int_list("1" if bs is None else bs, "--bs")
+                                                  for s in c.int_list("8192" if seq is None else seq, "--seq")])
         if prefix < 0:
             raise CpbenchInputError(f"--prefix must be >= 0 tokens, got {prefix}")
         cells = [CellSpec(p, ext, (prefix,) * len(ext)) for p in c.int_list(cp, "--cp") for ext in batches]
