@@ -3,12 +3,14 @@
 import struct
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from cpbench.bench.results import load_run
 from cpbench.plots import latency, style
 from cpbench.plots.charts import CHARTS, render_all, render_frame
 from cpbench.plots.data import cells, prepare
@@ -194,3 +196,16 @@ def test_environment_table_sums_resumed_wall_times():
     assert "| sweep wall time (s) | 140.1 |" in environment_table({"sweep_wall_s": [140.1]})
     assert "| sweep wall time (s) | 60 + 30.5 = 90.5 (resumed) |" in environment_table({"sweep_wall_s": [60, 30.5]})
     assert "| sweep wall time (s) | — |" in environment_table({})
+
+
+def test_cli_report_warns_about_corrupt_jsonl_lines_and_keeps_the_rest(tmp_path):
+    run = make_run(tmp_path / "run", fmt="jsonl", cp_sizes=(2,), bss=(1,), seqs=(1024, 8192), timings=("eager",))
+    lines = (run / "results.jsonl").read_text().splitlines()
+    n = len(lines)
+    (run / "results.jsonl").write_text("\n".join([lines[0], "garbage{", *lines[1:], '{"torn']) + "\n")
+    r = cpbench("report", run)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip() == f"warning: {run / 'results.jsonl'}: line 2 is not a result row and was skipped"
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert len(load_run(run)[0]) == n  # every real row kept; the torn last line is silent

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import sys
+import warnings
 from typing import Annotated, Optional
 
 import typer
@@ -18,7 +19,7 @@ from rich.table import Table
 from cpbench.cli_options import (BackendName, DeviceOpt, DType, HeadDimOpt, HeadsOpt, KvHeadsOpt, LayersOpt,
                                  ModelConfigOpt, ModelOpt, PageSizeOpt, SinksOpt, WindowOpt, choice_list, console,
                                  check_seq_lens, err_console, int_list, resolve_device, resolve_model)
-from cpbench.errors import CpbenchInputError
+from cpbench.errors import CpbenchInputError, CpbenchWarning
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # keep torch.profiler's per-step log lines off the terminal
 
@@ -175,8 +176,17 @@ def _is(e: BaseException, name: str) -> bool:
     return any(c.__name__ == name for c in type(e).__mro__)
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """cpbench's own warnings as one ``warning:`` line; others as Python prints them."""
+    if issubclass(category, CpbenchWarning):
+        err_console.print(f"[yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
 def main() -> None:
     """Entry point: run the app; bad input (ours or click's) becomes one line on stderr and exit 2."""
+    warnings.showwarning = _show_warning
     try:
         code = app(standalone_mode=False)
     except CpbenchInputError as e:

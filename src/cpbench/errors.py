@@ -1,5 +1,11 @@
-"""The one error type cpbench raises for bad input; the CLI turns it into a one-line message, exit 2."""
+"""The error type cpbench raises for bad input (the CLI turns it into a one-line message, exit 2) and
+its warning type."""
 
 
 class CpbenchInputError(ValueError):
     """Bad user input. The message says what is wrong and what to do, in one line."""
+
+
+class CpbenchWarning(UserWarning):
+    """Something odd that does not stop the command (e.g. corrupt lines skipped in results.jsonl); the
+    CLI prints it as one ``warning:`` line on stderr."""

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
 
-from cpbench.errors import CpbenchInputError
+from cpbench.errors import CpbenchInputError, CpbenchWarning
 
 SCHEMA_VERSION = 1
 MODES = ("two-call", "fused")
@@ -76,7 +77,8 @@ def _jsonable(row: dict) -> dict:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """Rows of a ``results.jsonl``; a torn last line (killed mid-write) is ignored."""
+    """Rows of a ``results.jsonl``; a torn last line (killed mid-write) is ignored. Other lines that are
+    not JSON objects are skipped with a :class:`CpbenchWarning` naming them (the rows around them stay)."""
     rows = []
     if not path.exists():
         return rows
@@ -84,13 +86,21 @@ def read_jsonl(path: Path) -> list[dict]:
         text = path.read_text()
     except UnicodeDecodeError:
         raise CpbenchInputError(f"{str(path)!r} is not UTF-8 text: it is not a cpbench results file") from None
-    for line in text.splitlines():
+    lines = text.splitlines()
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    bad = []
+    for i, line in enumerate(lines):
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
-            continue
+            row = None
         if isinstance(row, dict):
             rows.append(row)
+        elif line.strip() and i != last:
+            bad.append(i + 1)
+    if bad:
+        shown = ", ".join(map(str, bad[:10])) + (f" (+{len(bad) - 10} more)" if len(bad) > 10 else "")
+        warnings.warn(f"{path}: line {shown} is not a result row and was skipped", CpbenchWarning, stacklevel=2)
     return rows
 
 
