@@ -160,3 +160,18 @@ def test_ok_rows_without_latency_are_not_compared():
     res = compare_frames(base, new)
     assert res.table.empty and len(res.not_comparable) == 1
     assert res.not_comparable["new_status"].iloc[0] == "no latency" and res.exit_code == 0
+
+
+def test_few_samples_are_reported_but_not_gated(tmp_path):
+    few = dict(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",), n_samples=5)
+    base = make_run(tmp_path / "base", seed=1, manifest_over={"device": "cpu"}, **few)
+    new = make_run(tmp_path / "new", seed=2, latency=scaled(1.3), manifest_over={"device": "cpu"}, **few)
+    res, _, _ = compare_runs(base, new)
+    assert set(res.table["verdict"]) == {"slower"} and res.table["ungated"].all() and res.exit_code == 0
+    r = cpbench("compare", base, new)
+    assert r.returncode == 0, r.stderr
+    assert "## Slower but not gated (< 10 samples in a run)" in r.stdout and "⚠ CPU run" in r.stdout
+    assert "## Regressions" not in r.stdout
+    assert cpbench("compare", base, new, "--min-samples", "5").returncode == 1  # 5 samples suffice now
+    r = cpbench("compare", base, new, "--min-samples", "1")
+    assert r.returncode == 2 and "--min-samples must be >= 2" in r.stderr

@@ -46,6 +46,8 @@ def compare(
         help="Exit 1 if some row's new/base > 1 + this, with its 95% CI entirely above 1.")] = 0.05,
     out: Annotated[Optional[Path], typer.Option(help="Also write the markdown to this file.")] = None,
     seed: Annotated[int, typer.Option(help="Bootstrap seed (results are reproducible for a seed).")] = 0,
+    min_samples: Annotated[int, typer.Option(
+        help="Timed samples both rows need before a slowdown can fail the run (raise --budget-ms to get more).")] = 10,
 ) -> None:
     """Compare two runs: new/base latency per cell, rank and mode, with verdicts.
 
@@ -53,7 +55,8 @@ def compare(
 
     Ratio = new/base median, 95% CI by bootstrap of the raw samples; near-tie: within --band or CI contains 1.
 
-    Prints markdown. Exit 1 if a row is slower by more than --fail-above with its CI above 1; else 0; 2: bad input.
+    Prints markdown. Exit 1 if a row with >= --min-samples samples is slower by more than --fail-above with its
+    CI above 1; else 0; 2: bad input. The CI covers noise within each run, not between runs: gate on a quiet GPU.
     """
     from cpbench.bench.compare import compare_runs
     from cpbench.errors import CpbenchInputError
@@ -63,7 +66,7 @@ def compare(
         raise CpbenchInputError(f"--seed must be in [0, 2**32), got {seed}")
     if out is not None and out.is_dir():
         raise CpbenchInputError(f"--out {str(out)!r} is a directory: give a file path such as compare.md")
-    res, bman, nman = compare_runs(base, new, band=band, fail_above=fail_above, seed=seed)
+    res, bman, nman = compare_runs(base, new, band=band, fail_above=fail_above, seed=seed, min_samples=min_samples)
     text = compare_markdown(res, str(base), str(new), bman, nman)
     typer.echo(text, nl=False)
     if out is not None:

@@ -9,7 +9,10 @@ Verdict rule (``band`` default 0.03, ``fail_above`` default 0.05):
   resampling each run's raw samples independently (``n_boot`` resamples, fixed seed per row).
   * near-tie: |ratio - 1| <= band, or the CI contains 1 (the difference is within noise);
   * faster:   otherwise, ratio < 1;   * slower: otherwise, ratio > 1.
-  * regression (exit code 1): ratio > 1 + fail_above and the CI lies entirely above 1.
+  * regression (exit code 1): ratio > 1 + fail_above, the CI lies entirely above 1, and both rows hold
+    at least ``min_samples`` timed samples (default 10): with fewer, the bootstrap CI is too narrow a
+    guide and the row is reported but not gated. The CI covers noise within each run only; noise
+    between runs (another process, clocks, a CPU machine) is not in it, so gate on a quiet GPU.
   Without raw samples the CI falls back to [new_ci_low / base_ci_high, new_ci_high / base_ci_low]
   from the rows' own median CIs; with neither, the CI is unknown and the band alone decides.
 """
@@ -37,10 +40,11 @@ class CompareResult:
 
     Attributes:
         table: one row per matched ok/ok key: the key columns, ``base_us``, ``new_us``, ``ratio``,
-            ``ci_low``, ``ci_high``, ``verdict`` and ``regression`` (bool).
+            ``ci_low``, ``ci_high``, ``verdict``, ``regression`` (bool) and ``ungated`` (bool: slower
+            beyond ``fail_above`` with the CI above 1, but with fewer than ``min_samples`` samples).
         only_base / only_new: key columns (+ ``status``) of rows present in one run only.
         not_comparable: keys present in both where either is not ok (``base_status``, ``new_status``).
-        band, fail_above: the thresholds used (fractions, e.g. 0.03).
+        band, fail_above: the thresholds used (fractions, e.g. 0.03); min_samples: the sample floor.
     """
 
     table: pd.DataFrame
@@ -49,6 +53,7 @@ class CompareResult:
     not_comparable: pd.DataFrame
     band: float
     fail_above: float
+    min_samples: int = 10
 
     @property
     def regressions(self) -> pd.DataFrame:
@@ -136,15 +141,25 @@ def _fallback_ci(b: pd.Series, n: pd.Series) -> tuple[float, float]:
     return math.nan, math.nan
 
 
+def _n_samples(row: pd.Series, samples: np.ndarray) -> int:
+    if len(samples):
+        return len(samples)
+    n = pd.to_numeric(pd.Series([row.get("n_samples")]), errors="coerce").iloc[0]
+    return int(n) if math.isfinite(n) else 0
+
+
 def compare_frames(base: pd.DataFrame, new: pd.DataFrame, band: float = 0.03, fail_above: float = 0.05,
-                   n_boot: int = 2000, seed: int = 0) -> CompareResult:
+                   n_boot: int = 2000, seed: int = 0, min_samples: int = 10) -> CompareResult:
     """Compare two results frames (see the module docstring for the rule).
 
-    Args: band, fail_above: fractions >= 0 (0.03 = 3%); n_boot: bootstrap resamples; seed: base seed.
-    Raises: CpbenchInputError for a negative band/fail_above.
+    Args: band, fail_above: fractions >= 0 (0.03 = 3%); n_boot: bootstrap resamples; seed: base seed;
+        min_samples: timed samples both rows need before a slowdown can count as a regression.
+    Raises: CpbenchInputError for a negative band/fail_above or min_samples < 2.
     """
     if band < 0 or fail_above < 0 or not (math.isfinite(band) and math.isfinite(fail_above)):
         raise CpbenchInputError(f"--band and --fail-above must be fractions >= 0 (e.g. 0.03), got {band}, {fail_above}")
+    if min_samples < 2:
+        raise CpbenchInputError(f"--min-samples must be >= 2 (a CI needs two samples), got {min_samples}")
     b, n = _keyed(base), _keyed(new)
     keys = list(KEY_COLUMNS)
     both = b.index.intersection(n.index)
@@ -159,27 +174,29 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, band: float = 0.03, fa
         if not math.isfinite(lo):
             lo, hi = _fallback_ci(br, nr)
         v = verdict(ratio, lo, hi, band) if math.isfinite(ratio) else "near-tie"
-        reg = math.isfinite(ratio) and ratio > 1 + fail_above and (not math.isfinite(lo) or lo > 1.0)
+        enough = min(_n_samples(br, bs), _n_samples(nr, ns)) >= min_samples
+        slow = math.isfinite(ratio) and ratio > 1 + fail_above and (not math.isfinite(lo) or lo > 1.0)
         recs.append({**{c: br[c] for c in keys}, "base_us": bm, "new_us": nm, "ratio": ratio, "ci_low": lo,
-                     "ci_high": hi, "verdict": v, "regression": bool(reg)})
+                     "ci_high": hi, "verdict": v, "regression": bool(slow and enough),
+                     "ungated": bool(slow and not enough)})
     table = pd.DataFrame(recs, columns=keys + ["base_us", "new_us", "ratio", "ci_low", "ci_high", "verdict",
-                                               "regression"])
+                                               "regression", "ungated"])
     bad = [k for k in sorted(both) if k not in set(ok)]
     nc = pd.DataFrame([{**{c: b.at[k, c] for c in keys}, "base_status": b.at[k, "status"],
                         "new_status": n.at[k, "status"]} for k in bad], columns=keys + ["base_status", "new_status"])
     only = lambda d, other: d.loc[sorted(d.index.difference(other.index)), keys + ["status"]].reset_index(drop=True)
-    return CompareResult(table, only(b, n), only(n, b), nc, band, fail_above)
+    return CompareResult(table, only(b, n), only(n, b), nc, band, fail_above, min_samples)
 
 
 def compare_runs(base_dir: str | Path, new_dir: str | Path, band: float = 0.03, fail_above: float = 0.05,
-                 n_boot: int = 2000, seed: int = 0) -> tuple[CompareResult, dict, dict]:
+                 n_boot: int = 2000, seed: int = 0, min_samples: int = 10) -> tuple[CompareResult, dict, dict]:
     """Load two run directories and compare them: ``(result, base_manifest, new_manifest)``.
 
     Raises: CpbenchInputError: a missing run directory, one without results, or another schema version.
     """
     base_df, base_man = load_run(base_dir)
     new_df, new_man = load_run(new_dir)
-    return compare_frames(base_df, new_df, band, fail_above, n_boot, seed), base_man, new_man
+    return compare_frames(base_df, new_df, band, fail_above, n_boot, seed, min_samples), base_man, new_man
 
 
 def cells_of(rows: pd.DataFrame) -> list[str]:

@@ -63,10 +63,13 @@ def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man
     if base_man.get("gpu_name") and new_man.get("gpu_name") and base_man["gpu_name"] != new_man["gpu_name"]:
         parts.append(f"- ⚠ different GPUs ({base_man['gpu_name']} vs {new_man['gpu_name']}): ratios compare machines, "
                      "not code.")
+    if "cpu" in (base_man.get("device"), new_man.get("device")):
+        parts.append("- ⚠ CPU run: CPU timings vary far more between runs than within one (the CI sees only the "
+                     "latter); treat verdicts as indicative and gate on a GPU.")
     parts += ["", f"Rule: ratio = new / base median latency (< 1: new is faster); 95% CI by bootstrap of the raw "
                   f"samples. **near-tie** when |ratio − 1| ≤ {res.band:.1%} or the CI contains 1; "
-                  f"**regression** (exit 1) when ratio > {1 + res.fail_above:.3f} and the CI lies entirely "
-                  "above 1.", ""]
+                  f"**regression** (exit 1) when ratio > {1 + res.fail_above:.3f}, the CI lies entirely "
+                  f"above 1 and both rows hold ≥ {res.min_samples} samples.", ""]
     if len(t):
         geo = float(np.exp(np.log(ratios).mean())) if len(ratios) else math.nan
         parts.append(f"**{len(t)} rows compared: {counts['faster']} faster, {counts['slower']} slower, "
@@ -76,6 +79,10 @@ def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man
         parts.append("**No rows ran (status ok) in both runs: nothing to compare.**")
     if len(res.regressions):
         parts += ["", "## Regressions", "", _rows_table(res.regressions)]
+    ungated = t[t["ungated"]] if len(t) else t
+    if len(ungated):
+        parts += ["", f"## Slower but not gated (< {res.min_samples} samples in a run)", "",
+                  "Raise `--budget-ms` in both sweeps to gate these rows.", "", _rows_table(ungated)]
     if len(t):
         parts += ["", "## All rows", "", _rows_table(t)]
     if len(res.not_comparable):
