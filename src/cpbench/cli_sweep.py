@@ -46,6 +46,7 @@ def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend:
               for k, v in dataclasses.asdict(cfg).items() if k != "model"}
     config["model"] = dataclasses.asdict(cfg.model)
     write_manifest(run_dir, {**env, "timing_method": timing_method(cfg, runner.cpu_threads)}, config)
+    record_wall_time(run_dir, time.monotonic() - t0, new_entry=True)
     console.print(f"[bold]cpbench sweep[/] {cfg.model.name} on {env.get('gpu_name') or env['cpu']} "
                   f"backend [cyan]{name}[/] -> {run_dir}" + (f" (resuming, {len(done)} rows on disk)" if done else ""))
     total = sum(len(cfg.ranks or range(c.cp_size)) for c in cells)
@@ -55,6 +56,7 @@ def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend:
         for c in cells:
             bar.update(task, description=c.label())
             runner.run_cell(c, on_rank=lambda: bar.advance(task))
+            record_wall_time(run_dir, time.monotonic() - t0)
     df = finalize(run_dir)
     record_wall_time(run_dir, time.monotonic() - t0)
     show_summary(console, df)

@@ -59,12 +59,17 @@ def write_manifest(run_dir: Path, env: dict, config: dict) -> None:
     os.replace(tmp, path)
 
 
-def record_wall_time(run_dir: Path, seconds: float) -> None:
-    """Append this invocation's wall time (s, from start to final tables) to the manifest's
-    ``sweep_wall_s`` list: one entry per invocation, so a resumed sweep shows each part."""
+def record_wall_time(run_dir: Path, seconds: float, new_entry: bool = False) -> None:
+    """Record this invocation's wall time so far (s) in the manifest's ``sweep_wall_s`` list: one entry
+    per invocation (a resumed sweep shows each part). ``new_entry`` starts this invocation's entry; later
+    calls (after each cell, and at the end) overwrite it, so a killed sweep keeps the time it ran."""
     path = run_dir / "manifest.json"
     manifest = json.loads(path.read_text())
-    manifest["sweep_wall_s"] = [*manifest.get("sweep_wall_s", []), round(seconds, 1)]
+    walls = list(manifest.get("sweep_wall_s", []))
+    if new_entry or not walls:
+        walls.append(0.0)
+    walls[-1] = round(seconds, 1)
+    manifest["sweep_wall_s"] = walls
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
     os.replace(tmp, path)
