@@ -192,3 +192,14 @@ def test_doctor_says_when_the_jit_cache_will_rebuild(tmp_path):
     os.utime(header, (so.stat().st_mtime + 60,) * 2)  # reinstalled after: ninja rebuilds
     assert "will rebuild them on first use" in jit_cache(cache, pkg)
     assert "empty" in jit_cache(tmp_path / "nothing", pkg)
+
+
+def test_doctor_without_torch_exits_0_and_says_why():
+    code = ("import sys; sys.modules['torch'] = None; sys.argv = ['cpbench', 'doctor', '--json']; "
+            "from cpbench.cli import main; main()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-1000:]
+    info = json.loads(r.stdout)
+    why = info["environment"]["torch"]
+    assert why.startswith("torch cannot be imported") and "pip install torch" in why
+    assert info["backends"] == dict.fromkeys(["torch", "fa2", "fa3", "trtllm-gen"], "needs torch, which cannot be imported")

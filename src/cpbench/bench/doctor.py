@@ -7,11 +7,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import torch
+import platform
 
-from cpbench.bench.backends import BACKEND_NAMES, get_backend, resolve_auto
-from cpbench.bench.env import environment
-from cpbench.bench.models import get_preset
+import cpbench
+from cpbench.bench.env import cpu_model, git_commit, pkg_version
+
+BACKENDS = ("torch", "fa2", "fa3", "trtllm-gen")
 
 
 def nvcc_version() -> str | None:
@@ -63,19 +64,32 @@ def jit_cache(root: Path | None = None, package_dir: Path | None = None) -> str:
 
 
 def diagnose() -> dict:
-    """``{"environment": {...}, "backends": {name: None | reason}}`` for the default device."""
+    """``{"environment": {...}, "backends": {name: None | reason}}`` for the default device. Never raises;
+    when torch cannot be imported, says so and lists what it can without torch."""
     from cpbench.profiles.nsys import find_nsys
+
+    tools = {"nvcc": nvcc_version(), "flashinfer JIT cache": jit_cache(), "nsys": find_nsys() or "not found"}
+    try:
+        import torch
+    except ImportError as e:
+        why = f"torch cannot be imported ({e}): pip install torch (the CPU build on a machine without a GPU)"
+        env = {"cpbench_version": cpbench.__version__, "git_commit": git_commit(), "python": platform.python_version(),
+               "torch": why, "flashinfer": pkg_version("flashinfer-python"),
+               "flashinfer_cubin": pkg_version("flashinfer-cubin"), "nvtx": pkg_version("nvtx"), "cpu": cpu_model(),
+               **tools, "auto backend": None}
+        return {"environment": env, "backends": dict.fromkeys(BACKENDS, "needs torch, which cannot be imported")}
+    from cpbench.bench.backends import get_backend, resolve_auto
+    from cpbench.bench.env import environment
+    from cpbench.bench.models import get_preset
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     env = environment(dev)
     env.pop("command", None)
     env.pop("created", None)
-    env["nvcc"] = nvcc_version()
-    env["flashinfer JIT cache"] = jit_cache()
-    env["nsys"] = find_nsys() or "not found"
+    env.update(tools)
     env["auto backend"] = resolve_auto(dev)
     backends = {}
-    for name in BACKEND_NAMES[1:]:
+    for name in BACKENDS:
         try:
             backends[name] = get_backend(name).supports(dev, get_preset("gpt-oss-120b"), torch.bfloat16)
         except Exception as e:  # doctor reports, it never fails

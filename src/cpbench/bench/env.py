@@ -10,11 +10,13 @@ import sys
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 import cpbench
 from cpbench.errors import CpbenchInputError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def pkg_version(name: str) -> str | None:
@@ -84,6 +86,8 @@ def sm_clock_mhz(device: torch.device) -> float:
 def environment(device: torch.device) -> dict:
     """Versions and hardware: python, torch, CUDA, driver, flashinfer(-cubin), GPU name and compute
     capability (or the CPU model), cpbench version and git commit, the exact command line."""
+    import torch
+
     env = {
         "cpbench_version": cpbench.__version__,
         "git_commit": git_commit(),
@@ -114,6 +118,8 @@ def resolve_device(device: str | None) -> torch.device:
 
     Raises CpbenchInputError for a name torch does not know, cuda without a GPU, or another device type.
     """
+    import torch
+
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
