@@ -110,6 +110,10 @@ def _ms(x: float) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x / 1e3:.3f}"
 
 
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 def show_summary(console: Console, df) -> None:
     """Rich table per cp_size: critical-path two-call ms, fused ms, speedup, status."""
     cp = critical_path(df)
@@ -123,5 +127,5 @@ def show_summary(console: Console, df) -> None:
             sp = r["speedup"]
             t.add_row(str(r["bs"]), str(r["seq_len"]), _ms(r["two_call_us"]), _ms(r["fused_us"]),
                       "-" if sp != sp else f"{sp:.2f}x", r["status"] if r["status"] == "ok" else
-                      f"{r['status']}: {escape(str(r['reason'])[:60])}")
+                      f"{r['status']}: {escape(_clip(str(r['reason']), 120))}")
         console.print(t)
