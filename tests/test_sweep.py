@@ -13,9 +13,10 @@ import torch
 
 from cpbench.bench.backends.torch_ref import TorchBackend
 from cpbench.bench.models import get_preset, with_overrides
-from cpbench.bench.results import KEY_COLUMNS, critical_path, read_jsonl
+from cpbench.bench.results import KEY_COLUMNS, append_row, critical_path, load_run, read_jsonl
 from cpbench.cli_options import console
 from cpbench.cli_sweep import run_sweep
+from cpbench.errors import CpbenchWarning
 
 TINY = ["--layers", "4", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--page-size", "16"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -175,3 +176,37 @@ def test_cpu_refuses_cells_too_big_for_the_reference(tmp_path):
 def test_empty_or_nonfinite_options(args, needle):
     r = cpbench("sweep", *args, *TINY)
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_torn_last_line_then_resume_keeps_every_row(tmp_path):
+    out = tmp_path / "run"
+    args = ["sweep", "--cp", "2", "--bs", "1", "--seq", "32", "--out", str(out), "--no-report", *TINY]
+    assert cpbench(*args).returncode == 0
+    path = out / "results.jsonl"
+    text = path.read_text()
+    path.write_text(text[: len(text) - 40])  # killed mid-write: the last row is torn, no newline
+    r = cpbench(*args, "--resume")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(x) for x in path.read_text().splitlines()]  # every line parses
+    assert len(rows) == 4 and len({(x["rank"], x["mode"]) for x in rows}) == 4
+    assert len(pd.read_parquet(out / "results.parquet")) == 4
+
+
+def test_stale_parquet_after_an_interrupted_resume_is_not_read(tmp_path):
+    out = tmp_path / "run"
+    assert cpbench("sweep", "--cp", "2", "--bs", "1", "--seq", "32", "--out", str(out), "--no-report", *TINY).returncode == 0
+    extra = [{**x, "bs": 2} for x in read_jsonl(out / "results.jsonl")]  # rows a resumed sweep wrote before a kill
+    for x in extra:
+        append_row(out / "results.jsonl", x)
+    with pytest.warns(CpbenchWarning, match="holds 8 rows, results.parquet 4"):
+        df, _ = load_run(out)
+    assert len(df) == 8 and set(df["bs"]) == {1, 2}
+
+
+def test_resume_that_adds_cells_plans_old_and_new(tmp_path):
+    out = tmp_path / "run"
+    base = ["sweep", "--cp", "2", "--seq", "32", "--out", str(out), "--no-report", *TINY]
+    assert cpbench(*base, "--bs", "2").returncode == 0
+    assert cpbench(*base, "--bs", "1", "--resume").returncode == 0
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["config"]["bs_list"] == [1, 2] and len(man["sweep_wall_s"]) == 2

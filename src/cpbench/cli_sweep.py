@@ -14,7 +14,7 @@ from rich.table import Table
 from cpbench.bench.backends import get_backend, resolve_auto
 from cpbench.bench.env import environment
 from cpbench.bench.geometry import eligibility
-from cpbench.bench.results import append_row, critical_path
+from cpbench.bench.results import append_row, critical_path, read_manifest
 from cpbench.bench.rundir import RESULTS, done_keys, finalize, open_run_dir, record_wall_time, write_manifest
 from cpbench.bench.runner import Runner, SweepConfig, plan_cells
 from cpbench.cli_options import err_console
@@ -82,7 +82,7 @@ def check_resume_config(run_dir, cfg: SweepConfig) -> None:
     """Raise CpbenchInputError when --resume would mix rows measured under other options."""
     import json
 
-    old = json.loads((run_dir / "manifest.json").read_text()).get("config", {}) if (run_dir / "manifest.json").exists() else {}
+    old = read_manifest(run_dir / "manifest.json").get("config", {})
     new = {"model": dataclasses.asdict(cfg.model), **{k: getattr(cfg, k) for k in FIXED_ON_RESUME if k != "model"}}
     for key in FIXED_ON_RESUME:
         if key in old and json.loads(json.dumps(old[key])) != json.loads(json.dumps(new[key])):

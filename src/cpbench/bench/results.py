@@ -60,9 +60,16 @@ COLUMNS = {
 
 
 def append_row(path: Path, row: dict) -> None:
-    """Append one row to ``results.jsonl`` and flush it to disk (a kill loses no measured row)."""
-    with open(path, "a") as f:
-        f.write(json.dumps(_jsonable(row)) + "\n")
+    """Append one row to ``results.jsonl`` and flush it to disk (a kill loses no measured row). A torn
+    last line (a kill mid-write: no row was completed) is cut off first, so the new row starts its own line."""
+    with open(path, "ab+") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell():
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.seek(0)
+                f.truncate(f.read().rfind(b"\n") + 1)
+        f.write((json.dumps(_jsonable(row)) + "\n").encode())
         f.flush()
         os.fsync(f.fileno())
 
@@ -108,30 +115,57 @@ def row_key(row: dict) -> tuple:
     return tuple(str(row.get(c)) for c in KEY_COLUMNS)
 
 
+def read_manifest(path: Path) -> dict:
+    """``manifest.json`` as a dict ({} when absent). A ``config`` that is not an object becomes {}, and a
+    ``resumed_by``/``sweep_wall_s`` that is not a list becomes [] (hand-edited files).
+
+    Raises:
+        CpbenchInputError: the file is not UTF-8 JSON holding an object.
+    """
+    if not path.exists():
+        return {}
+    try:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        manifest = None
+    if not isinstance(manifest, dict):
+        raise CpbenchInputError(f"{str(path)!r} is not a cpbench manifest (a JSON object): restore it, or delete "
+                                "it (the results stay readable)")
+    if not isinstance(manifest.get("config", {}), dict):
+        manifest["config"] = {}
+    for key in ("resumed_by", "sweep_wall_s"):
+        if key in manifest and not isinstance(manifest[key], list):
+            manifest[key] = []
+    return manifest
+
+
 def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
     """Load a run directory: ``(results frame, manifest dict)``.
 
-    Reads ``results.parquet`` if present, else ``results.jsonl``.
+    Reads ``results.parquet``, or ``results.jsonl`` (deduplicated by row key, last wins) when there is no
+    parquet or the jsonl holds rows the parquet lacks (a sweep interrupted after the tables were
+    written; a :class:`CpbenchWarning` says so).
     Raises:
         CpbenchInputError: missing directory, no results, or another schema version.
     """
     d = Path(run_dir)
     if not d.is_dir():
-        raise CpbenchInputError(f"run directory {str(d)!r} does not exist: pass a directory made by cpbench sweep")
-    manifest = {}
-    if (d / "manifest.json").exists():
-        try:
-            manifest = json.loads((d / "manifest.json").read_text())
-        except json.JSONDecodeError:
-            raise CpbenchInputError(f"{str(d / 'manifest.json')!r} is not valid JSON") from None
+        what = "is a file" if d.exists() else "does not exist"
+        raise CpbenchInputError(f"run directory {str(d)!r} {what}: pass a directory made by cpbench sweep")
+    manifest = read_manifest(d / "manifest.json")
+    rows = list({row_key(r): r for r in read_jsonl(d / "results.jsonl")}.values())
+    df = None
     if (d / "results.parquet").exists():
         try:
             df = pd.read_parquet(d / "results.parquet")
         except Exception as e:  # pyarrow raises its own types for a corrupt file
             raise CpbenchInputError(f"{str(d / 'results.parquet')!r} cannot be read ({type(e).__name__}): "
                                     "delete it to fall back to results.jsonl") from None
-    else:
-        rows = read_jsonl(d / "results.jsonl")
+        if len(rows) > len(df):
+            warnings.warn(f"{d / 'results.jsonl'} holds {len(rows)} rows, results.parquet {len(df)} (a sweep was "
+                          "interrupted): reading results.jsonl", CpbenchWarning, stacklevel=2)
+            df = None
+    if df is None:
         if not rows:
             raise CpbenchInputError(f"{str(d)!r} holds no results (results.jsonl/parquet): run cpbench sweep first")
         df = pd.DataFrame(rows)

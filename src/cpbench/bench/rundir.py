@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from cpbench.bench.results import SCHEMA_VERSION, read_jsonl, row_key, write_tables
+from cpbench.bench.results import SCHEMA_VERSION, read_jsonl, read_manifest, row_key, write_tables
 from cpbench.errors import CpbenchInputError
 
 RESULTS = "results.jsonl"
+GROWING = ("cp_sizes", "bs_list", "seq_list", "timings", "modes")  # config lists a resume may extend
 
 
 def open_run_dir(out: str | Path | None, resume: bool) -> Path:
@@ -52,8 +53,13 @@ def write_manifest(run_dir: Path, env: dict, config: dict) -> None:
     path = run_dir / "manifest.json"
     manifest = {"schema_version": SCHEMA_VERSION, **env, "config": config}
     if path.exists():
-        old = json.loads(path.read_text())
-        manifest = {**old, "resumed_by": [*old.get("resumed_by", []), env.get("command")]}
+        old = read_manifest(path)
+        merged = {**old.get("config", {}), **config}
+        for key in GROWING:  # a resume may add cells: the config plans old and new ones
+            a, b = old.get("config", {}).get(key), config.get(key)
+            if isinstance(a, list) and isinstance(b, list):
+                merged[key] = sorted(set(a) | set(b), key=str)
+        manifest = {**old, "config": merged, "resumed_by": [*old.get("resumed_by", []), env.get("command")]}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
     os.replace(tmp, path)
@@ -64,7 +70,7 @@ def record_wall_time(run_dir: Path, seconds: float, new_entry: bool = False) -> 
     per invocation (a resumed sweep shows each part). ``new_entry`` starts this invocation's entry; later
     calls (after each cell, and at the end) overwrite it, so a killed sweep keeps the time it ran."""
     path = run_dir / "manifest.json"
-    manifest = json.loads(path.read_text())
+    manifest = read_manifest(path)
     walls = list(manifest.get("sweep_wall_s", []))
     if new_entry or not walls:
         walls.append(0.0)
