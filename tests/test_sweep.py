@@ -210,3 +210,26 @@ def test_resume_that_adds_cells_plans_old_and_new(tmp_path):
     assert cpbench(*base, "--bs", "1", "--resume").returncode == 0
     man = json.loads((out / "manifest.json").read_text())
     assert man["config"]["bs_list"] == [1, 2] and len(man["sweep_wall_s"]) == 2
+
+
+def test_a_mode_whose_first_forward_fails_leaves_the_other_mode_measured(tmp_path, monkeypatch):
+    real = TorchBackend.prepare
+
+    def fused_fails(self, work, mode):
+        prep = real(self, work, mode)
+        if mode == "fused" and work.geometry.rank == 0:
+            def boom():
+                raise RuntimeError("simulated kernel failure")
+            prep.forward = boom
+        return prep
+
+    monkeypatch.setattr(TorchBackend, "prepare", fused_fails)
+    model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=16)
+    code = run_sweep(out=tmp_path / "a", resume=False, report=False, allow_mismatch=False, console=console,
+                     backend="torch", model=model, cp_sizes=[2], bs_list=[1], seq_list=[64], seq_lens=None, prefix=0,
+                     ranks=None, modes=["two-call", "fused"], timings=["eager"], budget_ms=5, warmup=0, dtype="fp32",
+                     seed=0, check=True, context_len=None, device=torch.device("cpu"), profile=True)
+    status = {(x["rank"], x["mode"]): (x["status"], x["reason"]) for x in read_jsonl(tmp_path / "a" / "results.jsonl")}
+    assert status[(0, "fused")] == ("error", "RuntimeError: simulated kernel failure")
+    assert status[(0, "two-call")][0] == status[(1, "fused")][0] == status[(1, "two-call")][0] == "ok"
+    assert code == 0

@@ -201,8 +201,9 @@ class Runner:
         info: dict[str, dict] = {}
         for m in modes:
             try:
-                prepared[m] = self.backend.prepare(work, m)
-                info[m] = self._first_forward(work, prepared[m])
+                prep = self.backend.prepare(work, m)
+                info[m] = self._first_forward(work, prep)
+                prepared[m] = prep  # only modes whose first forward ran are checked, profiled and timed
             except Exception as e:  # a backend failure is a row, not a crash (OOM fails the whole cell)
                 if is_oom(e):
                     raise
