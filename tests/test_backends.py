@@ -191,7 +191,7 @@ def test_doctor_says_when_the_jit_cache_will_rebuild(tmp_path):
     assert fresh == f"{cache}: 1 compiled modules, 1 MiB"
     os.utime(header, (so.stat().st_mtime + 60,) * 2)  # reinstalled after: ninja rebuilds
     assert "will rebuild them on first use" in jit_cache(cache, pkg)
-    assert "empty" in jit_cache(tmp_path / "nothing", pkg)
+    assert "no cache yet" in jit_cache(tmp_path / "nothing", pkg)
 
 
 def test_doctor_without_torch_exits_0_and_says_why():
@@ -203,3 +203,27 @@ def test_doctor_without_torch_exits_0_and_says_why():
     why = info["environment"]["torch"]
     assert why.startswith("torch cannot be imported") and "pip install torch" in why
     assert info["backends"] == dict.fromkeys(["torch", "fa2", "fa3", "trtllm-gen"], "needs torch, which cannot be imported")
+
+
+def test_doctor_jit_cache_in_odd_environments(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from cpbench.bench.doctor import diagnose, jit_cache
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(afile))
+    assert jit_cache().endswith("is not a directory: flashinfer cannot cache kernels")
+    cache = tmp_path / "base" / ".cache" / "flashinfer" / "0.7.2.post1"
+    cache.mkdir(parents=True)
+    (cache / "gone.so").symlink_to(tmp_path / "nonexistent")  # a broken link is not a compiled module
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path / "base"))
+    assert jit_cache().endswith(": 0 compiled modules, 0 MiB")
+    monkeypatch.delenv("FLASHINFER_WORKSPACE_BASE")
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert jit_cache().startswith("unknown (Could not determine home directory.)")
+    assert diagnose()["backends"]["torch"] is None  # the rest of doctor still runs

@@ -43,11 +43,18 @@ def jit_cache(root: Path | None = None, package_dir: Path | None = None) -> str:
     when a C++/CUDA source or header of the installed flashinfer (``package_dir``) is newer than the
     oldest compiled module, say that the modules will be rebuilt on first use (typical after a
     reinstall). Never raises: an unreadable cache is reported as such."""
-    base = Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or Path.home())
-    root = root or base / ".cache" / "flashinfer"
     try:
+        base = Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or Path.home())
+    except RuntimeError as e:  # no HOME and no passwd entry
+        return f"unknown ({e}): set HOME or FLASHINFER_WORKSPACE_BASE"
+    try:
+        if root is None and base.exists() and not base.is_dir():
+            return f"{base} (FLASHINFER_WORKSPACE_BASE or HOME) is not a directory: flashinfer cannot cache kernels"
+        root = root or base / ".cache" / "flashinfer"
+        if root.exists() and not root.is_dir():
+            return f"{root} is not a directory: flashinfer cannot cache compiled kernels there"
         if not root.is_dir():
-            return f"{root} (empty: kernels compile with nvcc at first use, ~15-100 s each)"
+            return f"{root} (no cache yet: kernels compile with nvcc at first use, ~15-100 s each)"
         libs = [p.stat().st_mtime for p in root.rglob("*.so") if p.is_file()]
         size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
         text = f"{root}: {len(libs)} compiled modules, {size / 2**20:.0f} MiB"
@@ -63,12 +70,21 @@ def jit_cache(root: Path | None = None, package_dir: Path | None = None) -> str:
         return f"{root}: cannot be read ({e.strerror or e})"
 
 
+def _safe(fn):
+    """``fn()``, or a line saying why it failed: doctor reports, it never fails."""
+    try:
+        return fn()
+    except Exception as e:
+        return f"unknown ({type(e).__name__}: {e})"
+
+
 def diagnose() -> dict:
     """``{"environment": {...}, "backends": {name: None | reason}}`` for the default device. Never raises;
     when torch cannot be imported, says so and lists what it can without torch."""
     from cpbench.profiles.nsys import find_nsys
 
-    tools = {"nvcc": nvcc_version(), "flashinfer JIT cache": jit_cache(), "nsys": find_nsys() or "not found"}
+    tools = {"nvcc": _safe(nvcc_version), "flashinfer JIT cache": _safe(jit_cache),
+             "nsys": _safe(lambda: find_nsys() or "not found")}
     try:
         import torch
     except ImportError as e:
@@ -83,7 +99,8 @@ def diagnose() -> dict:
     from cpbench.bench.models import get_preset
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    env = environment(dev)
+    env = _safe(lambda: environment(dev))
+    env = env if isinstance(env, dict) else {"environment": env}
     env.pop("command", None)
     env.pop("created", None)
     env.update(tools)
