@@ -209,3 +209,22 @@ def test_cli_report_warns_about_corrupt_jsonl_lines_and_keeps_the_rest(tmp_path)
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         assert len(load_run(run)[0]) == n  # every real row kept; the torn last line is silent
+
+
+def test_merge_bullet_survives_odd_values():
+    from cpbench.plots.tables import merge_lines
+
+    rows = make_rows(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",))
+    assert [(r["rank"], r["mode"]) for r in rows][:2] == [(0, "two-call"), (0, "fused")]
+    for r, v in zip(rows, ["10", "9", "inf", None, "abc", "2.5", -1, 3]):  # 4 ranks x 2 modes
+        r["merge_kernels"] = v
+    lines = merge_lines(prepare(pd.DataFrame(rows)))
+    assert len(lines) == 1 and lines[0].endswith("bs 1, 1K tokens: 10 two-call, 9 fused."), lines
+
+
+def test_notes_do_not_claim_every_cell_ran_when_modes_or_ranks_were_limited(tmp_path):
+    rows = [r for r in make_rows(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",)) if r["mode"] == "fused"]
+    text = write_report(write_run(tmp_path / "run", rows)).read_text()
+    assert "Every cell ran" not in text
+    assert "1 cell(s) measured only some ranks or modes (`--ranks`/`--mode`)" in text
+    assert "e.g. cp 4 · bs 1 · 1K tokens · eager: fused on ranks 0–3." in text

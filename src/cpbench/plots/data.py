@@ -17,7 +17,7 @@ NUMERIC = ["latency_us_median", "latency_us_p10", "latency_us_p90", "latency_us_
            "latency_us_ci_high", "per_layer_us", "tflops", "host_launch_us", "setup_us_metadata",
            "setup_us_page_table", "setup_us_plan", "setup_us_total", "peak_mem_bytes", "page_table_bytes",
            "page_table_dup_bytes", "dup_copy_us", "kv_cache_bytes", "context_len", "attn_kernels",
-           "other_kernels", "launches", "num_layers", "calls_per_layer", "max_abs_err",
+           "other_kernels", "merge_kernels", "launches", "num_layers", "calls_per_layer", "max_abs_err",
            "sm_clock_mhz_before", "sm_clock_mhz_after", "cp_size", "bs", "seq_len", "prefix_len", "rank"]
 
 

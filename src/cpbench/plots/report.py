@@ -67,6 +67,17 @@ def notes(df: pd.DataFrame) -> list[str]:
                    + (f": {c['reason']}" if c["reason"] else ""))
     if len(out) > MAX_NOTES:
         out = out[:MAX_NOTES] + [f"- … and {len(out) - MAX_NOTES} more (see results.csv)."]
+    partial = []
+    for k, g in df.groupby(list(CELL_COLUMNS), sort=True):
+        c = dict(zip(CELL_COLUMNS, k))
+        modes = [m for m in MODES if m in set(g["mode"])]
+        ranks = sorted({int(r) for r in g["rank"].dropna()})
+        if len(modes) < len(MODES) or ranks != list(range(int(c["cp_size"]))):
+            partial.append(f"cp {c['cp_size']} · bs {c['bs']} · {human_tokens(c['seq_len'])} tokens · {c['timing']}: "
+                           f"{', '.join(modes)} on rank{'s' if len(ranks) > 1 else ''} {span_text(ranks)}")
+    if partial:
+        out.append(f"- {len(partial)} cell(s) measured only some ranks or modes (`--ranks`/`--mode`), so they have no "
+                   f"critical-path speedup: e.g. {partial[0]}.")
     drop = df[df["clock_drop"].map(lambda v: v is True or v == 1 or str(v).lower() == "true")]
     if len(drop):
         out.append(f"- SM clock dropped by more than 10% while timing {len(drop)} row(s) "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from cpbench.plots.data import ranks_text, uniform
@@ -149,7 +150,8 @@ def merge_lines(df: pd.DataFrame) -> list[str]:
     (model, backend, cp_size) the cells where either mode launched merges, with the most per forward on
     any rank. ``df``: prepared results rows; eager rows are used (graph rows carry no counts)."""
     ok = df[(df["status"] == "ok") & (df["timing"] == "eager")]
-    ok = ok[pd.to_numeric(ok["merge_kernels"], errors="coerce").fillna(0) > 0]
+    merges = pd.to_numeric(ok["merge_kernels"], errors="coerce")
+    ok = ok.assign(merge_kernels=merges)[(merges > 0) & np.isfinite(merges)]
     out = []
     for (model, backend, cp), g in ok.groupby(["model", "backend", "cp_size"], sort=True):
         found = []
