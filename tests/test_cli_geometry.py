@@ -58,3 +58,14 @@ def test_usage_errors_are_one_line_exit_2(args):
     r = cpbench(*args)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error:")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--cp", "1000000000", "--extend", "3"], "--cp values must be <= 1024"),
+    (["--cp", "99999999999999999999"], "--cp values must be <= 1024"),
+    (["--extend", "1,99999999999"], "--extend values must be <="),
+])
+def test_geometry_huge_values_one_line_exit_2(args, needle):
+    r = subprocess.run([sys.executable, "-m", "cpbench", "geometry", *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and needle in r.stderr, r.stderr[-500:]
+    assert len(r.stderr.strip().splitlines()) == 1

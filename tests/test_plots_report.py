@@ -1,5 +1,6 @@
 """Charts and report.md from synthetic run directories (no GPU, no torch in the code under test)."""
 
+import json
 import struct
 import subprocess
 import sys
@@ -228,3 +229,22 @@ def test_notes_do_not_claim_every_cell_ran_when_modes_or_ranks_were_limited(tmp_
     assert "Every cell ran" not in text
     assert "1 cell(s) measured only some ranks or modes (`--ranks`/`--mode`)" in text
     assert "e.g. cp 4 · bs 1 · 1K tokens · eager: fused on ranks 0–3." in text
+
+
+@pytest.mark.parametrize("edit", ["samples", "seq_lens", "schema", "manifest"])
+def test_cli_hand_edited_runs_one_line_exit_2(tmp_path, edit):
+    run = make_run(tmp_path / "run", fmt="jsonl", cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",))
+    rows = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
+    if edit == "samples":
+        rows[0]["samples_us"] = [1, "x"]
+    elif edit == "seq_lens":
+        rows[0]["seq_lens"] = [1, "a"]
+    elif edit == "schema":
+        rows[0]["schema_version"] = 1.7
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if edit == "manifest":
+        (run / "manifest.json").write_text("[1, 2]")
+    cmd = ("compare", run, run) if edit == "samples" else ("report", run)
+    r = cpbench(*cmd)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-800:]
+    assert len(r.stderr.strip().splitlines()) == 1 and str(run) in r.stderr

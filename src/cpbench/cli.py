@@ -18,7 +18,7 @@ from rich.table import Table
 
 from cpbench.cli_options import (BackendName, DeviceOpt, DType, HeadDimOpt, HeadsOpt, KvHeadsOpt, LayersOpt,
                                  ModelConfigOpt, ModelOpt, PageSizeOpt, SinksOpt, WindowOpt, choice_list, console,
-                                 check_seq_lens, err_console, int_list, resolve_device, resolve_model)
+                                 MAX_TOKENS, check_seq_lens, err_console, int_list, resolve_device, resolve_model)
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # keep torch.profiler's per-step log lines off the terminal
@@ -50,6 +50,7 @@ def geometry(
 
     ext = int_list(extend, "--extend")
     pre = int_list(prefix, "--prefix", minimum=0) if prefix is not None else None
+    cp = int_list(str(cp), "--cp")[0]  # the same bounds as sweep's --cp
     validate_batch(ext, pre, cp, rank)
     ranks = [rank] if rank is not None else list(range(cp))
     geoms = [rank_geometry(ext, pre, cp, r) for r in ranks]
@@ -147,8 +148,8 @@ def sweep(
     warmup = (3 if dev.type == "cuda" else 1) if warmup is None else warmup
     if budget_ms <= 0 or warmup < 0:
         raise CpbenchInputError("--budget-ms must be > 0 and --warmup >= 0")
-    if prefix < 0:
-        raise CpbenchInputError(f"--prefix must be >= 0 tokens, got {prefix}")
+    if not 0 <= prefix <= MAX_TOKENS:
+        raise CpbenchInputError(f"--prefix must be in [0, {MAX_TOKENS}] tokens, got {prefix}")
     seqs = int_list(default_seq if seq is None else seq, "--seq")
     if context_len is not None and context_len < max(explicit or seqs) + prefix:
         raise CpbenchInputError(f"--context-len {context_len} is shorter than the longest sequence "
@@ -184,6 +185,11 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
+def one_line_error(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or "no detail"
+    return f"{type(e).__name__}: {text[:200]}"
+
+
 def main() -> None:
     """Entry point: run the app; bad input (ours or click's) becomes one line on stderr and exit 2."""
     warnings.showwarning = _show_warning
@@ -192,6 +198,14 @@ def main() -> None:
     except CpbenchInputError as e:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(2)
+    except (OverflowError, MemoryError) as e:  # a size no machine can hold (e.g. --window 1e20)
+        err_console.print(f"[bold red]error:[/] a value is too large to run ({escape(one_line_error(e))}): "
+                          "use realistic sizes", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err_console.print("interrupted: rows already measured are kept in results.jsonl; rerun the same "
+                          "command with --resume to finish", highlight=False, soft_wrap=True)
+        sys.exit(130)
     except (OSError, UnicodeDecodeError) as e:  # a path that is not what it should be (file vs folder, ...)
         err_console.print(f"[bold red]error:[/] {escape(f'{type(e).__name__}: {e}')}", highlight=False,
                           soft_wrap=True)

@@ -17,8 +17,16 @@ if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 
 err_console = Console(stderr=True)
 
 
+# Upper bounds of list options: far above real prefill batches, low enough that a typo cannot make
+# cpbench build billions of Python objects (or overflow the kernels' int32 token indices).
+MAX_TOKENS = 1 << 24
+LIMITS = {"--cp": 1024, "--bs": 65536, "--seq": MAX_TOKENS, "--seq-lens": MAX_TOKENS, "--extend": MAX_TOKENS,
+          "--prefix": MAX_TOKENS, "--ranks": 1023}
+
+
 def int_list(text: str, what: str, minimum: int = 1) -> list[int]:
-    """Parse ``"1,4,16"`` into ints >= minimum; raise CpbenchInputError naming the option."""
+    """Parse ``"1,4,16"`` into ints in ``[minimum, LIMITS[what]]`` (at most 65536 of them); raise
+    CpbenchInputError naming the option."""
     items = [t.strip() for t in str(text).split(",") if t.strip()]
     if not items:
         raise CpbenchInputError(f"{what} is empty: give a comma-separated list such as 1,4,16")
@@ -29,6 +37,11 @@ def int_list(text: str, what: str, minimum: int = 1) -> list[int]:
     bad = [v for v in vals if v < minimum]
     if bad:
         raise CpbenchInputError(f"{what} values must be >= {minimum}, got {bad[0]}")
+    top = LIMITS.get(what, 2**31 - 1)
+    big = [v for v in vals if v > top]
+    if big or len(vals) > 65536:
+        raise CpbenchInputError(f"{what} values must be <= {top} and at most 65536 of them, got {big[0] if big else len(vals)}"
+                                f"{'' if big else ' values'}")
     return vals
 
 

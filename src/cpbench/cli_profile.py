@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
         ranks: Annotated[str, typer.Option("--ranks", help="'all' or a list of ranks.")] = "all",
         backend: Annotated[c.BackendName, typer.Option("--backend", help="Attention backend.")] = c.BackendName.auto,
         dtype: Annotated[c.DType, typer.Option("--dtype")] = c.DType.bf16,
-        out: Annotated[Optional[Path], typer.Option("--out", help="Directory for traces (default runs/profile-<time>).")] = None,
+        out: Annotated[Optional[str], typer.Option("--out", help="Directory for traces (default runs/profile-<time>).")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
         nsys: Annotated[bool, typer.Option("--nsys", help="Also run under Nsight Systems and cross-check the counts.")] = False,
         nsys_child: Annotated[bool, typer.Option("--nsys-child", hidden=True)] = False,
@@ -41,7 +41,8 @@ def register(app: typer.Typer) -> None:
         """Count attention kernels per rank, two-call vs fused (e.g. 72 -> 36 per rank, 288 -> 144 over
         4 ranks), and write Perfetto-openable Chrome traces."""
         from cpbench.bench.backends import get_backend, resolve_auto
-        from cpbench.bench.runner import DTYPES, is_oom, one_line
+        from cpbench.bench.geometry import eligibility
+        from cpbench.bench.runner import DTYPES, cpu_refusal, is_oom, one_line
         from cpbench.profiles.nsys import find_nsys
         from cpbench.bench.profiling import nsys_child as run_child, profile_cell, totals
         from cpbench.bench.runner import CellSpec
@@ -53,8 +54,8 @@ def register(app: typer.Typer) -> None:
         batches = ([tuple(c.int_list(seq_lens, "--seq-lens"))] if seq_lens else
                    [(s,) * b for b in c.int_list("1" if bs is None else bs, "--bs")
                                                   for s in c.int_list("8192" if seq is None else seq, "--seq")])
-        if prefix < 0:
-            raise CpbenchInputError(f"--prefix must be >= 0 tokens, got {prefix}")
+        if not 0 <= prefix <= c.MAX_TOKENS:
+            raise CpbenchInputError(f"--prefix must be in [0, {c.MAX_TOKENS}] tokens, got {prefix}")
         cells = [CellSpec(p, ext, (prefix,) * len(ext)) for p in c.int_list(cp, "--cp") for ext in batches]
         rank_list = None if ranks.strip() == "all" else c.int_list(ranks, "--ranks", minimum=0)
         if rank_list and max(rank_list) >= min(x.cp_size for x in cells):
@@ -66,6 +67,14 @@ def register(app: typer.Typer) -> None:
         why = get_backend(name).supports(dev, spec, DTYPES[dtype.value])
         if why:
             raise CpbenchInputError(f"backend {name}: {why}")
+        for cell in cells:
+            ok, why = eligibility(cell.extend_lens, cell.cp_size)
+            why = None if ok else f"not CP-eligible ({why})"
+            why = why or (cpu_refusal(spec, cell) if dev.type == "cpu" else None)
+            if why:
+                raise CpbenchInputError(f"{cell.label()}: {why}")
+        if out is not None and not str(out).strip():
+            raise CpbenchInputError("--out is empty: give a directory, or leave it out for runs/profile-<time>")
         if nsys and find_nsys() is None:
             raise CpbenchInputError("--nsys: nsys not found; install Nsight Systems or put nsys on PATH "
                                     "(`cpbench doctor` shows what is found), or drop --nsys")

@@ -6,20 +6,38 @@ CpbenchInputError (one line, exit 2, printed by cli.main); a regression in ``com
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from cpbench.errors import CpbenchInputError
+
 RunArg = Annotated[Path, typer.Argument(help="Run directory written by `cpbench sweep` (holds results.*).",
                                         show_default=False)]
+
+
+@contextmanager
+def readable(*runs: Path):
+    """Turn a failure on values cpbench never writes (a hand-edited or corrupt row or manifest) into one
+    CpbenchInputError line naming the run(s)."""
+    try:
+        yield
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as e:
+        if isinstance(e, CpbenchInputError):
+            raise
+        names = " / ".join(repr(str(r)) for r in runs)
+        raise CpbenchInputError(f"{names} holds values cpbench cannot read ({type(e).__name__}: "
+                                f"{' '.join(str(e).split())[:120]}): restore the files or re-run the sweep") from None
 
 
 def plot(run: RunArg) -> None:
     """Draw every chart of a run into RUN/plots/ (PNG + SVG)."""
     from cpbench.plots.charts import render_all
 
-    paths = render_all(run)
+    with readable(run):
+        paths = render_all(run)
     pngs = [p for p in paths if p.suffix == ".png"]
     typer.echo(f"wrote {len(pngs)} charts (PNG + SVG) to {run / 'plots'}")
 
@@ -34,7 +52,8 @@ def report(
     """
     from cpbench.plots.report import write_report
 
-    path = write_report(run, replot=replot)
+    with readable(run):
+        path = write_report(run, replot=replot)
     typer.echo(f"wrote {path}")
 
 
@@ -59,15 +78,18 @@ def compare(
     CI above 1; else 0; 2: bad input. The CI covers noise within each run, not between runs: gate on a quiet GPU.
     """
     from cpbench.bench.compare import compare_runs
-    from cpbench.errors import CpbenchInputError
     from cpbench.plots.compare_md import compare_markdown
 
     if not 0 <= seed < 2**32:
         raise CpbenchInputError(f"--seed must be in [0, 2**32), got {seed}")
     if out is not None and out.is_dir():
         raise CpbenchInputError(f"--out {str(out)!r} is a directory: give a file path such as compare.md")
-    res, bman, nman = compare_runs(base, new, band=band, fail_above=fail_above, seed=seed, min_samples=min_samples)
-    text = compare_markdown(res, str(base), str(new), bman, nman)
+    if out is not None and out.name in ("results.jsonl", "results.parquet", "results.csv", "manifest.json"):
+        raise CpbenchInputError(f"--out {str(out)!r} would overwrite a run's {out.name}: give a path such as compare.md")
+    with readable(base, new):
+        res, bman, nman = compare_runs(base, new, band=band, fail_above=fail_above, seed=seed,
+                                       min_samples=min_samples)
+        text = compare_markdown(res, str(base), str(new), bman, nman)
     typer.echo(text, nl=False)
     if out is not None:
         try:

@@ -16,7 +16,7 @@ from cpbench.bench.env import environment
 from cpbench.bench.geometry import eligibility
 from cpbench.bench.results import append_row, critical_path, read_manifest
 from cpbench.bench.rundir import RESULTS, done_keys, finalize, open_run_dir, record_wall_time, write_manifest
-from cpbench.bench.runner import Runner, SweepConfig, plan_cells
+from cpbench.bench.runner import Runner, SweepConfig, cpu_tflop_limit, plan_cells
 from cpbench.cli_options import err_console
 from cpbench.errors import CpbenchInputError
 
@@ -31,6 +31,8 @@ def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend:
     get_backend(name)  # unknown names fail here, before a directory is made
     cfg = SweepConfig(backend=name, **kw)
     cells = plan_cells(cfg)
+    if cfg.device.type == "cpu":
+        cpu_tflop_limit()  # a bad CPBENCH_CPU_TFLOP_LIMIT fails here, before a directory is made
     if not any(eligibility(c.extend_lens, c.cp_size)[0] for c in cells):
         c = cells[0]
         raise CpbenchInputError(f"no cell can run: {eligibility(c.extend_lens, c.cp_size)[1]} "

@@ -109,6 +109,8 @@ def from_hf_config(path: str | Path) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise CpbenchInputError(f"model config {str(p)!r} is not a JSON object")
     cfg = cfg.get("text_config", cfg) if "num_hidden_layers" not in cfg else cfg
+    if not isinstance(cfg, dict):
+        raise CpbenchInputError(f"model config {str(p)!r}: text_config is not a JSON object")
 
     def need(key: str) -> int:
         v = cfg.get(key)
@@ -153,8 +155,13 @@ def with_overrides(spec: ModelSpec, *, layers: int | None = None, heads: int | N
     A new layer count keeps the pattern (alternating or uniform).
 
     Raises:
-        CpbenchInputError: non-positive sizes, q heads not a multiple of kv heads, bad page size.
+        CpbenchInputError: non-positive or absurdly large sizes, q heads not a multiple of kv heads, bad
+            page size.
     """
+    for flag, value, top in (("--layers", layers, 1024), ("--heads", heads, 4096), ("--kv-heads", kv_heads, 4096),
+                             ("--head-dim", head_dim, 4096), ("--window", window, 2**31 - 1)):
+        if value is not None and value > top:
+            raise CpbenchInputError(f"{flag} must be <= {top}, got {value}")
     out = spec
     if layers is not None:
         if layers < 1:

@@ -172,7 +172,8 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
     if df.empty:
         raise CpbenchInputError(f"{str(d)!r} holds no result rows")
     raw = df.get("schema_version", pd.Series([manifest.get("schema_version")])).dropna()
-    versions = set(pd.to_numeric(raw, errors="coerce").fillna(-1).astype(int))
+    versions = {int(v) if math.isfinite(v) and v == int(v) else -1  # 1.7, inf, "x": not a schema we read
+                for v in pd.to_numeric(raw, errors="coerce").fillna(-1).astype(float)}
     if versions and versions != {SCHEMA_VERSION}:
         raise CpbenchInputError(
             f"{str(d)!r} uses results schema {sorted(versions)}, this cpbench reads {SCHEMA_VERSION}: "

@@ -30,7 +30,29 @@ from cpbench.errors import CpbenchInputError
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # per rank forward: ~1-2 minutes per forward for the CPU reference on 2 cores; env var raises it
-CPU_TFLOP_LIMIT = float(os.environ.get("CPBENCH_CPU_TFLOP_LIMIT", "2"))
+def cpu_tflop_limit() -> float:
+    """TFLOP per forward above which the CPU reference refuses a cell: ``$CPBENCH_CPU_TFLOP_LIMIT``, default 2
+    (about a minute per forward on 2 cores). Raises CpbenchInputError for a value that is not a number > 0."""
+    text = os.environ.get("CPBENCH_CPU_TFLOP_LIMIT", "2")
+    try:
+        limit = float(text)
+    except ValueError:
+        limit = math.nan
+    if not limit > 0:
+        raise CpbenchInputError(f"CPBENCH_CPU_TFLOP_LIMIT must be a number of TFLOP > 0, got {text!r}")
+    return limit
+
+
+def cpu_refusal(model: ModelSpec, cell: "CellSpec") -> str | None:
+    """Why the CPU reference refuses ``cell`` (too many TFLOP per forward for rank 0), or None."""
+    g = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)[0]
+    tflop = sum(attention_flops(segs, model.num_q_heads, model.head_dim, w)
+                for w in model.window_left_per_layer for _, segs in g.calls("fused")) / 1e12
+    limit = cpu_tflop_limit()
+    if tflop > limit:
+        return (f"about {tflop:.3g} TFLOP per forward is too much for the CPU reference (limit {limit:g}, "
+                "CPBENCH_CPU_TFLOP_LIMIT): use a GPU, or a smaller --seq/--bs")
+    return None
 
 
 @dataclass
@@ -178,13 +200,9 @@ class Runner:
         if reason:
             return "unsupported", reason
         if self.cfg.device.type == "cpu":  # the reference on a CPU: refuse what would run for hours
-            m = self.cfg.model
-            g = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)[0]
-            tflop = sum(attention_flops(segs, m.num_q_heads, m.head_dim, w)
-                        for w in m.window_left_per_layer for _, segs in g.calls("fused")) / 1e12
-            if tflop > CPU_TFLOP_LIMIT:
-                return "unsupported", (f"about {tflop:.3g} TFLOP per forward is too much for the CPU reference "
-                                       f"(limit {CPU_TFLOP_LIMIT:g}): use a GPU, or a smaller --seq/--bs")
+            why = cpu_refusal(self.cfg.model, cell)
+            if why:
+                return "unsupported", why
         return None
 
     def _cell_metrics(self, inputs: CellInputs) -> dict:
