@@ -235,3 +235,18 @@ def test_a_mode_whose_first_forward_fails_leaves_the_other_mode_measured(tmp_pat
     assert status[(0, "fused")] == ("error", "RuntimeError: simulated kernel failure")
     assert status[(0, "two-call")][0] == status[(1, "fused")][0] == status[(1, "two-call")][0] == "ok"
     assert code == 0
+
+
+def test_ctrl_c_says_how_to_resume(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "cpbench", "sweep", "--cp", "2,4", "--bs", "1,2", "--seq", "64,128",
+                             "--out", str(out), "--no-report", *TINY], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=ENV)
+    deadline = time.time() + 240
+    while time.time() < deadline and not (out / "results.jsonl").exists():
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert err.strip().endswith("rerun the same command with --resume to finish it")
+    assert read_jsonl(out / "results.jsonl")  # rows measured before Ctrl-C are on disk

@@ -203,11 +203,10 @@ def main() -> None:
                           "use realistic sizes", highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        err_console.print("interrupted: rows already measured are kept in results.jsonl; rerun the same "
-                          "command with --resume to finish", highlight=False, soft_wrap=True)
-        sys.exit(130)
+        code = 130
     except (OSError, UnicodeDecodeError) as e:  # a path that is not what it should be (file vs folder, ...)
-        err_console.print(f"[bold red]error:[/] {escape(f'{type(e).__name__}: {e}')}", highlight=False,
+        err_console.print(f"[bold red]error:[/] {escape(f'{type(e).__name__}: {e}')}: check that path (a file "
+                          "where a folder belongs or the reverse, permissions, free space)", highlight=False,
                           soft_wrap=True)
         sys.exit(2)
     except Exception as e:
@@ -224,4 +223,7 @@ def main() -> None:
             err_console.print("aborted")
             sys.exit(130)
         raise
+    if code == 130:  # Ctrl-C (typer returns it as exit code 130)
+        err_console.print("interrupted: a sweep keeps every row measured so far in results.jsonl; rerun the same "
+                          "command with --resume to finish it", highlight=False, soft_wrap=True)
     sys.exit(code if isinstance(code, int) else 0)
