@@ -189,7 +189,24 @@ def with_overrides(spec: ModelSpec, *, layers: int | None = None, heads: int | N
         out = replace(out, has_sinks=sinks)
     if page_size is not None:
         out = replace(out, page_size=check_page_size(page_size))
-    return _checked(out)
+    return _checked(replace(out, name=spec.name + _override_tag(spec, out)))
+
+
+def _override_tag(spec: ModelSpec, out: ModelSpec) -> str:
+    """``+layers4+heads8+kv2+hd16+window4096+nosinks+page16``: what differs from ``spec``, so results of an
+    overridden model never share a name (and a compare row key) with the preset's."""
+    tag = ""
+    for short, key in (("layers", "num_layers"), ("heads", "num_q_heads"), ("kv", "num_kv_heads"),
+                       ("hd", "head_dim")):
+        if getattr(out, key) != getattr(spec, key):
+            tag += f"+{short}{getattr(out, key)}"
+    if out.sliding_window != spec.sliding_window:
+        tag += f"+window{out.sliding_window}" if out.sliding_window else "+full"
+    if out.has_sinks != spec.has_sinks:
+        tag += "+sinks" if out.has_sinks else "+nosinks"
+    if out.page_size != spec.page_size:
+        tag += f"+page{out.page_size}"
+    return tag
 
 
 def _checked(spec: ModelSpec) -> ModelSpec:
