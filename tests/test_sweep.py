@@ -14,6 +14,7 @@ import torch
 from cpbench.bench.backends.torch_ref import TorchBackend
 from cpbench.bench.models import get_preset, with_overrides
 from cpbench.bench.results import KEY_COLUMNS, append_row, critical_path, load_run, read_jsonl
+from cpbench.bench.rundir import _union
 from cpbench.cli_options import console
 from cpbench.cli_sweep import run_sweep
 from cpbench.errors import CpbenchWarning
@@ -212,6 +213,7 @@ def test_resume_that_adds_cells_plans_old_and_new(tmp_path):
     assert cpbench(*base, "--bs", "1", "--resume").returncode == 0
     man = json.loads((out / "manifest.json").read_text())
     assert man["config"]["bs_list"] == [1, 2] and len(man["sweep_wall_s"]) == 2
+    assert _union([1, 16], [4]) == [1, 4, 16] and _union([[1]], [1]) == [1, [1]]
 
 
 def test_a_mode_whose_first_forward_fails_leaves_the_other_mode_measured(tmp_path, monkeypatch):

@@ -39,9 +39,10 @@ def int_list(text: str, what: str, minimum: int = 1) -> list[int]:
         raise CpbenchInputError(f"{what} values must be >= {minimum}, got {bad[0]}")
     top = LIMITS.get(what, 2**31 - 1)
     big = [v for v in vals if v > top]
-    if big or len(vals) > 65536:
-        raise CpbenchInputError(f"{what} values must be <= {top} and at most 65536 of them, got {big[0] if big else len(vals)}"
-                                f"{'' if big else ' values'}")
+    if big:
+        raise CpbenchInputError(f"{what} values must be <= {top}, got {big[0]}")
+    if len(vals) > 65536:
+        raise CpbenchInputError(f"{what} takes at most 65536 values, got {len(vals)}")
     return vals
 
 

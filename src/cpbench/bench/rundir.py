@@ -58,11 +58,19 @@ def write_manifest(run_dir: Path, env: dict, config: dict) -> None:
         for key in GROWING:  # a resume may add cells: the config plans old and new ones
             a, b = old.get("config", {}).get(key), config.get(key)
             if isinstance(a, list) and isinstance(b, list):
-                merged[key] = sorted(set(a) | set(b), key=str)
+                merged[key] = _union(a, b)
         manifest = {**old, "config": merged, "resumed_by": [*old.get("resumed_by", []), env.get("command")]}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
     os.replace(tmp, path)
+
+
+def _union(a: list, b: list) -> list:
+    """Sorted union of two config lists (numbers numerically; mixed or odd values by their text)."""
+    try:
+        return sorted(set(a) | set(b))
+    except TypeError:  # unhashable or mixed types in a hand-edited manifest
+        return sorted({json.dumps(x): x for x in [*a, *b]}.values(), key=json.dumps)
 
 
 def record_wall_time(run_dir: Path, seconds: float, new_entry: bool = False) -> None:
