@@ -175,3 +175,20 @@ def test_few_samples_are_reported_but_not_gated(tmp_path):
     assert cpbench("compare", base, new, "--min-samples", "5").returncode == 1  # 5 samples suffice now
     r = cpbench("compare", base, new, "--min-samples", "1")
     assert r.returncode == 2 and "--min-samples must be >= 2" in r.stderr
+
+
+def test_nothing_in_common_is_an_error_not_a_pass(tmp_path, base):
+    other = make_run(tmp_path / "other", models=("llama-3.1-8b",), **SMALL)
+    r = cpbench("compare", base, other)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "nothing was compared" in r.stderr and "only in new: llama-3.1-8b" in r.stderr
+
+
+def test_out_never_writes_into_a_run_directory(tmp_path, base):
+    link = tmp_path / "link.md"
+    link.symlink_to(base / "results.parquet")
+    before = (base / "results.parquet").read_bytes()
+    for out in (link, base / "compare.md"):
+        r = cpbench("compare", base, base, "--out", out)
+        assert r.returncode == 2 and "would write into a run directory" in r.stderr, r.stderr
+    assert (base / "results.parquet").read_bytes() == before and not (base / "compare.md").exists()

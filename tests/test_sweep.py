@@ -250,5 +250,28 @@ def test_ctrl_c_says_how_to_resume(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "Traceback" not in err
-    assert err.strip().endswith("rerun the same command with --resume to finish it")
+    assert "rerun the same command with --resume to finish it" in err and len(err.strip().splitlines()) == 1
     assert read_jsonl(out / "results.jsonl")  # rows measured before Ctrl-C are on disk
+
+
+def test_resume_checks_the_rows_when_the_manifest_is_gone(tmp_path):
+    out = tmp_path / "run"
+    base = ["sweep", "--cp", "2", "--bs", "1", "--seq", "32", "--out", str(out), "--no-report", *TINY]
+    assert cpbench(*base).returncode == 0
+    (out / "manifest.json").unlink()
+    r = cpbench(*base, "--layers", "8", "--resume")  # the last --layers wins: another model
+    assert r.returncode == 2 and "holds rows measured with model 'gpt-oss-120b+layers4" in r.stderr, r.stderr
+    r = cpbench(*base, "--dtype", "fp32", "--resume")
+    assert r.returncode == 2 and "dtype 'bf16'" in r.stderr, r.stderr
+    assert len(read_jsonl(out / "results.jsonl")) == 4  # nothing was added
+
+
+def test_resume_of_a_sweep_stopped_before_its_first_row(tmp_path):
+    out = tmp_path / "run"
+    args = ["sweep", "--cp", "2", "--bs", "1", "--seq", "32", "--out", str(out), "--no-report", *TINY]
+    assert cpbench(*args).returncode == 0
+    (out / "results.jsonl").unlink()
+    (out / "results.parquet").unlink()
+    r = cpbench(*args, "--resume")  # only manifest.json was there, as after an early Ctrl-C
+    assert r.returncode == 0, r.stderr
+    assert len(read_jsonl(out / "results.jsonl")) == 4

@@ -225,5 +225,6 @@ def main() -> None:
         raise
     if code == 130:  # Ctrl-C (typer returns it as exit code 130)
         err_console.print("interrupted: a sweep keeps every row measured so far in results.jsonl; rerun the same "
-                          "command with --resume to finish it", highlight=False, soft_wrap=True)
+                          "command with --resume to finish it (without --resume if it had not made its run "
+                          "directory yet)", highlight=False, soft_wrap=True)
     sys.exit(code if isinstance(code, int) else 0)

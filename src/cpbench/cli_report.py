@@ -14,6 +14,7 @@ import typer
 
 from cpbench.errors import CpbenchInputError
 
+RUN_FILES = ("results.jsonl", "results.parquet", "results.csv", "manifest.json", "report.md")
 RunArg = Annotated[Path, typer.Argument(help="Run directory written by `cpbench sweep` (holds results.*).",
                                         show_default=False)]
 
@@ -84,12 +85,20 @@ def compare(
         raise CpbenchInputError(f"--seed must be in [0, 2**32), got {seed}")
     if out is not None and out.is_dir():
         raise CpbenchInputError(f"--out {str(out)!r} is a directory: give a file path such as compare.md")
-    if out is not None and out.name in ("results.jsonl", "results.parquet", "results.csv", "manifest.json"):
-        raise CpbenchInputError(f"--out {str(out)!r} would overwrite a run's {out.name}: give a path such as compare.md")
+    if out is not None:
+        real = out.resolve()  # through symlinks
+        if real.name in RUN_FILES or any((real.parent / f).exists() for f in ("results.jsonl", "manifest.json")):
+            raise CpbenchInputError(f"--out {str(out)!r} would write into a run directory ({real.parent}): "
+                                    "give a path outside it, such as compare.md")
     with readable(base, new):
         res, bman, nman = compare_runs(base, new, band=band, fail_above=fail_above, seed=seed,
                                        min_samples=min_samples)
         text = compare_markdown(res, str(base), str(new), bman, nman)
+    if res.table.empty:  # a CI gate must not pass on an empty comparison
+        only = lambda rows: ", ".join(sorted({str(m) for m in rows.get("model", [])})) or "-"  # noqa: E731
+        raise CpbenchInputError(f"no row ran (status ok) in both runs, so nothing was compared (models only in base: "
+                                f"{only(res.only_base)}; only in new: {only(res.only_new)}): compare runs of the "
+                                "same model, backend and cells")
     typer.echo(text, nl=False)
     if out is not None:
         try:

@@ -14,7 +14,7 @@ from rich.table import Table
 from cpbench.bench.backends import get_backend, resolve_auto
 from cpbench.bench.env import environment
 from cpbench.bench.geometry import eligibility
-from cpbench.bench.results import append_row, critical_path, read_manifest
+from cpbench.bench.results import append_row, critical_path, read_jsonl, read_manifest
 from cpbench.bench.rundir import RESULTS, done_keys, finalize, open_run_dir, record_wall_time, write_manifest
 from cpbench.bench.runner import Runner, SweepConfig, cpu_tflop_limit, plan_cells
 from cpbench.cli_options import err_console
@@ -88,8 +88,17 @@ def check_resume_config(run_dir, cfg: SweepConfig) -> None:
     new = {"model": dataclasses.asdict(cfg.model), **{k: getattr(cfg, k) for k in FIXED_ON_RESUME if k != "model"}}
     for key in FIXED_ON_RESUME:
         if key in old and json.loads(json.dumps(old[key])) != json.loads(json.dumps(new[key])):
+            was = old[key].get("name", old[key]) if key == "model" and isinstance(old[key], dict) else old[key]
             raise CpbenchInputError(f"--resume: {run_dir} was measured with a different {key} "
-                                    f"({str(old[key])[:60]}): resume with the same options or pick another --out")
+                                    f"({str(was)[:80]}): resume with the same options or pick another --out")
+    # The rows themselves, in case the manifest was lost or edited: model (its name carries overrides),
+    # backend and dtype must match.
+    rows = read_jsonl(run_dir / RESULTS)
+    for key, value in (("model", cfg.model.name), ("backend", cfg.backend), ("dtype", cfg.dtype)):
+        other = sorted({str(r.get(key)) for r in rows} - {value})
+        if other:
+            raise CpbenchInputError(f"--resume: {run_dir} holds rows measured with {key} {other[0]!r}, not "
+                                    f"{value!r}: resume with the same options or pick another --out")
 
 
 def timing_method(cfg: SweepConfig, cpu_threads: int | None) -> str:

@@ -162,6 +162,8 @@ def with_overrides(spec: ModelSpec, *, layers: int | None = None, heads: int | N
                              ("--head-dim", head_dim, 4096), ("--window", window, 2**31 - 1)):
         if value is not None and value > top:
             raise CpbenchInputError(f"{flag} must be <= {top}, got {value}")
+        if value is not None and value < 1 and flag != "--window":
+            raise CpbenchInputError(f"{flag} must be >= 1, got {value}")
     out = spec
     if layers is not None:
         if layers < 1:

@@ -27,7 +27,9 @@ def open_run_dir(out: str | Path | None, resume: bool) -> Path:
     if d.exists() and not d.is_dir():
         raise CpbenchInputError(f"--out {str(d)!r} is a file: pass a directory path")
     has_rows = (d / RESULTS).exists()
-    if resume and not has_rows:
+    if resume and not has_rows and (d / "manifest.json").exists():
+        has_rows = True  # interrupted before its first row: resume it from the start
+    elif resume and not has_rows:
         raise CpbenchInputError(f"--resume: {str(d)!r} holds no {RESULTS}: pass the --out of the sweep to resume")
     if has_rows and not resume:
         raise CpbenchInputError(f"{str(d)!r} already holds results: add --resume to continue it, or pick another --out")
