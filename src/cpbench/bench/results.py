@@ -83,6 +83,9 @@ def _jsonable(row: dict) -> dict:
     return out
 
 
+_WARNED: set[tuple[str, tuple[int, ...]]] = set()
+
+
 def read_jsonl(path: Path) -> list[dict]:
     """Rows of a ``results.jsonl``; a torn last line (killed mid-write) is ignored. Other lines that are
     not JSON objects are skipped with a :class:`CpbenchWarning` naming them (the rows around them stay)."""
@@ -105,7 +108,8 @@ def read_jsonl(path: Path) -> list[dict]:
             rows.append(row)
         elif line.strip() and i != last:
             bad.append(i + 1)
-    if bad:
+    if bad and (str(path), tuple(bad)) not in _WARNED:  # once per file and set of lines in a process
+        _WARNED.add((str(path), tuple(bad)))
         shown = ", ".join(map(str, bad[:10])) + (f" (+{len(bad) - 10} more)" if len(bad) > 10 else "")
         warnings.warn(f"{path}: line {shown} is not a result row and was skipped", CpbenchWarning, stacklevel=2)
     return rows
