@@ -19,7 +19,7 @@ from rich.table import Table
 from cpbench.cli_options import (BackendName, DeviceOpt, DType, HeadDimOpt, HeadsOpt, KvHeadsOpt, LayersOpt,
                                  ModelConfigOpt, ModelOpt, PageSizeOpt, SinksOpt, WindowOpt, choice_list, console,
                                  MAX_TOKENS, check_seq_lens, err_console, int_list, resolve_device, resolve_model)
-from cpbench.errors import CpbenchInputError, CpbenchWarning
+from cpbench.errors import CpbenchInputError, CpbenchWarning, one_line
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # keep torch.profiler's per-step log lines off the terminal
 
@@ -185,11 +185,6 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
-def one_line_error(e: BaseException) -> str:
-    text = " ".join(str(e).split()) or "no detail"
-    return f"{type(e).__name__}: {text[:200]}"
-
-
 def main() -> None:
     """Entry point: run the app; bad input (ours or click's) becomes one line on stderr and exit 2."""
     warnings.showwarning = _show_warning
@@ -199,7 +194,7 @@ def main() -> None:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except (OverflowError, MemoryError) as e:  # a size no machine can hold (e.g. --window 1e20)
-        err_console.print(f"[bold red]error:[/] a value is too large to run ({escape(one_line_error(e))}): "
+        err_console.print(f"[bold red]error:[/] a value is too large to run ({escape(one_line(e))}): "
                           "use realistic sizes", highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cpbench import cli_options as c
-from cpbench.errors import CpbenchInputError
+from cpbench.errors import CpbenchInputError, one_line
 
 
 def register(app: typer.Typer) -> None:
@@ -42,10 +42,9 @@ def register(app: typer.Typer) -> None:
         4 ranks), and write Perfetto-openable Chrome traces."""
         from cpbench.bench.backends import get_backend, resolve_auto
         from cpbench.bench.geometry import eligibility
-        from cpbench.bench.runner import DTYPES, cpu_refusal, is_oom, one_line
-        from cpbench.profiles.nsys import find_nsys
         from cpbench.bench.profiling import nsys_child as run_child, profile_cell, totals
-        from cpbench.bench.runner import CellSpec
+        from cpbench.bench.runner import DTYPES, CellSpec, cpu_refusal, is_oom
+        from cpbench.profiles.nsys import find_nsys
 
         dev = c.resolve_device(device)
         spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)

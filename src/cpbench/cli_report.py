@@ -83,9 +83,9 @@ def compare(
 
     if not 0 <= seed < 2**32:
         raise CpbenchInputError(f"--seed must be in [0, 2**32), got {seed}")
-    if out is not None and out.is_dir():
-        raise CpbenchInputError(f"--out {str(out)!r} is a directory: give a file path such as compare.md")
     if out is not None:
+        if out.is_dir():
+            raise CpbenchInputError(f"--out {str(out)!r} is a directory: give a file path such as compare.md")
         real = out.resolve()  # through symlinks
         if real.name in RUN_FILES or any((real.parent / f).exists() for f in ("results.jsonl", "manifest.json")):
             raise CpbenchInputError(f"--out {str(out)!r} would write into a run directory ({real.parent}): "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 
@@ -82,8 +83,6 @@ FIXED_ON_RESUME = ("backend", "dtype", "seed", "prefix", "context_len", "check",
 
 def check_resume_config(run_dir, cfg: SweepConfig) -> None:
     """Raise CpbenchInputError when --resume would mix rows measured under other options."""
-    import json
-
     old = read_manifest(run_dir / "manifest.json").get("config", {})
     new = {"model": dataclasses.asdict(cfg.model), **{k: getattr(cfg, k) for k in FIXED_ON_RESUME if k != "model"}}
     for key in FIXED_ON_RESUME:

@@ -9,3 +9,9 @@ class CpbenchInputError(ValueError):
 class CpbenchWarning(UserWarning):
     """Something odd that does not stop the command (e.g. corrupt lines skipped in results.jsonl); the
     CLI prints it as one ``warning:`` line on stderr."""
+
+
+def one_line(e: BaseException) -> str:
+    """``"Type: first line of the message"`` (at most 200 characters of it), for status rows and errors."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:200] if text else ''}"

@@ -7,10 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import platform
-
-import cpbench
-from cpbench.bench.env import cpu_model, git_commit, pkg_version
+from cpbench.bench.env import environment
 
 BACKENDS = ("torch", "fa2", "fa3", "trtllm-gen")
 
@@ -78,6 +75,11 @@ def _safe(fn):
         return f"unknown ({type(e).__name__}: {e})"
 
 
+def _without_run_keys(env: dict) -> dict:
+    """The environment minus what only a run has (its command line and creation time)."""
+    return {k: v for k, v in env.items() if k not in ("command", "created")}
+
+
 def diagnose() -> dict:
     """``{"environment": {...}, "backends": {name: None | reason}}`` for the default device. Never raises;
     when torch cannot be imported, says so and lists what it can without torch."""
@@ -89,21 +91,14 @@ def diagnose() -> dict:
         import torch
     except ImportError as e:
         why = f"torch cannot be imported ({e}): pip install torch (the CPU build on a machine without a GPU)"
-        env = {"cpbench_version": cpbench.__version__, "git_commit": git_commit(), "python": platform.python_version(),
-               "torch": why, "flashinfer": pkg_version("flashinfer-python"),
-               "flashinfer_cubin": pkg_version("flashinfer-cubin"), "nvtx": pkg_version("nvtx"), "cpu": cpu_model(),
-               **tools, "auto backend": None}
+        env = {**_without_run_keys(environment()), "torch": why, **tools, "auto backend": None}
         return {"environment": env, "backends": dict.fromkeys(BACKENDS, "needs torch, which cannot be imported")}
     from cpbench.bench.backends import get_backend, resolve_auto
-    from cpbench.bench.env import environment
     from cpbench.bench.models import get_preset
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     env = _safe(lambda: environment(dev))
-    env = env if isinstance(env, dict) else {"environment": env}
-    env.pop("command", None)
-    env.pop("created", None)
-    env.update(tools)
+    env = {**(_without_run_keys(env) if isinstance(env, dict) else {"environment": env}), **tools}
     env["auto backend"] = resolve_auto(dev)
     backends = {}
     for name in BACKENDS:

@@ -83,26 +83,30 @@ def sm_clock_mhz(device: torch.device) -> float:
         return math.nan
 
 
-def environment(device: torch.device) -> dict:
+def environment(device: torch.device | None = None) -> dict:
     """Versions and hardware: python, torch, CUDA, driver, flashinfer(-cubin), GPU name and compute
-    capability (or the CPU model), cpbench version and git commit, the exact command line."""
-    import torch
-
+    capability (or the CPU model), cpbench version and git commit, the exact command line. With
+    ``device`` None, torch is not imported and only what needs no torch is listed (``cpbench doctor``
+    where torch is broken)."""
     env = {
         "cpbench_version": cpbench.__version__,
         "git_commit": git_commit(),
         "command": shlex.join(["cpbench", *sys.argv[1:]]),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
+        "torch": None,
+        "cuda": None,
         "flashinfer": pkg_version("flashinfer-python"),
         "flashinfer_cubin": pkg_version("flashinfer-cubin"),
         "nvtx": pkg_version("nvtx"),
         "cpu": cpu_model(),
         "hostname": platform.node(),
-        "device": str(device),
     }
+    if device is None:
+        return env
+    import torch
+
+    env.update(torch=torch.__version__, cuda=torch.version.cuda, device=str(device))
     if device.type == "cuda":
         idx = device.index or 0
         cc = torch.cuda.get_device_capability(idx)

@@ -115,6 +115,12 @@ def read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
+def latest_rows(path: Path) -> list[dict]:
+    """Rows of a ``results.jsonl`` deduplicated by :func:`row_key`, the last written row winning (a
+    resumed sweep may re-measure a row)."""
+    return list({row_key(r): r for r in read_jsonl(path)}.values())
+
+
 def row_key(row: dict) -> tuple:
     return tuple(str(row.get(c)) for c in KEY_COLUMNS)
 
@@ -157,7 +163,7 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
         what = "is a file" if d.exists() else "does not exist"
         raise CpbenchInputError(f"run directory {str(d)!r} {what}: pass a directory made by cpbench sweep")
     manifest = read_manifest(d / "manifest.json")
-    rows = list({row_key(r): r for r in read_jsonl(d / "results.jsonl")}.values())
+    rows = latest_rows(d / "results.jsonl")
     df = None
     if (d / "results.parquet").exists():
         try:

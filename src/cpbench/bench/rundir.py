@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cpbench.bench.results import SCHEMA_VERSION, read_jsonl, read_manifest, row_key, write_tables
+from cpbench.bench.results import SCHEMA_VERSION, latest_rows, read_jsonl, read_manifest, row_key, write_tables
 from cpbench.errors import CpbenchInputError
 
 RESULTS = "results.jsonl"
@@ -62,8 +62,13 @@ def write_manifest(run_dir: Path, env: dict, config: dict) -> None:
             if isinstance(a, list) and isinstance(b, list):
                 merged[key] = _union(a, b)
         manifest = {**old, "config": merged, "resumed_by": [*old.get("resumed_by", []), env.get("command")]}
+    _write_json(path, manifest)
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    """Write ``obj`` to ``path`` atomically (a kill leaves the old file or the new one, never half)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
     os.replace(tmp, path)
 
 
@@ -86,14 +91,9 @@ def record_wall_time(run_dir: Path, seconds: float, new_entry: bool = False) -> 
         walls.append(0.0)
     walls[-1] = round(seconds, 1)
     manifest["sweep_wall_s"] = walls
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    _write_json(path, manifest)
 
 
 def finalize(run_dir: Path) -> pd.DataFrame:
     """Dedupe ``results.jsonl`` by row key (last wins) and write ``results.parquet`` / ``.csv``."""
-    rows = {}
-    for r in read_jsonl(run_dir / RESULTS):
-        rows[row_key(r)] = r
-    return write_tables(run_dir, rows.values())
+    return write_tables(run_dir, latest_rows(run_dir / RESULTS))

@@ -26,10 +26,11 @@ from cpbench.bench.models import ModelSpec
 from cpbench.bench.results import SCHEMA_VERSION, row_key
 from cpbench.bench.timing import Clock, capture_graph, host_enqueue_us, summarize, time_interleaved, time_op_us
 from cpbench.bench.workload import CellInputs, RankWork, build_cell, rank_work
-from cpbench.errors import CpbenchInputError
+from cpbench.errors import CpbenchInputError, one_line
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-# per rank forward: ~1-2 minutes per forward for the CPU reference on 2 cores; env var raises it
+
+
 def cpu_tflop_limit() -> float:
     """TFLOP per forward above which the CPU reference refuses a cell: ``$CPBENCH_CPU_TFLOP_LIMIT``, default 2
     (about a minute per forward on 2 cores). Raises CpbenchInputError for a value that is not a number > 0."""
@@ -43,7 +44,7 @@ def cpu_tflop_limit() -> float:
     return limit
 
 
-def cpu_refusal(model: ModelSpec, cell: "CellSpec") -> str | None:
+def cpu_refusal(model: ModelSpec, cell: CellSpec) -> str | None:
     """Why the CPU reference refuses ``cell`` (too many TFLOP per forward for rank 0), or None."""
     g = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)[0]
     tflop = sum(attention_flops(segs, model.num_q_heads, model.head_dim, w)
@@ -308,7 +309,8 @@ class Runner:
                "sm_clock_mhz_before": clk0, "sm_clock_mhz_after": clk1,
                "clock_drop": bool(clk0 > 0 and clk1 < 0.9 * clk0), **info}
         if timing == "graph":  # kernels are counted from eager forwards only (not per range in a graph)
-            for k in ("attn_kernels", "attn_calls", "other_kernels", "kernels", "launches"):
+            for k in ("attn_kernels", "attn_calls", "merge_kernels", "fill_kernels", "copy_kernels", "other_kernels",
+                      "kernels", "launches"):
                 row[k] = math.nan
         tol = checks.TOLERANCE[DTYPES[self.cfg.dtype]]
         err = row.get("max_abs_err", math.nan)
@@ -360,8 +362,3 @@ def is_oom(e: BaseException) -> bool:
     text = str(e).lower()
     return isinstance(e, (torch.OutOfMemoryError, MemoryError)) or (
         isinstance(e, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text))
-
-
-def one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:200] if text else ''}"
