@@ -14,7 +14,8 @@ from typing import Callable, Iterable, Optional
 
 import numpy as np
 
-from cpbench.bench.results import SCHEMA_VERSION, append_row, write_tables
+from cpbench.bench.schema import SCHEMA_VERSION
+from cpbench.bench.store import RunDir
 
 LAYERS = 36
 PAGE = 64
@@ -72,14 +73,15 @@ def _row(args, prefix_len, lat, st, n, noise, rng) -> dict:
     width = math.ceil(ctx / PAGE)
     fused = mode == "fused"
     row = {"schema_version": SCHEMA_VERSION, "model": model, "backend": backend, "timing": timing,
-           "dtype": "bf16", "cp_size": cp, "bs": bs, "seq_len": seq, "prefix_len": prefix_len,
-           "seq_lens": ",".join([str(seq)] * bs), "rank": rank, "mode": mode, "page_size": PAGE,
+           "dtype": "bf16", "launch": "simulated", "world_size": 1, "seed": 0, "gather": "none",
+           "cp_size": cp, "bs": bs, "seq_len": seq, "prefix_len": prefix_len,
+           "extend_lens": ",".join([str(seq)] * bs), "rank": rank, "mode": mode, "page_size": PAGE,
            "status": "ok", "reason": "", "num_layers": LAYERS, "calls_per_layer": 1 if fused else 2,
            "context_len": ctx, "page_table_bytes": bs * width * 4,
            "page_table_dup_bytes": 2 * bs * width * 4 if fused else None,
            "dup_copy_us": 3.0 + bs * width * 1e-3 if fused else None,
            "kv_cache_bytes": bs * width * PAGE * 8 * 64 * 2 * 2,
-           "samples_us": None}  # results.write_tables needs the key on every row (NaN breaks its CSV)
+           "samples_us": None}  # the CSV writer needs the key on every row (NaN breaks its CSV)
     if st is not None:
         row.update(status=st[0], reason=st[1])
         return row
@@ -108,9 +110,9 @@ def write_run(run_dir: Path, rows: Iterable[dict], *, fmt: str = "parquet", mani
     rows = list(rows)
     if fmt == "jsonl":
         for r in rows:
-            append_row(run_dir / "results.jsonl", r)
+            RunDir(run_dir).append(r)
     else:
-        write_tables(run_dir, rows)
+        RunDir(run_dir).write_tables(rows)
     if with_manifest:
         (run_dir / "manifest.json").write_text(json.dumps(manifest(**(manifest_over or {})), indent=1))
     return run_dir

@@ -6,7 +6,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cpbench.bench.results import critical_path, load_run
+from cpbench.bench.results import critical_path
+from cpbench.bench.store import load_run
 from cpbench.plots.charts import render_all
 from cpbench.plots.report import render_report, write_report
 

@@ -151,10 +151,10 @@ def test_ok_rows_without_latency_are_not_compared():
     import pandas as pd
 
     from cpbench.bench.compare import compare_frames
-    from cpbench.bench.results import KEY_COLUMNS
+    from cpbench.bench.schema import KEY_COLUMNS
 
     key = {c: 1 for c in KEY_COLUMNS} | {"model": "m", "backend": "torch", "timing": "eager", "mode": "fused",
-                                         "seq_lens": "64", "rank": 0}
+                                         "extend_lens": "64", "rank": 0}
     base = pd.DataFrame([{**key, "status": "ok", "latency_us_median": 100.0, "samples_us": [99.0, 100.0, 101.0]}])
     new = pd.DataFrame([{**key, "status": "ok", "latency_us_median": 0.0, "samples_us": []}])
     res = compare_frames(base, new)

@@ -13,8 +13,9 @@ import torch
 
 from cpbench.bench.backends.torch_ref import TorchBackend
 from cpbench.bench.models import get_preset, with_overrides
-from cpbench.bench.results import KEY_COLUMNS, append_row, critical_path, load_run, read_jsonl
-from cpbench.bench.rundir import _union
+from cpbench.bench.results import critical_path
+from cpbench.bench.schema import KEY_COLUMNS
+from cpbench.bench.store import RunDir, _union, load_run, read_jsonl
 from cpbench.cli_options import console
 from cpbench.cli_sweep import run_sweep
 from cpbench.errors import CpbenchWarning
@@ -119,7 +120,7 @@ def test_mismatch_exit_code(tmp_path, monkeypatch):
 
     monkeypatch.setattr(TorchBackend, "prepare", broken)
     model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=16)
-    kw = dict(model=model, cp_sizes=[2], bs_list=[1], seq_list=[64], seq_lens=None, prefix=0, ranks=None,
+    kw = dict(model=model, cp_sizes=[2], bs_list=[1], seq_list=[64], extend_lens=None, prefix=0, ranks=None,
               modes=["two-call", "fused"], timings=["eager"], budget_ms=5, warmup=0, dtype="fp32", seed=0,
               check=True, context_len=None, device=torch.device("cpu"), profile=False)
     code = run_sweep(out=tmp_path / "a", resume=False, report=False, allow_mismatch=False, console=console,
@@ -200,7 +201,7 @@ def test_stale_parquet_after_an_interrupted_resume_is_not_read(tmp_path):
     assert cpbench("sweep", "--cp", "2", "--bs", "1", "--seq", "32", "--out", str(out), "--no-report", *TINY).returncode == 0
     extra = [{**x, "bs": 2} for x in read_jsonl(out / "results.jsonl")]  # rows a resumed sweep wrote before a kill
     for x in extra:
-        append_row(out / "results.jsonl", x)
+        RunDir(out).append(x)
     with pytest.warns(CpbenchWarning, match="holds 8 rows, results.parquet 4"):
         df, _ = load_run(out)
     assert len(df) == 8 and set(df["bs"]) == {1, 2}
@@ -230,7 +231,7 @@ def test_a_mode_whose_first_forward_fails_leaves_the_other_mode_measured(tmp_pat
     monkeypatch.setattr(TorchBackend, "prepare", fused_fails)
     model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=16)
     code = run_sweep(out=tmp_path / "a", resume=False, report=False, allow_mismatch=False, console=console,
-                     backend="torch", model=model, cp_sizes=[2], bs_list=[1], seq_list=[64], seq_lens=None, prefix=0,
+                     backend="torch", model=model, cp_sizes=[2], bs_list=[1], seq_list=[64], extend_lens=None, prefix=0,
                      ranks=None, modes=["two-call", "fused"], timings=["eager"], budget_ms=5, warmup=0, dtype="fp32",
                      seed=0, check=True, context_len=None, device=torch.device("cpu"), profile=True)
     status = {(x["rank"], x["mode"]): (x["status"], x["reason"]) for x in read_jsonl(tmp_path / "a" / "results.jsonl")}

@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cpbench.bench.results import CELL_COLUMNS, KEY_COLUMNS, load_run
+from cpbench.bench.schema import CELL_COLUMNS, KEY_COLUMNS
+from cpbench.bench.store import load_run
 from cpbench.errors import CpbenchInputError
 
 VERDICTS = ("faster", "slower", "near-tie")

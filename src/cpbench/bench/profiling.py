@@ -14,16 +14,17 @@ import torch
 
 from cpbench.bench.backends import get_backend
 from cpbench.bench.geometry import all_ranks, eligibility
+from cpbench.bench.measure import forward_label as measure_label
 from cpbench.bench.runner import DTYPES, CellSpec, count_kernels
+from cpbench.bench.schema import MODES
 from cpbench.bench.workload import build_cell, rank_work
 from cpbench.errors import CpbenchInputError
 
-MODES = ("two-call", "fused")
 
 
 def forward_label(cell: CellSpec, rank: int, mode: str) -> str:
-    """The NVTX / record_function label of one forward, e.g. ``cp4 bs1 seq8192 r0 fused eager``."""
-    return f"{cell.label()} r{rank} {mode} eager"
+    """The NVTX / record_function label of one eager forward (see :func:`cpbench.bench.measure.forward_label`)."""
+    return measure_label(cell.label(), rank, mode, "eager")
 
 
 def _prepared(model, cell: CellSpec, backend: str, device: torch.device, dtype: str, seed: int,

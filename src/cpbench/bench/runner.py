@@ -1,9 +1,9 @@
-"""Sweep runner: cell x rank x backend x mode x timing -> tidy rows.
+"""The cell loop: cells of a sweep -> the ranks this process owns -> rows to the writer.
 
-Per cell (batch at one cp_size) the inputs are built once; per rank and mode the backend prepares a
-forward (metadata, page tables, plans, outputs: timed as host setup, outside the timed region); both
-modes are then timed interleaved (ABBA) per timing mode. A cell that cannot run becomes rows with a
-status and a reason, and the sweep goes on.
+Per cell (a batch at one cp_size) the inputs are built once per process; each rank this process owns
+(:meth:`RankGroup.local_ranks`) is measured by :func:`cpbench.bench.measure.measure_rank`; rows go to
+the writer (rank 0) through :meth:`RankGroup.collect`. A cell that cannot run becomes rows with a
+status and a reason on every rank, and the sweep goes on.
 """
 
 from __future__ import annotations
@@ -16,19 +16,19 @@ from typing import Callable
 
 import torch
 
-from cpbench.bench import check as checks
 from cpbench.bench.backends import get_backend
-from cpbench.bench.backends.base import Prepared
-from cpbench.bench.env import sm_clock_mhz
 from cpbench.bench.geometry import all_ranks, attention_flops, eligibility
 from cpbench.bench.kv import duplicate_block_tables, table_bytes
+from cpbench.bench.measure import DTYPES, RankJob, count_kernels, is_oom, measure_rank
 from cpbench.bench.models import ModelSpec
-from cpbench.bench.results import SCHEMA_VERSION, row_key
-from cpbench.bench.timing import Clock, capture_graph, host_enqueue_us, summarize, time_interleaved, time_op_us
-from cpbench.bench.workload import CellInputs, RankWork, build_cell, rank_work
+from cpbench.bench.ranks import LocalGroup, RankGroup
+from cpbench.bench.schema import SCHEMA_VERSION, row_key
+from cpbench.bench.timing import Clock, time_op_us
+from cpbench.bench.workload import CellInputs, build_cell, rank_work
 from cpbench.errors import CpbenchInputError, one_line
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+__all__ = ["DTYPES", "CellSpec", "Runner", "SweepConfig", "count_kernels", "cpu_refusal", "cpu_tflop_limit",
+           "is_oom", "plan_cells"]
 
 
 def cpu_tflop_limit() -> float:
@@ -66,7 +66,7 @@ class SweepConfig:
     seq_list: list[int]
     backend: str
     device: torch.device
-    seq_lens: list[int] | None = None  # one explicit (heterogeneous) batch instead of bs x seq
+    extend_lens: list[int] | None = None  # one explicit (heterogeneous) batch instead of bs x seq
     prefix: int = 0
     ranks: list[int] | None = None  # None: every rank
     modes: list[str] = field(default_factory=lambda: ["two-call", "fused"])
@@ -79,6 +79,7 @@ class SweepConfig:
     context_len: int | None = None
     profile: bool = True
     nvtx: bool = False  # NVTX ranges (cell, layer, call) around timed eager forwards
+    gather: str = "none"  # per-layer K|V all-gather of a torchrun launch: packed | separate | none
 
 
 @dataclass(frozen=True)
@@ -101,25 +102,28 @@ class CellSpec:
 
 def plan_cells(cfg: SweepConfig) -> list[CellSpec]:
     """Every cell of the sweep, in cp, bs, seq order (or cp x the one explicit batch)."""
-    batches = ([tuple(cfg.seq_lens)] if cfg.seq_lens else
+    batches = ([tuple(cfg.extend_lens)] if cfg.extend_lens else
                [(seq,) * bs for bs in cfg.bs_list for seq in cfg.seq_list])
     return [CellSpec(cp, ext, (cfg.prefix,) * len(ext)) for cp in cfg.cp_sizes for ext in batches]
 
 
 class Runner:
-    """Runs cells, calling ``emit(row)`` for each row as soon as it is measured.
+    """Runs cells, handing each row to ``emit(row)`` on the writer as soon as its cell is measured.
 
-    ``done`` holds row keys (results.row_key) already on disk; those rows are not measured again.
+    ``done`` holds row keys (schema.row_key) already on disk; those rows are not measured again.
+    ``group`` says which ranks this process measures (default: every rank here, one after another).
     With ``cfg.profile`` one eager forward per rank and mode is profiled (torch.profiler) to fill the
     kernel-count columns; ``trace_dir`` (optional) receives its Chrome trace.
     """
 
     def __init__(self, cfg: SweepConfig, emit: Callable[[dict], None], done: set | None = None,
-                 trace_dir: Path | None = None) -> None:
+                 trace_dir: Path | None = None, group: RankGroup | None = None) -> None:
         self.cfg = cfg
         self._sink = emit
         self.done = done or set()
         self.trace_dir = trace_dir
+        self.clock = Clock(cfg.device)
+        self.group = group if group is not None else LocalGroup(self.clock.sync)
         self._kpc: dict = {}  # kernels per call, measured once per (cell, mode)
         self.cpu_threads: int | None = None
         if cfg.device.type == "cpu":
@@ -129,72 +133,104 @@ class Runner:
                 torch.set_num_threads(1)
             self.cpu_threads = torch.get_num_threads()
         self.backend = get_backend(cfg.backend)
-        self.clock = Clock(cfg.device)
         self.mismatches = 0
 
     # -- rows ------------------------------------------------------------------------------------
     def emit(self, row: dict) -> None:
         """Hand a row to the sink and remember its key (so no later status row duplicates it)."""
         self.done.add(row_key(row))
+        if row.get("status") == "mismatch":
+            self.mismatches += 1
         self._sink(row)
 
-    def _base(self, cell: CellSpec, rank: int, mode: str, timing: str) -> dict:
-        c = self.cfg
-        return dict(schema_version=SCHEMA_VERSION, model=c.model.name, backend=c.backend, timing=timing,
-                    dtype=c.dtype, cp_size=cell.cp_size, bs=cell.bs, seq_len=cell.seq_len,
-                    prefix_len=c.prefix, seq_lens=",".join(map(str, cell.extend_lens)), rank=rank,
-                    mode=mode, page_size=c.model.page_size, num_layers=c.model.num_layers)
+    def base(self, cell: CellSpec) -> dict:
+        """Columns shared by every row of ``cell`` (the key without rank, mode and timing)."""
+        c, g = self.cfg, self.group
+        return dict(schema_version=SCHEMA_VERSION, model=c.model.name, backend=c.backend, dtype=c.dtype,
+                    launch=g.launch, world_size=g.world_size, seed=c.seed, gather=c.gather,
+                    cp_size=cell.cp_size, bs=cell.bs, seq_len=cell.seq_len, prefix_len=c.prefix,
+                    extend_lens=",".join(map(str, cell.extend_lens)), page_size=c.model.page_size,
+                    num_layers=c.model.num_layers)
 
-    def _ranks(self, cell: CellSpec) -> list[int]:
-        return self.cfg.ranks if self.cfg.ranks is not None else list(range(cell.cp_size))
+    def ranks(self, cell: CellSpec) -> list[int]:
+        """The CP ranks of ``cell`` this sweep measures (``--ranks``, or all)."""
+        return [r for r in (self.cfg.ranks if self.cfg.ranks is not None else range(cell.cp_size)) if r < cell.cp_size]
 
-    def _todo(self, cell: CellSpec, rank: int) -> list[tuple[str, str]]:
+    def todo(self, cell: CellSpec, rank: int) -> list[tuple[str, str]]:
+        """``(mode, timing)`` pairs of ``rank`` not yet on disk."""
+        base = self.base(cell)
         return [(m, t) for m in self.cfg.modes for t in self.cfg.timings
-                if row_key(self._base(cell, rank, m, t)) not in self.done]
+                if row_key({**base, "rank": rank, "mode": m, "timing": t}) not in self.done]
 
-    def _emit_status(self, cell: CellSpec, ranks: list[int], status: str, reason: str) -> None:
-        for r in ranks:
-            for m, t in self._todo(cell, r):
-                self.emit({**self._base(cell, r, m, t), "status": status, "reason": reason})
+    def _status_rows(self, cell: CellSpec, ranks: list[int], status: str, reason: str,
+                     todo: dict[int, list]) -> list[dict]:
+        base = self.base(cell)
+        return [{**base, "rank": r, "mode": m, "timing": t, "status": status, "reason": reason}
+                for r in ranks for m, t in todo[r]]
 
     # -- cells -----------------------------------------------------------------------------------
     def run_cell(self, cell: CellSpec, on_rank: Callable[[], None] = lambda: None) -> None:
-        """Measure every missing row of one cell; never raises for a cell that cannot run."""
-        ranks = [r for r in self._ranks(cell) if self._todo(cell, r)]
-        skipped = len(self._ranks(cell)) - len(ranks)
-        for _ in range(skipped):
-            on_rank()
-        if not ranks:
-            return
+        """Measure every missing row of one cell on the ranks this process owns; the writer emits every
+        process's rows. Never raises for a cell that cannot run (CpbenchInputError propagates)."""
+        g = self.group
+        g.begin_cell(cell.label(), cell.cp_size)
+        ranks = self.ranks(cell)
+        todo = {r: self.todo(cell, r) for r in ranks}
+        if g.launch != "simulated":  # ranks time together: every rank measures what any rank lacks
+            union = list(dict.fromkeys(x for r in ranks for x in todo[r]))
+            todo = {r: union for r in ranks}
+        mine = [r for r in g.local_ranks(cell.cp_size, ranks) if todo[r]]
+        rows: list[dict] = []
+        if any(todo.values()):
+            rows = self._measure_cell(cell, mine, todo, on_rank)
+        for row in g.collect(rows):
+            self.emit(row)
+        for _ in range(len(ranks) - len(mine) if g.launch == "simulated" else 0):
+            on_rank()  # ranks already on disk
+
+    def _measure_cell(self, cell: CellSpec, mine: list[int], todo: dict, on_rank) -> list[dict]:
+        g = self.group
         ok, reason = eligibility(cell.extend_lens, cell.cp_size)
-        why = None if ok else ("ineligible", reason)
-        why = why or self._unsupported(cell)
+        why = (None if ok else ("ineligible", reason)) or self._unsupported(cell)
         if why:
-            self._emit_status(cell, ranks, *why)
-            for _ in ranks:
+            for _ in mine:
                 on_rank()
-            return
+            return self._status_rows(cell, mine, *why, todo)
         inputs = None
+        rows: list[dict] = []
         try:
-            inputs = build_cell(self.cfg.model, cell.extend_lens, cell.prefix_lens,
-                                page_size=self.cfg.model.page_size, dtype=DTYPES[self.cfg.dtype],
-                                device=self.cfg.device, seed=self.cfg.seed, context_len=self.cfg.context_len)
-            shared = self._cell_metrics(inputs)
+            status, inputs, shared = ("ok", ""), None, {}
+            if mine:
+                try:
+                    inputs = build_cell(self.cfg.model, cell.extend_lens, cell.prefix_lens,
+                                        page_size=self.cfg.model.page_size, dtype=DTYPES[self.cfg.dtype],
+                                        device=self.cfg.device, seed=self.cfg.seed, context_len=self.cfg.context_len)
+                    shared = self._cell_metrics(inputs)
+                except CpbenchInputError:
+                    raise
+                except Exception as e:
+                    status = ("oom", f"out of memory building or running the cell: {one_line(e)}") if is_oom(e) \
+                        else ("error", one_line(e))
+            status = g.agree_status(status)
+            if status != ("ok", ""):
+                for _ in mine:
+                    on_rank()
+                return self._status_rows(cell, mine, *status, todo)
             geoms = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)
-            for r in ranks:
-                self._run_rank(cell, rank_work(inputs, geoms[r]), shared)
+            for r in mine:
+                rows += measure_rank(self._job(cell, shared, todo[r]), rank_work(inputs, geoms[r]), g)
                 on_rank()
-        except CpbenchInputError:
-            raise
-        except Exception as e:  # the cell cannot run: record why for every row not yet measured
-            if is_oom(e):
-                self._emit_status(cell, ranks, "oom", f"out of memory building or running the cell: {one_line(e)}")
-            else:
-                self._emit_status(cell, ranks, "error", one_line(e))
         finally:
             del inputs
             if self.cfg.device.type == "cuda":
                 torch.cuda.empty_cache()
+        return rows
+
+    def _job(self, cell: CellSpec, shared: dict, todo: list) -> RankJob:
+        c = self.cfg
+        return RankJob(self.backend, self.clock, c.device, c.dtype, self.base(cell), shared, todo, cell.label(),
+                       warmup=c.warmup, budget_ms=c.budget_ms, check=c.check, profile=c.profile, nvtx=c.nvtx,
+                       trace_dir=self.trace_dir, kpc_cache=self._kpc.setdefault(cell, {}))
 
     def _unsupported(self, cell: CellSpec) -> tuple[str, str] | None:
         reason = self.backend.supports(self.cfg.device, self.cfg.model, DTYPES[self.cfg.dtype])
@@ -211,154 +247,3 @@ class Runner:
         return dict(page_table_bytes=table_bytes(bt), kv_cache_bytes=inputs.kv_cache_bytes,
                     context_len=inputs.context_len, kv_buffers=len(inputs.kv_buffers),
                     dup_copy_us=time_op_us(lambda: duplicate_block_tables(bt), self.clock))
-
-    # -- ranks -----------------------------------------------------------------------------------
-    def _run_rank(self, cell: CellSpec, work: RankWork, shared: dict) -> None:
-        todo = self._todo(cell, work.geometry.rank)
-        modes = list(dict.fromkeys(m for m, _ in todo))
-        prepared: dict[str, Prepared] = {}
-        info: dict[str, dict] = {}
-        for m in modes:
-            try:
-                prep = self.backend.prepare(work, m)
-                info[m] = self._first_forward(work, prep)
-                prepared[m] = prep  # only modes whose first forward ran are checked, profiled and timed
-            except Exception as e:  # a backend failure is a row, not a crash (OOM fails the whole cell)
-                if is_oom(e):
-                    raise
-                self._emit_mode(cell, work, m, todo, "error", one_line(e))
-        if self.cfg.check and {"two-call", "fused"} <= set(prepared):
-            info["fused"]["diff_vs_two_call"] = checks.max_abs_diff(prepared["fused"], prepared["two-call"])
-        for m in list(prepared) if self.cfg.profile else []:  # after the checks: profiling reruns calls
-            try:
-                info[m].update(count_kernels(prepared[m], f"{cell.label()} r{work.geometry.rank} {m}",
-                                             self.cfg.device, self.trace_dir, self._kpc, (cell, m)))
-            except Exception as e:
-                self._emit_mode(cell, work, m, todo, "error", f"kernel count failed: {one_line(e)}")
-                del prepared[m]
-        flops = sum(attention_flops(segs, work.model.num_q_heads, work.model.head_dim, w)
-                    for w in work.model.window_left_per_layer for _, segs in work.geometry.calls("fused"))
-        for timing in dict.fromkeys(t for _, t in todo):
-            fns = self._timed_fns(prepared, timing, cell, work, todo)
-            if not fns:
-                continue
-            clk0 = sm_clock_mhz(self.cfg.device)
-            samples = time_interleaved(fns, self.clock, warmup=self.cfg.warmup, budget_ms=self.cfg.budget_ms,
-                                       min_reps=5 if self.clock.cuda else 3)
-            clk1 = sm_clock_mhz(self.cfg.device)
-            for m, xs in samples.items():
-                if (m, timing) not in todo:
-                    continue
-                self.emit(self._measured_row(cell, work, m, timing, xs, prepared[m], info[m], shared,
-                                             flops, clk0, clk1))
-
-    def _first_forward(self, work: RankWork, prep: Prepared) -> dict:
-        dev = self.cfg.device
-        out: dict = {"setup_us_" + k: v for k, v in prep.setup_us.items()}
-        out["setup_us_total"] = sum(prep.setup_us.values())
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats(dev)
-            before = torch.cuda.memory_allocated(dev)
-        prep.forward()  # also JIT-loads kernels
-        self.clock.sync()
-        out["peak_mem_bytes"] = (torch.cuda.max_memory_allocated(dev) - before) if dev.type == "cuda" else math.nan
-        out["host_launch_us"] = host_enqueue_us(prep.forward, self.clock)
-        out["max_abs_err"] = checks.max_abs_error(work, prep) if self.cfg.check else math.nan
-        return out
-
-    def _timed_fns(self, prepared, timing, cell, work, todo) -> dict:
-        fns = {}
-        for m, prep in prepared.items():
-            if timing == "eager":
-                fns[m] = prep.forward
-                if self.cfg.nvtx:  # NVTX ranges around the timed forwards (~0.4 µs per range on the H200)
-                    from cpbench.profiles.ranges import annotated_forward
-
-                    g = work.geometry
-                    fns[m] = annotated_forward(prep, f"{cell.label()} r{g.rank} {m} eager",
-                                               {"cp_size": g.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
-                                                "rank": g.rank}, nvtx_on=True, record_functions=False)
-                continue
-            try:
-                fns[m] = capture_graph(prep.forward)
-            except Exception as e:
-                if is_oom(e):
-                    raise
-                self._emit_mode(cell, work, m, [(m, timing)] if (m, timing) in todo else [], "error",
-                                f"CUDA graph capture failed: {one_line(e)}")
-        return fns
-
-    def _emit_mode(self, cell, work, mode, todo, status, reason) -> None:
-        for m, t in todo:
-            if m == mode:
-                self.emit({**self._base(cell, work.geometry.rank, m, t), "status": status, "reason": reason})
-
-    def _measured_row(self, cell, work, mode, timing, xs, prep, info, shared, flops, clk0, clk1) -> dict:
-        g, model = work.geometry, work.model
-        stats = summarize(xs)
-        med = stats["latency_us_median"]
-        row = {**self._base(cell, g.rank, mode, timing), **stats, "samples_us": [round(x, 3) for x in xs],
-               "per_layer_us": med / model.num_layers, "flops": flops,
-               "tflops": flops / (med * 1e-6) / 1e12 if med > 0 else math.nan,
-               **shared,
-               "page_table_dup_bytes": 2 * shared["page_table_bytes"] if mode == "fused" and g.cp_size > 1 else 0,
-               "dup_copy_us": shared["dup_copy_us"] if mode == "fused" and g.cp_size > 1 else 0.0,
-               "tokens_logical": g.tokens_logical, "tokens_padded": g.tokens_padded,
-               "max_kv_len": g.max_kv_len, "calls_per_layer": prep.calls_per_layer,
-               "sm_clock_mhz_before": clk0, "sm_clock_mhz_after": clk1,
-               "clock_drop": bool(clk0 > 0 and clk1 < 0.9 * clk0), **info}
-        if timing == "graph":  # kernels are counted from eager forwards only (not per range in a graph)
-            for k in ("attn_kernels", "attn_calls", "merge_kernels", "fill_kernels", "copy_kernels", "other_kernels",
-                      "kernels", "launches"):
-                row[k] = math.nan
-        tol = checks.TOLERANCE[DTYPES[self.cfg.dtype]]
-        err = row.get("max_abs_err", math.nan)
-        diff = row.get("diff_vs_two_call", 0.0)
-        if self.cfg.check and not (err <= tol and diff <= tol):  # NaN fails both comparisons
-            self.mismatches += 1
-            row.update(status="mismatch", reason=f"max |err| {err:.3g} (fused vs two-call {diff:.3g}) "
-                                                 f"> tolerance {tol:g} against the fp32 torch reference")
-        else:
-            row.update(status="ok", reason="")
-        return row
-
-
-def count_kernels(prep: Prepared, label: str, device: torch.device, trace_dir: Path | None = None,
-                  kpc_cache: dict | None = None, kpc_key=None) -> dict:
-    """Kernel-count columns of one eager forward (profiles.capture), checked against
-    ``layers x calls per layer x kernels per call`` where kernels can be told apart by name.
-
-    ``attn_kernels`` is GPU attention-kernel executions, or for the torch reference (no single
-    attention kernel) the attention calls. Raises ProfileError when zero attention work is seen.
-    """
-    from cpbench.profiles.capture import expected_for, kernels_per_call, profile_prepared
-
-    slug = label.replace(" ", "_")
-    trace = trace_dir / f"{slug}.json.gz" if trace_dir is not None else None
-    c = profile_prepared(prep, f"{label} eager", device, trace_path=trace,
-                         steps_warmup=1 if device.type == "cuda" else 0)  # CPU: nothing to miss
-    by_kernel = device.type == "cuda" and bool(prep.kernel_patterns)
-    row = {"attn_kernels": c.attention if by_kernel else c.attention_calls, "attn_calls": c.attention_calls,
-           "merge_kernels": c.merge, "fill_kernels": c.fill, "copy_kernels": c.copy,
-           "other_kernels": c.other + c.merge + c.fill + c.copy, "kernels": c.kernels, "launches": c.launches}
-    kpc = (kpc_cache or {}).get(kpc_key)
-    if kpc is None:
-        kpc = kernels_per_call(prep.layers[0][0][1], prep.kernel_patterns, device) if by_kernel else 1
-        if kpc_cache is not None:
-            kpc_cache[kpc_key] = kpc
-    row["kernels_per_call"] = kpc
-    row["attn_kernels_expected"] = expected_for(prep, kpc)
-    if row["attn_kernels"] != row["attn_kernels_expected"]:
-        raise RuntimeError(f"counted {row['attn_kernels']} attention kernels, expected "
-                           f"{row['attn_kernels_expected']} (layers x calls x kernels/call)")
-    if trace is not None:
-        row["trace"] = str(trace)
-    return row
-
-
-def is_oom(e: BaseException) -> bool:
-    """CUDA OOM, or a CPU allocation failure (torch raises a plain RuntimeError for those)."""
-    text = str(e).lower()
-    return isinstance(e, (torch.OutOfMemoryError, MemoryError)) or (
-        isinstance(e, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text))

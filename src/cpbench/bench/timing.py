@@ -12,6 +12,11 @@ What a sample includes (after flashinfer's bench_gpu_time, documented so numbers
 Interleaving: :func:`time_interleaved` runs the variants in ABBA order (A B B A A B ...) on identical
 inputs, so clock or thermal drift hits all of them alike. No L2 flush between samples: consecutive
 forwards in an engine do not flush either.
+
+Across ranks (torchrun): every rank gets the same repeat count (``agree``: the maximum over ranks of
+each rank's own choice) and the same ABBA order, and waits at a barrier after the device sync before
+every sample, so sample i of every rank covers the same forward and the critical path of a sample is
+the maximum over ranks of sample i.
 """
 
 from __future__ import annotations
@@ -31,13 +36,18 @@ class Clock:
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
 
-    def sample_us(self, fn: Fn) -> float:
-        """Time one call of ``fn``, µs (see the module docstring for what it includes)."""
+    def sample_us(self, fn: Fn, barrier: Fn | None = None) -> float:
+        """Time one call of ``fn``, µs (see the module docstring for what it includes); ``barrier``
+        (ranks of a launch) runs after the device sync, before the clock starts."""
         if not self.cuda:
+            if barrier is not None:
+                barrier()
             t0 = time.perf_counter()
             fn()
             return (time.perf_counter() - t0) * 1e6
         torch.cuda.synchronize()
+        if barrier is not None:
+            barrier()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
@@ -75,26 +85,30 @@ def repeats_for_budget(estimate_us: float, budget_ms: float, min_reps: int = 5, 
 
 
 def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms: float,
-                     min_reps: int = 5, max_reps: int = 2000) -> dict[str, list[float]]:
+                     min_reps: int = 5, max_reps: int = 2000, agree: Callable[[float], float] = lambda x: x,
+                     barrier: Fn | None = None) -> dict[str, list[float]]:
     """Time each variant in ABBA order; return ``name -> raw samples (µs)``.
 
     ``warmup`` untimed calls of each variant run first (only one when the rest would overrun
-    ``budget_ms``); one more timed call per variant estimates the cost, and the repeat count is chosen so each variant gets about ``budget_ms`` of samples (at least
-    ``min_reps``). Every timed sample is kept, the estimate included.
+    ``budget_ms``); one more timed call per variant estimates the cost, and the repeat count is chosen
+    so each variant gets about ``budget_ms`` of samples (at least ``min_reps``). Every timed sample is
+    kept, the estimate included. ``agree`` turns this rank's warm-up and repeat counts into the ones
+    every rank uses (max over ranks); ``barrier`` runs before every sample (see the module docstring).
     """
     names = list(fns)
     for name in names:  # one untimed call each, then the rest of the warm-up if it fits the budget
         if warmup:
-            first = clock.sample_us(fns[name])
-            for _ in range(warmup - 1 if first * (warmup - 1) < budget_ms * 1e3 else 0):
+            first = clock.sample_us(fns[name], barrier)
+            more = int(agree(warmup - 1 if first * (warmup - 1) < budget_ms * 1e3 else 0))
+            for _ in range(more):
                 fns[name]()
     clock.sync()
-    samples = {n: [clock.sample_us(fns[n])] for n in names}
-    reps = repeats_for_budget(max(s[0] for s in samples.values()), budget_ms, min_reps, max_reps)
+    samples = {n: [clock.sample_us(fns[n], barrier)] for n in names}
+    reps = int(agree(repeats_for_budget(max(s[0] for s in samples.values()), budget_ms, min_reps, max_reps)))
     order = names + names[::-1]  # A B B A
     for i in range(max(0, reps - 1) * len(names)):
         n = order[i % len(order)]
-        samples[n].append(clock.sample_us(fns[n]))
+        samples[n].append(clock.sample_us(fns[n], barrier))
     return samples
 
 

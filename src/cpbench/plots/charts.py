@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cpbench.bench.results import load_run
+from cpbench.bench.store import load_run
 from cpbench.plots.costs import kernels_chart, memory_chart
 from cpbench.plots.data import groups, prepare
 from cpbench.plots.latency import latency_chart, speedup_heatmap

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from cpbench.bench.compare import CompareResult, cells_of
-from cpbench.bench.results import CELL_COLUMNS
+from cpbench.bench.schema import CELL_COLUMNS
 from cpbench.plots.tables import md_table, ms
 
 MAX_LISTED = 40

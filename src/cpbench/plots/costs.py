@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
-from cpbench.bench.results import CELL_COLUMNS
+from cpbench.bench.schema import CELL_COLUMNS
 from cpbench.plots import style
 from cpbench.plots.data import pick_timing
 from cpbench.plots.style import MODE_COLOR, no_data, positive

@@ -11,7 +11,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from cpbench.bench.results import CELL_COLUMNS, COLUMNS, critical_path
+from cpbench.bench.results import critical_path
+from cpbench.bench.schema import CELL_COLUMNS, COLUMNS
 
 NUMERIC = ["latency_us_median", "latency_us_p10", "latency_us_p90", "latency_us_ci_low",
            "latency_us_ci_high", "per_layer_us", "tflops", "host_launch_us", "setup_us_metadata",
@@ -27,7 +28,7 @@ VIEW_COLUMNS = list(CELL_COLUMNS) + [
     "p90_fused_us", "context_len", "label"]
 
 
-def _seq_lens_text(v) -> str:
+def _lens_text(v) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
     if isinstance(v, (list, tuple, np.ndarray)):
@@ -38,21 +39,25 @@ def _seq_lens_text(v) -> str:
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
     """A copy of a results frame with every documented column present and keys normalised.
 
-    Missing columns become NaN (strings: ""), ``seq_lens`` becomes a comma string, ``prefix_len`` NaN
+    Missing columns become NaN (strings: ""), ``extend_lens`` becomes a comma string, ``prefix_len`` NaN
     becomes 0, numeric columns become floats (ints for the key columns); an ``ok`` row without a finite
     positive ``latency_us_median`` becomes ``error`` (never plotted as 0). Never raises on odd input.
     """
     d = df.copy()
     for c in COLUMNS:
         if c not in d.columns:
-            d[c] = "" if c in ("model", "backend", "timing", "mode", "status", "reason", "seq_lens") else np.nan
+            d[c] = "" if COLUMNS[c].type == "str" else np.nan
     for c in NUMERIC:
         d[c] = pd.to_numeric(d[c], errors="coerce")
     d["prefix_len"] = d["prefix_len"].fillna(0)
-    for c in ("cp_size", "bs", "seq_len", "prefix_len", "rank"):
+    d["world_size"] = pd.to_numeric(d["world_size"], errors="coerce").fillna(1)
+    d["seed"] = pd.to_numeric(d["seed"], errors="coerce").fillna(0)
+    for c in ("cp_size", "bs", "seq_len", "prefix_len", "rank", "world_size", "seed"):
         d[c] = d[c].fillna(-1).astype(int)
-    d["seq_lens"] = d["seq_lens"].map(_seq_lens_text)
-    for c in ("model", "backend", "timing", "mode", "status"):
+    d.loc[d["launch"] == "", "launch"] = "simulated"
+    d.loc[d["gather"] == "", "gather"] = "none"
+    d["extend_lens"] = d["extend_lens"].map(_lens_text)
+    for c in ("model", "backend", "dtype", "launch", "gather", "timing", "mode", "status"):
         d[c] = d[c].fillna("").astype(str)
     d["reason"] = d["reason"].fillna("").astype(str)
     d.loc[d["status"] == "", "status"] = "error"
@@ -64,20 +69,20 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     return d
 
 
-def uniform(seq_lens: str) -> bool:
-    """True when a ``seq_lens`` string lists one length (or nothing): an even batch."""
-    vals = {s.strip() for s in str(seq_lens).split(",") if s.strip()}
+def uniform(extend_lens: str) -> bool:
+    """True when an ``extend_lens`` string lists one length (or nothing): an even batch."""
+    vals = {s.strip() for s in str(extend_lens).split(",") if s.strip()}
     return len(vals) <= 1
 
 
-def line_label(bs: int, prefix_len: int, seq_lens: str) -> str:
+def line_label(bs: int, prefix_len: int, extend_lens: str) -> str:
     """Legend/table name of a series: ``bs 4``, ``bs 4, prefix 8K``, ``bs 2, extend 11,13``."""
     from cpbench.plots.style import human_tokens
     s = f"bs {bs}"
     if prefix_len > 0:
         s += f", prefix {human_tokens(prefix_len)}"
-    if not uniform(seq_lens):
-        s += f", extend {seq_lens}"
+    if not uniform(extend_lens):
+        s += f", extend {extend_lens}"
     return s
 
 
@@ -120,8 +125,8 @@ def cells(df: pd.DataFrame) -> pd.DataFrame:
         cp = cp.merge(m, on=keys + [f"slowest_rank_{tag}"], how="left")
     ctx = df.groupby(keys, dropna=False)["context_len"].max().rename("context_len").reset_index()
     cp = cp.merge(ctx, on=keys, how="left")
-    cp["label"] = [line_label(b, p, s) for b, p, s in zip(cp["bs"], cp["prefix_len"], cp["seq_lens"])]
-    return cp.sort_values(["cp_size", "bs", "prefix_len", "seq_len", "seq_lens"]).reset_index(drop=True)
+    cp["label"] = [line_label(b, p, s) for b, p, s in zip(cp["bs"], cp["prefix_len"], cp["extend_lens"])]
+    return cp.sort_values(["cp_size", "bs", "prefix_len", "seq_len", "extend_lens"]).reset_index(drop=True)
 
 
 def ranks_text(a, b) -> str:

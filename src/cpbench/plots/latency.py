@@ -124,7 +124,7 @@ def speedup_heatmap(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> l
 
 
 def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0):
-    keys = [(s, p, "" if uniform(sl) else sl) for s, p, sl in zip(v["seq_len"], v["prefix_len"], v["seq_lens"])]
+    keys = [(s, p, "" if uniform(sl) else sl) for s, p, sl in zip(v["seq_len"], v["prefix_len"], v["extend_lens"])]
     cols = sorted(set(keys))
     rows = sorted(set(v["bs"]))
     grid = np.full((len(rows), len(cols)), np.nan)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from cpbench.bench.results import CELL_COLUMNS, MODES, load_run
+from cpbench.bench.schema import CELL_COLUMNS, MODES
+from cpbench.bench.store import load_run
 from cpbench.plots.charts import chart_stems, render_frame
 from cpbench.plots.costs import kernel_counts
 from cpbench.plots.data import cells, groups, prepare, span_text
@@ -93,8 +94,8 @@ def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
     cfg = manifest.get("config") or {}
     if not cfg.get("cp_sizes"):
         return []
-    if cfg.get("seq_lens"):
-        batches = [(len(cfg["seq_lens"]), max(cfg["seq_lens"]))]
+    if cfg.get("extend_lens"):
+        batches = [(len(cfg["extend_lens"]), max(cfg["extend_lens"]))]
     else:
         batches = [(b, q) for b in cfg.get("bs_list", []) for q in cfg.get("seq_list", [])]
     have = set(zip(df["cp_size"].astype(int), df["bs"].astype(int), df["seq_len"].astype(int), df["timing"]))

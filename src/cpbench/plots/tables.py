@@ -49,8 +49,8 @@ def where(c: pd.Series, with_cp: bool = True) -> str:
     s = (f"cp {c['cp_size']}, " if with_cp else "") + f"bs {c['bs']}, {human_tokens(c['seq_len'])} tokens"
     if c["prefix_len"] > 0:
         s += f" + {human_tokens(c['prefix_len'])} prefix"
-    if not uniform(c["seq_lens"]):
-        s += f" (extend {c['seq_lens']})"
+    if not uniform(c["extend_lens"]):
+        s += f" (extend {c['extend_lens']})"
     return s
 
 
@@ -102,7 +102,7 @@ def cell_tables(view: pd.DataFrame) -> list[tuple[str, str]]:
             "imbalance (two-call / fused)>", "status"]
         rows = []
         for _, c in v.iterrows():
-            tok = human_tokens(c["seq_len"]) + ("" if uniform(c["seq_lens"]) else f" ({c['seq_lens']})")
+            tok = human_tokens(c["seq_len"]) + ("" if uniform(c["extend_lens"]) else f" ({c['extend_lens']})")
             status = c["status"] if c["status"] == "ok" else f"{c['status']}: {c['reason']}".rstrip(": ")
             status = status if len(status) <= 60 else status[:59] + "…"
             imb = " / ".join(f"{x:.3f}" if math.isfinite(x) else "—"
@@ -155,7 +155,7 @@ def merge_lines(df: pd.DataFrame) -> list[str]:
     out = []
     for (model, backend, cp), g in ok.groupby(["model", "backend", "cp_size"], sort=True):
         found = []
-        for _, c in g.groupby(["bs", "seq_len", "prefix_len", "seq_lens"], sort=True):
+        for _, c in g.groupby(["bs", "seq_len", "prefix_len", "extend_lens"], sort=True):
             most = {mode: int(c[c["mode"] == mode]["merge_kernels"].max()) if (c["mode"] == mode).any() else 0
                     for mode in ("two-call", "fused")}
             found.append(f"{where(c.iloc[0], with_cp=False)}: {most['two-call']} two-call, {most['fused']} fused")

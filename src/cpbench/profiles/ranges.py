@@ -130,7 +130,7 @@ def annotated_forward(prepared: Prepared, cell_label: str, payload: dict | None 
     dom = _domain() if nvtx_on else None
     top = Range(cell_label, dom, record_functions, _COLORS["cell"], payload)
     layers = [(Range(f"layer{i}", dom, record_functions, _COLORS["layer"]),
-               [(Range(name, dom, record_functions, _COLORS["call"]), fn) for name, fn in calls])
+               [(Range(step[0], dom, record_functions, _COLORS["call"]), step[1]) for step in calls])
               for i, calls in enumerate(prepared.layers)]
 
     def forward() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, NamedTuple, Protocol
 
 import torch
 
@@ -17,6 +17,17 @@ from cpbench.bench.models import ModelSpec
 from cpbench.bench.workload import RankWork
 
 Call = Callable[[], None]
+STEP_KINDS = ("attention", "comm", "kv_write")
+
+
+class Step(NamedTuple):
+    """One step of a layer: ``name`` (``prev``/``next``/``combined`` for attention, ``gather``,
+    ``kv_write``), a closure that only launches work, and its ``kind`` (one of :data:`STEP_KINDS`).
+    ``step[0]``/``step[1]`` are name and closure, as in the ``(name, closure)`` pairs backends build."""
+
+    name: str
+    fn: Call
+    kind: str = "attention"
 
 
 @dataclass
@@ -24,8 +35,9 @@ class Prepared:
     """One rank's forward, ready to launch.
 
     Attributes:
-        layers: per layer, ``[(call_name, closure), ...]``; call names are ``prev``/``next`` (two-call)
-            or ``combined`` (fused). Closures launch only; no host sync, no allocation of outputs.
+        layers: per layer, a list of :class:`Step` (backends may pass ``(call_name, closure)`` pairs:
+            they become attention steps); attention call names are ``prev``/``next`` (two-call) or
+            ``combined`` (fused). Closures launch only; no host sync, no allocation of outputs.
         outputs: ``window_left -> out [tokens_logical, Hq, D]``, written by the last layer of that kind.
         setup_us: host µs of per-forward setup, by part (``metadata``, ``page_table``, ``plan``).
         kernel_patterns: lower-case substrings that identify this backend's attention kernels by name.
@@ -36,15 +48,33 @@ class Prepared:
     setup_us: dict[str, float] = field(default_factory=dict)
     kernel_patterns: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        self.layers = [[s if isinstance(s, Step) else Step(*s) for s in steps] for steps in self.layers]
+
     def forward(self) -> None:
-        """Launch every attention call of every layer, in order."""
-        for calls in self.layers:
-            for _, fn in calls:
-                fn()
+        """Launch every step of every layer, in order."""
+        for steps in self.layers:
+            for step in steps:
+                step.fn()
 
     @property
     def calls_per_layer(self) -> int:
+        """Attention calls per layer (communication steps are not counted)."""
+        return sum(s.kind == "attention" for s in self.layers[0]) if self.layers else 0
+
+    @property
+    def steps_per_layer(self) -> int:
         return len(self.layers[0]) if self.layers else 0
+
+    def first_attention_call(self) -> Call:
+        """The closure of layer 0's first attention step (to count kernels per call)."""
+        return next(s.fn for s in self.layers[0] if s.kind == "attention")
+
+    def with_steps_before(self, steps_for_layer: Callable[[int], list[Step]]) -> "Prepared":
+        """This forward with ``steps_for_layer(i)`` (e.g. K|V all-gather, KV write) run before layer
+        i's attention, as a CP layer does; outputs, setup and kernel patterns are shared."""
+        layers = [[*steps_for_layer(i), *steps] for i, steps in enumerate(self.layers)]
+        return Prepared(layers, self.outputs, dict(self.setup_us), self.kernel_patterns)
 
 
 class Backend(Protocol):

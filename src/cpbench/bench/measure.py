@@ -1,0 +1,286 @@
+"""One rank of one cell, measured: :func:`measure_rank` returns that rank's rows (no files, no loop
+over ranks).
+
+Phases, each followed by an agreement over the cell's CP ranks (so a failing rank fails the mode or
+the cell on every rank, and no rank enters a collective the others will not reach):
+prepare (metadata, page tables, plans; host-timed) -> first forward (JIT load, peak memory, enqueue
+time) -> checks (fp32 reference, fused vs two-call) -> kernel counts (torch.profiler) -> timing
+(eager and/or CUDA graph, ABBA, agreed repeat counts, a barrier before each sample) -> per-phase
+times (gather / KV write / attention, when the forward has communication steps).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from cpbench.bench import check as checks
+from cpbench.bench.backends.base import Backend, Prepared
+from cpbench.bench.env import sm_clock_mhz
+from cpbench.bench.geometry import attention_flops
+from cpbench.bench.phases import phase_times_us
+from cpbench.bench.ranks import RankGroup, Status
+from cpbench.bench.timing import Clock, capture_graph, host_enqueue_us, summarize, time_interleaved
+from cpbench.bench.workload import RankWork
+from cpbench.errors import CpbenchInputError, one_line
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+OK: Status = ("ok", "")
+COUNT_COLUMNS = ("attn_kernels", "attn_calls", "comm_kernels", "merge_kernels", "fill_kernels", "copy_kernels",
+                 "other_kernels", "kernels", "launches")
+
+
+@dataclass
+class RankJob:
+    """Everything :func:`measure_rank` needs besides the rank's work and group.
+
+    Attributes:
+        base: key and context columns shared by every row of the cell (model, backend, dtype, launch,
+            world_size, seed, gather, cp_size, bs, seq_len, prefix_len, extend_lens, page_size, num_layers).
+        shared: cell metrics (page-table bytes, KV-cache bytes, duplication copy µs, ...).
+        todo: ``(mode, timing)`` pairs to measure for this rank.
+        label: the cell's label, e.g. ``"cp4 bs1 seq8192"`` (forward labels add rank and mode).
+    """
+
+    backend: Backend
+    clock: Clock
+    device: torch.device
+    dtype: str
+    base: dict
+    shared: dict
+    todo: list[tuple[str, str]]
+    label: str
+    warmup: int = 3
+    budget_ms: float = 200.0
+    check: bool = True
+    profile: bool = True
+    nvtx: bool = False
+    trace_dir: Path | None = None
+    kpc_cache: dict = field(default_factory=dict)
+
+
+def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
+    """Measure one rank of one cell; return its rows (one per ``job.todo`` entry), never raising for a
+    mode or cell that cannot run (those become status rows). CpbenchInputError propagates.
+
+    Every agreement (``group.agree_status``) is reached by every rank of the cell in the same order.
+    """
+    rank = work.geometry.rank
+    modes = list(dict.fromkeys(m for m, _ in job.todo))
+    rows: list[dict] = []
+    status = {m: OK for m in modes}
+
+    def fail_open(run: Callable[[str], None]) -> None:  # run(mode) for every mode still ok; then agree
+        for m in modes:
+            if status[m] == OK:
+                status[m] = _attempt(lambda: run(m))
+        oom = next((s for s in status.values() if s[0] == "oom"), None)
+        for m in modes:  # an OOM anywhere fails the whole cell (memory is shared by the modes)
+            status[m] = group.agree_status(oom or status[m])
+
+    prepared: dict[str, Prepared] = {}
+    info: dict[str, dict] = {m: {} for m in modes}
+
+    def prepare(m: str) -> None:
+        prep = job.backend.prepare(work, m)
+        steps = group.exchange(work, m)
+        prepared[m] = prep.with_steps_before(steps) if steps is not None else prep
+
+    fail_open(prepare)
+    fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m])))
+    if job.check and all(status[m] == OK for m in ("two-call", "fused") if m in status) and len(prepared) == 2:
+        status_diff = _attempt(lambda: info["fused"].update(
+            diff_vs_two_call=checks.max_abs_diff(prepared["fused"], prepared["two-call"])))
+        if status_diff != OK:
+            status["fused"] = status_diff
+    for m in modes:  # the diff check is local; agree so every rank keeps the same modes
+        status[m] = group.agree_status(status[m])
+    if job.profile:  # after the checks: profiling reruns the forward
+        def count(m: str) -> None:
+            try:
+                info[m].update(count_kernels(prepared[m], f"{job.label} r{rank} {m}", job.device,
+                                             job.trace_dir, job.kpc_cache, m))
+            except Exception as e:
+                if is_oom(e):
+                    raise
+                raise StatusError(f"kernel count failed: {one_line(e)}") from e
+        fail_open(count)
+    flops = sum(attention_flops(segs, work.model.num_q_heads, work.model.head_dim, w)
+                for w in work.model.window_left_per_layer for _, segs in work.geometry.calls("fused"))
+    for timing in dict.fromkeys(t for _, t in job.todo):
+        runnable = [m for m in modes if status[m] == OK and (m, timing) in job.todo]
+        fns, graph_status = _timed_fns(job, work, prepared, runnable, timing, group)
+        clk0 = sm_clock_mhz(job.device)
+        samples = {}
+        if fns:
+            st = _attempt(lambda: samples.update(time_interleaved(
+                fns, job.clock, warmup=job.warmup, budget_ms=job.budget_ms,
+                min_reps=5 if job.clock.cuda else 3, agree=group.agree, barrier=group.barrier)))
+            st = group.agree_status(st)
+            if st != OK:
+                graph_status.update({m: st for m in fns})
+                samples = {}
+        clk1 = sm_clock_mhz(job.device)
+        phases = {}
+        if samples and timing == "eager" and any(s.kind != "attention" for s in prepared[runnable[0]].layers[0]):
+            phases = {m: phase_times_us(prepared[m], job.clock, barrier=group.barrier) for m in samples}
+        for m, t in job.todo:
+            if t != timing:
+                continue
+            st = status.get(m, OK) if status.get(m, OK) != OK else graph_status.get(m, OK)
+            if st != OK or m not in samples:
+                st = st if st != OK else ("error", "not timed")
+                rows.append({**job.base, "rank": rank, "mode": m, "timing": t, "status": st[0], "reason": st[1]})
+                continue
+            rows.append(_measured_row(job, work, m, timing, samples[m], prepared[m], info[m], flops, clk0, clk1,
+                                      phases.get(m, {})))
+    return rows
+
+
+class StatusError(RuntimeError):
+    """A failure whose message is the status reason as it stands (no exception type prefixed)."""
+
+
+def _attempt(fn: Callable[[], None]) -> Status:
+    """Run ``fn``; the status it ends with (OOM -> ``oom``, other exceptions -> ``error``).
+    CpbenchInputError (bad input) propagates."""
+    try:
+        fn()
+        return OK
+    except CpbenchInputError:
+        raise
+    except StatusError as e:
+        return "error", str(e)
+    except Exception as e:
+        if is_oom(e):
+            return "oom", f"out of memory building or running the cell: {one_line(e)}"
+        return "error", one_line(e)
+
+
+def _first_forward(job: RankJob, work: RankWork, prep: Prepared) -> dict:
+    dev = job.device
+    out: dict = {"setup_us_" + k: v for k, v in prep.setup_us.items()}
+    out["setup_us_total"] = sum(prep.setup_us.values())
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(dev)
+        before = torch.cuda.memory_allocated(dev)
+    prep.forward()  # also JIT-loads kernels
+    job.clock.sync()
+    out["peak_mem_bytes"] = (torch.cuda.max_memory_allocated(dev) - before) if dev.type == "cuda" else math.nan
+    out["host_launch_us"] = host_enqueue_us(prep.forward, job.clock)
+    out["max_abs_err"] = checks.max_abs_error(work, prep) if job.check else math.nan
+    return out
+
+
+def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], timing: str,
+               group: RankGroup) -> tuple[dict, dict]:
+    """Zero-argument callables to time per mode, and the status of modes that could not be set up
+    (CUDA graph capture fails). Capture is agreed: a mode whose capture fails on any rank is dropped
+    on every rank."""
+    fns, status = {}, {}
+    for m in modes:
+        prep = prepared[m]
+        if timing == "eager":
+            fns[m] = prep.forward
+            if job.nvtx:  # NVTX ranges around the timed forwards (~0.4 µs per range on the H200)
+                from cpbench.profiles.ranges import annotated_forward
+
+                g = work.geometry
+                fns[m] = annotated_forward(prep, forward_label(job.label, g.rank, m, "eager"),
+                                           {"cp_size": g.cp_size, "bs": g.bs, "seq_len": job.base["seq_len"],
+                                            "rank": g.rank}, nvtx_on=True, record_functions=False)
+            continue
+        group.barrier()  # a collective inside the graph: every rank captures together
+        holder = {}
+        st = _attempt(lambda: holder.update(fn=capture_graph(prep.forward)))
+        if st[0] == "error":
+            st = ("error", f"CUDA graph capture failed: {st[1]}")
+        st = group.agree_status(st)
+        if st == OK:
+            fns[m] = holder["fn"]
+        else:
+            status[m] = st
+    return fns, status
+
+
+def forward_label(cell_label: str, rank: int, mode: str, timing: str = "eager") -> str:
+    """The NVTX / record_function label of one forward, e.g. ``cp4 bs1 seq8192 r0 fused eager`` (the
+    nsys cross-check matches ranges by this text)."""
+    return f"{cell_label} r{rank} {mode} {timing}"
+
+
+def _measured_row(job: RankJob, work: RankWork, mode, timing, xs, prep: Prepared, info, flops, clk0, clk1,
+                  phases: dict) -> dict:
+    g, model = work.geometry, work.model
+    stats = summarize(xs)
+    med = stats["latency_us_median"]
+    fused_dup = mode == "fused" and g.cp_size > 1
+    row = {**job.base, "rank": g.rank, "mode": mode, "timing": timing, **stats,
+           "samples_us": [round(x, 3) for x in xs], "per_layer_us": med / model.num_layers, "flops": flops,
+           "tflops": flops / (med * 1e-6) / 1e12 if med > 0 else math.nan, **job.shared,
+           "page_table_dup_bytes": 2 * job.shared["page_table_bytes"] if fused_dup else 0,
+           "dup_copy_us": job.shared["dup_copy_us"] if fused_dup else 0.0,
+           "tokens_logical": g.tokens_logical, "tokens_padded": g.tokens_padded, "max_kv_len": g.max_kv_len,
+           "calls_per_layer": prep.calls_per_layer, "steps_per_layer": prep.steps_per_layer,
+           "sm_clock_mhz_before": clk0, "sm_clock_mhz_after": clk1,
+           "clock_drop": bool(clk0 > 0 and clk1 < 0.9 * clk0), **info, **phases}
+    if timing == "graph":  # kernels are counted from eager forwards only (not per range in a graph)
+        for k in COUNT_COLUMNS:
+            row[k] = math.nan
+    tol = checks.TOLERANCE[DTYPES[job.dtype]]
+    err = row.get("max_abs_err", math.nan)
+    diff = row.get("diff_vs_two_call", 0.0)
+    if job.check and not (err <= tol and diff <= tol):  # NaN fails both comparisons
+        row.update(status="mismatch", reason=f"max |err| {err:.3g} (fused vs two-call {diff:.3g}) "
+                                             f"> tolerance {tol:g} against the fp32 torch reference")
+    else:
+        row.update(status="ok", reason="")
+    return row
+
+
+def count_kernels(prep: Prepared, label: str, device: torch.device, trace_dir: Path | None = None,
+                  kpc_cache: dict | None = None, kpc_key=None) -> dict:
+    """Kernel-count columns of one eager forward (profiles.capture), checked against
+    ``layers x attention calls per layer x kernels per call`` where kernels can be told apart by name.
+
+    ``attn_kernels`` is GPU attention-kernel executions, or for the torch reference (no single
+    attention kernel) the attention calls; collective kernels (``comm_kernels``) are counted apart.
+    Raises ProfileError when zero attention work is seen, RuntimeError when the count differs from
+    the expectation.
+    """
+    from cpbench.profiles.capture import expected_for, kernels_per_call, profile_prepared
+
+    slug = label.replace(" ", "_")
+    trace = trace_dir / f"{slug}.json.gz" if trace_dir is not None else None
+    c = profile_prepared(prep, f"{label} eager", device, trace_path=trace,
+                         steps_warmup=1 if device.type == "cuda" else 0)  # CPU: nothing to miss
+    by_kernel = device.type == "cuda" and bool(prep.kernel_patterns)
+    comm = getattr(c, "comm", 0)
+    row = {"attn_kernels": c.attention if by_kernel else c.attention_calls, "attn_calls": c.attention_calls,
+           "comm_kernels": comm, "merge_kernels": c.merge, "fill_kernels": c.fill, "copy_kernels": c.copy,
+           "other_kernels": c.other + c.merge + c.fill + c.copy, "kernels": c.kernels, "launches": c.launches}
+    kpc = (kpc_cache or {}).get(kpc_key)
+    if kpc is None:
+        kpc = kernels_per_call(prep.first_attention_call(), prep.kernel_patterns, device) if by_kernel else 1
+        if kpc_cache is not None:
+            kpc_cache[kpc_key] = kpc
+    row["kernels_per_call"] = kpc
+    row["attn_kernels_expected"] = expected_for(prep, kpc)
+    if row["attn_kernels"] != row["attn_kernels_expected"]:
+        raise RuntimeError(f"counted {row['attn_kernels']} attention kernels, expected "
+                           f"{row['attn_kernels_expected']} (layers x calls x kernels/call)")
+    if trace is not None:
+        row["trace"] = str(trace)
+    return row
+
+
+def is_oom(e: BaseException) -> bool:
+    """CUDA OOM, or a CPU allocation failure (torch raises a plain RuntimeError for those)."""
+    text = str(e).lower()
+    return isinstance(e, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(e, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text))

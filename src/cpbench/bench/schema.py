@@ -1,0 +1,191 @@
+"""The results schema: every column of a results row, its type and unit, the key, and migrations.
+
+One row per cell x rank x backend x mode x timing mode x launch (docs/design.md §5). This module is
+the one place that knows the columns: the runner writes them, the store keys and migrates them,
+plots/report/compare read them. No torch, no pandas here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+SCHEMA_VERSION = 2
+MODES = ("two-call", "fused")
+TIMINGS = ("eager", "graph")
+LAUNCHES = ("simulated", "torchrun")
+STATUSES = ("ok", "ineligible", "unsupported", "oom", "mismatch", "error")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One results column.
+
+    Attributes:
+        name: column name (SGLang/FlashInfer spelling where one exists).
+        type: ``int | float | str | bool | list`` (the JSON type; NaN/None allowed for numbers).
+        unit: unit or allowed values, e.g. ``"µs"``, ``"bytes"``, ``"tokens"``.
+        doc: what it holds.
+        role: ``"run"`` (one value per run: part of the row key, fixed on --resume), ``"cell"`` (part of
+            the key, identifies the cell), ``"row"`` (part of the key, rank/mode within a cell) or
+            ``"value"`` (measured or derived).
+        option: the sweep option (SweepConfig field) a ``"run"`` column comes from.
+    """
+
+    name: str
+    type: str
+    unit: str
+    doc: str
+    role: str = "value"
+    option: str | None = None
+
+
+def _c(name, type_, unit, doc, role="value", option=None) -> Column:
+    return Column(name, type_, unit, doc, role, option)
+
+
+_COLUMNS = [
+    _c("schema_version", "int", "", "results format version", "value"),
+    # -- run: identical for every row of a run directory (a resume must keep them) -----------------
+    _c("model", "str", "", "preset or config name (overrides appended, e.g. llama-3.1-8b+window4096)", "run", "model"),
+    _c("backend", "str", "torch | fa2 | fa3 | trtllm-gen", "attention backend", "run", "backend"),
+    _c("dtype", "str", "bf16 | fp16 | fp32", "q/k/v dtype", "run", "dtype"),
+    _c("launch", "str", " | ".join(LAUNCHES), "ranks in one process one after another, or one process per rank",
+       "run", "launch"),
+    _c("world_size", "int", "processes", "processes in the launch (1 when simulated)", "run", "world_size"),
+    _c("seed", "int", "", "seed of inputs and page-table permutation", "value", "seed"),
+    _c("gather", "str", "packed | separate | none", "per-layer K|V all-gather (torchrun; none when simulated)",
+       "run", "gather"),
+    # -- cell -----------------------------------------------------------------------------------
+    _c("timing", "str", " | ".join(TIMINGS), "eager launches or CUDA-graph replay", "cell"),
+    _c("cp_size", "int", "ranks", "CP group size", "cell"),
+    _c("bs", "int", "requests", "requests in the batch", "cell"),
+    _c("seq_len", "int", "tokens", "longest extend length in the batch (the --seq value)", "cell"),
+    _c("prefix_len", "int", "tokens", "cached prefix per request", "cell"),
+    _c("extend_lens", "str", "tokens", "extend (new-token) length of each request, comma-separated "
+       "(SGLang's seq_lens would be prefix + extend)", "cell"),
+    # -- row ------------------------------------------------------------------------------------
+    _c("rank", "int", "", "CP rank", "row"),
+    _c("mode", "str", " | ".join(MODES), "two attention calls per layer, or one fused call", "row"),
+    # -- values -----------------------------------------------------------------------------------
+    _c("page_size", "int", "tokens", "KV page size"),
+    _c("num_layers", "int", "", "attention layers per forward"),
+    _c("status", "str", " | ".join(STATUSES), "ok, or why the row has no measurement"),
+    _c("reason", "str", "", "why not ok (one line)"),
+    _c("latency_us_median", "float", "µs", "forward latency (all layers)"),
+    _c("latency_us_p10", "float", "µs", "10th percentile"),
+    _c("latency_us_p90", "float", "µs", "90th percentile"),
+    _c("latency_us_mean", "float", "µs", "mean"),
+    _c("latency_us_ci_low", "float", "µs", "95% CI of the median, low (order statistics)"),
+    _c("latency_us_ci_high", "float", "µs", "95% CI of the median, high"),
+    _c("n_samples", "int", "", "timed forwards"),
+    _c("samples_us", "list", "µs", "every raw sample, in the agreed ABBA order"),
+    _c("per_layer_us", "float", "µs", "latency_us_median / num_layers"),
+    _c("flops", "float", "FLOP", "per forward, from per-segment causal (windowed) areas"),
+    _c("tflops", "float", "TFLOP/s", "flops / latency_us_median"),
+    _c("host_launch_us", "float", "µs", "host time to enqueue one eager forward (NaN on CPU)"),
+    _c("setup_us_metadata", "float", "µs", "host setup: metadata"),
+    _c("setup_us_page_table", "float", "µs", "host setup: page tables"),
+    _c("setup_us_plan", "float", "µs", "host setup: plan()"),
+    _c("setup_us_total", "float", "µs", "sum of setup parts"),
+    _c("peak_mem_bytes", "float", "bytes", "peak device memory over the first forward minus before (NaN on CPU)"),
+    _c("page_table_bytes", "int", "bytes", "bytes of block_tables [bs, W]"),
+    _c("page_table_dup_bytes", "int", "bytes", "bytes of the row-duplicated [2*bs, W] table (fused only)"),
+    _c("dup_copy_us", "float", "µs", "measured time of cat(block_tables, block_tables) (fused only)"),
+    _c("kv_cache_bytes", "int", "bytes", "one layer's K+V cache"),
+    _c("kv_buffers", "int", "", "distinct KV caches the layers rotate through"),
+    _c("context_len", "int", "tokens", "tokens the page table is sized for"),
+    _c("tokens_logical", "int", "tokens", "local query rows"),
+    _c("tokens_padded", "int", "tokens", "rows padded to a multiple of 2*cp_size"),
+    _c("max_kv_len", "int", "tokens", "longest kv_len on the rank"),
+    _c("calls_per_layer", "int", "", "attention calls per layer"),
+    _c("steps_per_layer", "int", "", "steps per layer (attention + communication + KV write)"),
+    _c("max_abs_err", "float", "", "max |out - fp32 torch reference| (NaN: not checked)"),
+    _c("diff_vs_two_call", "float", "", "max |fused - two-call| output (fused rows)"),
+    _c("sm_clock_mhz_before", "float", "MHz", "SM clock before timing (NaN: unknown)"),
+    _c("sm_clock_mhz_after", "float", "MHz", "SM clock after timing"),
+    _c("clock_drop", "bool", "", "SM clock fell by more than 10% while timing"),
+    _c("attn_kernels", "float", "", "attention kernels per forward (GPU executions; torch backend: calls)"),
+    _c("attn_kernels_expected", "float", "", "layers x attention calls per layer x kernels_per_call"),
+    _c("kernels_per_call", "float", "", "attention kernels per attention call"),
+    _c("attn_calls", "float", "", "prev/next/combined ranges per forward"),
+    _c("comm_kernels", "float", "", "collective (NCCL) kernels per forward"),
+    _c("kernels", "float", "", "GPU kernel executions per forward"),
+    _c("merge_kernels", "float", "", "split-KV merge kernels per forward"),
+    _c("fill_kernels", "float", "", "fill/memset kernels per forward"),
+    _c("copy_kernels", "float", "", "copy kernels per forward"),
+    _c("other_kernels", "float", "", "non-attention kernels per forward"),
+    _c("launches", "float", "", "CPU launch calls per forward"),
+    _c("trace", "str", "path", "Chrome trace of the profiled forward"),
+    # -- torchrun launches: per-rank phases of the median forward (sums over layers) -----------------
+    _c("gather_us", "float", "µs", "K|V all-gather per forward (CUDA events around the collective)"),
+    _c("kv_write_us", "float", "µs", "writing the gathered K|V into the paged pool, per forward"),
+    _c("attn_us", "float", "µs", "attention calls per forward"),
+    _c("wait_us", "float", "µs", "latency minus this rank's own work: time spent waiting for slower ranks"),
+    _c("gather_bytes", "int", "bytes", "bytes each rank receives per layer (all ranks' padded K|V)"),
+    _c("bus_gbps", "float", "GB/s", "all-gather bus bandwidth: (n-1)/n * gathered bytes / gather time"),
+    _c("critical_us_median", "float", "µs", "median over samples of the per-sample maximum over ranks"),
+]
+COLUMNS: dict[str, Column] = {c.name: c for c in _COLUMNS}
+
+RUN_COLUMNS = tuple(c.name for c in _COLUMNS if c.role == "run")
+CELL_COLUMNS = RUN_COLUMNS + tuple(c.name for c in _COLUMNS if c.role == "cell")
+KEY_COLUMNS = CELL_COLUMNS + tuple(c.name for c in _COLUMNS if c.role == "row")
+# sweep options a resumed sweep must keep: the run columns' options, plus options that change every
+# row's meaning without being a column of their own
+FIXED_ON_RESUME = tuple(c.option for c in _COLUMNS if c.option) + ("prefix", "context_len", "check")
+
+
+def row_key(row: dict) -> tuple:
+    """The identity of a row: its :data:`KEY_COLUMNS` values as text (a resume skips keys on disk)."""
+    return tuple(str(row.get(c)) for c in KEY_COLUMNS)
+
+
+# -- migrations ------------------------------------------------------------------------------------
+V1_DEFAULTS = {"launch": "simulated", "world_size": 1, "gather": "none", "seed": 0}
+
+
+def migrate_row(row: dict) -> dict:
+    """Bring a stored row to :data:`SCHEMA_VERSION` (a renamed column never strands a stored run).
+
+    v1 -> v2: ``seq_lens`` (extend lengths) is renamed ``extend_lens``; ``launch``, ``world_size``,
+    ``gather`` and ``seed`` are added (v1 runs were simulated in one process; the v1 CLI's default seed
+    was 0 and is the only value committed runs used). Rows already at v2 are returned unchanged.
+    """
+    version = row.get("schema_version", 1)
+    if version == SCHEMA_VERSION:
+        return row
+    if version != 1:
+        return row  # the store refuses unknown versions with a message
+    out = {("extend_lens" if k == "seq_lens" else k): v for k, v in row.items()}
+    for k, v in V1_DEFAULTS.items():
+        out.setdefault(k, v)
+    out["schema_version"] = SCHEMA_VERSION
+    return out
+
+
+def check_row(row: dict) -> list[str]:
+    """Problems of a row against the schema (unknown columns, wrong types, unknown status), [] if none.
+    The runner's rows must pass this (a test checks every emitted row)."""
+    problems = []
+    for k, v in row.items():
+        col = COLUMNS.get(k)
+        if col is None and not k.startswith("setup_us_"):
+            problems.append(f"unknown column {k!r}")
+            continue
+        if v is None or col is None:
+            continue
+        ok = {"int": isinstance(v, int) and not isinstance(v, bool),
+              "float": isinstance(v, (int, float)) and not isinstance(v, bool),
+              "str": isinstance(v, str), "bool": isinstance(v, bool),
+              "list": isinstance(v, list)}[col.type]
+        if col.type == "int" and isinstance(v, float) and math.isnan(v):
+            ok = True
+        if not ok:
+            problems.append(f"{k}={v!r} is not {col.type}")
+    if row.get("status") not in STATUSES:
+        problems.append(f"status {row.get('status')!r} not in {STATUSES}")
+    for k in KEY_COLUMNS:
+        if k not in row:
+            problems.append(f"key column {k!r} missing")
+    return problems

@@ -1,0 +1,167 @@
+"""A sweep without its user interface: plan cells, open (or resume) the run directory, write the
+manifest, run every cell through a :class:`Runner`, finalize the tables, decide the exit code.
+
+The CLI (``cli_sweep``) adds the progress bar, the summary table and the report. Under torchrun every
+process runs a :class:`Sweep`; only the writer (rank 0) touches the run directory, and it shares the
+plan (cells, rows already on disk) and any input error with the other processes before anything runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Callable
+
+from cpbench.bench.backends import get_backend, resolve_auto
+from cpbench.bench.env import environment
+from cpbench.bench.geometry import eligibility
+from cpbench.bench.ranks import LocalGroup, RankGroup
+from cpbench.bench.runner import CellSpec, Runner, SweepConfig, cpu_tflop_limit, plan_cells
+from cpbench.bench.schema import FIXED_ON_RESUME
+from cpbench.bench.store import RunDir
+from cpbench.errors import CpbenchInputError
+
+
+def make_config(backend: str, **kw) -> SweepConfig:
+    """A SweepConfig with ``auto`` resolved for ``kw["device"]``. Raises CpbenchInputError for an
+    unknown backend."""
+    name = resolve_auto(kw["device"]) if backend == "auto" else backend
+    get_backend(name)  # unknown names fail here, before a directory is made
+    return SweepConfig(backend=name, **kw)
+
+
+def check_cells(cfg: SweepConfig, cells: list[CellSpec]) -> None:
+    """Raise CpbenchInputError when no cell could run, or the CPU TFLOP limit is not a number."""
+    if cfg.device.type == "cpu":
+        cpu_tflop_limit()
+    if not any(eligibility(c.extend_lens, c.cp_size)[0] for c in cells):
+        c = cells[0]
+        raise CpbenchInputError(f"no cell can run: {eligibility(c.extend_lens, c.cp_size)[1]} "
+                                f"(every batch needs extend lengths >= 2*cp_size)")
+
+
+class Sweep:
+    """One sweep: ``Sweep.open(...)`` then :meth:`run`, :meth:`finish`, :meth:`exit_code`."""
+
+    def __init__(self, cfg: SweepConfig, cells: list[CellSpec], run: RunDir | None, runner: Runner,
+                 resumed_rows: int, started: float) -> None:
+        self.cfg, self.cells, self.run_dir, self.runner = cfg, cells, run, runner
+        self.resumed_rows = resumed_rows
+        self._t0 = started
+
+    @classmethod
+    def open(cls, cfg: SweepConfig, out, resume: bool, group: RankGroup | None = None,
+             env_extra: dict | None = None) -> "Sweep":
+        """Plan the cells, open the run directory (writer only) and write its manifest.
+
+        Raises:
+            CpbenchInputError: no cell can run, a bad --out, a resume with other options, or a run
+                directory another sweep holds (raised on every process of a launch).
+        """
+        t0 = time.monotonic()
+        group = group or LocalGroup()
+        cells = plan_cells(cfg)
+        run, done, error = None, set(), None
+        if group.writes_rows:
+            try:
+                check_cells(cfg, cells)
+                run = RunDir.create(out, resume)
+                if resume:
+                    check_resume_config(run, cfg, group)
+                done = run.done_keys()
+            except CpbenchInputError as e:
+                error = str(e)
+                if run is not None:
+                    run.unlock()
+        error, done = group.share((error, sorted(done)))
+        if error:
+            raise CpbenchInputError(error)
+        runner = Runner(cfg, run.append if run is not None else _no_writer, set(map(tuple, done)), group=group)
+        if run is not None:
+            env = environment(cfg.device)
+            env.update(env_extra or {})
+            env["timing_method"] = timing_method(cfg, runner.cpu_threads)
+            run.write_manifest(env, config_dict(cfg, group))
+            run.record_wall_time(time.monotonic() - t0, new_entry=True)
+        return cls(cfg, cells, run, runner, len(done), t0)
+
+    def total_ranks(self) -> int:
+        """Rank measurements in the plan (for a progress bar)."""
+        return sum(len(self.runner.ranks(c)) for c in self.cells)
+
+    def run(self, on_cell: Callable[[CellSpec], None] = lambda c: None,
+            on_rank: Callable[[], None] = lambda: None) -> None:
+        """Measure every cell (``on_cell`` before each, ``on_rank`` after each rank)."""
+        for c in self.cells:
+            on_cell(c)
+            self.runner.run_cell(c, on_rank=on_rank)
+            if self.run_dir is not None:
+                self.run_dir.record_wall_time(time.monotonic() - self._t0)
+
+    def finish(self):
+        """Write the final tables (writer); return the results frame (None on other processes)."""
+        if self.run_dir is None:
+            return None
+        df = self.run_dir.finalize()
+        self.run_dir.record_wall_time(time.monotonic() - self._t0)
+        return df
+
+    def close(self) -> None:
+        if self.run_dir is not None:
+            self.run_dir.unlock()
+
+    def exit_code(self, df, allow_mismatch: bool) -> tuple[int, str]:
+        """``(code, message)``: 2 when no cell could run, 1 on a correctness mismatch (unless
+        ``allow_mismatch``), else 0."""
+        if df is None:
+            return 0, ""
+        if df.empty or not (df["status"].isin(["ok", "mismatch"])).any():
+            reasons = sorted(set(df.get("reason", []))) if not df.empty else []
+            return 2, f"no cell could run: {'; '.join(map(str, reasons))[:300]}"
+        if self.runner.mismatches and not allow_mismatch:
+            return 1, f"{self.runner.mismatches} row(s) failed the correctness check (--allow-mismatch to accept)"
+        return 0, ""
+
+
+def _no_writer(row: dict) -> None:
+    raise RuntimeError("only the writer (rank 0) emits rows")
+
+
+def config_dict(cfg: SweepConfig, group: RankGroup) -> dict:
+    """The manifest's ``config``: every SweepConfig field (model as a dict), plus launch and world_size."""
+    config = {k: (str(v) if k == "device" else v) for k, v in dataclasses.asdict(cfg).items()}
+    config["launch"], config["world_size"] = group.launch, group.world_size
+    return config
+
+
+def check_resume_config(run: RunDir, cfg: SweepConfig, group: RankGroup) -> None:
+    """Raise CpbenchInputError when --resume would mix rows measured under other options
+    (:data:`~cpbench.bench.schema.FIXED_ON_RESUME`)."""
+    old = run.read_manifest().get("config", {})
+    new = {"model": dataclasses.asdict(cfg.model), "launch": group.launch, "world_size": group.world_size,
+           **{k: getattr(cfg, k) for k in FIXED_ON_RESUME if k != "model" and hasattr(cfg, k)}}
+    for key in new:
+        if key in old and json.loads(json.dumps(old[key])) != json.loads(json.dumps(new[key])):
+            was = old[key].get("name", old[key]) if key == "model" and isinstance(old[key], dict) else old[key]
+            raise CpbenchInputError(f"--resume: {run} was measured with a different {key} "
+                                    f"({str(was)[:80]}): resume with the same options or pick another --out")
+    # The rows themselves, in case the manifest was lost or edited: model (its name carries overrides),
+    # backend and dtype must match.
+    rows = run.rows()
+    for key, value in (("model", cfg.model.name), ("backend", cfg.backend), ("dtype", cfg.dtype)):
+        other = sorted({str(r.get(key)) for r in rows} - {value})
+        if other:
+            raise CpbenchInputError(f"--resume: {run} holds rows measured with {key} {other[0]!r}, not "
+                                    f"{value!r}: resume with the same options or pick another --out")
+
+
+def timing_method(cfg: SweepConfig, cpu_threads: int | None) -> str:
+    """One sentence of what a sample is, for the manifest and the report."""
+    clock = "CUDA events" if cfg.device.type == "cuda" else "time.perf_counter"
+    return (f"{clock}, one whole forward ({cfg.model.num_layers} layers) per sample, device synchronised "
+            f"before each sample; {cfg.warmup} warm-up forwards; ~{cfg.budget_ms:g} ms of samples per variant "
+            f"(>= {5 if cfg.device.type == 'cuda' else 3}"
+            f"{'' if cpu_threads is None else f', {cpu_threads} CPU thread(s)'}); two-call and fused interleaved "
+            f"ABBA; timings: {', '.join(cfg.timings)} (graph = CUDA graph replay); setup (metadata, page tables, "
+            "plan) timed separately on the host")
