@@ -192,3 +192,35 @@ def test_out_never_writes_into_a_run_directory(tmp_path, base):
         r = cpbench("compare", base, base, "--out", out)
         assert r.returncode == 2 and "would write into a run directory" in r.stderr, r.stderr
     assert (base / "results.parquet").read_bytes() == before and not (base / "compare.md").exists()
+
+
+def test_ratio_ci_is_scipys_bootstrap_on_fixed_data():
+    """The interval is scipy.stats.bootstrap's percentile CI of median(new) / median(base), samples
+    resampled independently, seeded: equal to calling scipy directly with the same generator."""
+    from scipy import stats
+
+    from cpbench.bench.compare import _RNG_KW  # rng= (scipy >= 1.15) or random_state=
+
+    rng = np.random.default_rng(11)
+    b = 100 * (1 + 0.02 * rng.standard_normal(60))
+    n = 110 * (1 + 0.02 * rng.standard_normal(45))
+    ref = stats.bootstrap((b, n), lambda x, y, axis: np.median(y, axis=axis) / np.median(x, axis=axis),
+                          n_resamples=500, vectorized=True, paired=False, confidence_level=0.9,
+                          method="percentile", **{_RNG_KW: np.random.default_rng(5)}).confidence_interval
+    assert ratio_ci(b, n, n_boot=500, seed=5, level=0.9) == (ref.low, ref.high)
+    assert ratio_ci(b, n, n_boot=500, seed=5, level=0.9) == ratio_ci(b, n, n_boot=500, seed=5, level=0.9)
+    assert ratio_ci(b, n, n_boot=500, seed=6, level=0.9) != (ref.low, ref.high)  # the seed is used
+    constant = np.full(20, 100.0)
+    assert ratio_ci(constant, 1.5 * constant) == (1.5, 1.5)  # no spread: a point interval, no warning
+
+
+def test_clear_changes_keep_their_verdicts_on_fixed_data():
+    """Fixed rows: 25% slower is a gated regression, 25% faster is faster, 0.5% apart is a near-tie (the same
+    classification the hand-written bootstrap gave)."""
+    one = dict(cp_sizes=(2,), bss=(1, 4), seqs=(1024,), timings=("eager",), n_samples=30, noise=0.02)
+    base = pd.DataFrame(make_rows(seed=1, **one))
+    for factor, want, regressions in ((1.25, "slower", 8), (0.75, "faster", 0), (1.005, "near-tie", 0)):
+        res = compare_frames(base, pd.DataFrame(make_rows(seed=2, latency=scaled(factor), **one)))
+        assert set(res.table["verdict"]) == {want}, (factor, res.table[["ratio", "ci_low", "ci_high"]])
+        assert len(res.regressions) == regressions and res.exit_code == (1 if regressions else 0)
+        assert ((res.table["ci_low"] <= res.table["ratio"]) & (res.table["ratio"] <= res.table["ci_high"])).all()

@@ -1,4 +1,4 @@
-"""Zigzag geometry against DESIGN.md §1 vectors and properties."""
+"""Zigzag geometry against the docs/design.md §1 vectors and properties."""
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -7,7 +7,7 @@ from cpbench.bench.geometry import (all_ranks, attended_pairs, attention_flops, 
                                     rank_geometry)
 from cpbench.errors import CpbenchInputError
 
-# DESIGN.md §1: C=4, seq_lens [19,27], extend [11,13], prefix [8,14]
+# docs/design.md §1: C=4, seq_lens [19,27], extend [11,13], prefix [8,14]
 VECTORS = {
     0: ([2, 2], [1, 1], [10, 16], [19, 27]),
     1: ([2, 2], [1, 1], [12, 18], [18, 26]),

@@ -1,12 +1,13 @@
 """Compare two run directories row by row: NEW / BASE latency ratio, bootstrap CI, verdict, exit code.
 
 Rows match on ``results.KEY_COLUMNS`` (model, backend, timing, cp_size, bs, seq_len, prefix_len,
-seq_lens, rank, mode) and are compared when both are ``ok``. pandas + numpy only (no torch), so it
-runs on a laptop.
+seq_lens, rank, mode) and are compared when both are ``ok``. pandas, numpy and scipy only (no torch),
+so it runs on a laptop.
 
 Verdict rule (``band`` default 0.03, ``fail_above`` default 0.05):
-  ratio = NEW median / BASE median (µs); CI = 95% percentile bootstrap of the ratio of medians,
-  resampling each run's raw samples independently (``n_boot`` resamples, fixed seed per row).
+  ratio = NEW median / BASE median (µs); CI = 95% percentile bootstrap of the ratio of medians
+  (``scipy.stats.bootstrap``), resampling each run's raw samples independently (``n_boot`` resamples,
+  fixed seed per row).
   * near-tie: |ratio - 1| <= band, or the CI contains 1 (the difference is within noise);
   * faster:   otherwise, ratio < 1;   * slower: otherwise, ratio > 1.
   * regression (exit code 1): ratio > 1 + fail_above, the CI lies entirely above 1, and both rows hold
@@ -19,14 +20,17 @@ Verdict rule (``band`` default 0.03, ``fail_above`` default 0.05):
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
+import warnings
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from cpbench.bench.schema import CELL_COLUMNS, KEY_COLUMNS
 from cpbench.bench.store import load_run
@@ -102,22 +106,30 @@ def samples_of(v) -> np.ndarray:
     return a[np.isfinite(a) & (a > 0)]
 
 
+def _median_ratio(base: np.ndarray, new: np.ndarray, axis: int = -1) -> np.ndarray:
+    """median(new) / median(base) along ``axis`` (vectorised over bootstrap resamples)."""
+    return np.median(new, axis=axis) / np.median(base, axis=axis)
+
+
+# scipy >= 1.15 takes the generator as ``rng``; older releases (the floor is 1.10) as ``random_state``
+_RNG_KW = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
+
+
 def ratio_ci(base: np.ndarray, new: np.ndarray, n_boot: int = 2000, seed: int = 0,
              level: float = 0.95) -> tuple[float, float]:
-    """Percentile-bootstrap CI of median(new) / median(base), resampling both sample sets with
-    replacement. Needs >= 2 samples on each side, else ``(nan, nan)``. Deterministic for a seed."""
+    """Percentile-bootstrap CI of median(new) / median(base) (``scipy.stats.bootstrap``, the two sample
+    sets resampled independently with replacement). Needs >= 2 samples on each side, else
+    ``(nan, nan)``. Deterministic for a seed (``numpy.random.default_rng(seed)``)."""
     if len(base) < 2 or len(new) < 2:
         return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    ratios = np.empty(n_boot)
-    step = max(1, 4_000_000 // max(len(base), len(new)))  # bound memory: resamples per chunk
-    for i in range(0, n_boot, step):
-        k = min(step, n_boot - i)
-        mb = np.median(base[rng.integers(0, len(base), (k, len(base)))], axis=1)
-        mn = np.median(new[rng.integers(0, len(new), (k, len(new)))], axis=1)
-        ratios[i:i + k] = mn / mb
-    a = (1 - level) / 2
-    return float(np.quantile(ratios, a)), float(np.quantile(ratios, 1 - a))
+    batch = max(1, 4_000_000 // max(len(base), len(new)))  # bound memory: resamples per vectorised call
+    with warnings.catch_warnings():  # identical samples give a point interval; scipy warns it is degenerate
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        res = stats.bootstrap((np.asarray(base, float), np.asarray(new, float)), _median_ratio,
+                              n_resamples=n_boot, batch=batch, vectorized=True, paired=False,
+                              confidence_level=level, method="percentile",
+                              **{_RNG_KW: np.random.default_rng(seed)})
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def verdict(ratio: float, lo: float, hi: float, band: float) -> str:

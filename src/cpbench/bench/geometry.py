@@ -1,7 +1,7 @@
 """Zigzag context-parallel prefill geometry, on plain ints (no torch).
 
 Every formula follows SGLang's zigzag CP (``layers/cp/zigzag.py`` build_metadata and
-``layers/utils/cp_utils.py``), restated in DESIGN.md §1:
+``layers/utils/cp_utils.py``), restated in docs/design.md §1:
 
 * each request's extend tokens are cut into ``S = 2 * cp_size`` blocks, ``base, rem = divmod(L, S)``,
   block ``b`` holds ``base + 1`` tokens if ``b < rem`` else ``base``;
@@ -221,7 +221,7 @@ def eligibility(extend_lens: Sequence[int], cp_size: int) -> tuple[bool, str]:
 
 def rank_geometry(extend_lens: Sequence[int], prefix_lens: Sequence[int] | None, cp_size: int,
                   rank: int) -> RankGeometry:
-    """Zigzag metadata of one rank (SGLang zigzag.py build_metadata; DESIGN.md §1).
+    """Zigzag metadata of one rank (SGLang zigzag.py build_metadata; docs/design.md §1).
 
     Args:
         extend_lens: new tokens per request, each >= 1.
@@ -284,7 +284,7 @@ def attended_pairs(q_len: int, kv_len: int, window_left: int = -1) -> int:
     """Number of (query, key) pairs a bottom-right-aligned causal segment attends.
 
     Query i sits at position ``kv_len - q_len + i`` and sees keys ``[max(0, pos - window_left), pos]``
-    (``window_left < 0``: no window). Without a window this is ``q*kv - q*(q-1)/2`` (DESIGN.md §4).
+    (``window_left < 0``: no window). Without a window this is ``q*kv - q*(q-1)/2`` (docs/design.md §4).
     """
     if q_len <= 0:
         return 0
@@ -306,6 +306,6 @@ def attended_pairs(q_len: int, kv_len: int, window_left: int = -1) -> int:
 def attention_flops(segments: Sequence[Segment], num_q_heads: int, head_dim: int,
                     window_left: int = -1) -> int:
     """FLOPs of one attention call: ``4 * Hq * D * pairs`` summed per segment (QK^T and PV, 2 FLOPs
-    per MAC), from the per-segment (window-aware) causal area, never from max lengths (DESIGN §4)."""
+    per MAC), from the per-segment (window-aware) causal area, never from max lengths (docs/design.md §4)."""
     return sum(4 * num_q_heads * head_dim * attended_pairs(s.q_len, s.kv_len, window_left)
                for s in segments)

@@ -1,6 +1,6 @@
 """Model attention shapes per CP rank (attention TP 1): presets, overrides and local HF config.json.
 
-Presets are DESIGN.md §2. ``window_left`` follows FlashInfer/SGLang: a sliding window of ``w`` tokens
+Presets are docs/design.md §2. ``window_left`` follows FlashInfer/SGLang: a sliding window of ``w`` tokens
 is ``window_left = w - 1`` (SGLang get_attention_sliding_window_size); ``-1`` means full attention.
 """
 

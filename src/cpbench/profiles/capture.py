@@ -1,6 +1,6 @@
 """torch.profiler capture of one forward: kernel and launch counts, and a Perfetto-ready trace.
 
-Method (DESIGN.md §4): profile ``steps_warmup`` forwards as profiler warm-up steps (the first
+Method (docs/design.md §4): profile ``steps_warmup`` forwards as profiler warm-up steps (the first
 profiled step can miss kernels while CUPTI starts), then exactly one active step; count only that
 step, from the same Chrome trace a user opens in Perfetto (``trace.json.gz``).
 

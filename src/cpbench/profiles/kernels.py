@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-# Lower-case substrings of the attention kernels of the backends cpbench knows (DESIGN.md §3).
+# Lower-case substrings of the attention kernels of the backends cpbench knows (docs/design.md §3).
 FA2_PATTERNS = ("batchprefillwithpagedkvcachekernel",)
 FA3_PATTERNS = ("prefillwithkvcachekernel",)  # fa3: flashinfer::PrefillWithKVCacheKernel<...Paged...>
 TRTLLM_PATTERNS = ("fmha",)

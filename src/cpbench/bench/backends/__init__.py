@@ -1,4 +1,4 @@
-"""Backend registry: name -> backend object, and `auto` resolution (DESIGN.md §3).
+"""Backend registry: name -> backend object, and `auto` resolution (docs/design.md §3).
 
 auto: compute capability 10.x -> trtllm-gen, 9.0 -> fa3, other CUDA -> fa2, no CUDA -> torch.
 """

@@ -1,4 +1,4 @@
-"""FlashInfer fa2 / fa3 paged prefill (compute capability 8.x/9.x; fa3 9.0 only), DESIGN.md §3.
+"""FlashInfer fa2 / fa3 paged prefill (compute capability 8.x/9.x; fa3 9.0 only), docs/design.md §3.
 
 Models without sinks use ``BatchPrefillWithPagedKVCacheWrapper``; models with sinks use
 ``BatchAttentionWithAttentionSinkWrapper`` (the plain wrapper ignores ``sinks=`` on fa2/fa3). The
@@ -23,7 +23,7 @@ INSTALL_HINT = "pip install 'cpbench[flashinfer]' (flashinfer-python), or use --
 
 # flashinfer 0.7.2.post1 names the attention-sink JIT module by dtype, window on/off and backend but
 # not head_dim, so a module built for one head_dim can be reused for another in the same process
-# (DESIGN §3 hazard). Remember which head_dim each such module was first built for, and refuse others.
+# (docs/design.md §3 hazard). Remember which head_dim each such module was first built for, and refuse others.
 _SINK_MODULE_HEAD_DIM: dict[tuple, int] = {}
 
 

@@ -1,6 +1,6 @@
 """Torch reference attention over the paged cache: runs anywhere (CPU or CUDA), fp32 accumulation.
 
-Semantics (DESIGN.md §1): bottom-right-aligned causal mask (query i of a segment sits at position
+Semantics (docs/design.md §1): bottom-right-aligned causal mask (query i of a segment sits at position
 ``kv_len - q_len + i``), inclusive ``window_left`` (key >= pos - window_left), GQA (q head h reads kv
 head ``h // (Hq // Hkv)``), and per-head fp32 sinks that add ``exp(sink_h)`` once to every softmax
 denominator. Scale ``head_dim ** -0.5``.
