@@ -37,6 +37,9 @@ from cpbench.errors import CpbenchInputError
 
 MODES = ("packed", "separate")
 
+# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns); same collective.
+_all_gather_into_tensor = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
 
 def _check_mode(mode: str) -> str:
     if mode not in MODES:
@@ -223,13 +226,13 @@ def gather_kv(plan: GatherPlan, k_local: torch.Tensor, v_local: torch.Tensor,
         send, recv = out_buffers.send[0], out_buffers.recv[0]
         send[:n, :, :d].copy_(k_local)
         send[:n, :, d:].copy_(v_local)
-        dist.all_gather_into_tensor(recv, send, group=group)
+        _all_gather_into_tensor(recv, send, group=group)
         torch.index_select(recv[..., :d], 0, idx, out=kb)
         torch.index_select(recv[..., d:], 0, idx, out=vb)
     else:
         for src, send, recv, full in zip((k_local, v_local), out_buffers.send, out_buffers.recv, (kb, vb)):
             send[:n].copy_(src)
-            dist.all_gather_into_tensor(recv, send, group=group)
+            _all_gather_into_tensor(recv, send, group=group)
             torch.index_select(recv, 0, idx, out=full)
     return kb, vb
 
