@@ -137,3 +137,11 @@ def test_rank_failing_before_collective_ends_the_launch():
     assert proc.returncode != 0
     assert took < 60
     assert "injected failure" in proc.stderr + proc.stdout
+
+
+@pytest.mark.timeout(120)
+def test_stalled_rank_times_out_the_collective():
+    """Rank 1 sleeps 6x the 4 s group timeout, then would carry on: only the timeout fails the launch."""
+    proc, took = _torchrun(2, "--stall-rank", "1", "--timeout", "4", timeout=60)
+    assert proc.returncode != 0, proc.stdout
+    assert took < 20
