@@ -1,4 +1,4 @@
-"""Run under torchrun (gloo): every rank gathers its zigzag K/V rows (packed and separate) at every
+"""Run under torchrun (gloo by default, ``--backend nccl`` on GPUs): every rank gathers its zigzag K/V rows (packed and separate) at every
 cp_size dividing world_size, writes them into a zeroed paged cache and checks the extend slots hold
 the full K/V exactly and nothing else was written. ``--fail-rank R`` raises on rank R and
 ``--stall-rank R`` stalls it before the first collective (the launch must fail, not hang).
@@ -26,23 +26,23 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
 
 
-def check_cell(rank: int, cp_size: int, args) -> list[dict]:
+def check_cell(rank: int, cp_size: int, args, device: torch.device) -> list[dict]:
     seq_lens = [e + p for e, p in zip(args.extend, args.prefix)]
     block_tables, num_pages = build_block_tables(seq_lens, args.page_size, seed=cp_size)
-    plan = build_gather_plan(args.extend, args.prefix, cp_size, args.page_size, block_tables, "cpu")
+    plan = build_gather_plan(args.extend, args.prefix, cp_size, args.page_size, block_tables, device)
     gen = torch.Generator().manual_seed(1000 + cp_size)
     shape = (plan.total_tokens, args.hkv, args.head_dim)
-    k_all, v_all = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+    k_all, v_all = (torch.randn(shape, generator=gen).to(device) for _ in range(2))
     k_local, v_local = plan.local_rows(rank, k_all), plan.local_rows(rank, v_all)
     group = groups.cp_subgroups(groups._info().world_size, cp_size)
     rows = []
     for mode in MODES:
-        bufs = allocate_gather_buffers(plan, args.hkv, args.head_dim, torch.float32, "cpu", mode)
+        bufs = allocate_gather_buffers(plan, args.hkv, args.head_dim, torch.float32, device, mode)
         ok = True
         for _ in range(2):  # reused buffers give the same answer
             k_full, v_full = gather_kv(plan, k_local, v_local, group, mode, bufs)
             ok &= torch.equal(k_full, k_all) and torch.equal(v_full, v_all)
-        k_cache = torch.zeros(num_pages, args.page_size, args.hkv, args.head_dim)
+        k_cache = torch.zeros(num_pages, args.page_size, args.hkv, args.head_dim, device=device)
         v_cache = torch.zeros_like(k_cache)
         write_kv(plan, k_full, v_full, k_cache, v_cache)
         for cache, want in ((k_cache, k_all), (v_cache, v_all)):
@@ -64,11 +64,12 @@ def main() -> int:
     ap.add_argument("--hkv", type=int, default=2)
     ap.add_argument("--head-dim", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=20.0)
+    ap.add_argument("--backend", default="gloo", help="gloo (cpu tensors) or nccl (cuda:<local_rank>)")
     ap.add_argument("--fail-rank", type=int, default=-1)
     ap.add_argument("--stall-rank", type=int, default=-1)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    info = groups.init_process_group_from_env("gloo", args.timeout)
+    info = groups.init_process_group_from_env(args.backend, args.timeout)
     if info.rank == args.fail_rank:
         raise RuntimeError(f"rank {info.rank}: injected failure before the first collective")
     if info.rank == args.stall_rank:  # the others' first collective must time out, not wait
@@ -77,7 +78,7 @@ def main() -> int:
     for cp_size in [c for c in range(1, info.world_size + 1) if info.world_size % c == 0]:
         group = groups.cp_subgroups(info.world_size, cp_size)  # every rank, same order
         if groups.in_group(group):
-            rows += check_cell(info.rank, cp_size, args)
+            rows += check_cell(info.rank, cp_size, args, info.device)
     top = groups.max_over_ranks(info.rank)
     top_f = groups.max_over_ranks(info.rank + 0.5)
     token = groups.broadcast_object({"from": info.rank} if info.rank == 0 else None)
