@@ -24,7 +24,7 @@ from cpbench.bench.env import sm_clock_mhz
 from cpbench.bench.geometry import attention_flops
 from cpbench.bench.phases import phase_times_us
 from cpbench.bench.ranks import RankGroup, Status
-from cpbench.bench.timing import Clock, capture_graph, host_enqueue_us, summarize, time_interleaved
+from cpbench.bench.timing import Clock, capture_graph, host_enqueue_us, release_graphs, summarize, time_interleaved
 from cpbench.bench.workload import RankWork
 from cpbench.errors import CpbenchInputError, one_line
 
@@ -87,8 +87,9 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
 
     def prepare(m: str) -> None:
         prep = job.backend.prepare(work, m)
-        steps = group.exchange(work, m)
-        prepared[m] = prep.with_steps_before(steps) if steps is not None else prep
+        exchange = group.exchange(work, m)
+        prepared[m] = prep.with_steps_before(exchange) if exchange is not None else prep
+        info[m].update(exchange.columns if exchange is not None else {})
 
     fail_open(prepare)
     fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m])))
@@ -128,6 +129,7 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         phases = {}
         if samples and timing == "eager" and any(s.kind != "attention" for s in prepared[runnable[0]].layers[0]):
             phases = {m: phase_times_us(prepared[m], job.clock, barrier=group.barrier) for m in samples}
+        release_graphs()  # reset captured graphs before any later collective or teardown
         for m, t in job.todo:
             if t != timing:
                 continue

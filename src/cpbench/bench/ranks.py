@@ -14,6 +14,18 @@ from typing import Any, Callable, Protocol, Sequence
 Status = tuple[str, str]  # (status, reason); ("ok", "") when fine
 
 
+class Exchange:
+    """Per-layer communication of a CP layer: ``exchange(layer) -> [Step, ...]`` to run before that
+    layer's attention, plus ``columns`` the rows of a forward using it carry (e.g. ``gather_bytes``)."""
+
+    def __init__(self, steps_for_layer: Callable[[int], list], columns: dict | None = None) -> None:
+        self._steps = steps_for_layer
+        self.columns = dict(columns or {})
+
+    def __call__(self, layer: int) -> list:
+        return self._steps(layer)
+
+
 class RankGroup(Protocol):
     """The ranks of a launch, as the cell loop and :func:`measure_rank` see them.
 
@@ -50,8 +62,8 @@ class RankGroup(Protocol):
     def collect(self, rows: list[dict]) -> list[dict]:
         """Every process's rows on the writer (rank 0), in rank order; [] on the other processes."""
 
-    def exchange(self, work: Any, mode: str) -> Callable[[int], list] | None:
-        """Per-layer communication steps to run before attention (``layer -> [Step, ...]``), or None."""
+    def exchange(self, work: Any, mode: str) -> Exchange | None:
+        """Per-layer communication steps to run before attention, or None (attention only)."""
 
     def share(self, obj: Any) -> Any:
         """The writer's ``obj`` on every process (the writer plans cells and reads the run directory)."""

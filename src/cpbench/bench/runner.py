@@ -17,6 +17,7 @@ from typing import Callable
 import torch
 
 from cpbench.bench.backends import get_backend
+from cpbench.bench.derived import add_cell_columns
 from cpbench.bench.geometry import all_ranks, attention_flops, eligibility
 from cpbench.bench.kv import duplicate_block_tables, table_bytes
 from cpbench.bench.measure import DTYPES, RankJob, count_kernels, is_oom, measure_rank
@@ -183,7 +184,7 @@ class Runner:
         rows: list[dict] = []
         if any(todo.values()):
             rows = self._measure_cell(cell, mine, todo, on_rank)
-        for row in g.collect(rows):
+        for row in add_cell_columns(g.collect(rows)):
             self.emit(row)
         for _ in range(len(ranks) - len(mine) if g.launch == "simulated" else 0):
             on_rank()  # ranks already on disk

@@ -60,9 +60,20 @@ class Clock:
             torch.cuda.synchronize()
 
 
+_GRAPHS: list = []  # graphs captured and not yet released
+
+
+def release_graphs() -> None:
+    """``reset()`` every graph :func:`capture_graph` made. A graph holding an NCCL collective that is
+    not reset before the group is torn down makes ``barrier``/``destroy_process_group`` hang."""
+    while _GRAPHS:
+        _GRAPHS.pop().reset()
+
+
 def capture_graph(fn: Fn, warmup: int = 1) -> Fn:
     """Capture ``fn`` into a CUDA graph (after ``warmup`` runs on a side stream, as torch requires) and
-    return a zero-argument replay. ``fn`` must not sync or allocate outputs (plans stay outside)."""
+    return a zero-argument replay. ``fn`` must not sync or allocate outputs (plans stay outside).
+    Call :func:`release_graphs` when done with the replays."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -74,6 +85,7 @@ def capture_graph(fn: Fn, warmup: int = 1) -> Fn:
     with torch.cuda.graph(graph):
         fn()
     torch.cuda.synchronize()
+    _GRAPHS.append(graph)
     return graph.replay
 
 

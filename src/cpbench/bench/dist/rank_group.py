@@ -1,0 +1,147 @@
+"""The ``torchrun`` launch as a :class:`~cpbench.bench.ranks.RankGroup`: one process per CP rank.
+
+A cell of ``cp_size`` C runs on global ranks ``0..C-1`` (C divides the world size); the other
+processes sit the cell out but still take part in the world-wide exchanges (cell check, rows). Host
+exchanges (agreement, status, rows) go over gloo groups; the per-layer K|V all-gather goes over the
+CP group of the default backend (NCCL on GPUs). Every group has the launch's timeout.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import torch
+import torch.distributed as dist
+
+from cpbench.bench.backends.base import Step
+from cpbench.bench.dist import groups
+from cpbench.bench.dist.kv_gather import allocate_gather_buffers, build_gather_plan, gather_bytes, gather_kv, write_kv
+from cpbench.bench.ranks import Exchange, Status
+
+GATHER_MODES = ("packed", "separate", "none")
+
+
+class TorchrunGroup:
+    """This process is global rank ``info.rank`` of ``info.world_size``; it measures CP rank
+    ``info.rank`` of every cell with ``cp_size > info.rank``.
+
+    Args:
+        info: from :func:`cpbench.bench.dist.groups.init_process_group_from_env`.
+        gather: ``packed`` (one all_gather_into_tensor of cat([k, v], -1)), ``separate`` (K then V)
+            or ``none`` (attention only, comparable with the simulated launch).
+    """
+
+    launch = "torchrun"
+
+    def __init__(self, info: groups.DistInfo, gather: str = "packed") -> None:
+        self.info = info
+        self.rank, self.world_size = info.rank, info.world_size
+        self.writes_rows = info.rank == 0
+        self.gather = gather
+        self._cp_size = 1
+        self._cp: Any = None  # default-backend CP group (NCCL on GPUs)
+        self._cp_host: Any = None  # gloo CP group (agreement, status)
+        self._host_groups: dict[int, Any] = {}
+        self._exchange: dict = {}  # per cell: (plan, buffers, local K/V per KV buffer)
+
+    # -- cells ---------------------------------------------------------------------------------------
+    def begin_cell(self, cell_label: str, cp_size: int) -> None:
+        labels = groups.all_gather_object_gloo((cell_label, cp_size))
+        if len(set(labels)) != 1:
+            raise RuntimeError(f"ranks hold different cells: {sorted(set(labels))[:4]} (a cpbench bug)")
+        self._cp_size = cp_size
+        self._cp = groups.cp_subgroups(self.world_size, cp_size)  # collective: every rank, same order
+        if cp_size not in self._host_groups:
+            self._host_groups[cp_size] = (groups.gloo_group() if cp_size == self.world_size else
+                                          dist.new_group(list(range(cp_size)), backend="gloo",
+                                                         timeout=groups._timeout(self.info.timeout_s)))
+        self._cp_host = self._host_groups[cp_size]
+        self._exchange.clear()
+
+    def local_ranks(self, cp_size: int, wanted: Sequence[int] | None = None) -> list[int]:
+        mine = self.rank < cp_size and (wanted is None or self.rank in wanted)
+        return [self.rank] if mine else []
+
+    # -- agreement (members of the cell's CP group only) -----------------------------------------------
+    def barrier(self) -> None:
+        if self.info.device.type == "cuda":
+            torch.cuda.synchronize()
+        dist.barrier(group=self._cp_host)
+
+    def agree(self, value: float) -> float:
+        return groups.max_over_ranks(value, self._cp_host)
+
+    def agree_status(self, status: Status) -> Status:
+        every = groups.all_gather_object_gloo(tuple(status), self._cp_host)
+        bad = [(r, s) for r, s in enumerate(every) if s[0] != "ok"]
+        if not bad:
+            return "ok", ""
+        r, (st, reason) = bad[0]
+        return st, reason if r == self.rank else f"rank {r}: {reason}"
+
+    # -- rows and plans (every process) ----------------------------------------------------------------
+    def collect(self, rows: list[dict]) -> list[dict]:
+        every = groups.all_gather_object_gloo(rows)
+        return [row for part in every for row in part] if self.writes_rows else []
+
+    def share(self, obj: Any) -> Any:
+        return groups.broadcast_object(obj, src=0)
+
+    # -- the per-layer K|V exchange ----------------------------------------------------------------------
+    def exchange(self, work, mode: str) -> Exchange | None:
+        """Gather -> KV-write steps for every layer (shared by both modes of a cell), or None for
+        ``gather == "none"``. The first call per cell builds the plan and buffers, gathers once and
+        checks the gathered K|V equals the full K|V exactly (raises RuntimeError otherwise)."""
+        _inject_fault(self.rank)
+        if self.gather == "none":
+            return None
+        if not self._exchange:
+            self._exchange.update(self._build(work))
+        ex = self._exchange
+        plan, bufs, local, cell = ex["plan"], ex["buffers"], ex["local"], work.cell
+
+        def steps(layer: int) -> list[Step]:
+            b = cell.layer_buffer[layer]
+            k_cache, v_cache = cell.kv_buffers[b]
+            k_loc, v_loc = local[b]
+            return [Step("gather", lambda: gather_kv(plan, k_loc, v_loc, self._cp, self.gather, bufs), "comm"),
+                    Step("kv_write", lambda: write_kv(plan, bufs.k_full, bufs.v_full, k_cache, v_cache), "kv_write")]
+
+        m = work.model
+        return Exchange(steps, {"gather_bytes": gather_bytes(plan, m.num_kv_heads, m.head_dim,
+                                                             cell.q_all.element_size(), self.gather)})
+
+    def _build(self, work) -> dict:
+        """Plan, buffers and this rank's own K/V rows; then, as a rank holds only its own tokens before
+        the gather, the extend slots of every KV buffer are zeroed and one gather + write must restore
+        buffer 0 exactly."""
+        cell, g, m = work.cell, work.geometry, work.model
+        plan = build_gather_plan(cell.extend_lens, cell.prefix_lens, g.cp_size, cell.page_size,
+                                 cell.block_tables, cell.device)
+        bufs = allocate_gather_buffers(plan, m.num_kv_heads, m.head_dim, cell.dtype, cell.device, self.gather)
+        own = plan.slots.index_select(0, plan.rank_token_index[g.rank].to(cell.device))
+        flat = [tuple(c.view(-1, *c.shape[2:]) for c in pair) for pair in cell.kv_buffers]
+        local = [tuple(f.index_select(0, own) for f in pair) for pair in flat]  # [tokens_local, Hkv, D] each
+        want = tuple(f.index_select(0, plan.slots) for f in flat[0])  # full extend K, V in token order
+        for pair in flat:
+            for f in pair:
+                f.index_fill_(0, plan.slots, 0)
+        write_kv(plan, *gather_kv(plan, *local[0], self._cp, self.gather, bufs), *cell.kv_buffers[0])
+        got = tuple(f.index_select(0, plan.slots) for f in flat[0])
+        if not all(torch.equal(a, b) for a, b in zip(got, want)):
+            raise RuntimeError("the all-gathered K|V written to the paged cache differs from the full K|V")
+        return {"plan": plan, "buffers": bufs, "local": local}
+
+
+def _inject_fault(rank: int) -> None:
+    """Fault injection for the failure tests: ``CPBENCH_INJECT_FAULT="<rank>:raise"`` makes that rank
+    raise while preparing a forward, ``"<rank>:exit"`` makes it die (``os._exit(3)``)."""
+    spec = os.environ.get("CPBENCH_INJECT_FAULT", "")
+    who, _, what = spec.partition(":")
+    if who.strip() != str(rank):
+        return
+    if what == "exit":
+        os._exit(3)
+    if what == "raise":
+        raise RuntimeError(f"injected fault on rank {rank} (CPBENCH_INJECT_FAULT)")
