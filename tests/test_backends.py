@@ -144,7 +144,7 @@ def test_fa_fused_plans_the_combined_segments_over_the_duplicated_table(monkeypa
     assert [p["window_left"] for p in plans] == [127, -1]
     p = plans[0]
     assert p["kind"] == "BatchAttentionWithAttentionSinkWrapper" and p["init"]["window_left"] == 127
-    assert p["qo"] == [0, 2, 4, 5, 6]  # 2*bs segments: prev blocks then next blocks (DESIGN §1 vector)
+    assert p["qo"] == [0, 2, 4, 5, 6]  # 2*bs segments: prev blocks then next blocks
     assert p["kv_indptr"] == [0, 3, 7, 12, 19]  # pages of kv lengths 10, 16, 19, 27 at page_size 4
     bt = cell.block_tables.tolist()
     assert p["kv_indices"] == bt[0][:3] + bt[1][:4] + bt[0][:5] + bt[1][:7]  # rows of the duplicated table
