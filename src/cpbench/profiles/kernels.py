@@ -5,9 +5,10 @@ Classes (checked in this order, on the lower-cased name):
 - ``merge``: split-KV merge kernels (``MergeStates``, ``MergeState``, ``VariableLengthMergeStates``);
   checked first so a broad attention pattern such as ``"flashinfer"`` cannot swallow them.
 - ``attention``: the name contains one of the backend's ``attention_patterns`` (lower-case
-  substrings, ``Prepared.kernel_patterns``); e.g. fa2 ``flashinfer::BatchPrefillWithPagedKVCacheKernel
+  substrings, ``ForwardLike.kernel_patterns``); e.g. fa2 ``flashinfer::BatchPrefillWithPagedKVCacheKernel
   <...>``, fa3 ``flashinfer::PrefillWithKVCacheKernel<...SparseCollectiveMainloop<PagedParams...>>``,
-  trtllm-gen ``fmha...`` kernels (see :data:`KNOWN_ATTENTION_PATTERNS`).
+  trtllm-gen ``fmha...`` kernels. The patterns live in the backend registry
+  (``cpbench.bench.backends.registry``); callers pass them in, this package never imports it.
 - ``fill``: zero/constant fills (``FillFunctor``, ``fill_kernel``) and GPU memsets.
 - ``copy``: GPU memcpys and elementwise copy kernels (``copy_kernel``, ``CatArrayBatchedCopy``).
 - ``other``: everything else (the torch reference's matmuls, softmax pieces, ...).
@@ -17,12 +18,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-
-# Lower-case substrings of the attention kernels of the backends cpbench knows (DESIGN.md §3).
-FA2_PATTERNS = ("batchprefillwithpagedkvcachekernel",)
-FA3_PATTERNS = ("prefillwithkvcachekernel",)  # fa3: flashinfer::PrefillWithKVCacheKernel<...Paged...>
-TRTLLM_PATTERNS = ("fmha",)
-KNOWN_ATTENTION_PATTERNS = FA2_PATTERNS + FA3_PATTERNS + TRTLLM_PATTERNS
 
 MERGE_PATTERNS = ("mergestate",)  # MergeStatesKernel, MergeStateInPlaceKernel, VariableLengthMergeStates
 FILL_PATTERNS = ("fillfunctor", "fill_kernel", "memset")
