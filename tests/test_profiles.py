@@ -22,6 +22,7 @@ FA2 = "void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTra
 FA3 = ("void flashinfer::PrefillWithKVCacheKernel<flashinfer::SparseCollectiveMainloop<flashinfer::"
        "DefaultAttention<false, true, false, false>, ..., flashinfer::BatchPrefillPagedParams<...> > >(...)")
 FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<c10::BFloat16>, ...>(...)"
+NCCL_AG = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"  # NCCL >= 2.19
 FA2_PATTERNS, FA3_PATTERNS, TRTLLM_PATTERNS = (kernel_patterns(n) for n in ("fa2", "fa3", "trtllm-gen"))
 KNOWN_ATTENTION_PATTERNS = known_attention_patterns()
 
@@ -162,6 +163,9 @@ def test_gz_trace_path():
     ("Memcpy DtoD (Device -> Device)", (), "copy"),
     ("void at::native::elementwise_kernel<128, 2, at::native::direct_copy_kernel_cuda(...)>(...)", (), "copy"),
     ("ampere_sgemm_128x64_tn", KNOWN_ATTENTION_PATTERNS, "other"),
+    (NCCL_AG, KNOWN_ATTENTION_PATTERNS, "comm"),
+    ("ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)", ("flashinfer",), "comm"),  # NCCL < 2.19
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", ("nccl",), "comm"),
     ("", (), "other"),
 ])
 def test_classify(name, patterns, kind):
@@ -190,6 +194,14 @@ def test_count_events_empty_raises_when_required():
     assert kernels.count_events([], ()).kernels == 0
     with pytest.raises(ProfileError, match="no attention kernels"):
         kernels.count_events([], FA2_PATTERNS, require_attention=True)
+
+
+def test_count_events_keeps_collectives_apart_from_attention():
+    # a cp forward with one NCCL all-gather per layer: 36 layers, fused (one attention kernel each)
+    events = [{"ph": "X", "cat": "kernel", "name": n} for _ in range(36) for n in (NCCL_AG, FA2)]
+    c = kernels.count_events(events, FA2_PATTERNS, require_attention=True)
+    assert (c.attention, c.comm, c.other, c.kernels) == (36, 36, 0, 72)
+    assert c.to_row()["comm_kernels"] == 36 and c.to_row()["attention_kernels"] == 36
 
 
 def test_kernel_counts_row_and_expected():

@@ -22,6 +22,9 @@ FA3 = ("void flashinfer::PrefillWithKVCacheKernel<flashinfer::SparseCollectiveMa
        "flashinfer::AttentionKernelTraits<false, 64, 64, 192, 96, 2, cutlass::bfloat16_t, cutlass::bfloat16_t, "
        "cutlass::bfloat16_t, int, AttentionSink>, true, false>, flashinfer::CollectiveEpilogue<...>, ...>(...)")
 TRTLLM = "fmhaSm100Kernel_QkvBfloat16OBfloat16H64PagedKvCausalP64VarSeqQ128Kv128PersistentContext"
+NCCL = ["ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+        "ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)",
+        "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"]
 
 
 def test_names_are_the_cli_choices_minus_auto():
@@ -68,7 +71,8 @@ def test_capability_refusal_names_where_and_the_alternative():
     assert capability_refusal("trtllm-gen", (9, 0)).endswith("10.x; this GPU is 9.0: use fa3 (or --backend auto)")
 
 
-@pytest.mark.parametrize("name,kind", [(FA2, "attention"), (FA3, "attention"), (TRTLLM, "attention")])
+@pytest.mark.parametrize("name,kind", [(FA2, "attention"), (FA3, "attention"), (TRTLLM, "attention"),
+                                       *[(n, "comm") for n in NCCL]])
 def test_classify_real_names_with_known_patterns(name, kind):
     assert classify(name, known_attention_patterns()) == kind
 

@@ -4,6 +4,10 @@ Classes (checked in this order, on the lower-cased name):
 
 - ``merge``: split-KV merge kernels (``MergeStates``, ``MergeState``, ``VariableLengthMergeStates``);
   checked first so a broad attention pattern such as ``"flashinfer"`` cannot swallow them.
+- ``comm``: collective-communication kernels (NCCL's ``ncclDevKernel_AllGather_RING_LL(...)``,
+  ``ncclKernel_AllReduce_RING_LL_Sum_float(...)``; RCCL keeps the names); checked before attention
+  so a forward with an all-gather per layer reports attention and collectives apart. gloo runs
+  collectives on the CPU and launches no kernel.
 - ``attention``: the name contains one of the backend's ``attention_patterns`` (lower-case
   substrings, ``ForwardLike.kernel_patterns``); e.g. fa2 ``flashinfer::BatchPrefillWithPagedKVCacheKernel
   <...>``, fa3 ``flashinfer::PrefillWithKVCacheKernel<...SparseCollectiveMainloop<PagedParams...>>``,
@@ -22,8 +26,9 @@ from dataclasses import dataclass, field
 MERGE_PATTERNS = ("mergestate",)  # MergeStatesKernel, MergeStateInPlaceKernel, VariableLengthMergeStates
 FILL_PATTERNS = ("fillfunctor", "fill_kernel", "memset")
 COPY_PATTERNS = ("memcpy", "copy_kernel", "catarraybatchedcopy")
+COMM_PATTERNS = ("nccl",)  # ncclDevKernel_* (NCCL >= 2.19), ncclKernel_* (older NCCL)
 
-KINDS = ("attention", "merge", "fill", "copy", "other")
+KINDS = ("attention", "merge", "comm", "fill", "copy", "other")
 
 # CPU-side API calls that launch GPU work, as they appear in torch.profiler (cat cuda_runtime /
 # cuda_driver) and nsys (sometimes with a ``_v7000`` / ``_ptsz`` suffix, stripped before matching).
@@ -61,6 +66,8 @@ def classify(name: str, attention_patterns: tuple[str, ...] | list[str] = ()) ->
     low = (name or "").lower()
     if any(p in low for p in MERGE_PATTERNS):
         return "merge"
+    if any(p in low for p in COMM_PATTERNS):
+        return "comm"
     if any(p and p.lower() in low for p in attention_patterns):
         return "attention"
     if any(p in low for p in FILL_PATTERNS):
@@ -80,7 +87,7 @@ class KernelCounts:
     """Kernel and launch counts of one profiled forward (or one nsys range).
 
     Attributes:
-        attention, merge, fill, copy, other: GPU executions per class (see :func:`classify`);
+        attention, merge, comm, fill, copy, other: GPU executions per class (see :func:`classify`);
             memsets count as ``fill``, memcpys as ``copy``.
         launches: CPU-side launch API calls (:data:`LAUNCH_APIS`); a CUDA-graph replay is one.
         attention_calls: ``prev`` / ``next`` / ``combined`` record_function ranges seen (CPU side).
@@ -89,6 +96,7 @@ class KernelCounts:
 
     attention: int = 0
     merge: int = 0
+    comm: int = 0
     fill: int = 0
     copy: int = 0
     other: int = 0
@@ -99,7 +107,7 @@ class KernelCounts:
     @property
     def kernels(self) -> int:
         """All GPU executions (every class)."""
-        return self.attention + self.merge + self.fill + self.copy + self.other
+        return self.attention + self.merge + self.comm + self.fill + self.copy + self.other
 
     def add(self, name: str, kind: str, n: int = 1) -> None:
         """Count ``n`` executions of activity ``name`` of class ``kind``."""
@@ -119,7 +127,7 @@ class KernelCounts:
 
     def to_row(self) -> dict[str, int]:
         """Flat numbers for a results row (kernel_names left out)."""
-        return {"attention_kernels": self.attention, "merge_kernels": self.merge,
+        return {"attention_kernels": self.attention, "merge_kernels": self.merge, "comm_kernels": self.comm,
                 "fill_kernels": self.fill, "copy_kernels": self.copy, "other_kernels": self.other,
                 "kernels": self.kernels, "launches": self.launches,
                 "attention_calls": self.attention_calls}
