@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from cpbench.bench.backends.registry import kernel_patterns
 from cpbench.profiles.capture import load_trace
-from cpbench.profiles.kernels import FA3_PATTERNS, count_events
+from cpbench.profiles.kernels import count_events
 from cpbench.profiles.nsys import kernels_per_range, parse_nvtx_kern_sum
 
 FIX = Path(__file__).parent / "fixtures"
+FA3_PATTERNS = kernel_patterns("fa3")
 
 
 @pytest.mark.parametrize("mode,attention,calls", [("two-call", 72, 72), ("fused", 36, 36)])

@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from cpbench.bench.backends.registry import kernel_patterns, known_attention_patterns
 from cpbench.bench.backends.torch_ref import TorchBackend
 from cpbench.bench.geometry import rank_geometry
 from cpbench.bench.models import get_preset, with_overrides
@@ -21,6 +22,9 @@ FA2 = "void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTra
 FA3 = ("void flashinfer::PrefillWithKVCacheKernel<flashinfer::SparseCollectiveMainloop<flashinfer::"
        "DefaultAttention<false, true, false, false>, ..., flashinfer::BatchPrefillPagedParams<...> > >(...)")
 FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<c10::BFloat16>, ...>(...)"
+NCCL_AG = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"  # NCCL >= 2.19
+FA2_PATTERNS, FA3_PATTERNS, TRTLLM_PATTERNS = (kernel_patterns(n) for n in ("fa2", "fa3", "trtllm-gen"))
+KNOWN_ATTENTION_PATTERNS = known_attention_patterns()
 
 
 @pytest.fixture(scope="module")
@@ -146,19 +150,22 @@ def test_gz_trace_path():
 
 
 @pytest.mark.parametrize("name,patterns,kind", [
-    (FA2, kernels.FA2_PATTERNS, "attention"),
-    (FA3, kernels.FA3_PATTERNS, "attention"),
-    (FA2, kernels.FA3_PATTERNS, "other"),  # the fa3 pattern must not match fa2
-    (FA3, kernels.FA2_PATTERNS, "other"),
+    (FA2, FA2_PATTERNS, "attention"),
+    (FA3, FA3_PATTERNS, "attention"),
+    (FA2, FA3_PATTERNS, "other"),  # the fa3 pattern must not match fa2
+    (FA3, FA2_PATTERNS, "other"),
     ("fmhaSm100Kernel_QkvBfloat16OBfloat16H64PagedKvCausalP64VarSeqQ128Kv128PersistentContext",
-     kernels.TRTLLM_PATTERNS, "attention"),
+     TRTLLM_PATTERNS, "attention"),
     ("void flashinfer::MergeStatesKernel<8u, 16u, 1u, 4u, __nv_bfloat16, float>(...)", ("flashinfer",), "merge"),
     ("void flashinfer::MergeStateInPlaceKernel<8u, 16u, 1u, 4u, __nv_bfloat16>(...)", (), "merge"),
-    (FILL, kernels.KNOWN_ATTENTION_PATTERNS, "fill"),
+    (FILL, KNOWN_ATTENTION_PATTERNS, "fill"),
     ("Memset (Device)", (), "fill"),
     ("Memcpy DtoD (Device -> Device)", (), "copy"),
     ("void at::native::elementwise_kernel<128, 2, at::native::direct_copy_kernel_cuda(...)>(...)", (), "copy"),
-    ("ampere_sgemm_128x64_tn", kernels.KNOWN_ATTENTION_PATTERNS, "other"),
+    ("ampere_sgemm_128x64_tn", KNOWN_ATTENTION_PATTERNS, "other"),
+    (NCCL_AG, KNOWN_ATTENTION_PATTERNS, "comm"),
+    ("ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)", ("flashinfer",), "comm"),  # NCCL < 2.19
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", ("nccl",), "comm"),
     ("", (), "other"),
 ])
 def test_classify(name, patterns, kind):
@@ -178,7 +185,7 @@ def test_count_events_tolerates_junk():
               {"ph": "X", "cat": "kernel", "name": 7}, {"ph": "X", "cat": None, "name": FA2},
               {"ph": "X", "cat": "gpu_user_annotation", "name": "prev"},
               {"ph": "X", "cat": "user_annotation", "name": "prev", "ts": 0, "dur": 0}]
-    c = kernels.count_events(events, kernels.FA2_PATTERNS)
+    c = kernels.count_events(events, FA2_PATTERNS)
     assert (c.attention, c.kernels, c.attention_calls) == (1, 1, 1)
     assert c.kernel_names == {FA2: 1}
 
@@ -186,7 +193,15 @@ def test_count_events_tolerates_junk():
 def test_count_events_empty_raises_when_required():
     assert kernels.count_events([], ()).kernels == 0
     with pytest.raises(ProfileError, match="no attention kernels"):
-        kernels.count_events([], kernels.FA2_PATTERNS, require_attention=True)
+        kernels.count_events([], FA2_PATTERNS, require_attention=True)
+
+
+def test_count_events_keeps_collectives_apart_from_attention():
+    # a cp forward with one NCCL all-gather per layer: 36 layers, fused (one attention kernel each)
+    events = [{"ph": "X", "cat": "kernel", "name": n} for _ in range(36) for n in (NCCL_AG, FA2)]
+    c = kernels.count_events(events, FA2_PATTERNS, require_attention=True)
+    assert (c.attention, c.comm, c.other, c.kernels) == (36, 36, 0, 72)
+    assert c.to_row()["comm_kernels"] == 36 and c.to_row()["attention_kernels"] == 36
 
 
 def test_kernel_counts_row_and_expected():
@@ -273,9 +288,9 @@ def test_parse_nvtx_kern_sum_variants():
             "\nnot,part,of,it\n")
     rows = nsys.parse_nvtx_kern_sum(text)
     assert len(rows) == 2 and rows[0]["kernel_instances"] == 1024 and rows[0]["total_time"] == 2.5
-    per = nsys.kernels_per_range(rows, kernels.FA2_PATTERNS)
+    per = nsys.kernels_per_range(rows, FA2_PATTERNS)
     assert (per["combined"].attention, per["combined"].fill) == (1024, 36)
-    assert nsys.kernels_per_range(rows, kernels.FA2_PATTERNS, domain="other") == {}
+    assert nsys.kernels_per_range(rows, FA2_PATTERNS, domain="other") == {}
     with pytest.raises(ProfileError):
         nsys.parse_nvtx_kern_sum("Processing...\nno table here\n")
 

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from cpbench.bench.backends.registry import CHOICES as BACKEND_CHOICES
 from cpbench.errors import CpbenchInputError
 
 console = Console()
@@ -49,12 +50,8 @@ def int_list(text: str, what: str, minimum: int = 1) -> list[int]:
 # ------------------------------------------------------------------------------------------------
 # shared options
 # ------------------------------------------------------------------------------------------------
-class BackendName(str, Enum):
-    auto = "auto"
-    torch = "torch"
-    fa2 = "fa2"
-    fa3 = "fa3"
-    trtllm_gen = "trtllm-gen"
+# --backend choices: "auto" + the registry's names (members auto, torch, fa2, fa3, trtllm_gen, ...).
+BackendName = Enum("BackendName", {n.replace("-", "_"): n for n in BACKEND_CHOICES}, type=str)
 
 
 class DType(str, Enum):

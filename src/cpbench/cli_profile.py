@@ -148,7 +148,7 @@ def _nsys_cross_check(argv: list[str], run_dir: Path, report: dict, backend: str
     """Re-run this command under nsys (child mode) and compare kernels per NVTX forward range."""
     from cpbench.profiles.nsys import (find_nsys, kernels_per_range, nsys_profile_argv, parse_nvtx_kern_sum,
                                        report_path, stats_argv)
-    from cpbench.profiles.kernels import KNOWN_ATTENTION_PATTERNS
+    from cpbench.bench.backends.registry import known_attention_patterns
 
     exe = find_nsys()
     if exe is None:
@@ -162,7 +162,7 @@ def _nsys_cross_check(argv: list[str], run_dir: Path, report: dict, backend: str
     stats = subprocess.run(stats_argv(rep, exe), capture_output=True, text=True)
     csv_path = run_dir / "profiles" / "nvtx_kern_sum.csv"
     csv_path.write_text(stats.stdout)
-    per_range = kernels_per_range(parse_nvtx_kern_sum(stats.stdout), KNOWN_ATTENTION_PATTERNS)
+    per_range = kernels_per_range(parse_nvtx_kern_sum(stats.stdout), known_attention_patterns())
     # the torch reference has no attention kernel to name: compare all kernels of each forward instead
     what = "kernels" if backend == "torch" else "attention"
     checks, agree = [], True

@@ -7,9 +7,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from cpbench.bench.backends.registry import BACKEND_NAMES
 from cpbench.bench.env import environment
-
-BACKENDS = ("torch", "fa2", "fa3", "trtllm-gen")
 
 
 def nvcc_version() -> str | None:
@@ -81,7 +80,8 @@ def _without_run_keys(env: dict) -> dict:
 
 
 def diagnose() -> dict:
-    """``{"environment": {...}, "backends": {name: None | reason}}`` for the default device. Never raises;
+    """``{"environment": {...}, "backends": {name: None | reason}}`` for the default device, one entry
+    per registry backend (``cpbench.bench.backends.registry.BACKEND_NAMES``). Never raises;
     when torch cannot be imported, says so and lists what it can without torch."""
     from cpbench.profiles.nsys import find_nsys
 
@@ -92,7 +92,7 @@ def diagnose() -> dict:
     except ImportError as e:
         why = f"torch cannot be imported ({e}): pip install torch (the CPU build on a machine without a GPU)"
         env = {**_without_run_keys(environment()), "torch": why, **tools, "auto backend": None}
-        return {"environment": env, "backends": dict.fromkeys(BACKENDS, "needs torch, which cannot be imported")}
+        return {"environment": env, "backends": dict.fromkeys(BACKEND_NAMES, "needs torch, which cannot be imported")}
     from cpbench.bench.backends import get_backend, resolve_auto
     from cpbench.bench.models import get_preset
 
@@ -101,7 +101,7 @@ def diagnose() -> dict:
     env = {**(_without_run_keys(env) if isinstance(env, dict) else {"environment": env}), **tools}
     env["auto backend"] = resolve_auto(dev)
     backends = {}
-    for name in BACKENDS:
+    for name in BACKEND_NAMES:
         try:
             backends[name] = get_backend(name).supports(dev, get_preset("gpt-oss-120b"), torch.bfloat16)
         except Exception as e:  # doctor reports, it never fails

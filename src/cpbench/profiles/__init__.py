@@ -1,14 +1,18 @@
 """Profiling: NVTX / record_function ranges, kernel classification and counting, torch.profiler
 capture (Perfetto traces), and the Nsight Systems cross-check.
 
-Modules: ``ranges`` (annotated forward, range overhead), ``kernels`` (classify, KernelCounts,
-count_events, ProfileError; no torch), ``capture`` (profile_forward and friends), ``nsys`` (argv
-builders and nvtx_kern_sum parsing; no torch). Names from ``ranges`` and ``capture`` load lazily, so
+Patterns that name a backend's attention kernels come from the caller (the backend registry in
+``cpbench.bench``): this package imports nothing from ``cpbench.bench`` (import-linter contract).
+
+Modules: ``forward`` (ForwardLike, the Protocol a prepared forward satisfies; no torch), ``ranges``
+(annotated forward, range overhead), ``kernels`` (classify, KernelCounts, count_events,
+ProfileError; no torch), ``capture`` (profile_forward and friends), ``nsys`` (argv builders and
+nvtx_kern_sum parsing; no torch). Names from ``ranges`` and ``capture`` load lazily, so
 importing this package for ``kernels``/``nsys`` does not import torch.
 """
 
-from cpbench.profiles.kernels import (KERNEL_CATS, KINDS, KNOWN_ATTENTION_PATTERNS, KernelCounts,
-                                      ProfileError, classify, count_events,
+from cpbench.profiles.forward import ForwardLike
+from cpbench.profiles.kernels import (KERNEL_CATS, KINDS, KernelCounts, ProfileError, classify, count_events,
                                       expected_attention_kernels)
 
 _LAZY = {
@@ -30,5 +34,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'cpbench.profiles' has no attribute {name!r}")
 
 
-__all__ = ["KERNEL_CATS", "KINDS", "KNOWN_ATTENTION_PATTERNS", "KernelCounts", "ProfileError",
+__all__ = ["ForwardLike", "KERNEL_CATS", "KINDS", "KernelCounts", "ProfileError",
            "classify", "count_events", "expected_attention_kernels", *_LAZY]

@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from cpbench.bench.backends.base import Prepared
+from cpbench.profiles.forward import ForwardLike
 from cpbench.profiles.kernels import KernelCounts, ProfileError, count_events, expected_attention_kernels
 from cpbench.profiles.ranges import annotated_forward
 
@@ -116,7 +116,7 @@ def profile_forward(forward: Callable[[], None], attention_patterns: tuple[str, 
         forward: zero-argument forward; wrap it with
             :func:`~cpbench.profiles.ranges.annotated_forward` so calls and layers are labelled
             (required on CPU, where calls are all that is counted).
-        attention_patterns: ``Prepared.kernel_patterns`` (lower-case substrings); empty for the
+        attention_patterns: ``ForwardLike.kernel_patterns`` (lower-case substrings); empty for the
             torch reference.
         device: where the forward runs (``"cpu"``, ``"cuda"``, ``"cuda:1"`` ...).
         trace_path: where to write the Chrome trace (made to end in ``.json.gz``), or None.
@@ -141,7 +141,7 @@ def profile_forward(forward: Callable[[], None], attention_patterns: tuple[str, 
     return counts
 
 
-def profile_prepared(prepared: Prepared, cell_label: str, device: str | torch.device,
+def profile_prepared(prepared: ForwardLike, cell_label: str, device: str | torch.device,
                      trace_path: Path | None = None, payload: dict | None = None,
                      steps_warmup: int = 1, nvtx_on: bool = False) -> KernelCounts:
     """:func:`profile_forward` of ``prepared`` with its own ``kernel_patterns``, wrapped in
@@ -176,6 +176,6 @@ def kernels_per_call(call: Callable[[], None], attention_patterns: tuple[str, ..
     return measure_call(call, attention_patterns, device).require_attention("one call").attention
 
 
-def expected_for(prepared: Prepared, kernels_per_call: int = 1) -> int:
+def expected_for(prepared: ForwardLike, kernels_per_call: int = 1) -> int:
     """Attention kernels ``prepared`` should execute per forward (layers x calls x kernels/call)."""
     return expected_attention_kernels(len(prepared.layers), prepared.calls_per_layer, kernels_per_call)

@@ -4,10 +4,15 @@ Classes (checked in this order, on the lower-cased name):
 
 - ``merge``: split-KV merge kernels (``MergeStates``, ``MergeState``, ``VariableLengthMergeStates``);
   checked first so a broad attention pattern such as ``"flashinfer"`` cannot swallow them.
+- ``comm``: collective-communication kernels (NCCL's ``ncclDevKernel_AllGather_RING_LL(...)``,
+  ``ncclKernel_AllReduce_RING_LL_Sum_float(...)``; RCCL keeps the names); checked before attention
+  so a forward with an all-gather per layer reports attention and collectives apart. gloo runs
+  collectives on the CPU and launches no kernel.
 - ``attention``: the name contains one of the backend's ``attention_patterns`` (lower-case
-  substrings, ``Prepared.kernel_patterns``); e.g. fa2 ``flashinfer::BatchPrefillWithPagedKVCacheKernel
+  substrings, ``ForwardLike.kernel_patterns``); e.g. fa2 ``flashinfer::BatchPrefillWithPagedKVCacheKernel
   <...>``, fa3 ``flashinfer::PrefillWithKVCacheKernel<...SparseCollectiveMainloop<PagedParams...>>``,
-  trtllm-gen ``fmha...`` kernels (see :data:`KNOWN_ATTENTION_PATTERNS`).
+  trtllm-gen ``fmha...`` kernels. The patterns live in the backend registry
+  (``cpbench.bench.backends.registry``); callers pass them in, this package never imports it.
 - ``fill``: zero/constant fills (``FillFunctor``, ``fill_kernel``) and GPU memsets.
 - ``copy``: GPU memcpys and elementwise copy kernels (``copy_kernel``, ``CatArrayBatchedCopy``).
 - ``other``: everything else (the torch reference's matmuls, softmax pieces, ...).
@@ -18,17 +23,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-# Lower-case substrings of the attention kernels of the backends cpbench knows (docs/design.md §3).
-FA2_PATTERNS = ("batchprefillwithpagedkvcachekernel",)
-FA3_PATTERNS = ("prefillwithkvcachekernel",)  # fa3: flashinfer::PrefillWithKVCacheKernel<...Paged...>
-TRTLLM_PATTERNS = ("fmha",)
-KNOWN_ATTENTION_PATTERNS = FA2_PATTERNS + FA3_PATTERNS + TRTLLM_PATTERNS
-
 MERGE_PATTERNS = ("mergestate",)  # MergeStatesKernel, MergeStateInPlaceKernel, VariableLengthMergeStates
 FILL_PATTERNS = ("fillfunctor", "fill_kernel", "memset")
 COPY_PATTERNS = ("memcpy", "copy_kernel", "catarraybatchedcopy")
+COMM_PATTERNS = ("nccl",)  # ncclDevKernel_* (NCCL >= 2.19), ncclKernel_* (older NCCL)
 
-KINDS = ("attention", "merge", "fill", "copy", "other")
+KINDS = ("attention", "merge", "comm", "fill", "copy", "other")
 
 # CPU-side API calls that launch GPU work, as they appear in torch.profiler (cat cuda_runtime /
 # cuda_driver) and nsys (sometimes with a ``_v7000`` / ``_ptsz`` suffix, stripped before matching).
@@ -66,6 +66,8 @@ def classify(name: str, attention_patterns: tuple[str, ...] | list[str] = ()) ->
     low = (name or "").lower()
     if any(p in low for p in MERGE_PATTERNS):
         return "merge"
+    if any(p in low for p in COMM_PATTERNS):
+        return "comm"
     if any(p and p.lower() in low for p in attention_patterns):
         return "attention"
     if any(p in low for p in FILL_PATTERNS):
@@ -85,7 +87,7 @@ class KernelCounts:
     """Kernel and launch counts of one profiled forward (or one nsys range).
 
     Attributes:
-        attention, merge, fill, copy, other: GPU executions per class (see :func:`classify`);
+        attention, merge, comm, fill, copy, other: GPU executions per class (see :func:`classify`);
             memsets count as ``fill``, memcpys as ``copy``.
         launches: CPU-side launch API calls (:data:`LAUNCH_APIS`); a CUDA-graph replay is one.
         attention_calls: ``prev`` / ``next`` / ``combined`` record_function ranges seen (CPU side).
@@ -94,6 +96,7 @@ class KernelCounts:
 
     attention: int = 0
     merge: int = 0
+    comm: int = 0
     fill: int = 0
     copy: int = 0
     other: int = 0
@@ -104,7 +107,7 @@ class KernelCounts:
     @property
     def kernels(self) -> int:
         """All GPU executions (every class)."""
-        return self.attention + self.merge + self.fill + self.copy + self.other
+        return self.attention + self.merge + self.comm + self.fill + self.copy + self.other
 
     def add(self, name: str, kind: str, n: int = 1) -> None:
         """Count ``n`` executions of activity ``name`` of class ``kind``."""
@@ -124,7 +127,7 @@ class KernelCounts:
 
     def to_row(self) -> dict[str, int]:
         """Flat numbers for a results row (kernel_names left out)."""
-        return {"attention_kernels": self.attention, "merge_kernels": self.merge,
+        return {"attention_kernels": self.attention, "merge_kernels": self.merge, "comm_kernels": self.comm,
                 "fill_kernels": self.fill, "copy_kernels": self.copy, "other_kernels": self.other,
                 "kernels": self.kernels, "launches": self.launches,
                 "attention_calls": self.attention_calls}

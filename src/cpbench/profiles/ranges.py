@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from cpbench.bench.backends.base import Prepared
+from cpbench.profiles.forward import ForwardLike
 from cpbench.profiles.kernels import CALL_NAMES  # noqa: F401  (re-exported: the call range names)
 
 try:  # nvtx is a declared dependency, but a broken install must not break profiling
@@ -111,7 +111,7 @@ class Range:
             self._dom.pop_range()
 
 
-def annotated_forward(prepared: Prepared, cell_label: str, payload: dict | None = None,
+def annotated_forward(prepared: ForwardLike, cell_label: str, payload: dict | None = None,
                       nvtx_on: bool = True, record_functions: bool = True) -> Callable[[], None]:
     """A forward that launches exactly what ``prepared.forward()`` launches, inside named ranges.
 

@@ -1,4 +1,4 @@
-"""FlashInfer fa2 / fa3 paged prefill (compute capability 8.x/9.x; fa3 9.0 only), docs/design.md §3.
+"""FlashInfer fa2 / fa3 paged prefill (fa2: compute capability >= 8.0; fa3: 9.0 only; see the registry).
 
 Models without sinks use ``BatchPrefillWithPagedKVCacheWrapper``; models with sinks use
 ``BatchAttentionWithAttentionSinkWrapper`` (the plain wrapper ignores ``sinks=`` on fa2/fa3). The
@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 
 from cpbench.bench.backends.base import Prepared, Stopwatch, calls_and_table, output_buffers, row_ranges
+from cpbench.bench.backends.registry import capability_refusal, get_spec
 from cpbench.bench.kv import paged_kv_arrays
 from cpbench.bench.models import ModelSpec
 from cpbench.bench.workload import RankWork
-from cpbench.profiles.kernels import FA2_PATTERNS, FA3_PATTERNS
 
 WORKSPACE_BYTES = 256 << 20  # float workspace shared by every wrapper (split-KV partials)
 INSTALL_HINT = "pip install 'cpbench[flashinfer]' (flashinfer-python), or use --backend torch"
@@ -62,11 +62,9 @@ class FlashInferBackend:
             return f"{self.name} needs a CUDA GPU; none is in use: use --backend torch"
         if flashinfer_version() is None:
             return f"flashinfer is not installed: {INSTALL_HINT}"
-        major, minor = torch.cuda.get_device_capability(device)
-        if self.name == "fa3" and (major, minor) != (9, 0):
-            return f"fa3 needs compute capability 9.0 (Hopper); this GPU is {major}.{minor}: use fa2"
-        if self.name == "fa2" and major not in (8, 9):
-            return f"fa2 is supported here on compute capability 8.x/9.x; this GPU is {major}.{minor}"
+        refusal = capability_refusal(self.name, tuple(torch.cuda.get_device_capability(device)))
+        if refusal:
+            return refusal
         if dtype == torch.float32:
             return f"{self.name} runs fp16/bf16 only: use --dtype bf16"
         if model.has_sinks:
@@ -129,8 +127,7 @@ class FlashInferBackend:
             kv = cell.kv_buffers[cell.layer_buffer[i]]
             layers.append([(name, _run(planned[(w, ci)], work.q[r0:r1], kv, cell.sinks, outputs[w][r0:r1]))
                            for ci, ((name, _), (r0, r1)) in enumerate(zip(calls, ranges))])
-        return Prepared(layers, outputs, sw.us,
-                        kernel_patterns=FA2_PATTERNS if self.name == "fa2" else FA3_PATTERNS)
+        return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec(self.name).kernel_patterns)
 
 
 def _run(wrapper, q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], sinks: torch.Tensor | None,

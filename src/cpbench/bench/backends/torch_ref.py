@@ -13,6 +13,7 @@ from itertools import accumulate
 import torch
 
 from cpbench.bench.backends.base import Prepared, Stopwatch, calls_and_table, output_buffers, row_ranges
+from cpbench.bench.backends.registry import get_spec
 from cpbench.bench.geometry import Segment
 from cpbench.bench.kv import token_slots
 from cpbench.bench.models import ModelSpec
@@ -142,7 +143,7 @@ class TorchBackend:
             kv = work.cell.kv_buffers[work.cell.layer_buffer[i]]
             layers.append([(name, _call_closure(work, segs, sl, rr, w, kv, outputs[w]))
                            for (name, segs), sl, rr in zip(calls, slots, ranges)])
-        return Prepared(layers, outputs, sw.us, kernel_patterns=())
+        return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec("torch").kernel_patterns)
 
 
 def sequence_reference(cell: CellInputs, request: int, layer: int) -> torch.Tensor:

@@ -15,9 +15,9 @@ import os
 import torch
 
 from cpbench.bench.backends.base import Prepared, Stopwatch, calls_and_table, output_buffers, row_ranges
+from cpbench.bench.backends.registry import capability_refusal, get_spec
 from cpbench.bench.models import ModelSpec
 from cpbench.bench.workload import RankWork
-from cpbench.profiles.kernels import TRTLLM_PATTERNS
 
 WORKSPACE_BYTES = 512 << 20  # SGLang's TRT-LLM backend: zero-initialised 512 MiB byte buffer
 CUBIN_HINT = ("offline it needs the flashinfer-cubin package of the same version as flashinfer-python, "
@@ -39,10 +39,9 @@ class TrtllmGenBackend:
     def supports(self, device: torch.device, model: ModelSpec, dtype: torch.dtype = torch.bfloat16) -> str | None:
         if device.type != "cuda":
             return "trtllm-gen needs a Blackwell GPU (compute capability 10.x); none is in use: use --backend torch"
-        major, minor = torch.cuda.get_device_capability(device)
-        if major != 10:
-            return (f"trtllm-gen runs only on compute capability 10.x (B200/B300); this GPU is {major}.{minor}: "
-                    "use fa3 (9.0) or fa2")
+        refusal = capability_refusal(self.name, tuple(torch.cuda.get_device_capability(device)))
+        if refusal:
+            return refusal
         try:
             import flashinfer.prefill  # noqa: F401
         except ImportError:
@@ -93,4 +92,4 @@ class TrtllmGenBackend:
                           out=outputs[w][r0:r1], sinks=sinks, kv_layout="HND")
                 layer.append((name, lambda kw=kw: trtllm_batch_context_with_kv_cache(**kw)))
             layers.append(layer)
-        return Prepared(layers, outputs, sw.us, kernel_patterns=TRTLLM_PATTERNS)
+        return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec(self.name).kernel_patterns)
