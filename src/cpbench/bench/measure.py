@@ -262,9 +262,8 @@ def count_kernels(prep: Prepared, label: str, device: torch.device, trace_dir: P
     c = profile_prepared(prep, f"{label} eager", device, trace_path=trace,
                          steps_warmup=1 if device.type == "cuda" else 0)  # CPU: nothing to miss
     by_kernel = device.type == "cuda" and bool(prep.kernel_patterns)
-    comm = getattr(c, "comm", 0)
     row = {"attn_kernels": c.attention if by_kernel else c.attention_calls, "attn_calls": c.attention_calls,
-           "comm_kernels": comm, "merge_kernels": c.merge, "fill_kernels": c.fill, "copy_kernels": c.copy,
+           "comm_kernels": c.comm, "merge_kernels": c.merge, "fill_kernels": c.fill, "copy_kernels": c.copy,
            "other_kernels": c.other + c.merge + c.fill + c.copy, "kernels": c.kernels, "launches": c.launches}
     kpc = (kpc_cache or {}).get(kpc_key)
     if kpc is None:
