@@ -1,4 +1,5 @@
-"""`cpbench sweep` orchestration: run directory, progress bar, runner, final table, exit code."""
+"""`cpbench sweep`: the command (options, checks), then the orchestration: run directory, progress bar,
+runner, final table, exit code. bench/ is imported when a sweep runs, so other commands start without torch."""
 
 from __future__ import annotations
 
@@ -6,20 +7,86 @@ import dataclasses
 import json
 import math
 import time
+from typing import TYPE_CHECKING, Annotated, Optional
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from cpbench.bench.backends import get_backend, resolve_auto
-from cpbench.bench.env import environment
-from cpbench.bench.geometry import eligibility
-from cpbench.bench.results import append_row, critical_path, read_jsonl, read_manifest
-from cpbench.bench.rundir import RESULTS, done_keys, finalize, open_run_dir, record_wall_time, write_manifest
-from cpbench.bench.runner import Runner, SweepConfig, cpu_tflop_limit, plan_cells
-from cpbench.cli_options import err_console
+from cpbench.cli_cells import check_out, parse_cells
+from cpbench.cli_options import (BackendName, DeviceOpt, DType, HeadDimOpt, HeadsOpt, KvHeadsOpt, LayersOpt,
+                                 ModelConfigOpt, ModelOpt, PageSizeOpt, SinksOpt, WindowOpt, choice_list, console,
+                                 err_console, resolve_device, resolve_model)
 from cpbench.errors import CpbenchInputError
+
+if TYPE_CHECKING:
+    from cpbench.bench.runner import SweepConfig
+
+SWEEP_EPILOG = ("Examples:  cpbench sweep --cp 4 --bs 1,4,16  |  cpbench sweep --cp 2,4,8 --bs 1 --seq 8192,32768 "
+                "--timing eager  |  cpbench sweep --seq-lens 3000,8192 --prefix 512 --backend fa2  |  "
+                "cpbench sweep --out runs/a --resume")
+
+
+def sweep(
+    cp: Annotated[str, typer.Option("--cp", help="cp_size values, e.g. 2,4,8.")] = "4",
+    bs: Annotated[Optional[str], typer.Option("--bs", help="Batch sizes (requests), e.g. 1,4,16. Default: 1,4,16.")] = None,
+    seq: Annotated[Optional[str], typer.Option(
+        "--seq", help="Extend lengths per request (tokens). Default: 2048,8192,16384 on a GPU, 32,64 on CPU.")] = None,
+    seq_lens: Annotated[Optional[str], typer.Option(
+        "--seq-lens", help="One explicit heterogeneous batch instead of --bs x --seq, e.g. 3000,5000.")] = None,
+    prefix: Annotated[int, typer.Option("--prefix", help="Cached prefix tokens per request.")] = 0,
+    ranks: Annotated[str, typer.Option("--ranks", help="'all' or a list of ranks, e.g. 0,3.")] = "all",
+    mode: Annotated[str, typer.Option("--mode", help="two-call, fused, or both.")] = "two-call,fused",
+    backend: Annotated[BackendName, typer.Option("--backend", help="Attention backend.")] = BackendName.auto,
+    timing: Annotated[Optional[str], typer.Option(
+        "--timing", help="eager, graph or both (default: both on CUDA, eager on CPU).")] = None,
+    budget_ms: Annotated[float, typer.Option("--budget-ms", help="Time budget per timed variant, ms.")] = 200.0,
+    warmup: Annotated[Optional[int], typer.Option(
+        "--warmup", help="Untimed forwards before timing (default 3 on CUDA, 1 on CPU).")] = None,
+    dtype: Annotated[DType, typer.Option("--dtype", help="q/k/v dtype.")] = DType.bf16,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of inputs and page-table permutation.")] = 0,
+    context_len: Annotated[Optional[int], typer.Option(
+        "--context-len", help="Tokens the page table is sized for (W = ceil(context_len/page_size)); default: longest sequence.")] = None,
+    out: Annotated[Optional[str], typer.Option("--out", help="Run directory (default runs/<timestamp>).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out, skipping measured rows.")] = False,
+    check: Annotated[bool, typer.Option("--check/--no-check", help="Compare outputs with the fp32 torch reference.")] = True,
+    allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Exit 0 even if a check fails.")] = False,
+    profile: Annotated[bool, typer.Option("--profile/--no-profile", help="Count kernels per forward (torch.profiler).")] = True,
+    report: Annotated[bool, typer.Option("--report/--no-report", help="Write plots and report.md at the end.")] = True,
+    nvtx: Annotated[bool, typer.Option(
+        "--nvtx", help="NVTX ranges (cell, layer, prev/next/combined) around timed eager forwards, for nsys; "
+                       "off by default: ~0.4 µs per range shows in short forwards.")] = False,
+    model: ModelOpt = "gpt-oss-120b", model_config: ModelConfigOpt = None, layers: LayersOpt = None,
+    heads: HeadsOpt = None, kv_heads: KvHeadsOpt = None, head_dim: HeadDimOpt = None, window: WindowOpt = None,
+    sinks: SinksOpt = None, page_size: PageSizeOpt = None, device: DeviceOpt = None,
+) -> None:
+    """Measure fused vs two-call zigzag CP attention for every cell and rank; write a run directory."""
+    dev = resolve_device(device)
+    spec = resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
+    cells = parse_cells(cp=cp, bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=ranks, default_bs="1,4,16",
+                        default_seq="2048,8192,16384" if dev.type == "cuda" else "32,64")
+    check_out(out, "runs/<timestamp>")
+    if not math.isfinite(budget_ms) or not 0 <= seed < 2**63:
+        raise CpbenchInputError("--budget-ms must be a finite number of ms and --seed an integer in [0, 2**63)")
+    timings = choice_list(timing if timing is not None else ("eager,graph" if dev.type == "cuda" else "eager"),
+                          ("eager", "graph"), "--timing")
+    if "graph" in timings and dev.type != "cuda":
+        raise CpbenchInputError("--timing graph needs a CUDA device: use --timing eager on CPU")
+    warmup = (3 if dev.type == "cuda" else 1) if warmup is None else warmup
+    if budget_ms <= 0 or warmup < 0:
+        raise CpbenchInputError("--budget-ms must be > 0 and --warmup >= 0")
+    if context_len is not None and context_len < cells.longest:
+        raise CpbenchInputError(f"--context-len {context_len} is shorter than the longest sequence "
+                                f"({cells.longest} tokens with prefix): raise it or drop it")
+    code = run_sweep(
+        model=spec, cp_sizes=cells.cp_sizes, bs_list=cells.bs_list, seq_list=cells.seq_list, seq_lens=cells.seq_lens,
+        prefix=cells.prefix, ranks=cells.ranks, modes=choice_list(mode, ("two-call", "fused"), "--mode"),
+        backend=backend.value, timings=timings, budget_ms=budget_ms, warmup=warmup, dtype=dtype.value, seed=seed,
+        check=check, context_len=context_len, device=dev, profile=profile, nvtx=nvtx, out=out, resume=resume,
+        report=report, allow_mismatch=allow_mismatch, console=console)
+    raise typer.Exit(code)
 
 
 def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend: str, **kw) -> int:
@@ -27,6 +94,13 @@ def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend:
 
     Raises CpbenchInputError for bad input found before anything is measured.
     """
+    from cpbench.bench.backends import get_backend, resolve_auto
+    from cpbench.bench.env import environment
+    from cpbench.bench.geometry import eligibility
+    from cpbench.bench.results import append_row
+    from cpbench.bench.rundir import RESULTS, done_keys, finalize, open_run_dir, record_wall_time, write_manifest
+    from cpbench.bench.runner import Runner, SweepConfig, cpu_tflop_limit, plan_cells
+
     t0 = time.monotonic()
     name = resolve_auto(kw["device"]) if backend == "auto" else backend
     get_backend(name)  # unknown names fail here, before a directory is made
@@ -83,6 +157,9 @@ FIXED_ON_RESUME = ("backend", "dtype", "seed", "prefix", "context_len", "check",
 
 def check_resume_config(run_dir, cfg: SweepConfig) -> None:
     """Raise CpbenchInputError when --resume would mix rows measured under other options."""
+    from cpbench.bench.results import read_jsonl, read_manifest
+    from cpbench.bench.rundir import RESULTS
+
     old = read_manifest(run_dir / "manifest.json").get("config", {})
     new = {"model": dataclasses.asdict(cfg.model), **{k: getattr(cfg, k) for k in FIXED_ON_RESUME if k != "model"}}
     for key in FIXED_ON_RESUME:
@@ -126,6 +203,8 @@ def _clip(text: str, n: int) -> str:
 
 def show_summary(console: Console, df) -> None:
     """Rich table per cp_size: critical-path two-call ms, fused ms, speedup, status."""
+    from cpbench.bench.results import critical_path
+
     cp = critical_path(df)
     if cp.empty:
         return
