@@ -200,7 +200,10 @@ def test_environment_table_sums_resumed_wall_times():
     assert "| sweep wall time (s) | — |" in environment_table({})
 
 
-def test_cli_report_warns_about_corrupt_jsonl_lines_and_keeps_the_rest(tmp_path):
+def test_cli_report_warns_about_corrupt_jsonl_lines_and_keeps_the_rest(tmp_path, monkeypatch):
+    import cpbench.bench.results as results
+
+    monkeypatch.setattr(results, "_WARNED", set(), raising=False)  # in-process: warned once per process
     run = make_run(tmp_path / "run", fmt="jsonl", cp_sizes=(2,), bss=(1,), seqs=(1024, 8192), timings=("eager",))
     lines = (run / "results.jsonl").read_text().splitlines()
     n = len(lines)
