@@ -1,18 +1,12 @@
-"""`cpbench geometry` / `models` and bad-input exit codes, run as a user would."""
+"""`cpbench geometry` / `models` and bad-input exit codes, run as a user would (in-process: tests/clirun.py)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from clirun import cpbench
 
 KEYS = {"rank", "eligible", "reason", "actual_seq_q_prev", "actual_seq_q_next", "kv_len_prev",
         "kv_len_next", "cu_seqlens_q_combined", "cu_seqlens_kv_combined", "max_seqlen_q_combined"}
-
-
-def cpbench(*args):
-    return subprocess.run([sys.executable, "-m", "cpbench", *args], capture_output=True, text=True,
-                          timeout=120)
 
 
 def test_geometry_json():
@@ -66,6 +60,6 @@ def test_usage_errors_are_one_line_exit_2(args):
     (["--extend", "1,99999999999"], "--extend values must be <="),
 ])
 def test_geometry_huge_values_one_line_exit_2(args, needle):
-    r = subprocess.run([sys.executable, "-m", "cpbench", "geometry", *args], capture_output=True, text=True, timeout=60)
+    r = cpbench("geometry", *args)
     assert r.returncode == 2 and "Traceback" not in r.stderr and needle in r.stderr, r.stderr[-500:]
     assert len(r.stderr.strip().splitlines()) == 1

@@ -1,14 +1,12 @@
 """`cpbench compare`: verdicts, CI, exit codes and unmatched rows, on synthetic runs with known differences."""
 
-import subprocess
-import sys
-
 import numpy as np
 import pandas as pd
 import pytest
 
 from cpbench.bench.compare import compare_frames, compare_runs, ratio_ci, verdict
 from cpbench.errors import CpbenchInputError
+from clirun import cpbench
 from runfactory import default_latency, make_rows, make_run, write_run
 
 SMALL = dict(cp_sizes=(4,), bss=(1, 4), seqs=(1024, 8192), timings=("eager", "graph"))
@@ -17,11 +15,6 @@ N_ROWS = 2 * 2 * 2 * 4 * 2  # bs x seq x timing x rank x mode
 
 def scaled(f):
     return lambda *a: f * default_latency(*a)
-
-
-def cpbench(*args):
-    return subprocess.run([sys.executable, "-m", "cpbench", *map(str, args)], capture_output=True, text=True,
-                          timeout=180)
 
 
 @pytest.fixture

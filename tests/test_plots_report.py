@@ -16,6 +16,7 @@ from cpbench.plots import latency, style
 from cpbench.plots.charts import CHARTS, render_all, render_frame
 from cpbench.plots.data import cells, prepare
 from cpbench.plots.report import write_report
+from clirun import cpbench
 from runfactory import default_latency, make_rows, make_run, write_run
 
 STEMS = [name for name, *_ in CHARTS]
@@ -159,19 +160,19 @@ def test_report_without_manifest_or_command(tmp_path):
     assert "| GPU | — |" in md and "not recorded in manifest.json" in md
 
 
-def cpbench(*args, block_torch=False):
-    pre = "import sys; sys.modules['torch'] = None; " if block_torch else ""
-    code = pre + f"sys.argv = ['cpbench', *{list(map(str, args))!r}]; from cpbench.cli import main; main()"
+def cpbench_without_torch(*args):
+    """``cpbench *args`` in a fresh process where ``import torch`` fails (a real process: this one has torch)."""
+    code = f"sys.modules['torch'] = None; sys.argv = ['cpbench', *{list(map(str, args))!r}]; from cpbench.cli import main; main()"
     return subprocess.run([sys.executable, "-c", "import sys; " + code], capture_output=True, text=True,
                           timeout=180)
 
 
 def test_cli_report_and_plot_without_torch(tmp_path):
     run = make_run(tmp_path / "run", cp_sizes=(2,), bss=(1, 4), seqs=(1024, 8192))
-    r = cpbench("report", run, block_torch=True)
+    r = cpbench_without_torch("report", run)
     assert r.returncode == 0, r.stderr
     assert (run / "report.md").exists() and (run / "plots" / "speedup.svg").exists()
-    r = cpbench("plot", run, block_torch=True)
+    r = cpbench_without_torch("plot", run)
     assert r.returncode == 0 and "wrote 6 charts" in r.stdout, r.stderr
 
 
@@ -199,7 +200,10 @@ def test_environment_table_sums_resumed_wall_times():
     assert "| sweep wall time (s) | — |" in environment_table({})
 
 
-def test_cli_report_warns_about_corrupt_jsonl_lines_and_keeps_the_rest(tmp_path):
+def test_cli_report_warns_about_corrupt_jsonl_lines_and_keeps_the_rest(tmp_path, monkeypatch):
+    import cpbench.bench.results as results
+
+    monkeypatch.setattr(results, "_WARNED", set(), raising=False)  # in-process: warned once per process
     run = make_run(tmp_path / "run", fmt="jsonl", cp_sizes=(2,), bss=(1,), seqs=(1024, 8192), timings=("eager",))
     lines = (run / "results.jsonl").read_text().splitlines()
     n = len(lines)

@@ -2,9 +2,6 @@
 
 import gzip
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -16,6 +13,7 @@ from cpbench.bench.models import get_preset, with_overrides
 from cpbench.bench.workload import build_cell, rank_work
 from cpbench.profiles import capture, kernels, nsys, ranges
 from cpbench.profiles.kernels import KernelCounts, ProfileError, classify
+from clirun import cpbench
 
 SEQ = [256]
 FA2 = "void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTraits<...> >(...)"
@@ -298,13 +296,13 @@ def test_parse_nvtx_kern_sum_variants():
 TINY = ["--layers", "4", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--page-size", "16"]
 
 
-def _profile_cli(*args):
-    return subprocess.run([sys.executable, "-m", "cpbench", "profile", *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without a GPU
 
 
-def test_profile_cli_json_counts_and_traces(tmp_path):
-    r = _profile_cli("--backend", "torch", "--cp", "4", "--bs", "1", "--seq", "64", "--json", "--out", str(tmp_path), *TINY)
+def test_profile_cli_json_counts_and_traces(tmp_path, no_gpu):
+    r = cpbench("profile", "--backend", "torch", "--cp", "4", "--bs", "1", "--seq", "64", "--json", "--out", str(tmp_path), *TINY)
     assert r.returncode == 0, r.stderr[-1000:]
     cell = json.loads(r.stdout)["cells"][0]
     assert cell["total"] == {"two-call": 32, "fused": 16}  # 4 layers x (2 | 1) calls x 4 ranks
@@ -318,7 +316,7 @@ def test_profile_cli_json_counts_and_traces(tmp_path):
     (["--seq", ""], "--seq is empty"),
     (["--backend", "fa3"], "fa3 needs a CUDA GPU"),
 ])
-def test_profile_cli_bad_input_one_line_exit_2(tmp_path, args, needle):
-    r = _profile_cli("--out", str(tmp_path / "p"), *TINY, *args)
+def test_profile_cli_bad_input_one_line_exit_2(tmp_path, no_gpu, args, needle):
+    r = cpbench("profile", "--out", str(tmp_path / "p"), *TINY, *args)
     assert r.returncode == 2 and "Traceback" not in r.stderr and needle in r.stderr, r.stderr[-1000:]
     assert len(r.stderr.strip().splitlines()) == 1

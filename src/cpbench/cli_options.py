@@ -74,17 +74,6 @@ PageSizeOpt = Annotated[Optional[int], typer.Option("--page-size", help="KV page
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="cuda, cuda:N or cpu (default: cuda if present).")]
 
 
-def check_seq_lens(seq_lens: Optional[str], bs: Optional[str], seq: Optional[str]) -> None:
-    """Raise CpbenchInputError when ``--seq-lens`` is empty or given together with ``--bs``/``--seq``
-    (it is the whole batch, so they would be silently ignored)."""
-    if seq_lens is None:
-        return
-    if not seq_lens.strip():
-        raise CpbenchInputError("--seq-lens is empty: give lengths such as 3000,5000, or leave it out")
-    if bs is not None or seq is not None:
-        raise CpbenchInputError("--seq-lens gives the whole batch, so --bs and --seq do not apply: drop one or the other")
-
-
 def resolve_model(model: str, model_config: Optional[Path], layers, heads, kv_heads, head_dim, window,
                   sinks, page_size):
     from cpbench.bench.models import from_hf_config, get_preset, with_overrides

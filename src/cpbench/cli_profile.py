@@ -1,4 +1,4 @@
-"""``cpbench profile`` (kernel counts, Perfetto traces, nsys cross-check) and ``cpbench doctor``."""
+"""``cpbench profile``: kernel counts per rank, Perfetto traces, nsys cross-check."""
 
 from __future__ import annotations
 
@@ -14,114 +14,85 @@ from rich.markup import escape
 from rich.table import Table
 
 from cpbench import cli_options as c
+from cpbench.cli_cells import backend_name, check_out, parse_cells
 from cpbench.errors import CpbenchInputError, one_line
 
+PROFILE_EPILOG = ("Examples:  cpbench profile --cp 4 --bs 1 --seq 8192  |  cpbench profile --backend torch "
+                  "--cp 4 --bs 1 --seq 256 --json  |  cpbench profile --cp 4 --bs 1 --seq 8192 --nsys")
 
-def register(app: typer.Typer) -> None:
-    @app.command(epilog="Examples:  cpbench profile --cp 4 --bs 1 --seq 8192  |  cpbench profile --backend torch "
-                        "--cp 4 --bs 1 --seq 256 --json  |  cpbench profile --cp 4 --bs 1 --seq 8192 --nsys")
-    def profile(
-        cp: Annotated[str, typer.Option("--cp", help="cp_size values.")] = "4",
-        bs: Annotated[Optional[str], typer.Option("--bs", help="Batch sizes. Default: 1.")] = None,
-        seq: Annotated[Optional[str], typer.Option("--seq", help="Extend lengths per request (tokens). Default: 8192.")] = None,
-        seq_lens: Annotated[Optional[str], typer.Option("--seq-lens", help="One explicit batch, e.g. 3000,5000.")] = None,
-        prefix: Annotated[int, typer.Option("--prefix", help="Cached prefix tokens per request.")] = 0,
-        ranks: Annotated[str, typer.Option("--ranks", help="'all' or a list of ranks.")] = "all",
-        backend: Annotated[c.BackendName, typer.Option("--backend", help="Attention backend.")] = c.BackendName.auto,
-        dtype: Annotated[c.DType, typer.Option("--dtype")] = c.DType.bf16,
-        out: Annotated[Optional[str], typer.Option("--out", help="Directory for traces (default runs/profile-<time>).")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
-        nsys: Annotated[bool, typer.Option("--nsys", help="Also run under Nsight Systems and cross-check the counts.")] = False,
-        nsys_child: Annotated[bool, typer.Option("--nsys-child", hidden=True)] = False,
-        model: c.ModelOpt = "gpt-oss-120b", model_config: c.ModelConfigOpt = None, layers: c.LayersOpt = None,
-        heads: c.HeadsOpt = None, kv_heads: c.KvHeadsOpt = None, head_dim: c.HeadDimOpt = None,
-        window: c.WindowOpt = None, sinks: c.SinksOpt = None, page_size: c.PageSizeOpt = None,
-        device: c.DeviceOpt = None,
-    ) -> None:
-        """Count attention kernels per rank, two-call vs fused (e.g. 72 -> 36 per rank, 288 -> 144 over
-        4 ranks), and write Perfetto-openable Chrome traces."""
-        from cpbench.bench.backends import get_backend, resolve_auto
-        from cpbench.bench.geometry import eligibility
-        from cpbench.bench.profiling import nsys_child as run_child, profile_cell, totals
-        from cpbench.bench.runner import DTYPES, CellSpec, cpu_refusal, is_oom
-        from cpbench.profiles.nsys import find_nsys
 
-        dev = c.resolve_device(device)
-        spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
-        name = resolve_auto(dev) if backend.value == "auto" else backend.value
-        c.check_seq_lens(seq_lens, bs, seq)
-        batches = ([tuple(c.int_list(seq_lens, "--seq-lens"))] if seq_lens else
-                   [(s,) * b for b in c.int_list("1" if bs is None else bs, "--bs")
-                                                  for s in c.int_list("8192" if seq is None else seq, "--seq")])
-        if not 0 <= prefix <= c.MAX_TOKENS:
-            raise CpbenchInputError(f"--prefix must be in [0, {c.MAX_TOKENS}] tokens, got {prefix}")
-        cells = [CellSpec(p, ext, (prefix,) * len(ext)) for p in c.int_list(cp, "--cp") for ext in batches]
-        rank_list = None if ranks.strip() == "all" else c.int_list(ranks, "--ranks", minimum=0)
-        if rank_list and max(rank_list) >= min(x.cp_size for x in cells):
-            raise CpbenchInputError(f"--ranks {max(rank_list)} is outside [0, cp_size)")
-        kw = dict(backend=name, device=dev, dtype=dtype.value, ranks=rank_list)
-        if nsys_child:
-            run_child(spec, cells, **kw)
-            return
-        why = get_backend(name).supports(dev, spec, DTYPES[dtype.value])
+def profile(
+    cp: Annotated[str, typer.Option("--cp", help="cp_size values.")] = "4",
+    bs: Annotated[Optional[str], typer.Option("--bs", help="Batch sizes. Default: 1.")] = None,
+    seq: Annotated[Optional[str], typer.Option("--seq", help="Extend lengths per request (tokens). Default: 8192.")] = None,
+    seq_lens: Annotated[Optional[str], typer.Option("--seq-lens", help="One explicit batch, e.g. 3000,5000.")] = None,
+    prefix: Annotated[int, typer.Option("--prefix", help="Cached prefix tokens per request.")] = 0,
+    ranks: Annotated[str, typer.Option("--ranks", help="'all' or a list of ranks.")] = "all",
+    backend: Annotated[c.BackendName, typer.Option("--backend", help="Attention backend.")] = c.BackendName.auto,
+    dtype: Annotated[c.DType, typer.Option("--dtype")] = c.DType.bf16,
+    out: Annotated[Optional[str], typer.Option("--out", help="Directory for traces (default runs/profile-<time>).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
+    nsys: Annotated[bool, typer.Option("--nsys", help="Also run under Nsight Systems and cross-check the counts.")] = False,
+    nsys_child: Annotated[bool, typer.Option("--nsys-child", hidden=True)] = False,
+    model: c.ModelOpt = "gpt-oss-120b", model_config: c.ModelConfigOpt = None, layers: c.LayersOpt = None,
+    heads: c.HeadsOpt = None, kv_heads: c.KvHeadsOpt = None, head_dim: c.HeadDimOpt = None,
+    window: c.WindowOpt = None, sinks: c.SinksOpt = None, page_size: c.PageSizeOpt = None,
+    device: c.DeviceOpt = None,
+) -> None:
+    """Count attention kernels per rank, two-call vs fused (e.g. 72 -> 36 per rank, 288 -> 144 over
+    4 ranks), and write Perfetto-openable Chrome traces."""
+    from cpbench.bench.backends import get_backend
+    from cpbench.bench.geometry import eligibility
+    from cpbench.bench.profiling import nsys_child as run_child, profile_cell, totals
+    from cpbench.bench.runner import DTYPES, CellSpec, cpu_refusal, is_oom
+    from cpbench.profiles.nsys import find_nsys
+
+    dev = c.resolve_device(device)
+    spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
+    name = backend_name(backend.value, dev)
+    parsed = parse_cells(cp=cp, bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=ranks,
+                         default_bs="1", default_seq="8192")
+    cells = [CellSpec(p, ext, (parsed.prefix,) * len(ext)) for p in parsed.cp_sizes for ext in parsed.batches]
+    kw = dict(backend=name, device=dev, dtype=dtype.value, ranks=parsed.ranks)
+    if nsys_child:
+        run_child(spec, cells, **kw)
+        return
+    why = get_backend(name).supports(dev, spec, DTYPES[dtype.value])
+    if why:
+        raise CpbenchInputError(f"backend {name}: {why}")
+    for cell in cells:
+        ok, why = eligibility(cell.extend_lens, cell.cp_size)
+        why = None if ok else f"not CP-eligible ({why})"
+        why = why or (cpu_refusal(spec, cell) if dev.type == "cpu" else None)
         if why:
-            raise CpbenchInputError(f"backend {name}: {why}")
-        for cell in cells:
-            ok, why = eligibility(cell.extend_lens, cell.cp_size)
-            why = None if ok else f"not CP-eligible ({why})"
-            why = why or (cpu_refusal(spec, cell) if dev.type == "cpu" else None)
-            if why:
-                raise CpbenchInputError(f"{cell.label()}: {why}")
-        if out is not None and not str(out).strip():
-            raise CpbenchInputError("--out is empty: give a directory, or leave it out for runs/profile-<time>")
-        if nsys and find_nsys() is None:
-            raise CpbenchInputError("--nsys: nsys not found; install Nsight Systems or put nsys on PATH "
-                                    "(`cpbench doctor` shows what is found), or drop --nsys")
-        run_dir = Path(out) if out else Path("runs") / datetime.now().strftime("profile-%Y%m%d-%H%M%S")
-        if run_dir.exists() and not run_dir.is_dir():
-            raise CpbenchInputError(f"--out {str(run_dir)!r} is a file: pass a directory")
-        trace_dir = run_dir / "profiles"
-        trace_dir.mkdir(parents=True, exist_ok=True)
-        report = {"model": spec.name, "backend": name, "device": str(dev), "cells": []}
-        for cell in cells:
-            try:
-                rows = profile_cell(spec, cell, trace_dir=trace_dir, **kw)
-            except RuntimeError as e:
-                if not is_oom(e):
-                    raise
-                raise CpbenchInputError(f"{cell.label()} does not fit in memory ({one_line(e)[:120]}): "
-                                        "use a smaller --seq/--bs") from None
-            report["cells"].append({"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
-                                    "seq_lens": list(cell.extend_lens), "per_rank": rows, "total": totals(rows)})
-        if nsys:
-            report["nsys"] = _nsys_cross_check(sys.argv[1:], run_dir, report, name)
-        (run_dir / "profile.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-        if as_json:
-            print(json.dumps(report, default=str))
-        else:
-            _print_counts(c.console, report, run_dir)
-
-    @app.command()
-    def doctor(
-        as_json: Annotated[bool, typer.Option("--json", help="Print {environment, backends} as JSON "
-                                                             "(a backend maps to null or why it cannot run).")] = False,
-    ) -> None:
-        """Show the GPU, drivers, library versions, JIT cache, nsys, and which backends can run here.
-        Exits 0 even when things are missing."""
-        from cpbench.bench.doctor import diagnose
-
-        info = diagnose()
-        if as_json:
-            print(json.dumps(info, default=str))
-            return
-        t = Table(title="cpbench doctor", show_header=False)
-        t.add_column("what")
-        t.add_column("value")
-        for k, v in info["environment"].items():
-            t.add_row(k, "-" if v in (None, "") else escape(str(v)))
-        for b, why in info["backends"].items():
-            t.add_row(f"backend {b}", "[green]available[/]" if why is None else f"[yellow]unavailable:[/] {escape(why)}")
-        c.console.print(t)
+            raise CpbenchInputError(f"{cell.label()}: {why}")
+    check_out(out, "runs/profile-<time>")
+    if nsys and find_nsys() is None:
+        raise CpbenchInputError("--nsys: nsys not found; install Nsight Systems or put nsys on PATH "
+                                "(`cpbench doctor` shows what is found), or drop --nsys")
+    run_dir = Path(out) if out else Path("runs") / datetime.now().strftime("profile-%Y%m%d-%H%M%S")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise CpbenchInputError(f"--out {str(run_dir)!r} is a file: pass a directory")
+    trace_dir = run_dir / "profiles"
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    report = {"model": spec.name, "backend": name, "device": str(dev), "cells": []}
+    for cell in cells:
+        try:
+            rows = profile_cell(spec, cell, trace_dir=trace_dir, **kw)
+        except RuntimeError as e:
+            if not is_oom(e):
+                raise
+            raise CpbenchInputError(f"{cell.label()} does not fit in memory ({one_line(e)[:120]}): "
+                                    "use a smaller --seq/--bs") from None
+        report["cells"].append({"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
+                                "seq_lens": list(cell.extend_lens), "per_rank": rows, "total": totals(rows)})
+    if nsys:
+        report["nsys"] = _nsys_cross_check(sys.argv[1:], run_dir, report, name)
+    (run_dir / "profile.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    if as_json:
+        print(json.dumps(report, default=str))
+    else:
+        _print_counts(c.console, report, run_dir)
 
 
 def _print_counts(console, report: dict, run_dir: Path) -> None:

@@ -1,7 +1,6 @@
 """``cpbench plot | report | compare``: read run directories, never a GPU (no torch import).
 
-``register(app)`` adds the commands to the main typer app (cli.py calls it). Errors are
-CpbenchInputError (one line, exit 2, printed by cli.main); a regression in ``compare`` exits 1.
+Errors are CpbenchInputError (one line, exit 2, printed by cli.main); a regression in ``compare`` exits 1.
 """
 
 from __future__ import annotations
@@ -17,6 +16,9 @@ from cpbench.errors import CpbenchInputError
 RUN_FILES = ("results.jsonl", "results.parquet", "results.csv", "manifest.json", "report.md")
 RunArg = Annotated[Path, typer.Argument(help="Run directory written by `cpbench sweep` (holds results.*).",
                                         show_default=False)]
+PLOT_EPILOG = "Example:  cpbench plot runs/<id>"
+REPORT_EPILOG = "Example:  cpbench report runs/<id>"
+COMPARE_EPILOG = "Example:  cpbench compare runs/base runs/new --band 0.03 --fail-above 0.05 --out compare.md"
 
 
 @contextmanager
@@ -106,11 +108,3 @@ def compare(
         except OSError as e:
             raise CpbenchInputError(f"cannot write --out {str(out)!r}: {e.strerror}; pick a writable path") from None
     raise typer.Exit(res.exit_code)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``plot``, ``report`` and ``compare`` to ``app``."""
-    app.command(epilog="Example:  cpbench plot runs/<id>")(plot)
-    app.command(epilog="Example:  cpbench report runs/<id>")(report)
-    app.command(epilog="Example:  cpbench compare runs/base runs/new --band 0.03 --fail-above 0.05 "
-                       "--out compare.md")(compare)

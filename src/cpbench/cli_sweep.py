@@ -1,26 +1,193 @@
-"""`cpbench sweep` orchestration: run directory, progress bar, runner, final table, exit code."""
+"""`cpbench sweep`: the command (options, checks), then the orchestration: run directory, progress bar,
+runner, final table, exit code. bench/ is imported when a sweep runs, so other commands start without torch."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+import os
+import sys
+from datetime import datetime
+from enum import Enum
+from typing import Annotated, Optional
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from pathlib import Path
 
-from cpbench.bench.results import critical_path
-from cpbench.bench.sweep import Sweep, make_config
-from cpbench.cli_options import err_console
+from cpbench.cli_cells import check_out, parse_cells
+from cpbench.cli_options import (BackendName, DeviceOpt, DType, HeadDimOpt, HeadsOpt, KvHeadsOpt, LayersOpt,
+                                 ModelConfigOpt, ModelOpt, PageSizeOpt, SinksOpt, WindowOpt, choice_list, console,
+                                 err_console, resolve_device, resolve_model)
+from cpbench.errors import CpbenchInputError
+
+
+class Launch(str, Enum):
+    simulated = "simulated"
+    torchrun = "torchrun"
+
+
+class Gather(str, Enum):
+    packed = "packed"
+    separate = "separate"
+    none = "none"
+
+
+class DistBackend(str, Enum):
+    auto = "auto"
+    nccl = "nccl"
+    gloo = "gloo"
+
+SWEEP_EPILOG = ("Examples:  cpbench sweep --cp 4 --bs 1,4,16  |  cpbench sweep --cp 2,4,8 --bs 1 --seq 8192,32768 "
+                "--timing eager  |  cpbench sweep --seq-lens 3000,8192 --prefix 512 --backend fa2  |  "
+                "cpbench sweep --out runs/a --resume  |  cpbench sweep --launch torchrun --nproc-per-node 2 --cp 2 --bs 1,4,16")
+
+
+def sweep(
+    cp: Annotated[str, typer.Option("--cp", help="cp_size values, e.g. 2,4,8.")] = "4",
+    bs: Annotated[Optional[str], typer.Option("--bs", help="Batch sizes (requests), e.g. 1,4,16. Default: 1,4,16.")] = None,
+    seq: Annotated[Optional[str], typer.Option(
+        "--seq", help="Extend lengths per request (tokens). Default: 2048,8192,16384 on a GPU, 32,64 on CPU.")] = None,
+    seq_lens: Annotated[Optional[str], typer.Option(
+        "--seq-lens", help="One explicit heterogeneous batch instead of --bs x --seq, e.g. 3000,5000.")] = None,
+    prefix: Annotated[int, typer.Option("--prefix", help="Cached prefix tokens per request.")] = 0,
+    ranks: Annotated[str, typer.Option("--ranks", help="'all' or a list of ranks, e.g. 0,3.")] = "all",
+    mode: Annotated[str, typer.Option("--mode", help="two-call, fused, or both.")] = "two-call,fused",
+    backend: Annotated[BackendName, typer.Option("--backend", help="Attention backend.")] = BackendName.auto,
+    timing: Annotated[Optional[str], typer.Option(
+        "--timing", help="eager, graph or both (default: both on CUDA, eager on CPU).")] = None,
+    budget_ms: Annotated[float, typer.Option("--budget-ms", help="Time budget per timed variant, ms.")] = 200.0,
+    warmup: Annotated[Optional[int], typer.Option(
+        "--warmup", help="Untimed forwards before timing (default 3 on CUDA, 1 on CPU).")] = None,
+    dtype: Annotated[DType, typer.Option("--dtype", help="q/k/v dtype.")] = DType.bf16,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of inputs and page-table permutation.")] = 0,
+    context_len: Annotated[Optional[int], typer.Option(
+        "--context-len", help="Tokens the page table is sized for (W = ceil(context_len/page_size)); default: longest sequence.")] = None,
+    out: Annotated[Optional[str], typer.Option("--out", help="Run directory (default runs/<timestamp>).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out, skipping measured rows.")] = False,
+    check: Annotated[bool, typer.Option("--check/--no-check", help="Compare outputs with the fp32 torch reference.")] = True,
+    allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Exit 0 even if a check fails.")] = False,
+    profile: Annotated[bool, typer.Option("--profile/--no-profile", help="Count kernels per forward (torch.profiler).")] = True,
+    report: Annotated[bool, typer.Option("--report/--no-report", help="Write plots and report.md at the end.")] = True,
+    nvtx: Annotated[bool, typer.Option(
+        "--nvtx", help="NVTX ranges (cell, layer, prev/next/combined) around timed eager forwards, for nsys; "
+                       "off by default: ~0.4 µs per range shows in short forwards.")] = False,
+    model: ModelOpt = "gpt-oss-120b", model_config: ModelConfigOpt = None, layers: LayersOpt = None,
+    heads: HeadsOpt = None, kv_heads: KvHeadsOpt = None, head_dim: HeadDimOpt = None, window: WindowOpt = None,
+    sinks: SinksOpt = None, page_size: PageSizeOpt = None, device: DeviceOpt = None,
+    launch: Annotated[Launch, typer.Option(
+        "--launch", help="simulated: every rank in this process, one after another; torchrun: one process per "
+                         "rank (re-runs cpbench under torchrun --standalone; started by your own torchrun, a sweep "
+                         "runs distributed anyway).")] = Launch.simulated,
+    nproc_per_node: Annotated[Optional[int], typer.Option(
+        "--nproc-per-node", help="Processes (GPUs) for --launch torchrun. Default: the visible GPU count.")] = None,
+    gather: Annotated[Optional[Gather], typer.Option(
+        "--gather", help="Per-layer K|V all-gather of a torchrun launch: packed (one all_gather_into_tensor of "
+                         "cat([k, v], -1), as SGLang), separate (K then V), none (attention only). Default: packed.")] = None,
+    dist_backend: Annotated[DistBackend, typer.Option(
+        "--dist-backend", help="torch.distributed backend: nccl on GPUs, gloo on CPU (auto).")] = DistBackend.auto,
+    dist_timeout: Annotated[float, typer.Option(
+        "--dist-timeout", help="Timeout of every process group (and so every collective), s.")] = 300.0,
+) -> None:
+    """Measure fused vs two-call zigzag CP attention for every cell and rank; write a run directory."""
+    dev = resolve_device(device)
+    spec = resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
+    cells = parse_cells(cp=cp, bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=ranks, default_bs="1,4,16",
+                        default_seq="2048,8192,16384" if dev.type == "cuda" else "32,64")
+    check_out(out, "runs/<timestamp>")
+    if not math.isfinite(budget_ms) or not 0 <= seed < 2**63:
+        raise CpbenchInputError("--budget-ms must be a finite number of ms and --seed an integer in [0, 2**63)")
+    timings = choice_list(timing if timing is not None else ("eager,graph" if dev.type == "cuda" else "eager"),
+                          ("eager", "graph"), "--timing")
+    if "graph" in timings and dev.type != "cuda":
+        raise CpbenchInputError("--timing graph needs a CUDA device: use --timing eager on CPU")
+    warmup = (3 if dev.type == "cuda" else 1) if warmup is None else warmup
+    if budget_ms <= 0 or warmup < 0:
+        raise CpbenchInputError("--budget-ms must be > 0 and --warmup >= 0")
+    if context_len is not None and context_len < cells.longest:
+        raise CpbenchInputError(f"--context-len {context_len} is shorter than the longest sequence "
+                                f"({cells.longest} tokens with prefix): raise it or drop it")
+    from cpbench.bench.dist.launch import under_torchrun
+
+    distributed = launch == Launch.torchrun or under_torchrun()
+    if gather not in (None, Gather.none) and not distributed:
+        raise CpbenchInputError(f"--gather {gather.value} needs --launch torchrun (a simulated launch has no "
+                                "collective): drop --gather or add --launch torchrun")
+    if distributed and cells.ranks is not None:
+        raise CpbenchInputError("--ranks does not apply to --launch torchrun (every rank takes part in the "
+                                "all-gather): drop --ranks")
+    if not math.isfinite(dist_timeout) or dist_timeout <= 0:
+        raise CpbenchInputError(f"--dist-timeout must be a number of seconds > 0, got {dist_timeout}")
+    kw = dict(model=spec, cp_sizes=cells.cp_sizes, bs_list=cells.bs_list, seq_list=cells.seq_list,
+              extend_lens=cells.seq_lens, prefix=cells.prefix, ranks=cells.ranks,
+              modes=choice_list(mode, ("two-call", "fused"), "--mode"), backend=backend.value, timings=timings,
+              budget_ms=budget_ms, warmup=warmup, dtype=dtype.value, seed=seed, check=check,
+              context_len=context_len, device=dev, profile=profile, nvtx=nvtx, out=out, resume=resume,
+              report=report, allow_mismatch=allow_mismatch, console=console)
+    if not distributed:
+        raise typer.Exit(run_sweep(**kw))
+    kw["gather"] = (gather or Gather.packed).value
+    if not under_torchrun():
+        raise typer.Exit(_launch_torchrun(nproc_per_node, cells.cp_sizes, dev, dist_backend.value, backend.value, out))
+    raise typer.Exit(_run_as_rank(kw, dist_backend.value, dist_timeout))
+
+
+def _launch_torchrun(nproc: Optional[int], cp_sizes, dev, dist_backend: str, backend: str, out) -> int:
+    """Check the launch, then re-run this command under torchrun --standalone (one process per GPU)."""
+    import torch
+
+    from cpbench.bench.dist.launch import check_launch, run_torchrun
+
+    gpus = torch.cuda.device_count() if dev.type == "cuda" else 0
+    if nproc is None:
+        if dev.type != "cuda":
+            raise CpbenchInputError("--launch torchrun on CPU needs --nproc-per-node (processes to start)")
+        nproc = gpus
+    check_launch(nproc, cp_sizes, dev.type, gpus, dist_backend, backend)
+    argv = list(sys.argv[1:])
+    if out is None:  # every rank must agree on the run directory: name it here
+        argv += ["--out", str(Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S"))]
+    return run_torchrun(nproc, argv)
+
+
+def _run_as_rank(kw: dict, dist_backend: str, timeout_s: float) -> int:
+    """One rank of a torchrun launch: join the process group, run the sweep, leave; rank 0's exit
+    code reaches the parent launcher, and only rank 0 prints an input error."""
+    from cpbench.bench.dist import groups
+    from cpbench.bench.dist.launch import EXIT_FILE, write_exit_code
+    from cpbench.bench.dist.rank_group import TorchrunGroup
+
+    dev = kw["device"]
+    backend = None if dist_backend == "auto" else dist_backend
+    if dev.type == "cpu":
+        backend = backend or "gloo"
+    info = groups.init_process_group_from_env(backend, timeout_s)
+    if dev.type == "cuda":
+        kw["device"] = info.device
+    try:
+        code = run_sweep(group=TorchrunGroup(info, kw["gather"]), **kw)
+    except CpbenchInputError as e:
+        if info.rank == 0:
+            err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        code = 2
+    finally:
+        groups.destroy()
+    write_exit_code(code)
+    return 0 if os.environ.get(EXIT_FILE) else code
 
 
 def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend: str, group=None, **kw) -> int:
     """Run a sweep with a progress bar; return the exit code (0 ok, 1 mismatch, 2 nothing could run).
+    ``group``: where ranks run (default: every rank here, one after another).
 
     Raises CpbenchInputError for bad input found before anything is measured.
     """
-    if "seq_lens" in kw:
-        kw["extend_lens"] = kw.pop("seq_lens")
+    from cpbench.bench.sweep import Sweep, make_config
+
     cfg = make_config(backend, **kw)
     sweep = Sweep.open(cfg, out, resume, group)
     try:
@@ -29,13 +196,14 @@ def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend:
         sweep.close()
 
 
-def _run(sweep: Sweep, console: Console, report: bool, allow_mismatch: bool) -> int:
+def _run(sweep, console: Console, report: bool, allow_mismatch: bool) -> int:
     cfg, run_dir = sweep.cfg, sweep.run_dir
     writer = run_dir is not None
     if writer:
         env = run_dir.read_manifest()
+        launch = sweep.runner.group
         console.print(f"[bold]cpbench sweep[/] {cfg.model.name} on {env.get('gpu_name') or env.get('cpu')} "
-                      f"backend [cyan]{cfg.backend}[/] -> {run_dir}"
+                      f"backend [cyan]{cfg.backend}[/], {launch.launch} x{launch.world_size} -> {run_dir}"
                       + (f" (resuming, {sweep.resumed_rows} rows on disk)" if sweep.resumed_rows else ""))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, transient=False, disable=not writer) as bar:
@@ -73,6 +241,8 @@ def _clip(text: str, n: int) -> str:
 
 def show_summary(console: Console, df) -> None:
     """Rich table per cp_size: critical-path two-call ms, fused ms, speedup, status."""
+    from cpbench.bench.results import critical_path
+
     cp = critical_path(df)
     if cp.empty:
         return

@@ -1,0 +1,92 @@
+"""The CLI's shared pieces: the cell options of sweep and profile (cli_cells) and the exception table
+(cli_errors: one line on stderr, exit codes, CPBENCH_DEBUG)."""
+
+import pytest
+
+from cpbench.cli_cells import Cells, check_out, parse_cells
+from cpbench.errors import CpbenchInputError
+from clirun import cpbench
+
+SWEEP = dict(default_bs="1,4,16", default_seq="32,64")
+PROFILE = dict(default_bs="1", default_seq="8192")
+
+
+def cells(cp="4", bs=None, seq=None, seq_lens=None, prefix=0, ranks="all", defaults=SWEEP):
+    return parse_cells(cp=cp, bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=ranks, **defaults)
+
+
+def test_defaults_of_each_command():
+    c = cells()
+    assert c == Cells([4], [1, 4, 16], [32, 64], None, 0, None)
+    assert c.batches[:3] == [(32,), (64,), (32,) * 4] and len(c.batches) == 6 and c.longest == 64
+    p = cells(defaults=PROFILE)
+    assert p.batches == [(8192,)] and p.ranks is None
+
+
+def test_explicit_batch_prefix_and_ranks():
+    c = cells(cp="2,4", seq_lens="3000,5000", prefix=512, ranks="0,1")
+    assert c.batches == [(3000, 5000)] and c.cp_sizes == [2, 4] and c.ranks == [0, 1]
+    assert c.longest == 5512 and c.bs_list == [1, 4, 16]  # the defaults stay for the manifest
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(bs="0"), "--bs values must be >= 1"), (dict(seq=""), "--seq is empty"),
+    (dict(seq_lens=" "), "--seq-lens is empty"), (dict(seq_lens="64", bs="2"), "--seq-lens gives the whole batch"),
+    (dict(seq_lens="64", seq="64"), "--seq-lens gives the whole batch"), (dict(prefix=-1), "--prefix must be in"),
+    (dict(prefix=1 << 25), "--prefix must be in"), (dict(cp="2,4", ranks="2"), "--ranks 2 is outside [0, cp_size)"),
+    (dict(cp="0"), "--cp values must be >= 1"), (dict(ranks="x"), "--ranks must be comma-separated integers"),
+])
+def test_bad_cell_options(kw, needle):
+    with pytest.raises(CpbenchInputError) as e:
+        cells(**kw)
+    assert needle in str(e.value)
+
+
+def test_empty_out():
+    check_out(None, "runs/<timestamp>")
+    with pytest.raises(CpbenchInputError, match="leave it out for runs/profile-<time>"):
+        check_out(" ", "runs/profile-<time>")
+
+
+def test_sweep_and_profile_refuse_the_same_input_alike(tmp_path):
+    for cmd in ("sweep", "profile"):
+        r = cpbench(cmd, "--cp", "2", "--ranks", "3", "--seq", "64", "--out", tmp_path / cmd, "--layers", "2")
+        assert r.returncode == 2 and r.stderr.strip() == "error: --ranks 3 is outside [0, cp_size) for cp_size 2"
+        assert not (tmp_path / cmd).exists()
+
+
+def test_no_arguments_print_the_help_once():
+    r = cpbench()
+    assert r.returncode == 0 and r.stdout.count("Usage:") == 1 and "sweep" in r.stdout and not r.stderr
+
+
+def test_cpbench_debug_shows_the_traceback(monkeypatch):
+    r = cpbench("geometry", "--extend", "x")
+    assert r.returncode == 2 and r.stderr == "error: --extend must be comma-separated integers, got 'x'\n"
+    monkeypatch.setenv("CPBENCH_DEBUG", "1")
+    with pytest.raises(CpbenchInputError, match="--extend must be"):
+        cpbench("geometry", "--extend", "x")  # re-raised: the process would print the full traceback
+    with pytest.raises(Exception, match="No such command 'nope'"):
+        cpbench("nope")  # click's usage errors too
+    r = cpbench()  # the help is not an error
+    assert r.returncode == 0 and "Usage:" in r.stdout
+
+
+@pytest.mark.parametrize("exc,code,line", [
+    (OverflowError("int too large"), 2, "error: a value is too large to run (OverflowError: int too large): "
+                                        "use realistic sizes"),
+    (IsADirectoryError(21, "Is a directory"), 2, "error: IsADirectoryError: [Errno 21] Is a directory: check that "
+                                                 "path"),
+    (KeyboardInterrupt(), 130, "interrupted: a sweep keeps every row measured so far in results.jsonl; rerun the "
+                               "same command with --resume"),
+])
+def test_exception_table(monkeypatch, exc, code, line):
+    import cpbench.cli_geometry as g
+
+    def boom():
+        raise exc
+
+    monkeypatch.setattr("cpbench.bench.models.PRESETS", type("P", (), {"values": staticmethod(boom)})())
+    r = cpbench("models")
+    assert r.returncode == code and r.stderr.startswith(line) and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert g.models  # the command itself is a plain function
