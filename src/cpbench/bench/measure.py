@@ -85,13 +85,16 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
     prepared: dict[str, Prepared] = {}
     info: dict[str, dict] = {m: {} for m in modes}
 
+    exchanges: dict = {}
+
     def prepare(m: str) -> None:
         prep = job.backend.prepare(work, m)
-        exchange = group.exchange(work, m)
+        exchanges[m] = exchange = group.exchange(work, m)
         prepared[m] = prep.with_steps_before(exchange) if exchange is not None else prep
         info[m].update(exchange.columns if exchange is not None else {})
 
     fail_open(prepare)
+    fail_open(lambda m: exchanges[m].check() if exchanges.get(m) is not None else None)
     fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m])))
     if job.check and all(status[m] == OK for m in ("two-call", "fused") if m in status) and len(prepared) == 2:
         status_diff = _attempt(lambda: info["fused"].update(

@@ -16,11 +16,16 @@ Status = tuple[str, str]  # (status, reason); ("ok", "") when fine
 
 class Exchange:
     """Per-layer communication of a CP layer: ``exchange(layer) -> [Step, ...]`` to run before that
-    layer's attention, plus ``columns`` the rows of a forward using it carry (e.g. ``gather_bytes``)."""
+    layer's attention, ``columns`` the rows of a forward using it carry (e.g. ``gather_bytes``), and
+    ``check()``: a collective correctness check run by every rank after the preparation is agreed
+    (building an Exchange itself runs no collective, so a rank that fails to prepare leaves no other
+    rank waiting)."""
 
-    def __init__(self, steps_for_layer: Callable[[int], list], columns: dict | None = None) -> None:
+    def __init__(self, steps_for_layer: Callable[[int], list], columns: dict | None = None,
+                 check: Callable[[], None] = lambda: None) -> None:
         self._steps = steps_for_layer
         self.columns = dict(columns or {})
+        self.check = check
 
     def __call__(self, layer: int) -> list:
         return self._steps(layer)

@@ -87,8 +87,9 @@ class Sweep:
         return cls(cfg, cells, run, runner, len(done), t0)
 
     def total_ranks(self) -> int:
-        """Rank measurements in the plan (for a progress bar)."""
-        return sum(len(self.runner.ranks(c)) for c in self.cells)
+        """Rank measurements this process makes in the plan (for a progress bar)."""
+        g = self.runner.group
+        return sum(len(g.local_ranks(c.cp_size, self.runner.ranks(c))) for c in self.cells)
 
     def run(self, on_cell: Callable[[CellSpec], None] = lambda c: None,
             on_rank: Callable[[], None] = lambda: None) -> None:

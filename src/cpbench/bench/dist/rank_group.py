@@ -44,6 +44,7 @@ class TorchrunGroup:
         self._cp_host: Any = None  # gloo CP group (agreement, status)
         self._host_groups: dict[int, Any] = {}
         self._exchange: dict = {}  # per cell: (plan, buffers, local K/V per KV buffer)
+        self._cells = 0  # cells begun
 
     # -- cells ---------------------------------------------------------------------------------------
     def begin_cell(self, cell_label: str, cp_size: int) -> None:
@@ -58,6 +59,7 @@ class TorchrunGroup:
                                                          timeout=groups._timeout(self.info.timeout_s)))
         self._cp_host = self._host_groups[cp_size]
         self._exchange.clear()
+        self._cells += 1
 
     def local_ranks(self, cp_size: int, wanted: Sequence[int] | None = None) -> list[int]:
         mine = self.rank < cp_size and (wanted is None or self.rank in wanted)
@@ -91,9 +93,9 @@ class TorchrunGroup:
     # -- the per-layer K|V exchange ----------------------------------------------------------------------
     def exchange(self, work, mode: str) -> Exchange | None:
         """Gather -> KV-write steps for every layer (shared by both modes of a cell), or None for
-        ``gather == "none"``. The first call per cell builds the plan and buffers, gathers once and
-        checks the gathered K|V equals the full K|V exactly (raises RuntimeError otherwise)."""
-        _inject_fault(self.rank)
+        ``gather == "none"``. The first call per cell builds the plan and buffers (no collective);
+        the Exchange's ``check`` verifies the gathered K|V (see :meth:`_check`)."""
+        _inject_fault(self.rank, self._cells)
         if self.gather == "none":
             return None
         if not self._exchange:
@@ -110,12 +112,11 @@ class TorchrunGroup:
 
         m = work.model
         return Exchange(steps, {"gather_bytes": gather_bytes(plan, m.num_kv_heads, m.head_dim,
-                                                             cell.q_all.element_size(), self.gather)})
+                                                             cell.q_all.element_size(), self.gather)},
+                        check=lambda: self._check(work))
 
     def _build(self, work) -> dict:
-        """Plan, buffers and this rank's own K/V rows; then, as a rank holds only its own tokens before
-        the gather, the extend slots of every KV buffer are zeroed and one gather + write must restore
-        buffer 0 exactly."""
+        """Plan, buffers and this rank's own K/V rows of every KV buffer (no collective)."""
         cell, g, m = work.cell, work.geometry, work.model
         plan = build_gather_plan(cell.extend_lens, cell.prefix_lens, g.cp_size, cell.page_size,
                                  cell.block_tables, cell.device)
@@ -123,23 +124,36 @@ class TorchrunGroup:
         own = plan.slots.index_select(0, plan.rank_token_index[g.rank].to(cell.device))
         flat = [tuple(c.view(-1, *c.shape[2:]) for c in pair) for pair in cell.kv_buffers]
         local = [tuple(f.index_select(0, own) for f in pair) for pair in flat]  # [tokens_local, Hkv, D] each
+        return {"plan": plan, "buffers": bufs, "local": local, "flat": flat, "checked": False}
+
+    def _check(self, work) -> None:
+        """Once per cell (every rank): a rank holds only its own tokens before the gather, so the
+        extend slots of every KV buffer are zeroed, then one gather + paged write must restore buffer 0
+        bit for bit (the forward's own per-layer writes restore the others). Raises RuntimeError."""
+        ex = self._exchange
+        if ex["checked"]:
+            return
+        ex["checked"] = True
+        plan, flat = ex["plan"], ex["flat"]
         want = tuple(f.index_select(0, plan.slots) for f in flat[0])  # full extend K, V in token order
         for pair in flat:
             for f in pair:
                 f.index_fill_(0, plan.slots, 0)
-        write_kv(plan, *gather_kv(plan, *local[0], self._cp, self.gather, bufs), *cell.kv_buffers[0])
+        write_kv(plan, *gather_kv(plan, *ex["local"][0], self._cp, self.gather, ex["buffers"]),
+                 *work.cell.kv_buffers[0])
         got = tuple(f.index_select(0, plan.slots) for f in flat[0])
         if not all(torch.equal(a, b) for a, b in zip(got, want)):
             raise RuntimeError("the all-gathered K|V written to the paged cache differs from the full K|V")
-        return {"plan": plan, "buffers": bufs, "local": local}
 
 
-def _inject_fault(rank: int) -> None:
-    """Fault injection for the failure tests: ``CPBENCH_INJECT_FAULT="<rank>:raise"`` makes that rank
-    raise while preparing a forward, ``"<rank>:exit"`` makes it die (``os._exit(3)``)."""
+def _inject_fault(rank: int, cell: int) -> None:
+    """Fault injection for the failure tests: ``CPBENCH_INJECT_FAULT="<rank>:raise[:<cell>]"`` makes
+    that rank raise while preparing a forward (in every cell, or only the cell-th, counting from 1);
+    ``"<rank>:exit[:<cell>]"`` makes it die there (``os._exit(3)``)."""
     spec = os.environ.get("CPBENCH_INJECT_FAULT", "")
-    who, _, what = spec.partition(":")
-    if who.strip() != str(rank):
+    who, _, rest = spec.partition(":")
+    what, _, when = rest.partition(":")
+    if who.strip() != str(rank) or (when and when != str(cell)):
         return
     if what == "exit":
         os._exit(3)

@@ -1,0 +1,57 @@
+"""Run under torchrun (gloo, CPU): every rank's attention outputs with the per-layer K|V all-gather
+equal, bit for bit in fp32, the outputs of the same rank simulated in one process without it.
+
+Each rank's paged cache starts with the extend K/V of the whole batch zeroed (a rank only holds its own
+tokens), so attention reads the right keys only if the gather and the paged write put them there.
+Rank 0 prints one JSON line: {"equal": {...}, "world_size": N}.
+"""
+
+import json
+import sys
+
+import torch
+
+from cpbench.bench.backends.torch_ref import TorchBackend
+from cpbench.bench.dist import groups
+from cpbench.bench.dist.rank_group import TorchrunGroup
+from cpbench.bench.geometry import all_ranks
+from cpbench.bench.models import get_preset, with_overrides
+from cpbench.bench.workload import build_cell, rank_work
+
+
+def outputs(model, extend, prefix, cp, rank, mode, group=None):
+    cell = build_cell(model, extend, prefix, page_size=model.page_size, dtype=torch.float32, device="cpu", seed=3)
+    work = rank_work(cell, all_ranks(extend, prefix, cp)[rank])
+    prep = TorchBackend().prepare(work, mode)
+    if group is not None:
+        group.begin_cell(f"cp{cp} {extend}", cp)
+        exchange = group.exchange(work, mode)
+        exchange.check()  # zeroes the extend K/V, then one gather + paged write must restore it
+        prep = prep.with_steps_before(exchange)
+    prep.forward()
+    return {w: o.clone() for w, o in prep.outputs.items()}
+
+
+def main() -> None:
+    gather = sys.argv[1]
+    torch.set_num_threads(1)
+    info = groups.init_process_group_from_env("gloo", 60)
+    group = TorchrunGroup(info, gather)
+    model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=4, kv_heads=2, page_size=16)
+    result = {}
+    for extend, prefix in (((40,), (0,)), ((23, 37), (5, 17))):
+        for mode in ("two-call", "fused"):
+            cp = info.world_size
+            dist_out = outputs(model, extend, prefix, cp, info.rank, mode, group)
+            sim_out = outputs(model, extend, prefix, cp, info.rank, mode)
+            same = all(torch.equal(dist_out[w], sim_out[w]) for w in sim_out)
+            result[f"{extend} {prefix} {mode} r{info.rank}"] = same
+    every = groups.all_gather_object_gloo(result)
+    if info.rank == 0:
+        merged = {k: v for part in every for k, v in part.items()}
+        print(json.dumps({"equal": merged, "world_size": info.world_size}))
+    groups.destroy()
+
+
+if __name__ == "__main__":
+    main()

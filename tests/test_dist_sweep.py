@@ -1,0 +1,125 @@
+"""Real torchrun launches on CPU (gloo, the torch reference): distributed == simulated, rows written
+once by rank 0, the critical path is the per-sample maximum over ranks, and a failing or dying rank
+ends its cell (or the launch) with status rows instead of a hang. Every test has a pytest timeout."""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cpbench.bench.store import RunDir
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = Path(__file__).parent / "dist_scripts"
+SMALL = ["--backend", "torch", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--dtype", "fp32",
+         "--budget-ms", "5", "--no-report", "--dist-timeout", "30"]
+
+
+def _env(**extra) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src"), **extra}
+    env.pop("CPBENCH_INJECT_FAULT", None)
+    env.update(extra)
+    return env
+
+
+def sweep(*args, env=None, timeout=90) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cpbench", "sweep", *map(str, args)], capture_output=True,
+                          text=True, env=env or _env(), timeout=timeout)
+
+
+def by_key(rows):
+    return {(r["cp_size"], r["bs"], r["seq_len"], r["rank"], r["mode"]): r for r in rows}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("gather", ["packed", "separate"])
+def test_outputs_with_the_all_gather_equal_the_simulated_outputs_bit_for_bit(gather):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           str(SCRIPTS / "outputs_check.py"), gather]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=100)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["world_size"] == 2 and len(out["equal"]) == 8 and all(out["equal"].values()), out
+
+
+@pytest.mark.timeout(150)
+def test_torchrun_sweep_matches_the_simulated_sweep(tmp_path):
+    common = ["--cp", "2", "--bs", "1,2", "--seq", "40", *SMALL]
+    dist = sweep("--launch", "torchrun", "--nproc-per-node", "2", "--out", tmp_path / "d", *common)
+    assert dist.returncode == 0, dist.stderr[-2000:]
+    sim = sweep("--out", tmp_path / "s", *common)
+    assert sim.returncode == 0, sim.stderr[-2000:]
+    d_rows, s_rows = RunDir(tmp_path / "d").rows(), RunDir(tmp_path / "s").rows()
+    assert len(d_rows) == len(s_rows) == 8  # 2 cells x 2 ranks x 2 modes, each written once (rank 0 only)
+    assert len(by_key(d_rows)) == 8
+    d, s = by_key(d_rows), by_key(s_rows)
+    for k in s:
+        assert d[k]["status"] == s[k]["status"] == "ok"
+        assert (d[k]["launch"], d[k]["world_size"], d[k]["gather"]) == ("torchrun", 2, "packed")
+        assert (s[k]["launch"], s[k]["world_size"], s[k]["gather"]) == ("simulated", 1, "none")
+        # the same fp32 outputs: the same error against the reference, the same fused-vs-two-call diff
+        assert d[k]["max_abs_err"] == s[k]["max_abs_err"]
+        assert d[k].get("diff_vs_two_call") == s[k].get("diff_vs_two_call")
+        assert d[k]["attn_kernels"] == s[k]["attn_kernels"] == 2 * (2 if k[4] == "two-call" else 1)
+        assert d[k]["steps_per_layer"] == s[k]["steps_per_layer"] + 2  # gather + kv_write before attention
+        assert d[k]["gather_bytes"] > 0 and d[k]["gather_us"] > 0 and d[k]["wait_us"] >= 0
+    for (cp, bs, seq, rank, mode), r in d.items():  # ranks ran the same agreed samples
+        other = d[(cp, bs, seq, 1 - rank, mode)]
+        assert len(r["samples_us"]) == len(other["samples_us"])
+        want = statistics.median(max(a, b) for a, b in zip(r["samples_us"], other["samples_us"]))
+        assert r["critical_us_median"] == pytest.approx(want, abs=1e-6)
+    m = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    assert m["config"]["launch"] == "torchrun" and m["config"]["world_size"] == 2 and m["config"]["gather"] == "packed"
+
+
+@pytest.mark.timeout(150)
+def test_four_processes_cp_2_runs_on_the_first_two_ranks(tmp_path):
+    p = sweep("--launch", "torchrun", "--nproc-per-node", "4", "--cp", "2,4", "--bs", "1", "--seq", "40",
+              "--mode", "fused", "--out", tmp_path / "d", *SMALL, timeout=140)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = RunDir(tmp_path / "d").rows()
+    ranks = {cp: sorted(r["rank"] for r in rows if r["cp_size"] == cp) for cp in (2, 4)}
+    assert ranks == {2: [0, 1], 4: [0, 1, 2, 3]}
+    assert all(r["world_size"] == 4 and r["status"] == "ok" for r in rows)
+
+
+@pytest.mark.timeout(90)
+def test_a_rank_that_raises_fails_its_cell_on_every_rank_and_the_sweep_goes_on(tmp_path):
+    t0 = time.monotonic()
+    p = sweep("--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1", "--seq", "40,48",
+              "--out", tmp_path / "d", *SMALL, env=_env(CPBENCH_INJECT_FAULT="1:raise:1"))
+    assert time.monotonic() - t0 < 60
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = by_key(RunDir(tmp_path / "d").rows())
+    assert len(rows) == 8
+    for rank in (0, 1):
+        for mode in ("two-call", "fused"):
+            bad, good = rows[(2, 1, 40, rank, mode)], rows[(2, 1, 48, rank, mode)]
+            assert bad["status"] == "error" and "injected fault on rank 1" in bad["reason"]
+            assert good["status"] == "ok"
+    assert rows[(2, 1, 40, 0, "fused")]["reason"].startswith("rank 1: ")
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_rank_ends_the_launch_in_one_line_and_resume_finishes_it(tmp_path):
+    out = tmp_path / "d"
+    args = ["--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1", "--seq", "40,48",
+            "--out", out, *SMALL[:-2], "--dist-timeout", "15"]
+    t0 = time.monotonic()
+    p = sweep(*args, env=_env(CPBENCH_INJECT_FAULT="1:exit:2"))
+    assert time.monotonic() - t0 < 60
+    assert p.returncode == 1
+    err = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith("error: a rank of the torchrun launch failed"), p.stderr[-2000:]
+    assert "Traceback" not in p.stderr
+    kept = RunDir(out).rows()
+    assert {r["seq_len"] for r in kept} == {40} and len(kept) == 4  # the first cell survived
+    again = sweep(*args, "--resume")
+    assert again.returncode == 0, again.stderr[-2000:]
+    rows = RunDir(out).rows()
+    assert len(rows) == 8 and len(by_key(rows)) == 8
