@@ -14,7 +14,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from cpbench import cli_options as c
+from cpbench.bench.dist.launch import under_torchrun
 from cpbench.cli_cells import backend_name, check_out, parse_cells
+from cpbench.cli_dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch, LaunchOpt,
+                              NprocOpt, launch_torchrun, run_as_rank)
 from cpbench.errors import CpbenchInputError, one_line
 
 PROFILE_EPILOG = ("Examples:  cpbench profile --cp 4 --bs 1 --seq 8192  |  cpbench profile --backend torch "
@@ -38,9 +41,12 @@ def profile(
     heads: c.HeadsOpt = None, kv_heads: c.KvHeadsOpt = None, head_dim: c.HeadDimOpt = None,
     window: c.WindowOpt = None, sinks: c.SinksOpt = None, page_size: c.PageSizeOpt = None,
     device: c.DeviceOpt = None,
+    launch: LaunchOpt = Launch.simulated, nproc_per_node: NprocOpt = None, gather: GatherOpt = None,
+    dist_backend: DistBackendOpt = DistBackend.auto, dist_timeout: DistTimeoutOpt = 300.0,
 ) -> None:
     """Count attention kernels per rank, two-call vs fused (e.g. 72 -> 36 per rank, 288 -> 144 over
-    4 ranks), and write Perfetto-openable Chrome traces."""
+    4 ranks), and write Perfetto-openable Chrome traces (one per rank and mode; with --launch torchrun
+    each rank writes its own, with the collective kernels counted as their own class)."""
     from cpbench.bench.backends import get_backend
     from cpbench.bench.geometry import eligibility
     from cpbench.bench.profiling import nsys_child as run_child, profile_cell, totals
@@ -67,6 +73,13 @@ def profile(
         if why:
             raise CpbenchInputError(f"{cell.label()}: {why}")
     check_out(out, "runs/profile-<time>")
+    dist = DistOptions(launch, nproc_per_node, gather, dist_backend, dist_timeout)
+    dist.check(parsed.ranks)
+    if dist.distributed and nsys:
+        raise CpbenchInputError("--nsys with --launch torchrun is not supported: run nsys around torchrun "
+                                "yourself, or drop --nsys")
+    if dist.distributed and not under_torchrun():
+        raise typer.Exit(launch_torchrun(dist, parsed.cp_sizes, dev, name, out, "profile-%Y%m%d-%H%M%S"))
     if nsys and find_nsys() is None:
         raise CpbenchInputError("--nsys: nsys not found; install Nsight Systems or put nsys on PATH "
                                 "(`cpbench doctor` shows what is found), or drop --nsys")
@@ -76,6 +89,18 @@ def profile(
     trace_dir = run_dir / "profiles"
     trace_dir.mkdir(parents=True, exist_ok=True)
     report = {"model": spec.name, "backend": name, "device": str(dev), "cells": []}
+    if dist.distributed:
+        def body(group, device) -> int:
+            from cpbench.bench.profiling import profile_ranks
+
+            report["device"], report["launch"] = str(device), {"world_size": group.world_size, "gather": dist.gather_mode}
+            report["cells"] = profile_ranks(spec, cells, group, backend=name, device=device, dtype=dtype.value,
+                                            trace_dir=trace_dir, gather=dist.gather_mode)
+            if group.writes_rows:
+                _finish(report, run_dir, as_json)
+            return 1 if any(r.get("comm_check") is False for cell in report["cells"] for r in cell["per_rank"]) else 0
+
+        raise typer.Exit(run_as_rank(dist, dev, body))
     for cell in cells:
         try:
             rows = profile_cell(spec, cell, trace_dir=trace_dir, **kw)
@@ -85,9 +110,13 @@ def profile(
             raise CpbenchInputError(f"{cell.label()} does not fit in memory ({one_line(e)[:120]}): "
                                     "use a smaller --seq/--bs") from None
         report["cells"].append({"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
-                                "seq_lens": list(cell.extend_lens), "per_rank": rows, "total": totals(rows)})
+                                "extend_lens": list(cell.extend_lens), "per_rank": rows, "total": totals(rows)})
     if nsys:
         report["nsys"] = _nsys_cross_check(sys.argv[1:], run_dir, report, name)
+    _finish(report, run_dir, as_json)
+
+
+def _finish(report: dict, run_dir: Path, as_json: bool) -> None:
     (run_dir / "profile.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     if as_json:
         print(json.dumps(report, default=str))
@@ -99,15 +128,19 @@ def _print_counts(console, report: dict, run_dir: Path) -> None:
     for cell in report["cells"]:
         t = Table(title=f"{report['model']} {report['backend']}: cp{cell['cp_size']} bs{cell['bs']} "
                         f"seq{cell['seq_len']} attention kernels per forward")
-        for col in ("rank", "two-call", "fused", "two-call other", "fused other", "two-call launches", "fused launches"):
+        comm = any("comm_kernels" in r for r in cell["per_rank"])
+        cols = ["rank", "two-call", "fused", "two-call other", "fused other", "two-call launches", "fused launches"]
+        for col in cols + (["two-call comm", "fused comm"] if comm else []):
             t.add_column(col, justify="right")
         by = {(r["rank"], r["mode"]): r for r in cell["per_rank"]}
         for rank in sorted({r["rank"] for r in cell["per_rank"]}):
             a, b = by[(rank, "two-call")], by[(rank, "fused")]
             t.add_row(str(rank), str(a["attn_kernels"]), str(b["attn_kernels"]), str(a["other_kernels"]),
-                      str(b["other_kernels"]), str(a["launches"]), str(b["launches"]))
+                      str(b["other_kernels"]), str(a["launches"]), str(b["launches"]),
+                      *([str(a.get("comm_kernels")), str(b.get("comm_kernels"))] if comm else []))
         tot = cell["total"]
-        t.add_row("all", f"[bold]{tot['two-call']}[/]", f"[bold]{tot['fused']}[/]", "", "", "", "")
+        t.add_row("all", f"[bold]{tot['two-call']}[/]", f"[bold]{tot['fused']}[/]", "", "", "", "",
+                  *(["", ""] if comm else []))
         console.print(t)
     if "nsys" in report:
         n = report["nsys"]

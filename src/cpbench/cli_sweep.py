@@ -6,10 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import sys
-from datetime import datetime
-from enum import Enum
 from typing import Annotated, Optional
 
 import typer
@@ -17,30 +13,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
-from pathlib import Path
 
+from cpbench.bench.dist.launch import under_torchrun
 from cpbench.cli_cells import check_out, parse_cells
+from cpbench.cli_dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch, LaunchOpt,
+                              NprocOpt, launch_torchrun, run_as_rank)
 from cpbench.cli_options import (BackendName, DeviceOpt, DType, HeadDimOpt, HeadsOpt, KvHeadsOpt, LayersOpt,
                                  ModelConfigOpt, ModelOpt, PageSizeOpt, SinksOpt, WindowOpt, choice_list, console,
                                  err_console, resolve_device, resolve_model)
 from cpbench.errors import CpbenchInputError
 
 
-class Launch(str, Enum):
-    simulated = "simulated"
-    torchrun = "torchrun"
-
-
-class Gather(str, Enum):
-    packed = "packed"
-    separate = "separate"
-    none = "none"
-
-
-class DistBackend(str, Enum):
-    auto = "auto"
-    nccl = "nccl"
-    gloo = "gloo"
 
 SWEEP_EPILOG = ("Examples:  cpbench sweep --cp 4 --bs 1,4,16  |  cpbench sweep --cp 2,4,8 --bs 1 --seq 8192,32768 "
                 "--timing eager  |  cpbench sweep --seq-lens 3000,8192 --prefix 512 --backend fa2  |  "
@@ -79,19 +62,8 @@ def sweep(
     model: ModelOpt = "gpt-oss-120b", model_config: ModelConfigOpt = None, layers: LayersOpt = None,
     heads: HeadsOpt = None, kv_heads: KvHeadsOpt = None, head_dim: HeadDimOpt = None, window: WindowOpt = None,
     sinks: SinksOpt = None, page_size: PageSizeOpt = None, device: DeviceOpt = None,
-    launch: Annotated[Launch, typer.Option(
-        "--launch", help="simulated: every rank in this process, one after another; torchrun: one process per "
-                         "rank (re-runs cpbench under torchrun --standalone; started by your own torchrun, a sweep "
-                         "runs distributed anyway).")] = Launch.simulated,
-    nproc_per_node: Annotated[Optional[int], typer.Option(
-        "--nproc-per-node", help="Processes (GPUs) for --launch torchrun. Default: the visible GPU count.")] = None,
-    gather: Annotated[Optional[Gather], typer.Option(
-        "--gather", help="Per-layer K|V all-gather of a torchrun launch: packed (one all_gather_into_tensor of "
-                         "cat([k, v], -1), as SGLang), separate (K then V), none (attention only). Default: packed.")] = None,
-    dist_backend: Annotated[DistBackend, typer.Option(
-        "--dist-backend", help="torch.distributed backend: nccl on GPUs, gloo on CPU (auto).")] = DistBackend.auto,
-    dist_timeout: Annotated[float, typer.Option(
-        "--dist-timeout", help="Timeout of every process group (and so every collective), s.")] = 300.0,
+    launch: LaunchOpt = Launch.simulated, nproc_per_node: NprocOpt = None, gather: GatherOpt = None,
+    dist_backend: DistBackendOpt = DistBackend.auto, dist_timeout: DistTimeoutOpt = 300.0,
 ) -> None:
     """Measure fused vs two-call zigzag CP attention for every cell and rank; write a run directory."""
     dev = resolve_device(device)
@@ -111,73 +83,19 @@ def sweep(
     if context_len is not None and context_len < cells.longest:
         raise CpbenchInputError(f"--context-len {context_len} is shorter than the longest sequence "
                                 f"({cells.longest} tokens with prefix): raise it or drop it")
-    from cpbench.bench.dist.launch import under_torchrun
-
-    distributed = launch == Launch.torchrun or under_torchrun()
-    if gather not in (None, Gather.none) and not distributed:
-        raise CpbenchInputError(f"--gather {gather.value} needs --launch torchrun (a simulated launch has no "
-                                "collective): drop --gather or add --launch torchrun")
-    if distributed and cells.ranks is not None:
-        raise CpbenchInputError("--ranks does not apply to --launch torchrun (every rank takes part in the "
-                                "all-gather): drop --ranks")
-    if not math.isfinite(dist_timeout) or dist_timeout <= 0:
-        raise CpbenchInputError(f"--dist-timeout must be a number of seconds > 0, got {dist_timeout}")
+    dist = DistOptions(launch, nproc_per_node, gather, dist_backend, dist_timeout)
+    dist.check(cells.ranks)
     kw = dict(model=spec, cp_sizes=cells.cp_sizes, bs_list=cells.bs_list, seq_list=cells.seq_list,
               extend_lens=cells.seq_lens, prefix=cells.prefix, ranks=cells.ranks,
               modes=choice_list(mode, ("two-call", "fused"), "--mode"), backend=backend.value, timings=timings,
               budget_ms=budget_ms, warmup=warmup, dtype=dtype.value, seed=seed, check=check,
               context_len=context_len, device=dev, profile=profile, nvtx=nvtx, out=out, resume=resume,
-              report=report, allow_mismatch=allow_mismatch, console=console)
-    if not distributed:
+              report=report, allow_mismatch=allow_mismatch, console=console, gather=dist.gather_mode)
+    if not dist.distributed:
         raise typer.Exit(run_sweep(**kw))
-    kw["gather"] = (gather or Gather.packed).value
     if not under_torchrun():
-        raise typer.Exit(_launch_torchrun(nproc_per_node, cells.cp_sizes, dev, dist_backend.value, backend.value, out))
-    raise typer.Exit(_run_as_rank(kw, dist_backend.value, dist_timeout))
-
-
-def _launch_torchrun(nproc: Optional[int], cp_sizes, dev, dist_backend: str, backend: str, out) -> int:
-    """Check the launch, then re-run this command under torchrun --standalone (one process per GPU)."""
-    import torch
-
-    from cpbench.bench.dist.launch import check_launch, run_torchrun
-
-    gpus = torch.cuda.device_count() if dev.type == "cuda" else 0
-    if nproc is None:
-        if dev.type != "cuda":
-            raise CpbenchInputError("--launch torchrun on CPU needs --nproc-per-node (processes to start)")
-        nproc = gpus
-    check_launch(nproc, cp_sizes, dev.type, gpus, dist_backend, backend)
-    argv = list(sys.argv[1:])
-    if out is None:  # every rank must agree on the run directory: name it here
-        argv += ["--out", str(Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S"))]
-    return run_torchrun(nproc, argv)
-
-
-def _run_as_rank(kw: dict, dist_backend: str, timeout_s: float) -> int:
-    """One rank of a torchrun launch: join the process group, run the sweep, leave; rank 0's exit
-    code reaches the parent launcher, and only rank 0 prints an input error."""
-    from cpbench.bench.dist import groups
-    from cpbench.bench.dist.launch import EXIT_FILE, write_exit_code
-    from cpbench.bench.dist.rank_group import TorchrunGroup
-
-    dev = kw["device"]
-    backend = None if dist_backend == "auto" else dist_backend
-    if dev.type == "cpu":
-        backend = backend or "gloo"
-    info = groups.init_process_group_from_env(backend, timeout_s)
-    if dev.type == "cuda":
-        kw["device"] = info.device
-    try:
-        code = run_sweep(group=TorchrunGroup(info, kw["gather"]), **kw)
-    except CpbenchInputError as e:
-        if info.rank == 0:
-            err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
-        code = 2
-    finally:
-        groups.destroy()
-    write_exit_code(code)
-    return 0 if os.environ.get(EXIT_FILE) else code
+        raise typer.Exit(launch_torchrun(dist, cells.cp_sizes, dev, backend.value, out, "%Y%m%d-%H%M%S"))
+    raise typer.Exit(run_as_rank(dist, dev, lambda group, device: run_sweep(**{**kw, "device": device}, group=group)))
 
 
 def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend: str, group=None, **kw) -> int:

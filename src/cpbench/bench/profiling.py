@@ -91,3 +91,38 @@ def totals(rows: list[dict]) -> dict:
     for r in rows:
         out[r["mode"]] += int(r["attn_kernels"])
     return out
+
+
+def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: torch.device, dtype: str,
+                  trace_dir: Path, gather: str, seed: int = 0) -> list[dict]:
+    """Kernel counts per rank of a torchrun launch: each process profiles its own rank's forwards (one
+    Chrome trace per rank and mode, with torch.distributed's rank info in it); rank 0 gets
+    ``[{cp_size, bs, seq_len, extend_lens, per_rank: [...], total}]`` (other ranks: []).
+
+    Each per-rank row adds ``comm_kernels_expected`` (layers x collectives per layer on NCCL: 1 packed,
+    2 separate; 0 on gloo, whose collectives run on the CPU) and ``comm_check`` (the two agree).
+    """
+    from cpbench.bench.runner import Runner, SweepConfig
+
+    rows: list[dict] = []
+    cfg = SweepConfig(model=model, cp_sizes=sorted({c.cp_size for c in cells}), bs_list=[], seq_list=[],
+                      backend=backend, device=device, timings=["eager"], budget_ms=1.0, warmup=1, dtype=dtype,
+                      seed=seed, gather=gather)
+    runner = Runner(cfg, rows.append, trace_dir=trace_dir, group=group)
+    for cell in cells:
+        runner.run_cell(cell)
+    if not group.writes_rows:
+        return []
+    per_collective = {"packed": 1, "separate": 2}.get(gather, 0) if device.type == "cuda" else 0
+    out = []
+    for cell in cells:
+        mine = [r for r in rows if (r["cp_size"], r["extend_lens"]) == (cell.cp_size, ",".join(map(str, cell.extend_lens)))]
+        for r in mine:
+            r["label"] = forward_label(cell, r["rank"], r["mode"])
+            r["comm_kernels_expected"] = model.num_layers * per_collective
+            r["comm_check"] = r.get("comm_kernels") == r["comm_kernels_expected"] if r["status"] == "ok" else None
+            if r["status"] != "ok":
+                raise RuntimeError(f"{cell.label()} rank {r['rank']} {r['mode']}: {r['status']}: {r['reason']}")
+        out.append({"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
+                    "extend_lens": list(cell.extend_lens), "per_rank": mine, "total": totals(mine)})
+    return out

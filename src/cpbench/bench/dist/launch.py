@@ -72,7 +72,7 @@ def torchrun_argv(nproc: int, argv: Sequence[str]) -> list[str]:
             "-m", "cpbench", *child_argv(argv)]
 
 
-def run_torchrun(nproc: int, argv: Sequence[str], timeout_s: float | None = None) -> int:
+def run_torchrun(nproc: int, argv: Sequence[str], kill_after_s: float | None = None) -> int:
     """Run the launch and return cpbench's exit code: rank 0's code when it finished, else 1 with a
     one-line message on stderr (a rank died, or the launch timed out)."""
     with tempfile.TemporaryDirectory(prefix="cpbench-launch-") as tmp:
@@ -81,10 +81,10 @@ def run_torchrun(nproc: int, argv: Sequence[str], timeout_s: float | None = None
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("TORCHELASTIC_ERROR_FILE", str(Path(tmp) / "error.json"))
         try:
-            proc = subprocess.run(torchrun_argv(nproc, argv), env=env, timeout=timeout_s,
+            proc = subprocess.run(torchrun_argv(nproc, argv), env=env, timeout=kill_after_s,
                                   stderr=subprocess.PIPE, text=True)
         except subprocess.TimeoutExpired:
-            sys.stderr.write(f"error: the torchrun launch ran past {timeout_s:g} s and was stopped; rows measured so "
+            sys.stderr.write(f"error: the torchrun launch ran past {kill_after_s:g} s and was stopped; rows measured so "
                              "far are kept: rerun with --resume\n")
             return 1
         code = exit_file.read_text().strip() if exit_file.exists() else ""

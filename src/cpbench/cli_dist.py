@@ -1,0 +1,126 @@
+"""The options and flow shared by commands that can run one process per rank (sweep, profile):
+``--launch torchrun`` re-runs the command under ``torchrun --standalone``; a process started by
+torchrun (RANK/WORLD_SIZE set) joins the launch and runs the command's body with its rank group."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Callable, Optional
+
+import typer
+from rich.markup import escape
+
+from cpbench.cli_options import err_console
+from cpbench.errors import CpbenchInputError
+
+
+class Launch(str, Enum):
+    simulated = "simulated"
+    torchrun = "torchrun"
+
+
+class Gather(str, Enum):
+    packed = "packed"
+    separate = "separate"
+    none = "none"
+
+
+class DistBackend(str, Enum):
+    auto = "auto"
+    nccl = "nccl"
+    gloo = "gloo"
+
+
+LaunchOpt = Annotated[Launch, typer.Option(
+    "--launch", help="simulated: every rank in this process, one after another; torchrun: one process per rank "
+                     "(re-runs cpbench under torchrun --standalone; started by your own torchrun, cpbench runs "
+                     "distributed anyway).")]
+NprocOpt = Annotated[Optional[int], typer.Option(
+    "--nproc-per-node", help="Processes (one per GPU) for --launch torchrun. Default: the visible GPU count.")]
+GatherOpt = Annotated[Optional[Gather], typer.Option(
+    "--gather", help="Per-layer K|V all-gather of a torchrun launch: packed (one all_gather_into_tensor of "
+                     "cat([k, v], -1), as SGLang), separate (K then V), none (attention only). Default: packed.")]
+DistBackendOpt = Annotated[DistBackend, typer.Option(
+    "--dist-backend", help="torch.distributed backend: nccl on GPUs, gloo on CPU (auto).")]
+DistTimeoutOpt = Annotated[float, typer.Option(
+    "--dist-timeout", help="Timeout of every process group, and so of every collective, s.")]
+
+
+@dataclass
+class DistOptions:
+    launch: Launch
+    nproc_per_node: Optional[int]
+    gather: Optional[Gather]
+    dist_backend: DistBackend
+    dist_timeout: float
+
+    @property
+    def distributed(self) -> bool:
+        from cpbench.bench.dist.launch import under_torchrun
+
+        return self.launch == Launch.torchrun or under_torchrun()
+
+    @property
+    def gather_mode(self) -> str:
+        """The gather a launch runs: ``none`` when simulated, else --gather (default packed)."""
+        return (self.gather or Gather.packed).value if self.distributed else "none"
+
+    def check(self, ranks) -> None:
+        """Raise CpbenchInputError for options that do not fit together."""
+        if self.gather not in (None, Gather.none) and not self.distributed:
+            raise CpbenchInputError(f"--gather {self.gather.value} needs --launch torchrun (a simulated launch has "
+                                    "no collective): drop --gather or add --launch torchrun")
+        if self.distributed and ranks is not None:
+            raise CpbenchInputError("--ranks does not apply to --launch torchrun (every rank takes part in the "
+                                    "all-gather): drop --ranks")
+        if not math.isfinite(self.dist_timeout) or self.dist_timeout <= 0:
+            raise CpbenchInputError(f"--dist-timeout must be a number of seconds > 0, got {self.dist_timeout}")
+
+
+def launch_torchrun(opts: DistOptions, cp_sizes, dev, backend: str, out: Optional[str], default_out: str) -> int:
+    """Check the launch, then re-run this command under torchrun --standalone (one process per GPU);
+    return its exit code."""
+    import torch
+
+    from cpbench.bench.dist.launch import check_launch, run_torchrun
+
+    gpus = torch.cuda.device_count() if dev.type == "cuda" else 0
+    nproc = opts.nproc_per_node
+    if nproc is None:
+        if dev.type != "cuda":
+            raise CpbenchInputError("--launch torchrun on CPU needs --nproc-per-node (processes to start)")
+        nproc = gpus
+    check_launch(nproc, cp_sizes, dev.type, gpus, opts.dist_backend.value, backend)
+    argv = list(sys.argv[1:])
+    if out is None:  # every rank must agree on the output directory: name it here
+        argv += ["--out", str(Path("runs") / datetime.now().strftime(default_out))]
+    return run_torchrun(nproc, argv, kill_after_s=None)
+
+
+def run_as_rank(opts: DistOptions, dev, body: Callable[[object, object], int]) -> int:
+    """One rank of a torchrun launch: join the process group, run ``body(group, device)``, leave. Rank 0's
+    exit code reaches the parent launcher; only rank 0 prints an input error."""
+    from cpbench.bench.dist import groups
+    from cpbench.bench.dist.launch import EXIT_FILE, write_exit_code
+    from cpbench.bench.dist.rank_group import TorchrunGroup
+
+    backend = None if opts.dist_backend == DistBackend.auto else opts.dist_backend.value
+    if dev.type == "cpu":
+        backend = backend or "gloo"
+    info = groups.init_process_group_from_env(backend, opts.dist_timeout)
+    try:
+        code = body(TorchrunGroup(info, opts.gather_mode), info.device if dev.type == "cuda" else dev)
+    except CpbenchInputError as e:
+        if info.rank == 0:
+            err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        code = 2
+    finally:
+        groups.destroy()
+    write_exit_code(code)
+    return 0 if os.environ.get(EXIT_FILE) else code
