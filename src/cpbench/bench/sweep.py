@@ -80,6 +80,7 @@ class Sweep:
         runner = Runner(cfg, run.append if run is not None else _no_writer, set(map(tuple, done)), group=group)
         if run is not None:
             env = environment(cfg.device)
+            env.update(getattr(group, "manifest_info", dict)())
             env.update(env_extra or {})
             env["timing_method"] = timing_method(cfg, runner.cpu_threads)
             run.write_manifest(env, config_dict(cfg, group))

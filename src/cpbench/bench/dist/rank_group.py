@@ -46,6 +46,18 @@ class TorchrunGroup:
         self._exchange: dict = {}  # per cell: (plan, buffers, local K/V per KV buffer)
         self._cells = 0  # cells begun
 
+    def manifest_info(self) -> dict:
+        """What the manifest records about the launch: world size, backend, NCCL version, every
+        ``NCCL_*`` variable, and the GPU topology (``nvidia-smi topo -m``; None where unavailable)."""
+        nccl = None
+        if self.info.backend == "nccl":
+            v = torch.cuda.nccl.version()
+            nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        return {"world_size": self.world_size, "dist_backend": self.info.backend, "dist_timeout_s": self.info.timeout_s,
+                "gather": self.gather, "nccl_version": nccl,
+                "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
+                "gpu_topology": _topology() if self.info.device.type == "cuda" else None}
+
     # -- cells ---------------------------------------------------------------------------------------
     def begin_cell(self, cell_label: str, cp_size: int) -> None:
         labels = groups.all_gather_object_gloo((cell_label, cp_size))
@@ -159,3 +171,14 @@ def _inject_fault(rank: int, cell: int) -> None:
         os._exit(3)
     if what == "raise":
         raise RuntimeError(f"injected fault on rank {rank} (CPBENCH_INJECT_FAULT)")
+
+
+def _topology() -> str | None:
+    """``nvidia-smi topo -m`` output, or None."""
+    import subprocess
+
+    try:
+        p = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return p.stdout if p.returncode == 0 else None

@@ -1,0 +1,93 @@
+"""Distributed harness overhead: cpbench's per-rank timing path in a torchrun launch (agreed repeat
+counts, a barrier before each sample, CUDA events) vs a bare per-rank loop (sync, barrier, event,
+the forward's steps, event) over the same prepared gather + KV write + attention steps.
+
+Run on a machine with N GPUs:
+    torchrun --standalone --nproc-per-node 2 benchmarks/dist_harness_overhead.py --backend fa3 --seq 8192
+Rank 0 prints one JSON line per (seq, mode): both medians over ranks' slowest sample and their
+difference; the target is <= 1% for forwards over 1 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+import torch.distributed as dist
+
+from cpbench.bench.backends import get_backend
+from cpbench.bench.dist import groups
+from cpbench.bench.dist.rank_group import TorchrunGroup
+from cpbench.bench.geometry import rank_geometry
+from cpbench.bench.models import get_preset
+from cpbench.bench.timing import Clock, time_interleaved
+from cpbench.bench.workload import build_cell, rank_work
+
+
+def bare_loop_us(steps, barrier, reps: int) -> list[float]:
+    """Each sample: sync, barrier, event, every step of every layer, event (nothing else)."""
+    fns = [s.fn for layer in steps for s in layer]
+    out = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        barrier()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for fn in fns:
+            fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) * 1e3)
+    return out
+
+
+def critical(samples: list[float]) -> float:
+    """Median over samples of the maximum over ranks (rank 0 gets it; others get NaN)."""
+    every = groups.all_gather_object_gloo(samples)
+    return statistics.median(max(xs) for xs in zip(*every))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--backend", default="fa3")
+    ap.add_argument("--model", default="gpt-oss-120b")
+    ap.add_argument("--bs", type=int, default=1)
+    ap.add_argument("--seq", type=int, nargs="+", default=[8192, 32768])
+    ap.add_argument("--reps", type=int, default=60)
+    ap.add_argument("--gather", default="packed")
+    args = ap.parse_args()
+    info = groups.init_process_group_from_env(None, 300)
+    group = TorchrunGroup(info, args.gather)
+    cp = info.world_size
+    model, be, clock = get_preset(args.model), get_backend(args.backend), Clock(info.device)
+    for seq in args.seq:
+        ext = [seq] * args.bs
+        group.begin_cell(f"seq{seq}", cp)
+        cell = build_cell(model, ext, [0] * args.bs, page_size=model.page_size, dtype=torch.bfloat16,
+                          device=info.device)
+        work = rank_work(cell, rank_geometry(ext, None, cp, info.rank))
+        for mode in ("two-call", "fused"):
+            ex = group.exchange(work, mode)
+            ex.check()
+            prep = be.prepare(work, mode).with_steps_before(ex)
+            prep.forward()
+            bare_loop_us(prep.layers, group.barrier, 5)  # warm
+            harness, bare = [], []
+            for _ in range(3):  # alternate blocks so drift hits both
+                harness += time_interleaved({mode: prep.forward}, clock, warmup=1, budget_ms=1,
+                                            min_reps=args.reps // 3, max_reps=args.reps // 3,
+                                            agree=group.agree, barrier=group.barrier)[mode]
+                bare += bare_loop_us(prep.layers, group.barrier, args.reps // 3)
+            h, b = critical(harness), critical(bare)
+            if info.rank == 0:
+                print(json.dumps({"seq": seq, "bs": args.bs, "cp": cp, "mode": mode, "gather": args.gather,
+                                  "harness_us": round(h, 1), "bare_us": round(b, 1),
+                                  "diff_pct": round(100 * (h - b) / b, 2)}), flush=True)
+    dist.barrier(group=groups.gloo_group())
+    groups.destroy()
+
+
+if __name__ == "__main__":
+    main()
