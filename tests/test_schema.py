@@ -1,0 +1,108 @@
+"""The results schema (cpbench.bench.schema): real sweep rows pass check_row, the key and the options
+fixed on --resume come from the columns, v1 rows migrate, and check_row finds what is wrong."""
+
+import pytest
+
+from cpbench.bench import schema
+from cpbench.bench.schema import (COLUMNS, FIXED_ON_RESUME, KEY_COLUMNS, SCHEMA_VERSION, check_row, migrate_row,
+                                  row_key)
+from cpbench.bench.store import read_jsonl
+from clirun import cpbench
+
+TINY = ["--layers", "2", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--page-size", "16"]
+
+
+@pytest.fixture(scope="module")
+def sweep_rows(tmp_path_factory):
+    """Rows of a real CPU sweep (torch backend): cp 2, bs 1, seq 3 (ineligible: 3 < 2*cp), 32 and 64."""
+    out = tmp_path_factory.mktemp("schema") / "run"
+    r = cpbench("sweep", "--backend", "torch", "--cp", "2", "--bs", "1", "--seq", "3,32,64", "--mode", "two-call,fused",
+                "--out", str(out), "--no-report", *TINY, "--budget-ms", "5")
+    assert r.returncode == 0, r.stderr[-2000:]
+    return read_jsonl(out / "results.jsonl")
+
+
+def test_every_row_of_a_real_sweep_passes_check_row(sweep_rows):
+    assert len(sweep_rows) == 3 * 2 * 2  # 3 seqs x 2 ranks x 2 modes
+    for row in sweep_rows:
+        assert check_row(row) == [], (row["seq_len"], row["rank"], row["mode"], check_row(row))
+    status = {(r["seq_len"], r["rank"], r["mode"]): r["status"] for r in sweep_rows}
+    assert {s for (seq, *_), s in status.items() if seq == 3} == {"ineligible"}  # the status rows are checked too
+    assert {s for (seq, *_), s in status.items() if seq != 3} == {"ok"}
+    ok = [r for r in sweep_rows if r["status"] == "ok"]
+    assert {r["schema_version"] for r in sweep_rows} == {SCHEMA_VERSION}
+    assert {(r["launch"], r["world_size"], r["gather"], r["dtype"], r["backend"]) for r in sweep_rows} == \
+        {("simulated", 1, "none", "bf16", "torch")}
+    assert all(isinstance(r["samples_us"], list) and len(r["samples_us"]) == r["n_samples"] >= 3 for r in ok)
+    assert len({row_key(r) for r in sweep_rows}) == len(sweep_rows)  # the key tells every row apart
+
+
+def test_status_rows_carry_the_whole_key(sweep_rows):
+    bad = [r for r in sweep_rows if r["status"] == "ineligible"]
+    assert len(bad) == 4
+    for r in bad:
+        assert all(k in r for k in KEY_COLUMNS) and r["reason"] and "latency_us_median" not in r
+
+
+def test_key_columns_and_fixed_on_resume_come_from_the_columns():
+    for c in ("dtype", "launch", "world_size", "gather", "model", "backend", "timing", "cp_size", "bs", "seq_len",
+              "prefix_len", "extend_lens", "rank", "mode"):
+        assert c in KEY_COLUMNS, c
+    assert "seq_lens" not in COLUMNS and "latency_us_median" not in KEY_COLUMNS
+    run_cols = [c for c in COLUMNS.values() if c.role == "run"]
+    assert {c.name for c in run_cols} == {"model", "backend", "dtype", "launch", "world_size", "gather"}
+    assert KEY_COLUMNS[:len(run_cols)] == schema.RUN_COLUMNS  # run, then cell, then row columns
+    assert KEY_COLUMNS[-2:] == ("rank", "mode")
+    for c in run_cols:  # derived: every run column's sweep option must stay fixed on --resume
+        assert c.option and c.option in FIXED_ON_RESUME, c.name
+    assert {"seed", "prefix", "context_len", "check"} <= set(FIXED_ON_RESUME)
+    assert len(FIXED_ON_RESUME) == len(set(FIXED_ON_RESUME))
+
+
+def _v1_row():
+    return {"schema_version": 1, "model": "gpt-oss-120b", "backend": "fa3", "timing": "eager", "dtype": "bf16",
+            "cp_size": 4, "bs": 2, "seq_len": 2048, "prefix_len": 0, "seq_lens": "2048,1024", "rank": 3,
+            "mode": "fused", "page_size": 64, "num_layers": 36, "status": "ok", "reason": "",
+            "latency_us_median": 1459.9}
+
+
+def test_migrate_v1_row():
+    v1 = _v1_row()
+    original = dict(v1)
+    v2 = migrate_row(v1)
+    assert v1 == original  # the input is not modified
+    assert "seq_lens" not in v2 and v2["extend_lens"] == "2048,1024"
+    assert (v2["launch"], v2["world_size"], v2["gather"], v2["seed"]) == ("simulated", 1, "none", 0)
+    assert v2["schema_version"] == SCHEMA_VERSION == 2
+    assert {k: v for k, v in v2.items() if k not in ("extend_lens", "launch", "world_size", "gather", "seed",
+                                                        "schema_version")} == \
+        {k: v for k, v in v1.items() if k not in ("seq_lens", "schema_version")}
+    assert check_row(v2) == []
+    # a v1 row without schema_version (the v1 writer always wrote it, but the default is v1)
+    bare = {k: v for k, v in _v1_row().items() if k != "schema_version"}
+    assert migrate_row(bare)["extend_lens"] == "2048,1024" and migrate_row(bare)["launch"] == "simulated"
+
+
+def test_migrate_keeps_a_v2_row_unchanged():
+    v2 = migrate_row(_v1_row())
+    v2.update(launch="torchrun", world_size=4, gather="packed", seed=7)
+    snapshot = dict(v2)
+    assert migrate_row(v2) == snapshot and migrate_row(v2)["launch"] == "torchrun"
+    assert migrate_row(migrate_row(_v1_row())) == migrate_row(_v1_row())  # idempotent
+
+
+def test_check_row_reports_unknown_column_and_wrong_type():
+    good = migrate_row(_v1_row())
+    assert check_row(good) == []
+    assert check_row({**good, "latency_ms": 1.0}) == ["unknown column 'latency_ms'"]
+    assert check_row({**good, "seq_lens": "2048"}) == ["unknown column 'seq_lens'"]  # the v1 name is no column
+    assert check_row({**good, "cp_size": "4"}) == ["cp_size='4' is not int"]
+    assert check_row({**good, "bs": True}) == ["bs=True is not int"]  # a bool is no int
+    assert check_row({**good, "latency_us_median": "fast"}) == ["latency_us_median='fast' is not float"]
+    assert check_row({**good, "samples_us": (1.0, 2.0)}) == ["samples_us=(1.0, 2.0) is not list"]
+    assert check_row({**good, "status": "weird"}) == [f"status 'weird' not in {schema.STATUSES}"]
+    missing = {k: v for k, v in good.items() if k != "launch"}
+    assert check_row(missing) == ["key column 'launch' missing"]
+    # allowed: NaN in an int column, None anywhere, an int in a float column, a setup_us_* part
+    assert check_row({**good, "n_samples": float("nan"), "tflops": None, "flops": 3,
+                      "setup_us_custom": 1.0}) == []

@@ -1,0 +1,181 @@
+"""The run directory (cpbench.bench.store.RunDir): committed schema-v1 runs load migrated and still report
+and compare; one sweep at a time per --out (the lock); --resume refuses a v1 run; a torn last line."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cpbench.bench.compare import compare_runs
+from cpbench.bench.schema import KEY_COLUMNS, SCHEMA_VERSION, check_row
+from cpbench.bench.store import RunDir, load_run, read_jsonl
+from cpbench.errors import CpbenchInputError
+from clirun import cpbench
+
+RUNS = Path(__file__).parent.parent / "docs" / "runs"
+COMMITTED = sorted(p.name for p in RUNS.iterdir() if (p / "results.jsonl").exists())
+TINY = ["--layers", "2", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--page-size", "16"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+    [str(Path(__file__).parent.parent / "src"), os.environ.get("PYTHONPATH", "")])}
+
+
+def test_committed_runs_are_all_schema_v1():
+    assert len(COMMITTED) >= 6, COMMITTED
+    for name in COMMITTED:
+        assert json.loads((RUNS / name / "manifest.json").read_text())["schema_version"] == 1, name
+        assert {r["schema_version"] for r in read_jsonl(RUNS / name / "results.jsonl")} == {1}, name
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_committed_v1_run_loads_migrated(name):
+    run = RunDir(RUNS / name)
+    raw = read_jsonl(run.results)
+    df, manifest = run.load()  # from results.parquet (v1), migrated row by row
+    assert len(df) == len({tuple(str(r.get(c)) for c in KEY_COLUMNS if c != "extend_lens") for r in raw})
+    assert "seq_lens" not in df.columns and df["extend_lens"].notna().all()
+    assert list(df["extend_lens"]) != [] and set(df["launch"]) == {"simulated"}
+    assert set(df["world_size"]) == {1} and set(df["gather"]) == {"none"} and set(df["seed"]) == {0}
+    assert set(df["schema_version"]) == {SCHEMA_VERSION}
+    by_key = {(r["cp_size"], r["bs"], r["seq_len"], r["rank"], r["mode"], r["timing"]): r["seq_lens"] for r in raw}
+    for r in df.itertuples():  # extend_lens holds what v1 called seq_lens, row for row
+        assert r.extend_lens == by_key[(r.cp_size, r.bs, r.seq_len, r.rank, r.mode, r.timing)]
+    for r in run.rows():  # the jsonl path migrates the same way, and every migrated row is a valid v2 row
+        assert check_row({k: v for k, v in r.items() if not (isinstance(v, float) and v != v)}) == [], name
+    assert "seq_lens" not in manifest["config"]  # a v1 config key is read as extend_lens
+    ok = df[df["status"] == "ok"]
+    assert len(ok) and (ok["latency_us_median"] > 0).all()
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_report_and_compare_of_committed_v1_run(tmp_path, name):
+    run = tmp_path / name  # report writes report.md into the run directory: work on a copy
+    shutil.copytree(RUNS / name, run)
+    (run / "report.md").unlink()
+    r = cpbench("report", str(run))
+    assert r.returncode == 0, r.stderr[-2000:]
+    text = (run / "report.md").read_text()
+    assert text.startswith(f"# cpbench: fused vs two-call zigzag CP prefill attention — `{name}`")
+    assert "| results schema | 1 |" in text  # the manifest's version is shown as written
+    r = cpbench("compare", str(run), str(run))
+    assert r.returncode == 0, r.stderr[-2000:]
+    res, _, _ = compare_runs(run, run)
+    ok = (df := run_frame(run))[df["status"] == "ok"]
+    assert len(res.table) == len(ok) > 0 and set(res.table["verdict"]) == {"near-tie"}
+    assert (res.table["ratio"] == 1.0).all() and res.exit_code == 0 and res.not_comparable.empty
+    before = {p.name: p.read_bytes() for p in (RUNS / name).iterdir() if p.is_file()}
+    r = cpbench("compare", str(RUNS / name), str(RUNS / name))  # compare never writes into a run
+    assert r.returncode == 0
+    assert {p.name: p.read_bytes() for p in (RUNS / name).iterdir() if p.is_file()} == before
+
+
+def run_frame(run):
+    return load_run(run)[0]
+
+
+# -- one sweep per --out ------------------------------------------------------------------------------
+def _sweep(out, *extra):
+    return ["sweep", "--backend", "torch", "--cp", "2", "--bs", "1", "--out", str(out), "--no-report", *TINY, *extra]
+
+
+def test_second_sweep_into_a_locked_out_exits_2_naming_the_holder(tmp_path):
+    out = tmp_path / "run"
+    first = _sweep(out, "--seq", "32,48,64,80,96,112,128", "--budget-ms", "200")
+    proc = subprocess.Popen([sys.executable, "-m", "cpbench", *first], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=ENV)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and not (out / "results.jsonl").exists() and proc.poll() is None:
+            time.sleep(0.05)
+        assert proc.poll() is None, "the first sweep ended before the test could race it"
+        proc.send_signal(signal.SIGSTOP)  # keep its lock, freeze its file
+        time.sleep(0.2)
+        before = (out / "results.jsonl").read_bytes()
+        manifest = (out / "manifest.json").read_bytes()
+        assert before
+        for extra in ([], ["--resume"]):  # with or without --resume, the lock is checked first
+            r = cpbench(*_sweep(out, "--seq", "16", "--budget-ms", "5"), *extra)
+            assert r.returncode == 2, (extra, r.stdout[-500:], r.stderr[-500:])
+            lines = r.stderr.strip().splitlines()
+            assert len(lines) == 1, r.stderr
+            assert f"is being written by pid {proc.pid} (cpbench sweep --backend torch --cp 2" in lines[0]
+            assert str(out) in lines[0] and "Traceback" not in r.stderr
+        assert (out / "results.jsonl").read_bytes() == before  # the second sweep wrote nothing
+        assert (out / "manifest.json").read_bytes() == manifest
+        # the holder is this process too while it keeps a RunDir open (flock is per open file)
+        with pytest.raises(CpbenchInputError, match=f"is being written by pid {proc.pid} "):
+            RunDir.create(out, resume=True)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    rows = read_jsonl(out / "results.jsonl")
+    assert all(r["seq_len"] != 16 for r in rows)  # no row of the refused sweep
+    # once the holder is gone the lock is free again (a killed process releases its flock)
+    held = RunDir.create(out, resume=True)
+    held.unlock()
+
+
+def test_lock_held_in_this_process_refuses_a_sweep(tmp_path):
+    out = tmp_path / "run"
+    held = RunDir.create(out, resume=False)
+    try:
+        RunDir(out).append({"schema_version": SCHEMA_VERSION, "status": "ok"})
+        before = (out / "results.jsonl").read_bytes()
+        r = cpbench(*_sweep(out, "--seq", "32", "--budget-ms", "5"))
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert f"is being written by pid {os.getpid()} " in r.stderr
+        assert (out / "results.jsonl").read_bytes() == before
+        assert not (out / "manifest.json").exists()
+    finally:
+        held.unlock()
+
+
+def test_resume_of_a_v1_run_is_refused_in_one_line(tmp_path):
+    run = tmp_path / "v1"
+    shutil.copytree(RUNS / "cpu-torch-default", run)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    r = cpbench(*_sweep(run, "--seq", "32", "--budget-ms", "5"), "--resume")
+    assert r.returncode == 2, r.stderr[-1000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr
+    assert "was written by results schema 1, this cpbench writes 2: start a new --out" in lines[0]
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"} == before
+    # and its lock was released: the run still reports
+    assert cpbench("report", str(run)).returncode == 0
+
+
+# -- torn last line -----------------------------------------------------------------------------------
+def _row(i):
+    return {"schema_version": SCHEMA_VERSION, "rank": i, "mode": "fused", "status": "ok", "latency_us_median": 1.5 * i}
+
+
+def test_append_after_a_torn_last_line_keeps_every_row(tmp_path):
+    run = RunDir(tmp_path)
+    for i in range(3):
+        run.append(_row(i))
+    text = run.results.read_bytes()
+    run.results.write_bytes(text + b'{"schema_version": 2, "rank": 99, "mo')  # killed mid-write
+    assert [r["rank"] for r in read_jsonl(run.results)] == [0, 1, 2]  # the torn line is ignored
+    run.append(_row(3))
+    after = run.results.read_bytes()
+    assert after.startswith(text) and after.endswith(b"\n")
+    lines = after.decode().splitlines()
+    assert [json.loads(x)["rank"] for x in lines] == [0, 1, 2, 3]  # every line parses, no row lost
+    assert run.rows() == [_row(i) for i in range(4)]
+
+
+def test_append_after_a_torn_first_line_and_nan(tmp_path):
+    run = RunDir(tmp_path)
+    run.results.write_bytes(b'{"schema_ver')  # killed while writing the first row
+    run.append({**_row(0), "tflops": float("nan")})
+    assert run.results.read_text() == json.dumps({**_row(0), "tflops": None}) + "\n"  # NaN stored as null
+    run.append(_row(1))
+    assert [r["rank"] for r in run.rows()] == [0, 1]
+    df = run.finalize()
+    assert len(df) == 2 and pd.read_parquet(run.parquet)["rank"].tolist() == [0, 1]
