@@ -196,9 +196,12 @@ def topology_summary(topo) -> str:
     if not isinstance(topo, str) or not topo.strip():
         return "—"
     lines = [ln for ln in topo.splitlines() if ln.strip()]
-    head = next((ln.split() for ln in lines if ln.split()[:1] == ["GPU0"] or "GPU0" in ln.split()[:2]), None)
-    rows = [ln.split() for ln in lines if ln.split()[0].startswith("GPU") and ln.split()[0][3:].isdigit()]
-    if head is None or not rows:
+    at = next((i for i, ln in enumerate(lines) if "GPU0" in ln.split()[:2]), None)  # the header row
+    if at is None:
+        return "—"
+    head = lines[at].split()
+    rows = [ln.split() for ln in lines[at + 1:] if ln.split()[0].startswith("GPU") and ln.split()[0][3:].isdigit()]
+    if not rows:
         return "—"
     ngpu = sum(1 for h in head if h.startswith("GPU") and h[3:].isdigit())
     links: dict[str, int] = {}

@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from cpbench.plots.data import uniform
-from cpbench.plots.dist_data import EST_BANDWIDTHS, cell_summary, estimates, sim_vs_real, topology_summary, torchrun_rows
+from cpbench.plots.dist_data import (EST_BANDWIDTHS, cell_summary, estimates, sim_vs_real, topology_summary,
+                                     torchrun_rows)
 from cpbench.plots.style import human_bytes, human_tokens
 from cpbench.plots.tables import md_table, ms, times
 

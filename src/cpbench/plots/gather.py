@@ -61,8 +61,8 @@ def gather_share_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -
 
 
 @style.styled
-def sim_vs_real_chart(df_real: pd.DataFrame, df_sim: pd.DataFrame, out_dir: Path,
-                      name: str = "sim_vs_real", title: str = "simulated vs real (torchrun) critical path") -> list[Path]:
+def sim_vs_real_chart(df_real: pd.DataFrame, df_sim: pd.DataFrame, out_dir: Path, name: str = "sim_vs_real",
+                      title: str = "simulated vs real (torchrun) critical path") -> list[Path]:
     """Critical path of matched cells (``dist_data.sim_vs_real``; eager timing preferred): a panel per
     cp_size (rows) x mode (columns), ms (log y) vs seq_len, colour = bs; real torchrun solid with filled
     markers (p10–p90 of the per-sample max over ranks), simulated dotted with hollow markers (slowest
