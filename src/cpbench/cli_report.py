@@ -17,7 +17,7 @@ RUN_FILES = ("results.jsonl", "results.parquet", "results.csv", "manifest.json",
 RunArg = Annotated[Path, typer.Argument(help="Run directory written by `cpbench sweep` (holds results.*).",
                                         show_default=False)]
 PLOT_EPILOG = "Example:  cpbench plot runs/<id>"
-REPORT_EPILOG = "Example:  cpbench report runs/<id>"
+REPORT_EPILOG = "Example:  cpbench report runs/<id>   (torchrun run vs its simulated twin: --simulated runs/<sim-id>)"
 COMPARE_EPILOG = "Example:  cpbench compare runs/base runs/new --band 0.03 --fail-above 0.05 --out compare.md"
 
 
@@ -48,15 +48,19 @@ def plot(run: RunArg) -> None:
 def report(
     run: RunArg,
     replot: Annotated[bool, typer.Option(help="Redraw the charts even if they exist.")] = False,
+    simulated: Annotated[Optional[Path], typer.Option(
+        help="A simulated run (same cells, no --launch) to compare this torchrun run's critical path with: "
+             "adds a 'Simulated vs real' table and chart.", show_default=False)] = None,
 ) -> None:
     """Write RUN/report.md, ready to paste into a PR.
 
-    Summary, environment, repro command, tables per cp size, kernel counts, charts (drawn if missing), notes.
+    Summary, environment, repro command, tables per cp size, kernel counts, charts (drawn if missing), notes;
+    for a torchrun run also a "Real CP (torchrun)" section (phases, gather share, link-bandwidth estimate).
     """
     from cpbench.plots.report import write_report
 
-    with readable(run):
-        path = write_report(run, replot=replot)
+    with readable(run, *([simulated] if simulated is not None else [])):
+        path = write_report(run, replot=replot, simulated=simulated)
     typer.echo(f"wrote {path}")
 
 

@@ -9,8 +9,11 @@ import pandas as pd
 from cpbench.bench.store import load_run
 from cpbench.plots.costs import kernels_chart, memory_chart
 from cpbench.plots.data import groups, prepare
+from cpbench.plots.dist_data import has_phases
+from cpbench.plots.gather import gather_share_chart
 from cpbench.plots.latency import latency_chart, speedup_heatmap
 from cpbench.plots.overhead import balance_chart, overhead_chart
+from cpbench.plots.phases import phases_chart, timeline_chart
 
 # file stem, function, title, one-line caption for the report
 CHARTS = (
@@ -27,12 +30,31 @@ CHARTS = (
     ("balance", balance_chart, "zigzag balance across ranks",
      "Per-rank latency of the longest cell, and slowest/fastest rank ratio for every cell."),
 )
+# torchrun charts (one process per rank): drawn only for a (model, backend) whose eager torchrun rows carry
+# phase times (gather_us, kv_write_us, attn_us); no file otherwise. sim_vs_real (gather.sim_vs_real_chart)
+# needs a second, simulated run and is drawn by the report (``cpbench report --simulated RUN``).
+DIST_CHARTS = (
+    ("phases", phases_chart, "per-rank phases of one forward (eager, torchrun)",
+     "Per cell, rank and mode: attention, KV write, all-gather and the part of it spent waiting for slower "
+     "ranks (ms per forward, sums over layers; medians of separately timed forwards), with each rank's forward "
+     "latency (median, p10–p90) as a black whisker."),
+    ("timeline", timeline_chart, "one forward, layer by layer (largest cell)",
+     "Average per-layer phase times (phase / layers) laid out in order per rank: a sketch, not a trace."),
+    ("gather_share", gather_share_chart, "all-gather share of the forward (eager, torchrun)",
+     "gather_us / forward latency per rank (median over ranks, bars min..max over ranks) vs tokens."),
+)
+
+
+def charts_for(rows: pd.DataFrame) -> tuple:
+    """The chart table of one prepared (model, backend) group: ``CHARTS`` plus ``DIST_CHARTS`` when its
+    torchrun rows carry phase times."""
+    return CHARTS + DIST_CHARTS if len(rows) and has_phases(rows) else CHARTS
 
 
 def chart_stems(df: pd.DataFrame) -> list[tuple[str, str, str, str]]:
     """``[(stem, model, backend, caption)]`` for a prepared frame, in render order."""
     return [(f"{name}{suffix}", model, backend, caption)
-            for model, backend, suffix, _ in groups(df) for name, _, _, caption in CHARTS]
+            for model, backend, suffix, rows in groups(df) for name, _, _, caption in charts_for(rows)]
 
 
 def render_frame(df: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -46,7 +68,7 @@ def render_frame(df: pd.DataFrame, out_dir: Path) -> list[Path]:
     out: list[Path] = []
     for model, backend, suffix, rows in groups(d):
         head = f"{model} · {backend}: " if model or backend else ""
-        for name, fn, title, _ in CHARTS:
+        for name, fn, title, _ in charts_for(rows):
             out += fn(rows, Path(out_dir), f"{name}{suffix}", head + title)
     return out
 

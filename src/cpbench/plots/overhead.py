@@ -132,7 +132,7 @@ def balance_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
 def _rank_bars(ax, rows: pd.DataFrame, cell: pd.Series) -> None:
     sel = rows[(rows["cp_size"] == cell["cp_size"]) & (rows["bs"] == cell["bs"]) & (rows["seq_len"] == cell["seq_len"])
                & (rows["prefix_len"] == cell["prefix_len"]) & (rows["extend_lens"] == cell["extend_lens"])
-               & (rows["status"] == "ok")]
+               & (rows["launch"] == cell["launch"]) & (rows["status"] == "ok")]
     ranks = sorted(set(sel["rank"]))
     x = np.arange(len(ranks))
     for k, mode in enumerate(MODES):

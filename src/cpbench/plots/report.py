@@ -17,6 +17,7 @@ from cpbench.bench.store import load_run
 from cpbench.plots.charts import chart_stems, render_frame
 from cpbench.plots.costs import kernel_counts
 from cpbench.plots.data import cells, groups, prepare, span_text
+from cpbench.plots.dist_report import real_cp_section, sim_vs_real_section
 from cpbench.plots.style import human_tokens
 from cpbench.plots.tables import TIE, cell_tables, kernel_lines, kernel_table, md_table, merge_lines, summary_lines
 
@@ -109,11 +110,14 @@ def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
     return out
 
 
-def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Path | None = None) -> str:
+def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Path | None = None,
+                  sim_df: pd.DataFrame | None = None, sim_name: str = "") -> str:
     """The report's markdown for a results frame and its manifest.
 
     Args: df: results rows (``load_run``); manifest: manifest dict (missing keys are fine);
-    run_name: heading; plot_dir: where charts live (only existing PNGs are embedded; None: embed all).
+    run_name: heading; plot_dir: where charts live (only existing PNGs are embedded; None: embed all);
+    sim_df / sim_name: a simulated run's rows and name for the "Simulated vs real" section (without one,
+    the section appears when ``df`` itself holds both simulated and torchrun rows).
     """
     d = prepare(df)
     view = cells(d)
@@ -136,6 +140,10 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
         parts += [f"### {heading}", "", table, ""]
     if view.empty:
         parts += ["_No result rows._", ""]
+    parts += real_cp_section(d, manifest)
+    sim = _simulated(d, sim_df)
+    if sim is not None:
+        parts += sim_vs_real_section(d, sim, sim_name or run_name, plot_dir)
     parts += ["## Attention kernels per forward", "",
               "GPU kernel executions classified as attention (torch backend: calls), eager timing.", "",
               kernel_table(counts), "", "## Charts", ""]
@@ -150,18 +158,37 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     return "\n".join(parts)
 
 
-def write_report(run_dir: str | Path, replot: bool = False) -> Path:
+def _simulated(d: pd.DataFrame, sim_df: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The simulated rows to compare the torchrun rows of ``d`` with: ``sim_df`` (prepared) when given,
+    else ``d``'s own simulated rows when it holds both launches, else None (no section)."""
+    if sim_df is not None:
+        return prepare(sim_df)
+    launches = set(d["launch"]) if len(d) else set()
+    return d if {"simulated", "torchrun"} <= launches else None
+
+
+def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Path | None = None) -> Path:
     """Write ``run_dir/report.md`` (and the charts into ``run_dir/plots/`` if any is missing, or always
     with ``replot``). Returns the report path.
 
+    ``simulated``: a simulated run directory to compare this run's torchrun rows with (adds the
+    "Simulated vs real critical path" section and ``plots/sim_vs_real.{png,svg}``).
     Raises: CpbenchInputError (from ``load_run``): missing directory, no results, other schema version.
     """
+    from cpbench.plots.gather import sim_vs_real_chart
+
     run = Path(run_dir)
     df, manifest = load_run(run)
+    sim_df = load_run(simulated)[0] if simulated is not None else None
     plot_dir = run / "plots"
     stems = chart_stems(prepare(df))
     if replot or any(not (plot_dir / f"{s}.png").exists() for s, *_ in stems):
         render_frame(df, plot_dir)
+    d = prepare(df)
+    sim = _simulated(d, sim_df)
+    if sim is not None:
+        sim_vs_real_chart(d, sim, plot_dir)
+    sim_name = Path(simulated).resolve().name if simulated is not None else ""
     path = run / "report.md"
-    path.write_text(render_report(df, manifest, run.resolve().name, plot_dir))
+    path.write_text(render_report(df, manifest, run.resolve().name, plot_dir, sim_df=sim_df, sim_name=sim_name))
     return path

@@ -1,0 +1,189 @@
+"""Torchrun charts and report sections from synthetic torchrun rows (no GPU, no torch in the code under test)."""
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cpbench.plots.charts import CHARTS, DIST_CHARTS, render_frame
+from cpbench.plots.data import prepare
+from cpbench.plots.dist_data import sim_vs_real, stacks, t_gather_us, topology_summary
+from cpbench.plots.dist_report import FORMULA
+from cpbench.plots.report import render_report, write_report
+from cpbench.plots.tables import ms
+from clirun import cpbench
+from runfactory import LAYERS, make_rows, make_run, write_run
+
+CP, BSS, SEQS = 2, (1, 4), (1024, 4096)
+DIST_MANIFEST = {"world_size": 2, "dist_backend": "nccl", "nccl_version": "2.27.3", "gather": "packed",
+                 "nccl_env": {"NCCL_ALGO": "Ring"}, "gpu_topology": (
+                     "\tGPU0\tGPU1\tNIC0\tCPU Affinity\n GPU0\t X \tNV18\tPXB\t0-63\n GPU1\tNV18\t X \tPXB\t0-63\n"
+                     "NIC0\tPXB\tPXB\t X\n"),
+                 "command": "cpbench sweep --launch torchrun --nproc-per-node 2 --cp 2"}
+
+
+def sim_latency(model, backend, timing, cp, bs, seq, rank, mode):
+    return 1000.0 * bs * seq / 1024 + (100.0 if mode == "two-call" else 0.0) + 10.0 * rank
+
+
+def real_latency(*a):
+    return 1.5 * sim_latency(*a) + 200.0
+
+
+def phases_of(bs, seq, rank, mode):
+    """Exact phase times, µs per forward: rank 1's gather is slower (it waits)."""
+    attn = 0.8 * sim_latency("", "", "eager", CP, bs, seq, rank, mode)
+    return {"attn_us": attn, "kv_write_us": 20.0 * bs, "gather_us": 150.0 * bs + (37.0 if rank == 1 else 0.0)}
+
+
+def dist_rows(timings=("eager", "graph"), phases=True, noise=0.01):
+    """Torchrun rows as the writer leaves them: launch columns, phase times on eager ok rows, and the
+    cell-derived columns (wait_us, bus_gbps, critical_us_median) computed as bench/derived.py does."""
+    rows = make_rows(cp_sizes=(CP,), bss=BSS, seqs=SEQS, timings=timings, latency=real_latency, noise=noise)
+    for r in rows:
+        r.update(launch="torchrun", world_size=CP, gather="packed")
+        if phases and r["timing"] == "eager" and r["status"] == "ok":
+            r.update(phases_of(r["bs"], r["seq_len"], r["rank"], r["mode"]), gather_bytes=4096 * r["bs"] * r["seq_len"])
+    df = pd.DataFrame(rows)
+    for _, g in df.groupby(["timing", "bs", "seq_len", "mode"]):
+        crit = float(np.median(np.max(np.vstack(g["samples_us"].tolist()), axis=0)))
+        df.loc[g.index, "critical_us_median"] = crit
+        if phases and "gather_us" in g and g["gather_us"].notna().all():
+            fastest = g["gather_us"].min()
+            df.loc[g.index, "wait_us"] = g["gather_us"] - fastest
+            df.loc[g.index, "bus_gbps"] = (CP - 1) / CP * g["gather_bytes"] * LAYERS / (fastest * 1e-6) / 1e9
+    return df
+
+
+def sim_rows(**kw):
+    return pd.DataFrame(make_rows(cp_sizes=(CP,), bss=BSS, seqs=SEQS, latency=sim_latency, **kw))
+
+
+@pytest.fixture(scope="module")
+def report_text():
+    return render_report(dist_rows(), DIST_MANIFEST, "dist", plot_dir=None)
+
+
+def test_phase_stacks_sum_to_each_ranks_phases():
+    s = stacks(prepare(dist_rows()))
+    assert len(s) == len(BSS) * len(SEQS) * CP * 2 and set(s["timing"]) == {"eager"}
+    for _, r in s.iterrows():
+        p = phases_of(r["bs"], r["seq_len"], r["rank"], r["mode"])
+        assert r["total_us"] == pytest.approx(p["gather_us"] + p["kv_write_us"] + p["attn_us"])
+        assert r["gather_own_us"] + r["wait_us"] == pytest.approx(p["gather_us"])
+        assert r["wait_us"] == pytest.approx(37.0 if r["rank"] == 1 else 0.0)  # gather beyond the fastest rank's
+        assert r["gather_own_us"] == pytest.approx(150.0 * r["bs"])
+
+
+def test_report_gather_share_is_gather_over_latency(report_text):
+    df = dist_rows()
+    assert "## Real CP (torchrun)" in report_text
+    eager = df[df["timing"] == "eager"]
+    for (bs, seq), c in eager.groupby(["bs", "seq_len"]):
+        share = {m: np.median(g["gather_us"] / g["latency_us_median"]) for m, g in c.groupby("mode")}
+        wait = {m: g["wait_us"].max() / 1e3 for m, g in c.groupby("mode")}
+        crit = {m: g["critical_us_median"].iloc[0] for m, g in c.groupby("mode")}
+        section = report_text.split("## Real CP (torchrun)")[1]
+        row = next(ln for ln in section.splitlines() if ln.startswith(f"| {bs} | {seq // 1024}K | "))
+        assert f"| {100 * share['two-call']:.1f}% / {100 * share['fused']:.1f}% |" in row
+        assert f"| {wait['two-call']:.4g} / {wait['fused']:.4g} |" in row
+        assert f"| {crit['two-call'] / crit['fused']:.2f}× |" in row  # speedup on the torchrun critical path
+    assert "- World size: 2 processes; distributed backend: nccl; K|V all-gather: packed." in report_text
+    assert "NCCL version: 2.27.3; NCCL variables: `NCCL_ALGO=Ring`" in report_text
+    assert "GPU topology: 2 GPUs; GPU↔GPU links: NV18 × 1 pair." in report_text
+
+
+def test_bandwidth_estimate_equals_the_formula(report_text):
+    assert t_gather_us(36, 4, 1e9, 50.0) == pytest.approx(36 * 0.75 * 1e9 / 50e9 * 1e6)
+    assert FORMULA in report_text and "**Estimate, not a measurement**" in report_text
+    df = dist_rows()
+    eager = df[df["timing"] == "eager"]
+    lines = report_text.splitlines()
+    for (bs, seq, mode), g in eager.groupby(["bs", "seq_len", "mode"]):
+        nbytes = 4096 * bs * seq
+        work = (g["attn_us"] + g["kv_write_us"]).max()
+        row = next(ln for ln in lines if ln.startswith(f"| gpt-oss-120b | {CP} | {bs} | {seq // 1024}K | {mode} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        est = {bw: LAYERS * (CP - 1) / CP * nbytes / (bw * 1e9) * 1e6 for bw in (50, 25)}
+        assert cells[-4:] == [f"{est[50] / 1e3:.4g}", f"{(work + est[50]) / 1e3:.4g}",
+                              f"{est[25] / 1e3:.4g}", f"{(work + est[25]) / 1e3:.4g}"]
+        assert cells[6] == f"{g['gather_us'].min() / 1e3:.4g}"  # measured, fastest rank
+
+
+def test_dist_charts_written_png_and_svg(tmp_path):
+    paths = render_frame(dist_rows(), tmp_path)
+    names = {p.name for p in paths}
+    stems = [n for n, *_ in CHARTS] + [n for n, *_ in DIST_CHARTS]
+    assert names == {f"{s}.{e}" for s in stems for e in ("png", "svg")}
+    for s, *_ in DIST_CHARTS:
+        assert (tmp_path / f"{s}.png").stat().st_size > 10_000 and "<svg" in (tmp_path / f"{s}.svg").read_text()
+
+
+@pytest.mark.parametrize("frame", ["simulated", "no_phases", "graph_only"])
+def test_dist_charts_skipped_without_phase_times(tmp_path, frame):
+    df = {"simulated": lambda: sim_rows(), "no_phases": lambda: dist_rows(phases=False),
+          "graph_only": lambda: dist_rows(timings=("graph",))}[frame]()
+    names = {p.name for p in render_frame(df, tmp_path)}
+    assert names == {f"{s}.{e}" for s, *_ in CHARTS for e in ("png", "svg")}
+    assert not any((tmp_path / f"{s}.png").exists() for s, *_ in DIST_CHARTS)
+
+
+def test_simulated_report_has_no_torchrun_section(tmp_path):
+    text = write_report(make_run(tmp_path / "sim", cp_sizes=(2,), bss=(1,), seqs=(1024,))).read_text()
+    assert "Real CP (torchrun)" not in text and "Simulated vs real" not in text and "timeline" not in text
+
+
+def test_torchrun_run_without_phases_still_reports():
+    text = render_report(dist_rows(timings=("graph",)), DIST_MANIFEST, "g")
+    assert "## Real CP (torchrun)" in text and "_No eager torchrun cell with phase times" in text
+
+
+def test_sim_vs_real_matches_cells_and_takes_the_difference():
+    real, sim = dist_rows(noise=0), sim_rows(noise=0)
+    m = sim_vs_real(prepare(real), prepare(sim))
+    assert len(m) == len(BSS) * len(SEQS) * 2 * 2  # cells x modes x timings
+    for _, r in m.iterrows():
+        args = ("gpt-oss-120b", "fa3", r["timing"], CP, r["bs"], r["seq_len"])
+        want_sim = max(sim_latency(*args, k, r["mode"]) for k in range(CP))
+        want_real = max(real_latency(*args, k, r["mode"]) for k in range(CP))
+        assert r["sim_us"] == pytest.approx(want_sim) and r["real_us"] == pytest.approx(want_real)
+        assert r["diff_us"] == pytest.approx(want_real - want_sim)
+    assert sim_vs_real(prepare(real), prepare(real)).empty  # a torchrun run is no simulated baseline
+
+
+def test_cli_report_simulated_adds_table_and_chart_without_torch(tmp_path):
+    real = write_run(tmp_path / "real", dist_rows(noise=0).to_dict("records"), manifest_over=DIST_MANIFEST)
+    sim = write_run(tmp_path / "sim", sim_rows(noise=0).to_dict("records"))
+    code = ("import sys; sys.modules['torch'] = None; sys.argv = ['cpbench', 'report', "
+            f"{str(real)!r}, '--simulated', {str(sim)!r}]; from cpbench.cli import main; main()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    text = (real / "report.md").read_text()
+    assert "## Simulated vs real critical path" in text and "Simulated run: `sim`" in text
+    assert "![sim_vs_real](plots/sim_vs_real.png)" in text and (real / "plots" / "sim_vs_real.svg").exists()
+    assert (real / "plots" / "timeline.png").exists() and "![timeline](plots/timeline.png)" in text
+    args = ("", "", "eager", CP, 4, 4096, 1, "fused")  # rank 1 is the slowest in both runs
+    real_us, sim_us = real_latency(*args), sim_latency(*args)
+    row = next(ln for ln in text.splitlines() if f"| eager | {CP} | 4 | 4K | fused | " in ln)
+    assert row.endswith(f"| {ms(sim_us)} | {ms(real_us)} | {(real_us - sim_us) / 1e3:.4g} | "
+                        f"{real_us / sim_us:.2f}× |")
+    bad = cpbench("report", real, "--simulated", tmp_path / "nope")
+    assert bad.returncode == 2 and "nope" in bad.stderr + bad.stdout
+
+
+def test_concatenated_run_compares_its_own_launches(tmp_path):
+    both = pd.concat([dist_rows(noise=0), sim_rows(noise=0)], ignore_index=True)
+    run = write_run(tmp_path / "both", both.to_dict("records"), manifest_over=DIST_MANIFEST)
+    text = write_report(run).read_text()
+    assert "## Real CP (torchrun)" in text and "## Simulated vs real critical path" in text
+    assert "- fused: real / simulated median" in text
+
+
+def test_topology_summary():
+    assert topology_summary(None) == "—" and topology_summary("garbage") == "—"
+    topo = "\tGPU0\tGPU1\tGPU2\n GPU0\t X \tNV18\tSYS\nGPU1\tNV18\t X \tNV18\nGPU2\tSYS\tNV18\t X \n"
+    assert topology_summary(topo) == "3 GPUs; GPU↔GPU links: NV18 × 2 pairs, SYS × 1 pair"
+    assert not math.isnan(t_gather_us(1, 1, 10, 1)) and t_gather_us(1, 1, 10, 1) == 0.0
