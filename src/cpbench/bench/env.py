@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import platform
+import os
 import shlex
 import subprocess
 import sys
@@ -91,7 +92,7 @@ def environment(device: torch.device | None = None) -> dict:
     env = {
         "cpbench_version": cpbench.__version__,
         "git_commit": git_commit(),
-        "command": shlex.join(["cpbench", *sys.argv[1:]]),
+        "command": os.environ.get("CPBENCH_COMMAND") or shlex.join(["cpbench", *sys.argv[1:]]),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "torch": None,

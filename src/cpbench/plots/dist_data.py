@@ -8,6 +8,8 @@ gather), so a rank's stack is attention + KV write + (gather - wait) + wait = ga
 
 from __future__ import annotations
 
+import re
+
 import math
 
 import numpy as np
@@ -195,6 +197,7 @@ def topology_summary(topo) -> str:
     each (e.g. ``8 GPUs; GPU↔GPU links: NV18 × 28 pairs``); "—" when absent or unreadable."""
     if not isinstance(topo, str) or not topo.strip():
         return "—"
+    topo = re.sub(r"\x1b\[[0-9;]*m", "", topo)  # nvidia-smi underlines the header with ANSI codes
     lines = [ln for ln in topo.splitlines() if ln.strip()]
     at = next((i for i, ln in enumerate(lines) if "GPU0" in ln.split()[:2]), None)  # the header row
     if at is None:

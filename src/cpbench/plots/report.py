@@ -37,7 +37,8 @@ def environment_table(manifest: dict) -> str:
         manifest = {**manifest, "sweep_wall_s": " + ".join(f"{w:g}" for w in walls)
                     + (f" = {sum(walls):g} (resumed)" if len(walls) > 1 else "")}
     rows = [[label, _short(manifest.get(key, "—"))] for key, label in ENV_KEYS]
-    known = {k for k, _ in ENV_KEYS} | {"command"}
+    # the launch's NCCL variables and GPU topology are summarised in the Real CP section
+    known = {k for k, _ in ENV_KEYS} | {"command", "command_as_recorded", "gpu_topology", "nccl_env"}
     rows += [[k, _short(v)] for k, v in sorted(manifest.items()) if k not in known]
     return md_table(["", "value"], rows)
 

@@ -10,6 +10,7 @@ torchrun); a rank that dies or times out makes torchrun fail, which the parent r
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -77,7 +78,8 @@ def run_torchrun(nproc: int, argv: Sequence[str], kill_after_s: float | None = N
     one-line message on stderr (a rank died, or the launch timed out)."""
     with tempfile.TemporaryDirectory(prefix="cpbench-launch-") as tmp:
         exit_file = Path(tmp) / "exit"
-        env = {**os.environ, EXIT_FILE: str(exit_file)}
+        env = {**os.environ, EXIT_FILE: str(exit_file),  # the manifest records the user's command, not the ranks'
+               "CPBENCH_COMMAND": shlex.join(["cpbench", *argv])}
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("TORCHELASTIC_ERROR_FILE", str(Path(tmp) / "error.json"))
         try:
