@@ -1,4 +1,5 @@
-"""Run under torchrun (gloo, CPU): every rank's attention outputs with the per-layer K|V all-gather
+"""Run under torchrun (gloo on CPU with the torch reference; NCCL on GPUs with another backend, e.g.
+``outputs_check.py packed fa3``): every rank's attention outputs with the per-layer K|V all-gather
 equal, bit for bit in fp32, the outputs of the same rank simulated in one process without it.
 
 Each rank's paged cache starts with the extend K/V of the whole batch zeroed (a rank only holds its own
@@ -11,7 +12,7 @@ import sys
 
 import torch
 
-from cpbench.bench.backends.torch_ref import TorchBackend
+from cpbench.bench.backends import get_backend
 from cpbench.bench.dist import groups
 from cpbench.bench.dist.rank_group import TorchrunGroup
 from cpbench.bench.geometry import all_ranks
@@ -19,10 +20,11 @@ from cpbench.bench.models import get_preset, with_overrides
 from cpbench.bench.workload import build_cell, rank_work
 
 
-def outputs(model, extend, prefix, cp, rank, mode, group=None):
-    cell = build_cell(model, extend, prefix, page_size=model.page_size, dtype=torch.float32, device="cpu", seed=3)
+def outputs(model, extend, prefix, cp, rank, mode, backend, device, group=None):
+    dtype = torch.float32 if backend == "torch" else torch.bfloat16
+    cell = build_cell(model, extend, prefix, page_size=model.page_size, dtype=dtype, device=device, seed=3)
     work = rank_work(cell, all_ranks(extend, prefix, cp)[rank])
-    prep = TorchBackend().prepare(work, mode)
+    prep = get_backend(backend).prepare(work, mode)
     if group is not None:
         group.begin_cell(f"cp{cp} {extend}", cp)
         exchange = group.exchange(work, mode)
@@ -34,16 +36,19 @@ def outputs(model, extend, prefix, cp, rank, mode, group=None):
 
 def main() -> None:
     gather = sys.argv[1]
+    backend = sys.argv[2] if len(sys.argv) > 2 else "torch"
     torch.set_num_threads(1)
-    info = groups.init_process_group_from_env("gloo", 60)
+    info = groups.init_process_group_from_env("gloo" if backend == "torch" else "nccl", 60)
     group = TorchrunGroup(info, gather)
     model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=4, kv_heads=2, page_size=16)
+    if backend != "torch":
+        model = with_overrides(get_preset("gpt-oss-120b"), layers=2)  # the real shape for the GPU kernels
     result = {}
     for extend, prefix in (((40,), (0,)), ((23, 37), (5, 17))):
         for mode in ("two-call", "fused"):
             cp = info.world_size
-            dist_out = outputs(model, extend, prefix, cp, info.rank, mode, group)
-            sim_out = outputs(model, extend, prefix, cp, info.rank, mode)
+            dist_out = outputs(model, extend, prefix, cp, info.rank, mode, backend, info.device, group)
+            sim_out = outputs(model, extend, prefix, cp, info.rank, mode, backend, info.device)
             same = all(torch.equal(dist_out[w], sim_out[w]) for w in sim_out)
             result[f"{extend} {prefix} {mode} r{info.rank}"] = same
     every = groups.all_gather_object_gloo(result)
