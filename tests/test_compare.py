@@ -174,7 +174,7 @@ def test_nothing_in_common_is_an_error_not_a_pass(tmp_path, base):
     other = make_run(tmp_path / "other", models=("llama-3.1-8b",), **SMALL)
     r = cpbench("compare", base, other)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
-    assert "nothing was compared" in r.stderr and "only in new: llama-3.1-8b" in r.stderr
+    assert "nothing was compared" in r.stderr and "(model: gpt-oss-120b in base, llama-3.1-8b in new)" in r.stderr
 
 
 def test_out_never_writes_into_a_run_directory(tmp_path, base):

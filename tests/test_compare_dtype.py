@@ -34,6 +34,8 @@ def test_bf16_and_fp32_runs_do_not_pair(tmp_path):
         assert r.returncode == 2, (r.stdout[-500:], r.stderr[-500:])
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and NOTHING in lines[0] and "Traceback" not in r.stderr
+        which = ("bf16", "fp32") if a == bf16 else ("fp32", "bf16")
+        assert f"dtype: {which[0]} in base, {which[1]} in new" in lines[0]  # the message names the cause
         assert r.stdout == ""  # no markdown for a comparison of nothing
 
 

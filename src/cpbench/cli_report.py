@@ -77,7 +77,8 @@ def compare(
 ) -> None:
     """Compare two runs: new/base latency per cell, rank and mode, with verdicts.
 
-    Rows match on (model, backend, timing, cp, bs, seq, prefix, rank, mode) and are compared when both ran.
+    Rows match on the results key (model, backend, dtype, launch, world_size, gather, timing, cp, bs, seq,
+    prefix, extend lengths, rank, mode) and are compared when both ran.
 
     Ratio = new/base median, 95% CI by bootstrap of the raw samples; near-tie: within --band or CI contains 1.
 
@@ -101,10 +102,9 @@ def compare(
                                        min_samples=min_samples)
         text = compare_markdown(res, str(base), str(new), bman, nman)
     if res.table.empty:  # a CI gate must not pass on an empty comparison
-        only = lambda rows: ", ".join(sorted({str(m) for m in rows.get("model", [])})) or "-"  # noqa: E731
-        raise CpbenchInputError(f"no row ran (status ok) in both runs, so nothing was compared (models only in base: "
-                                f"{only(res.only_base)}; only in new: {only(res.only_new)}): compare runs of the "
-                                "same model, backend and cells")
+        raise CpbenchInputError(f"no row ran (status ok) in both runs, so nothing was compared "
+                                f"({_run_difference(res.only_base, res.only_new)}): compare runs of the same "
+                                "model, backend, dtype, launch and cells")
     typer.echo(text, nl=False)
     if out is not None:
         try:
@@ -112,3 +112,20 @@ def compare(
         except OSError as e:
             raise CpbenchInputError(f"cannot write --out {str(out)!r}: {e.strerror}; pick a writable path") from None
     raise typer.Exit(res.exit_code)
+
+
+def _run_difference(only_base, only_new) -> str:
+    """Which run-wide key columns differ between the unmatched rows of two runs, e.g.
+    ``dtype: bf16 in base, fp32 in new``; the models when nothing run-wide differs."""
+    from cpbench.bench.schema import RUN_COLUMNS
+
+    parts = []
+    for col in RUN_COLUMNS:
+        a = sorted({str(v) for v in only_base.get(col, [])})
+        b = sorted({str(v) for v in only_new.get(col, [])})
+        if a and b and a != b:
+            parts.append(f"{col}: {', '.join(a)} in base, {', '.join(b)} in new")
+    if parts:
+        return "; ".join(parts)
+    models = lambda rows: ", ".join(sorted({str(m) for m in rows.get("model", [])})) or "-"  # noqa: E731
+    return f"models only in base: {models(only_base)}; only in new: {models(only_new)}"

@@ -1,7 +1,7 @@
 """Compare two run directories row by row: NEW / BASE latency ratio, bootstrap CI, verdict, exit code.
 
-Rows match on ``results.KEY_COLUMNS`` (model, backend, timing, cp_size, bs, seq_len, prefix_len,
-seq_lens, rank, mode) and are compared when both are ``ok``. pandas, numpy and scipy only (no torch),
+Rows match on ``schema.KEY_COLUMNS`` (model, backend, dtype, launch, world_size, gather, timing, cp_size,
+bs, seq_len, prefix_len, extend_lens, rank, mode) and are compared when both are ``ok``. pandas, numpy and scipy only (no torch),
 so it runs on a laptop.
 
 Verdict rule (``band`` default 0.03, ``fail_above`` default 0.05):

@@ -121,7 +121,8 @@ _COLUMNS = [
     _c("gather_us", "float", "µs", "K|V all-gather per forward (CUDA events around the collective)"),
     _c("kv_write_us", "float", "µs", "writing the gathered K|V into the paged pool, per forward"),
     _c("attn_us", "float", "µs", "attention calls per forward"),
-    _c("wait_us", "float", "µs", "latency minus this rank's own work: time spent waiting for slower ranks"),
+    _c("wait_us", "float", "µs", "gather_us minus the cell's smallest gather_us: time spent waiting in the "
+       "all-gather for slower ranks"),
     _c("gather_bytes", "int", "bytes", "bytes each rank receives per layer (all ranks' padded K|V)"),
     _c("bus_gbps", "float", "GB/s", "all-gather bus bandwidth: (n-1)/n * gathered bytes / gather time"),
     _c("critical_us_median", "float", "µs", "median over samples of the per-sample maximum over ranks"),
