@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -196,7 +197,8 @@ def test_doctor_says_when_the_jit_cache_will_rebuild(tmp_path):
 
 
 def test_doctor_without_torch_exits_0_and_says_why():
-    code = ("import sys; sys.modules['torch'] = None; sys.argv = ['cpbench', 'doctor', '--json']; "
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import notorch; "
+            "sys.argv = ['cpbench', 'doctor', '--json']; "
             "from cpbench.cli import main; main()")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-1000:]

@@ -166,11 +166,12 @@ def show_summary(console: Console, df) -> None:
         return
     for (cp_size, backend, timing), g in cp.groupby(["cp_size", "backend", "timing"], sort=True):
         t = Table(title=f"cp_size {cp_size}, {backend}, {timing}: critical path (slowest rank)")
-        for col in ("bs", "seq", "two-call ms", "fused ms", "speedup", "status"):
+        for col in ("bs", "seq", "two-call ms", "fused ms", "speedup", "95% CI", "status"):
             t.add_column(col, justify="right")
         for _, r in g.sort_values(["bs", "seq_len"]).iterrows():
-            sp = r["speedup"]
+            sp, lo, hi = r["speedup"], r.get("speedup_ci_low", math.nan), r.get("speedup_ci_high", math.nan)
             t.add_row(str(r["bs"]), str(r["seq_len"]), _ms(r["two_call_us"]), _ms(r["fused_us"]),
-                      "-" if sp != sp else f"{sp:.2f}x", r["status"] if r["status"] == "ok" else
+                      "-" if sp != sp else f"{sp:.2f}x", "-" if lo != lo or hi != hi else f"{lo:.2f}-{hi:.2f}",
+                      r["status"] if r["status"] == "ok" else
                       f"{r['status']}: {escape(_clip(str(r['reason']), 120))}")
         console.print(t)

@@ -18,8 +18,9 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
     per-sample maximum over ranks, ``critical_us_median``; simulated: the slowest rank's median), ``speedup = two_call_us / fused_us`` on it, and rank imbalance max/min.
 
     A cell whose rows are not all ``ok`` gets ``status`` = the first non-ok status and NaN latencies.
-    Columns: ``two_call_us, fused_us, speedup, slowest_rank_two_call, slowest_rank_fused,
-    imbalance_two_call, imbalance_fused, status, reason``.
+    Columns: ``two_call_us, fused_us, speedup, speedup_ci_low, speedup_ci_high`` (95 % bootstrap
+    interval, :mod:`cpbench.bench.uncertainty`; NaN without raw samples), ``slowest_rank_two_call,
+    slowest_rank_fused, imbalance_two_call, imbalance_fused, status, reason``.
     """
     if df.empty:
         return pd.DataFrame()
@@ -51,5 +52,20 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
                 rec[f"imbalance_{tag}"] = math.nan
         rec["speedup"] = (rec["two_call_us"] / rec["fused_us"]
                           if rec["fused_us"] and math.isfinite(rec["fused_us"]) else math.nan)
+        rec["speedup_ci_low"], rec["speedup_ci_high"] = _speedup_ci(g) if math.isfinite(rec["speedup"]) else (
+            math.nan, math.nan)
         out.append(rec)
     return pd.DataFrame(out)
+
+
+def _speedup_ci(g: pd.DataFrame) -> tuple[float, float]:
+    """The speedup interval of one cell's ok rows (each rank's raw samples, by mode)."""
+    from cpbench.bench.uncertainty import speedup_ci
+
+    if "samples_us" not in g:
+        return math.nan, math.nan
+    ok = g[g["status"] == "ok"].sort_values("rank")
+    per_mode = [[s for s in ok.loc[ok["mode"] == m, "samples_us"] if s is not None and hasattr(s, "__len__")]
+                for m in ("two-call", "fused")]
+    torchrun = "launch" in ok and (ok["launch"] == "torchrun").all()
+    return speedup_ci(*per_mode, per_sample_max=bool(torchrun))

@@ -97,8 +97,9 @@ def _norm(values: np.ndarray) -> TwoSlopeNorm:
 def speedup_heatmap(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
     """Speedup = two-call / fused on the critical path, bs (rows) x seq (columns), a panel per cp_size
     (rows) x timing (columns). Diverging colours centred on 1.0 (blue: fused faster), value in each cell
-    (font scaled to the cell width); cells that did not run are grey, hatched and labelled with their
-    status. Returns PNG and SVG paths."""
+    (font scaled to the cell width); a tie (the speedup's 95 % interval contains 1) is marked "≈" after
+    the value; cells that did not run are grey, hatched and labelled with their status. Returns PNG and
+    SVG paths."""
     if df.empty:
         return style.empty_chart(out_dir, name, title)
     timings, cps = _grid(df)
@@ -128,11 +129,13 @@ def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0):
     cols = sorted(set(keys))
     rows = sorted(set(v["bs"]))
     grid = np.full((len(rows), len(cols)), np.nan)
-    status = {}
+    status, tie = {}, {}
     for key, (_, c) in zip(keys, v.iterrows()):
         r, k = rows.index(c["bs"]), cols.index(key)
         grid[r, k] = c["speedup"] if c["status"] == "ok" else np.nan
         status[(r, k)] = c["status"]
+        lo, hi = float(c.get("speedup_ci_low", np.nan)), float(c.get("speedup_ci_high", np.nan))
+        tie[(r, k)] = bool(math.isfinite(lo) and math.isfinite(hi) and lo <= 1 <= hi)
     ax.grid(False)
     ax.set_facecolor("white")
     image = ax.imshow(np.ma.masked_invalid(grid), cmap="RdBu", norm=norm, aspect="auto", origin="lower")
@@ -142,8 +145,8 @@ def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0):
         val = grid[r, k]
         if st == "ok" and math.isfinite(val):
             dark = abs(norm(val) - 0.5) > 0.3
-            ax.text(k, r, f"{val:.2f}" + ("×" if cell_pt > 32 else ""), ha="center", va="center", fontsize=size,
-                    color="white" if dark else "black")
+            ax.text(k, r, f"{val:.2f}" + ("×" if cell_pt > 32 else "") + ("≈" if tie[(r, k)] else ""),
+                    ha="center", va="center", fontsize=size, color="white" if dark else "black")
         else:
             ax.add_patch(_fail_patch(k, r))
             ax.text(k, r, (st if st != "ok" else "n/a")[: max(3, int(cell_pt / size * 1.6))], ha="center",

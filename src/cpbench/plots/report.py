@@ -128,7 +128,9 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
              "Latency is one whole forward (all " + (f"{'/'.join(map(str, layers))} " if layers else "")
              + "attention layers), median of the timed samples, "
              "on the **critical path**: the slowest rank of each mode, since every CP rank waits for the "
-             f"slowest. Speedup = two-call / fused (> 1: fused faster); within ±{TIE:.0%} counts as a tie.", ""]
+             f"slowest. Speedup = two-call / fused (> 1: fused faster), with a 95 % bootstrap interval that resamples "
+             "each rank's raw samples and recomputes the critical path; a cell whose interval contains 1 is a tie "
+             f"(without raw samples: within ±{TIE:.0%}).", ""]
     counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
     parts += summary_lines(view) + kernel_lines(counts) + merge_lines(d)
     parts += ["", "## Environment", "", environment_table(manifest), "", "## Reproduce", ""]

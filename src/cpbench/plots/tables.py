@@ -1,7 +1,8 @@
 """Markdown pieces of the report, computed from the critical-path view (no matplotlib drawing here).
 
-Speedup = two-call / fused latency of each mode's slowest rank; a cell within ±TIE of 1.0 counts as a
-tie in the summary (timing noise on a GPU is a few per cent).
+Speedup = two-call / fused latency on the critical path. A cell's verdict comes from its 95 % bootstrap
+interval (``speedup_ci_low/high``): faster when the interval lies above 1, slower when below, a tie
+when it contains 1; only cells without raw samples fall back to a ±TIE band around 1.0.
 """
 
 from __future__ import annotations
@@ -44,6 +45,23 @@ def times(x: float) -> str:
     return f"{x:.2f}×" if x is not None and math.isfinite(float(x)) else "—"
 
 
+def times_ci(c) -> str:
+    """'1.15× [1.13–1.33]' (speedup and its 95 % interval); the bare speedup without an interval."""
+    lo, hi = float(c.get("speedup_ci_low", math.nan)), float(c.get("speedup_ci_high", math.nan))
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return times(c["speedup"])
+    return f"{times(c['speedup'])} [{lo:.2f}–{hi:.2f}]"
+
+
+def verdict(c) -> str:
+    """``faster`` / ``slower`` / ``tie`` for one cell of the critical-path view (see the module docstring)."""
+    sp = float(c["speedup"])
+    lo, hi = float(c.get("speedup_ci_low", math.nan)), float(c.get("speedup_ci_high", math.nan))
+    if math.isfinite(lo) and math.isfinite(hi):
+        return "faster" if lo > 1 else "slower" if hi < 1 else "tie"
+    return "faster" if sp > 1 + TIE else "slower" if sp < 1 - TIE else "tie"
+
+
 def where(c: pd.Series, with_cp: bool = True) -> str:
     """'cp 4, bs 1, 8K tokens' (+ prefix / uneven lengths when present)."""
     s = (f"cp {c['cp_size']}, " if with_cp else "") + f"bs {c['bs']}, {human_tokens(c['seq_len'])} tokens"
@@ -67,7 +85,8 @@ def summary_lines(view: pd.DataFrame) -> list[str]:
         if ok.empty:
             out.append(head + f"no cell ran on both modes ({failed} did not run; see Notes).")
             continue
-        win, lose = ok[ok["speedup"] > 1 + TIE], ok[ok["speedup"] < 1 - TIE]
+        verdicts = ok.apply(verdict, axis=1)
+        win, lose = ok[verdicts == "faster"], ok[verdicts == "slower"]
         best, worst = ok.loc[ok["speedup"].idxmax()], ok.loc[ok["speedup"].idxmin()]
         s = head + (f"fused is faster in {len(win)} of {len(ok)} cells" if len(win) else
                     f"fused is faster in none of {len(ok)} cells")
@@ -76,8 +95,8 @@ def summary_lines(view: pd.DataFrame) -> list[str]:
             s += (f", slower in {len(lose)} (worst {times(worst['speedup'])} at {where(worst)}, slowest fused "
                   f"rank {int(worst['slowest_rank_fused'])})")
         else:
-            s += f", and never more than {TIE:.0%} slower"
-        s += f"; {len(ok) - len(win) - len(lose)} within ±{TIE:.0%}."
+            s += ", and never clearly slower"
+        s += f"; {len(ok) - len(win) - len(lose)} tie(s) (95 % interval contains 1)."
         seqs = sorted(set(ok["seq_len"]))
         if len(seqs) > 1:
             lo, hi = ok[ok["seq_len"] == seqs[0]], ok[ok["seq_len"] == seqs[-1]]
@@ -98,7 +117,7 @@ def cell_tables(view: pd.DataFrame) -> list[tuple[str, str]]:
     for (model, backend, timing, cp), v in view.groupby(["model", "backend", "timing", "cp_size"], sort=True):
         prefix = bool((v["prefix_len"] > 0).any())
         heads = ["bs>", "tokens>"] + (["prefix>"] if prefix else []) + [
-            "two-call ms>", "fused ms>", "speedup>", "slowest rank (two-call / fused)>",
+            "two-call ms>", "fused ms>", "speedup [95% CI]>", "slowest rank (two-call / fused)>",
             "imbalance (two-call / fused)>", "status"]
         rows = []
         for _, c in v.iterrows():
@@ -108,7 +127,7 @@ def cell_tables(view: pd.DataFrame) -> list[tuple[str, str]]:
             imb = " / ".join(f"{x:.3f}" if math.isfinite(x) else "—"
                              for x in (float(c["imbalance_two_call"]), float(c["imbalance_fused"])))
             rows.append([c["bs"], tok] + ([human_tokens(c["prefix_len"])] if prefix else []) + [
-                ms(c["two_call_us"]), ms(c["fused_us"]), times(c["speedup"]),
+                ms(c["two_call_us"]), ms(c["fused_us"]), times_ci(c),
                 ranks_text(c["slowest_rank_two_call"], c["slowest_rank_fused"]), imb, status])
         out.append((f"{model} · {backend} · {timing} · cp {cp}", md_table(heads, rows)))
     return out

@@ -1,0 +1,71 @@
+"""Uncertainty of a cell's critical-path speedup: a 95 % bootstrap interval (scipy.stats.bootstrap).
+
+The critical path of a mode is the slowest rank: a simulated launch's ranks ran one after another,
+so each resample redraws every rank's samples independently and takes the maximum of the ranks'
+medians; a torchrun launch's ranks ran the same agreed samples together, so its critical path is
+the per-sample maximum over ranks, one series per mode, and the series are redrawn. The interval
+is the percentile interval of ``two-call critical / fused critical`` over the resamples (fixed seed,
+so a report is reproducible).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+from scipy import stats
+
+N_RESAMPLES = 999
+CONFIDENCE = 0.95
+
+
+def _clean(xs) -> np.ndarray:
+    a = np.asarray(list(xs) if xs is not None else [], dtype=float)
+    return a[np.isfinite(a) & (a > 0)]
+
+
+def speedup_ci(two_call: Sequence[Sequence[float]], fused: Sequence[Sequence[float]], *, per_sample_max: bool,
+               seed: int = 0) -> tuple[float, float]:
+    """95 % bootstrap interval of ``critical(two-call) / critical(fused)``.
+
+    Args:
+        two_call, fused: per rank, that rank's raw samples (µs). With ``per_sample_max`` (torchrun)
+            every rank of a mode holds the same number of samples, sample i of each being the same forward.
+        per_sample_max: the critical path is the per-sample maximum over ranks (torchrun), else the
+            maximum over ranks of each rank's median (simulated).
+    Returns:
+        ``(low, high)``; NaNs when a rank has fewer than 3 usable samples or the data are degenerate.
+    """
+    tc = [_clean(x) for x in two_call]
+    fu = [_clean(x) for x in fused]
+    if not tc or not fu or min(len(x) for x in tc + fu) < 3:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    if per_sample_max:
+        if len({len(x) for x in tc}) != 1 or len({len(x) for x in fu}) != 1:
+            return math.nan, math.nan
+        data = (np.max(np.vstack(tc), axis=0), np.max(np.vstack(fu), axis=0))
+
+        def statistic(a, b, axis=-1):
+            return np.median(a, axis=axis) / np.median(b, axis=axis)
+    else:
+        data = (*tc, *fu)
+        k = len(tc)
+
+        def statistic(*arrays, axis=-1):
+            meds = [np.median(a, axis=axis) for a in arrays]
+            return np.max(meds[:k], axis=0) / np.max(meds[k:], axis=0)
+    if all(np.ptp(a) == 0 for a in data):  # constant samples: no spread to resample
+        s = float(statistic(*[a[None, :] for a in data])[0])
+        return s, s
+    res = stats.bootstrap(data, statistic, n_resamples=N_RESAMPLES, confidence_level=CONFIDENCE,
+                          method="percentile", vectorized=True, paired=False, **_rng_kw(rng))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def _rng_kw(rng) -> dict:
+    """scipy >= 1.15 takes ``rng=``; older releases ``random_state=``."""
+    import inspect
+
+    return {"rng": rng} if "rng" in inspect.signature(stats.bootstrap).parameters else {"random_state": rng}

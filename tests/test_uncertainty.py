@@ -1,0 +1,69 @@
+"""The speedup interval of a cell (bench.uncertainty): resampling of ranks' raw samples, the critical
+path recomputed per resample (max of medians when simulated, per-sample max when torchrun)."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from cpbench.bench.results import critical_path
+from cpbench.bench.uncertainty import N_RESAMPLES, speedup_ci
+
+RNG = np.random.default_rng(7)
+
+
+def noisy(center, n=200, rel=0.01):
+    return list(center * (1 + rel * RNG.standard_normal(n)))
+
+
+def test_a_clear_speedup_has_an_interval_above_one_and_a_tie_contains_one():
+    lo, hi = speedup_ci([noisy(1000), noisy(1100)], [noisy(800), noisy(820)], per_sample_max=False)
+    assert 1 < lo < 1100 / 820 < hi < 1.5  # the critical path is rank 1 in both modes
+    lo, hi = speedup_ci([noisy(1000), noisy(1000)], [noisy(1000), noisy(1000)], per_sample_max=False)
+    assert lo < 1 < hi
+
+
+def test_simulated_interval_is_scipys_bootstrap_of_the_max_of_medians():
+    tc, fu = [noisy(1000, 50), noisy(1050, 50)], [noisy(990, 50), noisy(1000, 50)]
+    got = speedup_ci(tc, fu, per_sample_max=False, seed=3)
+
+    def stat(a, b, c, d, axis=-1):
+        return np.maximum(np.median(a, axis=axis), np.median(b, axis=axis)) / np.maximum(
+            np.median(c, axis=axis), np.median(d, axis=axis))
+
+    want = stats.bootstrap((*map(np.asarray, tc), *map(np.asarray, fu)), stat, n_resamples=N_RESAMPLES,
+                           method="percentile", vectorized=True, rng=np.random.default_rng(3))
+    assert got == pytest.approx((want.confidence_interval.low, want.confidence_interval.high), rel=1e-12)
+
+
+def test_torchrun_interval_resamples_the_per_sample_maximum():
+    # rank 0 is slow on even samples, rank 1 on odd ones: each rank's median is ~100, but the
+    # per-sample maximum is ~200 in every sample, so only the per-sample view sees the critical path
+    a = [200.0 if i % 2 == 0 else 100.0 for i in range(40)]
+    b = [100.0 if i % 2 == 0 else 200.0 for i in range(40)]
+    flat = [100.0] * 40
+    lo, hi = speedup_ci([a, b], [flat, flat], per_sample_max=True)
+    assert lo == hi == 2.0
+    lo, hi = speedup_ci([a, b], [flat, flat], per_sample_max=False)
+    assert lo <= 1.5  # max of medians of each rank: 100-200 per rank, no longer 2.0 everywhere
+
+
+def test_too_few_or_unequal_samples_give_no_interval():
+    assert all(math.isnan(x) for x in speedup_ci([[1.0, 2.0]], [[1.0, 2.0]], per_sample_max=False))
+    assert all(math.isnan(x) for x in speedup_ci([[1.0] * 5, [1.0] * 6], [[1.0] * 5, [1.0] * 5], per_sample_max=True))
+
+
+def test_critical_path_carries_the_interval():
+    import pandas as pd
+
+    rows = []
+    for rank, (tc, fu) in enumerate([(1000, 800), (1100, 820)]):
+        for mode, c in (("two-call", tc), ("fused", fu)):
+            xs = noisy(c, 100)
+            rows.append({"model": "m", "backend": "torch", "dtype": "bf16", "launch": "simulated", "world_size": 1,
+                         "gather": "none", "timing": "eager", "cp_size": 2, "bs": 1, "seq_len": 64, "prefix_len": 0,
+                         "extend_lens": "64", "rank": rank, "mode": mode, "status": "ok", "reason": "",
+                         "latency_us_median": float(np.median(xs)), "samples_us": xs})
+    cp = critical_path(pd.DataFrame(rows))
+    assert len(cp) == 1 and 1 < cp.loc[0, "speedup_ci_low"] < cp.loc[0, "speedup"] < cp.loc[0, "speedup_ci_high"]
