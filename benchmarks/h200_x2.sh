@@ -24,7 +24,7 @@ sim)
   timeout 240 python3 -m cpbench sweep $cp --out runs/h200x2-fa3-simulated 2>&1 | tee "$OUT/simulated.log"
   timeout 120 python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/dist_harness_overhead.py \
     --backend fa3 --seq 8192 32768 2>&1 | tee "$OUT/harness.log"
-  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_dist_gpu.py 2>&1 | tee "$OUT/gpu-tests.log"
+  timeout 150 python3 -m pytest -q -n 0 -p no:cacheprovider tests/test_dist_gpu.py 2>&1 | tee "$OUT/gpu-tests.log"
   ;;
 *) echo "usage: $0 dist|sim" >&2; exit 2 ;;
 esac

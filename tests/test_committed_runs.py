@@ -17,14 +17,11 @@ RUNS = Path(__file__).parent.parent / "docs" / "runs"
 @pytest.mark.parametrize("name,per_rank", [
     ("cpu-torch-default", "72 → 36"), ("h200-fa3-gpt-oss-120b", "72 → 36"), ("h200-fa2-gpt-oss-120b", "72 → 36"),
     ("h200-fa3-cp2-cp8", "72 → 36"), ("h200-fa3-llama-3.1-8b", "64 → 32"),  # 2 calls/layer -> 1: 36 or 32 layers
+    ("h200x2-fa3-torchrun", "72 → 36"), ("h200x2-fa3-simulated", "72 → 36"),
 ])
-def test_report_and_charts_from_committed_run(tmp_path, name, per_rank):
-    run = tmp_path / name
-    shutil.copytree(RUNS / name, run, ignore=shutil.ignore_patterns("plots", "report.md"))
-    pngs = [p for p in render_all(run) if p.suffix == ".png"]
-    assert len(pngs) == 6 and all(p.stat().st_size > 5000 for p in pngs)
-    text = write_report(run).read_text()
-    df, manifest = load_run(run)
+def test_report_from_committed_run(name, per_rank):
+    df, manifest = load_run(RUNS / name)
+    text = render_report(df, manifest, name)
     cp = critical_path(df)
     ok = cp[cp["status"] == "ok"]
     assert len(ok) >= 6
@@ -32,6 +29,18 @@ def test_report_and_charts_from_committed_run(tmp_path, name, per_rank):
         assert f"{r['speedup']:.2f}×" in text
     assert manifest["command"] in text
     assert f"{per_rank} per rank" in text  # the attention kernel (torch: call) counts
+    assert ("## Real CP (torchrun)" in text) == ("torchrun" in name)
+
+
+@pytest.mark.parametrize("name,charts", [("h200-fa3-cp2-cp8", 6), ("h200x2-fa3-torchrun", 9)])
+def test_charts_from_committed_run(tmp_path, name, charts):
+    """Charts regenerate from a committed run (a simulated one with two cp sizes; a torchrun one, which
+    adds the phase, timeline and gather-share charts)."""
+    run = tmp_path / name
+    shutil.copytree(RUNS / name, run, ignore=shutil.ignore_patterns("plots", "report.md"))
+    pngs = [p for p in render_all(run) if p.suffix == ".png"]
+    assert len(pngs) == charts and all(p.stat().st_size > 5000 for p in pngs)
+    assert "![speedup](plots/speedup.png)" in write_report(run).read_text()
 
 
 def test_h200_run_holds_the_headline_counts():

@@ -9,11 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cpbench.plots.charts import CHARTS, DIST_CHARTS, render_frame
+from cpbench.bench.store import load_run
+from cpbench.plots.charts import CHARTS, DIST_CHARTS, chart_stems, render_frame
 from cpbench.plots.data import prepare
 from cpbench.plots.dist_data import sim_vs_real, stacks, t_gather_us, topology_summary
 from cpbench.plots.dist_report import FORMULA
-from cpbench.plots.report import render_report, write_report
+from cpbench.plots.report import render_report
 from cpbench.plots.tables import ms
 from clirun import cpbench
 from runfactory import LAYERS, make_rows, make_run, write_run
@@ -124,16 +125,17 @@ def test_dist_charts_written_png_and_svg(tmp_path):
 
 
 @pytest.mark.parametrize("frame", ["simulated", "no_phases", "graph_only"])
-def test_dist_charts_skipped_without_phase_times(tmp_path, frame):
+def test_dist_charts_skipped_without_phase_times(frame):
     df = {"simulated": lambda: sim_rows(), "no_phases": lambda: dist_rows(phases=False),
           "graph_only": lambda: dist_rows(timings=("graph",))}[frame]()
-    names = {p.name for p in render_frame(df, tmp_path)}
-    assert names == {f"{s}.{e}" for s, *_ in CHARTS for e in ("png", "svg")}
-    assert not any((tmp_path / f"{s}.png").exists() for s, *_ in DIST_CHARTS)
+    stems = {stem for stem, *_ in chart_stems(prepare(df))}  # what render_frame would draw
+    assert stems == {s for s, *_ in CHARTS} and stems.isdisjoint(s for s, *_ in DIST_CHARTS)
+    assert {s for s, *_ in chart_stems(prepare(dist_rows()))} == {s for s, *_ in CHARTS + DIST_CHARTS}
 
 
 def test_simulated_report_has_no_torchrun_section(tmp_path):
-    text = write_report(make_run(tmp_path / "sim", cp_sizes=(2,), bss=(1,), seqs=(1024,))).read_text()
+    run = make_run(tmp_path / "sim", cp_sizes=(2,), bss=(1,), seqs=(1024,))
+    text = render_report(*load_run(run), "sim")
     assert "Real CP (torchrun)" not in text and "Simulated vs real" not in text and "timeline" not in text
 
 
@@ -179,7 +181,7 @@ def test_cli_report_simulated_adds_table_and_chart_without_torch(tmp_path):
 def test_concatenated_run_compares_its_own_launches(tmp_path):
     both = pd.concat([dist_rows(noise=0), sim_rows(noise=0)], ignore_index=True)
     run = write_run(tmp_path / "both", both.to_dict("records"), manifest_over=DIST_MANIFEST)
-    text = write_report(run).read_text()
+    text = render_report(*load_run(run), "both")
     assert "## Real CP (torchrun)" in text and "## Simulated vs real critical path" in text
     assert "- fused: real / simulated median" in text
 

@@ -21,19 +21,28 @@ from clirun import cpbench
 
 RUNS = Path(__file__).parent.parent / "docs" / "runs"
 COMMITTED = sorted(p.name for p in RUNS.iterdir() if (p / "results.jsonl").exists())
+V1 = [n for n in COMMITTED if json.loads((RUNS / n / "manifest.json").read_text())["schema_version"] == 1]
+V2 = [n for n in COMMITTED if n not in V1]
 TINY = ["--layers", "2", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--page-size", "16"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
     [str(Path(__file__).parent.parent / "src"), os.environ.get("PYTHONPATH", "")])}
 
 
-def test_committed_runs_are_all_schema_v1():
-    assert len(COMMITTED) >= 6, COMMITTED
-    for name in COMMITTED:
-        assert json.loads((RUNS / name / "manifest.json").read_text())["schema_version"] == 1, name
-        assert {r["schema_version"] for r in read_jsonl(RUNS / name / "results.jsonl")} == {1}, name
+def test_committed_runs_are_schema_v1_or_v2_through_and_through():
+    assert len(V1) >= 6 and len(V2) >= 4, (V1, V2)  # the first sessions' runs, and the 2 x H200 runs
+    for names, version in ((V1, 1), (V2, 2)):
+        for name in names:
+            assert {r["schema_version"] for r in read_jsonl(RUNS / name / "results.jsonl")} == {version}, name
 
 
-@pytest.mark.parametrize("name", COMMITTED)
+@pytest.mark.parametrize("name", V2)
+def test_committed_v2_runs_load_as_written(name):
+    df, manifest = RunDir(RUNS / name).load()
+    assert set(df["schema_version"]) == {2} and set(df["world_size"]) == {manifest.get("world_size", 1)}
+    assert set(df["launch"]) == ({"torchrun"} if "torchrun" in name else {"simulated"})
+
+
+@pytest.mark.parametrize("name", V1)
 def test_committed_v1_run_loads_migrated(name):
     run = RunDir(RUNS / name)
     raw = read_jsonl(run.results)
@@ -53,7 +62,7 @@ def test_committed_v1_run_loads_migrated(name):
     assert len(ok) and (ok["latency_us_median"] > 0).all()
 
 
-@pytest.mark.parametrize("name", COMMITTED)
+@pytest.mark.parametrize("name", ["cpu-torch-default", "h200-fa3-cp2-cp8"])  # CPU and GPU, two cp sizes
 def test_report_and_compare_of_committed_v1_run(tmp_path, name):
     run = tmp_path / name  # report writes report.md into the run directory: work on a copy
     shutil.copytree(RUNS / name, run)
