@@ -1,6 +1,7 @@
 """Distributed harness overhead: cpbench's per-rank timing path in a torchrun launch (agreed repeat
 counts, a barrier before each sample, CUDA events) vs a bare per-rank loop (sync, barrier, event,
-the forward's steps, event) over the same prepared gather + KV write + attention steps.
+the forward's steps, event; harness_overhead.bare_loop_us) over the same prepared gather + KV write +
+attention steps.
 
 Run on a machine with N GPUs:
     torchrun --standalone --nproc-per-node 2 benchmarks/dist_harness_overhead.py --backend fa3 --seq 8192
@@ -24,23 +25,7 @@ from cpbench.bench.geometry import rank_geometry
 from cpbench.bench.models import get_preset
 from cpbench.bench.timing import Clock, time_interleaved
 from cpbench.bench.workload import build_cell, rank_work
-
-
-def bare_loop_us(steps, barrier, reps: int) -> list[float]:
-    """Each sample: sync, barrier, event, every step of every layer, event (nothing else)."""
-    fns = [s.fn for layer in steps for s in layer]
-    out = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        barrier()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for fn in fns:
-            fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3)
-    return out
+from harness_overhead import bare_loop_us  # benchmarks/: the script's folder is on sys.path
 
 
 def critical(samples: list[float]) -> float:
@@ -73,13 +58,13 @@ def main() -> None:
             ex.check()
             prep = be.prepare(work, mode).with_steps_before(ex)
             prep.forward()
-            bare_loop_us(prep.layers, group.barrier, 5)  # warm
+            bare_loop_us(prep.layers, 5, group.barrier)  # warm
             harness, bare = [], []
             for _ in range(3):  # alternate blocks so drift hits both
                 harness += time_interleaved({mode: prep.forward}, clock, warmup=1, budget_ms=1,
                                             min_reps=args.reps // 3, max_reps=args.reps // 3,
                                             agree=group.agree, barrier=group.barrier)[mode]
-                bare += bare_loop_us(prep.layers, group.barrier, args.reps // 3)
+                bare += bare_loop_us(prep.layers, args.reps // 3, group.barrier)
             h, b = critical(harness), critical(bare)
             if info.rank == 0:
                 print(json.dumps({"seq": seq, "bs": args.bs, "cp": cp, "mode": mode, "gather": args.gather,

@@ -20,12 +20,14 @@ from cpbench.bench.timing import Clock, summarize, time_interleaved
 from cpbench.bench.workload import build_cell, rank_work
 
 
-def bare_loop_us(layers, reps: int) -> list[float]:
-    """Each sample: sync, event, every attention call of every layer, event (nothing else)."""
-    calls = [fn for layer in layers for _, fn in layer]
+def bare_loop_us(layers, reps: int, barrier=None) -> list[float]:
+    """Each sample: sync, (barrier,) event, every step of every layer, event (nothing else)."""
+    calls = [step.fn for layer in layers for step in layer]
     out = []
     for _ in range(reps):
         torch.cuda.synchronize()
+        if barrier is not None:
+            barrier()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         for fn in calls:
