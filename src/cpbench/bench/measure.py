@@ -129,9 +129,12 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                 graph_status.update({m: st for m in fns})
                 samples = {}
         clk1 = sm_clock_mhz(job.device)
-        phases = {}
+        phases: dict = {}
         if samples and timing == "eager" and any(s.kind != "attention" for s in prepared[runnable[0]].layers[0]):
-            phases = {m: phase_times_us(prepared[m], job.clock, barrier=group.barrier) for m in samples}
+            st = _attempt(lambda: phases.update(
+                {m: phase_times_us(prepared[m], job.clock, barrier=group.barrier) for m in samples}))
+            if group.agree_status(st) != OK:  # phase times are extra columns: the rows stand without them
+                phases = {}
         release_graphs()  # reset captured graphs before any later collective or teardown
         for m, t in job.todo:
             if t != timing:

@@ -219,7 +219,12 @@ class Runner:
                 return self._status_rows(cell, mine, *status, todo)
             geoms = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)
             for r in mine:
-                rows += measure_rank(self._job(cell, shared, todo[r]), rank_work(inputs, geoms[r]), g)
+                try:
+                    rows += measure_rank(self._job(cell, shared, todo[r]), rank_work(inputs, geoms[r]), g)
+                except CpbenchInputError:
+                    raise
+                except Exception as e:  # measure_rank records failures itself; this is a last resort
+                    rows += self._status_rows(cell, [r], "oom" if is_oom(e) else "error", one_line(e), todo)
                 on_rank()
         finally:
             del inputs
