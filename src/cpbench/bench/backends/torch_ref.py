@@ -4,6 +4,11 @@ Semantics (docs/design.md §1): bottom-right-aligned causal mask (query i of a s
 ``kv_len - q_len + i``), inclusive ``window_left`` (key >= pos - window_left), GQA (q head h reads kv
 head ``h // (Hq // Hkv)``), and per-head fp32 sinks that add ``exp(sink_h)`` once to every softmax
 denominator. Scale ``head_dim ** -0.5``.
+
+Two implementations of the same math: :func:`attend_reference` (explicit fp32 matmul / mask / exp,
+the correctness gate's ground truth, src/cpbench/bench/check.py) and :func:`attend_sdpa` (fp32
+``scaled_dot_product_attention`` with an additive causal/window mask). :func:`attend` picks one:
+SDPA on CPU (5-60x faster there), the reference elsewhere (SDPA not measured on CUDA).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 from itertools import accumulate
 
 import torch
+import torch.nn.functional as F
 
 from cpbench.bench.backends.base import Prepared, Stopwatch, calls_and_table, output_buffers, row_ranges
 from cpbench.bench.backends.registry import get_spec
@@ -23,8 +29,27 @@ from cpbench.bench.workload import CellInputs, RankWork
 SCORE_BLOCK_BYTES = 256 << 20
 
 
+METHODS = ("auto", "sdpa", "reference")
+
+
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_left: int = -1,
-           sinks: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+           sinks: torch.Tensor | None = None, out: torch.Tensor | None = None,
+           method: str = "auto") -> torch.Tensor:
+    """Attention of one segment, or of ``n`` segments of equal shape at once (see
+    :func:`attend_reference` for the arguments). ``method``: ``"reference"`` (:func:`attend_reference`),
+    ``"sdpa"`` (:func:`attend_sdpa`) or ``"auto"``: SDPA on CPU, where it measured faster on every
+    shape tried (benchmarks/cpu_reference.py), the reference on other devices."""
+    if method == "auto":
+        method = "sdpa" if q.device.type == "cpu" else "reference"
+    if method == "sdpa":
+        return attend_sdpa(q, k, v, window_left, sinks, out)
+    if method == "reference":
+        return attend_reference(q, k, v, window_left, sinks, out)
+    raise ValueError(f"unknown attention method {method!r}: use one of {', '.join(METHODS)}")
+
+
+def attend_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_left: int = -1,
+                     sinks: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """Reference attention of one segment, or of ``n`` segments of equal shape at once.
 
     Args:
@@ -37,7 +62,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_left: int =
         Attention output shaped like ``q``, in ``q.dtype`` (or ``out``).
     """
     if q.dim() == 3:
-        o = attend(q[None], k[None], v[None], window_left, sinks, None if out is None else out[None])
+        o = attend_reference(q[None], k[None], v[None], window_left, sinks, None if out is None else out[None])
         return o[0]
     n, q_len, hq, d = q.shape
     kv_len, hkv = k.shape[1], k.shape[2]
@@ -69,6 +94,75 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_left: int =
             denom = denom + torch.exp(sink - m)
         o = torch.matmul(p, vf) / denom  # o: [n, Hkv, g, m, D]
         out[:, lo:hi].copy_(o.permute(0, 3, 1, 2, 4).reshape(n, hi - lo, hq, d))
+    return out
+
+
+# enable_gqa (torch >= 2.5) lets SDPA read kv head h // (Hq // Hkv) without repeating K/V.
+_SDPA_GQA = torch.__version__ >= (2, 5)
+# CPU flash kernel that also returns the log-sum-exp (what F.scaled_dot_product_attention runs on CPU);
+# with it sinks are a cheap rescale instead of a per-head mask (which makes SDPA ~4x slower).
+_CPU_FLASH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """Public SDPA of ``q [n, Hq, m, D]`` over ``k, v [n, Hkv, kv, D]`` with GQA."""
+    if q.shape[1] != k.shape[1] and not _SDPA_GQA:
+        g = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    kw = {"enable_gqa": True} if q.shape[1] != k.shape[1] else {}
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **kw)
+
+
+def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_left: int = -1,
+                sinks: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`attend_reference`'s attention (same arguments and result, to fp32 rounding) through fp32
+    ``scaled_dot_product_attention`` with an additive 0 / -inf mask for causal + window.
+
+    Sinks: on CPU, where the flash kernel's log-sum-exp ``L`` is available, the sink-free output is
+    rescaled by ``1 / (1 + exp(sink_h - L))`` (= adding ``exp(sink_h)`` to the denominator); elsewhere
+    one extra zero-valued key/value is appended whose mask entry is the sink logit (its score is
+    ``0 + sink_h``, so it adds ``exp(sink_h)`` to the denominator and nothing to the numerator).
+    Query rows are taken in blocks (mask <= ``SCORE_BLOCK_BYTES``) and each block reads only the keys
+    it can see (``[pos_lo - window_left, pos_hi]``).
+    """
+    if q.dim() == 3:
+        o = attend_sdpa(q[None], k[None], v[None], window_left, sinks, None if out is None else out[None])
+        return o[0]
+    n, q_len, hq, d = q.shape
+    kv_len, hkv = k.shape[1], k.shape[2]
+    scale = d ** -0.5
+    if out is None:
+        out = torch.empty_like(q)
+    first = max(0, kv_len - q_len - window_left) if window_left >= 0 else 0  # keys before it are masked
+    kf = k[:, first:].float().transpose(1, 2)  # kf: [n, Hkv, kv', D] (strided view of one fp32 copy)
+    vf = v[:, first:].float().transpose(1, 2)
+    lse_op = _CPU_FLASH_LSE if q.device.type == "cpu" else None
+    sink = sinks.float().view(hq, 1, 1) if sinks is not None else None
+    step = max(1, SCORE_BLOCK_BYTES // (4 * (kv_len - first + 1)))
+    for lo in range(0, q_len, step):
+        hi = min(q_len, lo + step)
+        p_lo, p_hi = kv_len - q_len + lo, kv_len - q_len + hi  # absolute positions of rows lo, hi
+        a = max(first, p_lo - window_left) if window_left >= 0 else first  # keys [a, b) of this block
+        b = p_hi
+        keys = torch.arange(a, b, device=q.device)
+        pos = torch.arange(p_lo, p_hi, device=q.device)[:, None]
+        allowed = keys[None, :] <= pos
+        if window_left >= 0:
+            allowed &= keys[None, :] >= pos - window_left
+        mask = torch.zeros(allowed.shape, device=q.device).masked_fill_(~allowed, float("-inf"))  # [m, kv'']
+        qf = q[:, lo:hi].float().transpose(1, 2)  # qf: [n, Hq, m, D]
+        kb, vb = kf[:, :, a - first:b - first], vf[:, :, a - first:b - first]
+        if sink is None:
+            o = _sdpa(qf, kb, vb, mask, scale)
+        elif lse_op is not None:
+            o, lse = lse_op(qf, kb, vb, attn_mask=mask, scale=scale)  # lse: [n, Hq, m], natural log
+            o = o / (1 + torch.exp(sink - lse.unsqueeze(-1)))  # sum + exp(sink) = exp(lse) (1 + exp(sink - lse))
+        else:
+            zero = kb.new_zeros(n, hkv, 1, d)
+            kb, vb = torch.cat([kb, zero], dim=2), torch.cat([vb, zero], dim=2)
+            mask = torch.cat([mask.expand(hq, -1, -1), sink.expand(hq, hi - lo, 1)], dim=-1)  # [Hq, m, kv''+1]
+            o = _sdpa(qf, kb, vb, mask, scale)
+        out[:, lo:hi].copy_(o.transpose(1, 2))  # o: [n, Hq, m, D]
     return out
 
 

@@ -1,0 +1,69 @@
+"""CPU reference: one TorchBackend forward with the old (explicit) and the SDPA attention path.
+
+    PYTHONPATH=src python benchmarks/cpu_reference.py [--model gpt-oss-120b --cp 4 --seq 512 --rank 0]
+
+One intra-op thread (as the CPU sweep runs), bf16 cell as the sweep's default dtype; the minimum over
+``--reps`` forwards (the CPU is shared: the minimum is the least disturbed). Prints one JSON line per mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from unittest import mock
+
+import torch
+
+from cpbench.bench.backends import torch_ref
+from cpbench.bench.backends.torch_ref import TorchBackend
+from cpbench.bench.geometry import rank_geometry
+from cpbench.bench.models import get_preset
+from cpbench.bench.workload import build_cell, rank_work
+
+
+def best_ms(fn, reps: int) -> float:
+    fn()  # warm
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="gpt-oss-120b")
+    ap.add_argument("--cp", type=int, default=4)
+    ap.add_argument("--bs", type=int, default=1)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
+    model = get_preset(args.model)
+    ext = [args.seq] * args.bs
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    cell = build_cell(model, ext, [0] * args.bs, page_size=model.page_size, dtype=dtype, device="cpu")
+    work = rank_work(cell, rank_geometry(ext, None, args.cp, args.rank))
+    sdpa, old = torch_ref.attend_sdpa, torch_ref.attend_reference
+    for mode in ("two-call", "fused"):
+        times, outs = {}, {}
+        for name, fn in (("old", old), ("sdpa", sdpa)):
+            with mock.patch.object(torch_ref, "attend", lambda *a, _f=fn, **k: _f(*a, **k)):
+                prep = TorchBackend().prepare(work, mode)
+                times[name] = best_ms(prep.forward, args.reps)
+                outs[name] = {w: o.float().clone() for w, o in prep.outputs.items()}
+        diff = max((outs["old"][w] - outs["sdpa"][w]).abs().max().item() for w in outs["old"])
+        print(json.dumps({"model": args.model, "cp": args.cp, "bs": args.bs, "seq": args.seq, "rank": args.rank,
+                          "mode": mode, "dtype": args.dtype, "threads": torch.get_num_threads(),
+                          "old_ms": round(times["old"], 1), "sdpa_ms": round(times["sdpa"], 1),
+                          "speedup": round(times["old"] / times["sdpa"], 2), "max_abs_diff": diff}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""SDPA path of the torch reference == the explicit reference path (fp32 rounding), on every preset shape."""
+
+import pytest
+import torch
+
+from cpbench.bench.backends import torch_ref
+from cpbench.bench.backends.torch_ref import TorchBackend, attend, attend_reference, attend_sdpa
+from cpbench.bench.geometry import rank_geometry
+from cpbench.bench.models import PRESETS, with_overrides
+from cpbench.bench.workload import build_cell, rank_work
+
+TOL = 1e-5  # fp32, unit-normal inputs, outputs O(1)
+
+# (q_len, kv_len): uneven, q == kv, one row, q much shorter than kv
+SHAPES = [(37, 101), (48, 48), (1, 9), (16, 300)]
+
+
+def _case(hq, hkv, d, q_len, kv_len, sinks, n=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    lead = () if n is None else (n,)
+    q = torch.randn(*lead, q_len, hq, d, generator=g)
+    k = torch.randn(*lead, kv_len, hkv, d, generator=g)
+    v = torch.randn(*lead, kv_len, hkv, d, generator=g)
+    s = torch.randn(hq, generator=g) if sinks else None
+    return q, k, v, s
+
+
+@pytest.fixture(params=[True, False], ids=["lse", "zero-key"])
+def sink_path(request, monkeypatch):
+    """Both ways of adding the sink: the CPU flash kernel's log-sum-exp, and the public zero-key form."""
+    if not request.param:
+        monkeypatch.setattr(torch_ref, "_CPU_FLASH_LSE", None)
+    return request.param
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("q_len,kv_len", SHAPES)
+def test_presets(name, q_len, kv_len, sink_path):
+    m = PRESETS[name]
+    for w in m.layer_kinds:  # window layers (window_left) and full layers
+        for sinks in {m.has_sinks, not m.has_sinks}:
+            q, k, v, s = _case(m.num_q_heads, m.num_kv_heads, m.head_dim, q_len, kv_len, sinks)
+            err = (attend_sdpa(q, k, v, w, s) - attend_reference(q, k, v, w, s)).abs().max().item()
+            assert err < TOL, (name, w, sinks, err)
+
+
+@pytest.mark.parametrize("window_left", [-1, 0, 3, 127, 5000])  # 5000: window larger than kv
+@pytest.mark.parametrize("q_len,kv_len", SHAPES)
+def test_windows_gqa_batched(window_left, q_len, kv_len, sink_path):
+    for hq, hkv, sinks in ((8, 2, True), (8, 8, False), (6, 1, True)):
+        q, k, v, s = _case(hq, hkv, 16, q_len, kv_len, sinks, n=3)
+        err = (attend_sdpa(q, k, v, window_left, s) - attend_reference(q, k, v, window_left, s)).abs().max().item()
+        assert err < TOL, (hq, hkv, err)
+
+
+def test_query_row_blocks(monkeypatch):
+    """Blocks of query rows (each reading only its visible keys) give the unblocked result."""
+    q, k, v, s = _case(8, 2, 16, 50, 90, True)
+    whole = attend_sdpa(q, k, v, 7, s)
+    monkeypatch.setattr(torch_ref, "SCORE_BLOCK_BYTES", 4 * 91 * 8)  # 8 rows per block
+    assert (attend_sdpa(q, k, v, 7, s) - whole).abs().max().item() < TOL
+    assert (attend_sdpa(q, k, v, -1, s) - attend_reference(q, k, v, -1, s)).abs().max().item() < TOL
+
+
+def test_out_dtype_and_method():
+    q, k, v, s = _case(4, 2, 8, 5, 9, True)
+    out = torch.empty_like(q, dtype=torch.bfloat16)
+    o = attend_sdpa(q, k, v, -1, s, out=out)
+    assert o.dtype == torch.bfloat16 and o.data_ptr() == out.data_ptr()
+    assert (out.float() - attend_reference(q, k, v, -1, s)).abs().max().item() < 1e-2
+    assert torch.equal(attend(q, k, v, -1, s), attend_sdpa(q, k, v, -1, s))  # auto on CPU = SDPA
+    assert torch.equal(attend(q, k, v, -1, s, method="reference"), attend_reference(q, k, v, -1, s))
+    with pytest.raises(ValueError, match="unknown attention method"):
+        attend(q, k, v, method="flash")
+
+
+@pytest.mark.parametrize("mode", ["two-call", "fused"])
+def test_torch_backend_forward_unchanged(mode, monkeypatch):
+    model = with_overrides(PRESETS["gpt-oss-120b"], layers=2, heads=8, kv_heads=2, head_dim=16, window=8)
+    ext, pre = [37, 64], [5, 0]
+    cell = build_cell(model, ext, pre, page_size=16, dtype=torch.float32, device="cpu", seed=3)
+    work = rank_work(cell, rank_geometry(ext, pre, 2, 0))
+    new = TorchBackend().prepare(work, mode)
+    new.forward()
+    monkeypatch.setattr(torch_ref, "attend", lambda *a, **kw: attend_reference(*a, **kw))
+    old = TorchBackend().prepare(work, mode)
+    old.forward()
+    for w in model.layer_kinds:
+        assert (new.outputs[w] - old.outputs[w]).abs().max().item() < TOL
