@@ -142,6 +142,9 @@ def _print_counts(console, report: dict, run_dir: Path) -> None:
         t.add_row("all", f"[bold]{tot['two-call']}[/]", f"[bold]{tot['fused']}[/]", "", "", "", "",
                   *(["", ""] if comm else []))
         console.print(t)
+    if str(report.get("device", "")).startswith("cpu") and "launch" in report:
+        console.print("comm = collective (NCCL) kernels; gloo runs its collectives on the CPU, so a CPU launch "
+                      "has none (and no kernels or launches at all)")
     if "nsys" in report:
         n = report["nsys"]
         console.print(escape(f"nsys: {n.get('status')} {n.get('report', '')} {n.get('reason', '')}"))

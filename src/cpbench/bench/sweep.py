@@ -161,9 +161,10 @@ def check_resume_config(run: RunDir, cfg: SweepConfig, group: RankGroup) -> None
 def timing_method(cfg: SweepConfig, cpu_threads: int | None) -> str:
     """One sentence of what a sample is, for the manifest and the report."""
     clock = "CUDA events" if cfg.device.type == "cuda" else "time.perf_counter"
+    graph = " (graph = CUDA graph replay)" if "graph" in cfg.timings else ""
     return (f"{clock}, one whole forward ({cfg.model.num_layers} layers) per sample, device synchronised "
             f"before each sample; {cfg.warmup} warm-up forwards; ~{cfg.budget_ms:g} ms of samples per variant "
             f"(>= {5 if cfg.device.type == 'cuda' else 3}"
             f"{'' if cpu_threads is None else f', {cpu_threads} CPU thread(s)'}); two-call and fused interleaved "
-            f"ABBA; timings: {', '.join(cfg.timings)} (graph = CUDA graph replay); setup (metadata, page tables, "
-            "plan) timed separately on the host")
+            f"ABBA; timings: {', '.join(cfg.timings)}{graph}; setup (metadata, page tables, plan) timed separately "
+            "on the host")

@@ -108,7 +108,7 @@ def cell_summary(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     out = []
     for mode, tag in (("two-call", "two_call"), ("fused", "fused")):
-        v = view[CELL + ["status", "reason", "speedup"]].copy()
+        v = view[CELL + ["status", "reason", "speedup", "speedup_ci_low", "speedup_ci_high"]].copy()
         v["mode"] = mode
         v["critical_us"] = view[f"{tag}_us"].to_numpy(float)
         out.append(v)

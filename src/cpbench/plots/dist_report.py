@@ -12,7 +12,7 @@ from cpbench.plots.data import uniform
 from cpbench.plots.dist_data import (EST_BANDWIDTHS, cell_summary, estimates, sim_vs_real, topology_summary,
                                      torchrun_rows)
 from cpbench.plots.style import human_bytes, human_tokens
-from cpbench.plots.tables import md_table, ms, times
+from cpbench.plots.tables import md_table, ms, times, times_ci
 
 FORMULA = ("t_gather(bw) ≈ num_layers × (n−1)/n × gather_bytes / bw, with n = cp size and gather_bytes the bytes "
            "each rank receives per layer; estimated forward = attention + KV write (slowest rank, measured) + "
@@ -74,11 +74,11 @@ def real_cp_section(d: pd.DataFrame, manifest: dict) -> list[str]:
             first = c.iloc[0]
             status = first["status"] if first["status"] == "ok" else f"{first['status']}: {first['reason']}"[:60]
             rows.append([first["bs"], _tokens(first), ms(a["critical_us"]) if a is not None else "—",
-                         ms(b["critical_us"]) if b is not None else "—", times(first["speedup"]),
+                         ms(b["critical_us"]) if b is not None else "—", times_ci(first),
                          _pair(a, b, "share", pct), _pair(a, b, "wait_max_us", ms3),
                          _pair(a, b, "bus_gbps", gbps), status])
         out += [f"### {model} · {backend} · {timing} · cp {cp}", "", md_table(
-            ["bs>", "tokens>", "two-call ms>", "fused ms>", "speedup>", "gather share (two-call / fused)>",
+            ["bs>", "tokens>", "two-call ms>", "fused ms>", "speedup [95% CI]>", "gather share (two-call / fused)>",
              "wait ms, max over ranks (two-call / fused)>", "bus GB/s (two-call / fused)>", "status"], rows), ""]
     out += estimate_lines(s)
     return out
