@@ -5,7 +5,9 @@ import statistics
 import pytest
 
 from cpbench.bench.derived import add_cell_columns
-from cpbench.bench.dist.launch import check_launch, child_argv, torchrun_argv
+from cpbench.bench.dist.launch import (check_launch, child_argv, failure_summary, max_cpu_processes, torchrun_argv,
+                                       world_size_from_env)
+from cpbench.cli_dist import DistBackend, DistOptions, Launch
 from cpbench.errors import CpbenchInputError
 
 
@@ -57,3 +59,47 @@ def test_simulated_rows_get_no_cross_rank_columns():
     rows = [{**_row(0, "fused", [1.0], 1.0), "launch": "simulated"}]
     add_cell_columns(rows)
     assert "critical_us_median" not in rows[0] and "wait_us" not in rows[0]
+
+
+TORCHRUN_FAILURE = """[2026-11-30 21:40:01] torch.distributed.elastic.multiprocessing.api: failed (exitcode: 3)
+Traceback (most recent call last):
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-30_21:40:01
+  host      : vm
+  rank      : 1 (local_rank: 1)
+  exitcode  : 3 (pid: 4242)
+  error_file: <N/A>
+============================================================
+"""
+
+
+def test_failure_summary_names_the_rank_its_exit_code_and_its_error():
+    assert failure_summary(TORCHRUN_FAILURE, 1) == "rank 1 exited with code 3"
+    raised = "RuntimeError: injected fault on rank 1 (CPBENCH_INJECT_FAULT)\n" + TORCHRUN_FAILURE
+    assert failure_summary(raised, 1) == "rank 1 exited with code 3 (RuntimeError: injected fault on rank 1 (CPBENCH_INJECT_FAULT))"
+    assert failure_summary("", 1) == "a rank of the torchrun launch failed (torchrun exit 1)"
+
+
+def test_cpu_launch_size_and_timeouts_are_bounded():
+    with pytest.raises(CpbenchInputError, match="too many processes for a CPU launch"):
+        check_launch(max_cpu_processes() + 1, [1], "cpu", 0, "gloo", "torch")
+    check_launch(8, [2, 4, 8], "cpu", 0, "gloo", "torch")  # 8 processes always fit (the committed gloo run)
+    for bad in (0.001, 1e300, float("nan")):
+        with pytest.raises(CpbenchInputError, match="--dist-timeout must be 5 to 86400 s"):
+            DistOptions(Launch.torchrun, 2, None, DistBackend.auto, bad).check(None)
+
+
+def test_world_size_must_be_a_count(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(CpbenchInputError, match="WORLD_SIZE='two' is not a process count"):
+        world_size_from_env()
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(CpbenchInputError, match="--cp 3 does not divide the launch's world size 4"):
+        DistOptions(Launch.simulated, None, None, DistBackend.auto, 60).check(None, [2, 3])

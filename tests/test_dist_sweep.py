@@ -4,6 +4,7 @@ ends its cell (or the launch) with status rows instead of a hang. Every test has
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -123,3 +124,53 @@ def test_a_dead_rank_ends_the_launch_in_one_line_and_resume_finishes_it(tmp_path
     assert again.returncode == 0, again.stderr[-2000:]
     rows = RunDir(out).rows()
     assert len(rows) == 8 and len(by_key(rows)) == 8
+
+
+def _processes_mentioning(marker: str) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [ln for ln in out.splitlines() if marker in ln and "ps -eo" not in ln]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_stopping_the_launcher_stops_every_rank_and_keeps_the_rows(tmp_path, sig):
+    out = tmp_path / f"stop-{sig.name}"
+    args = ["--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1",
+            "--seq", ",".join(str(32 + 8 * i) for i in range(12)), "--out", out, *SMALL[:-2], "--dist-timeout", "20"]
+    p = subprocess.Popen([sys.executable, "-m", "cpbench", "sweep", *map(str, args)], env=_env(),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(RunDir(out).rows()) < 4:  # the first cell is on disk
+        time.sleep(0.2)
+    assert RunDir(out).rows(), p.stderr.read() if p.poll() is not None else "no rows after 60 s"
+    p.send_signal(sig)
+    p.wait(timeout=40)
+    if sig == signal.SIGTERM:
+        assert p.returncode == 128 + signal.SIGTERM and "interrupted" in p.stderr.read()
+    deadline = time.monotonic() + 30  # SIGKILL: torchrun gets SIGTERM from the kernel and stops its ranks
+    while time.monotonic() < deadline and _processes_mentioning(str(out)):
+        time.sleep(0.5)
+    assert _processes_mentioning(str(out)) == []
+    kept = RunDir(out).rows()
+    assert kept and all(r["status"] == "ok" for r in kept)
+    again = sweep(*args, "--resume")  # the lock went with the ranks
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert len(by_key(RunDir(out).rows())) == 12 * 4
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_that_cannot_rendezvous_says_so_in_one_line(tmp_path):
+    env = _env(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    p = sweep("--cp", "2", "--bs", "1", "--seq", "32", "--out", tmp_path / "r", *SMALL[:-2], "--dist-timeout", "5",
+              env=env)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert "rank 0 of 2 could not join the launch at 127.0.0.1" in lines[0]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -191,3 +191,16 @@ def test_topology_summary():
     topo = "\tGPU0\tGPU1\tGPU2\n GPU0\t X \tNV18\tSYS\nGPU1\tNV18\t X \tNV18\nGPU2\tSYS\tNV18\t X \n"
     assert topology_summary(topo) == "3 GPUs; GPU↔GPU links: NV18 × 2 pairs, SYS × 1 pair"
     assert not math.isnan(t_gather_us(1, 1, 10, 1)) and t_gather_us(1, 1, 10, 1) == 0.0
+
+
+def test_report_simulated_refuses_the_wrong_kind_of_run(tmp_path):
+    real = write_run(tmp_path / "real", dist_rows(noise=0).to_dict("records"), manifest_over=DIST_MANIFEST)
+    real2 = write_run(tmp_path / "real2", dist_rows(noise=0).to_dict("records"), manifest_over=DIST_MANIFEST)
+    sim = write_run(tmp_path / "sim", sim_rows(noise=0).to_dict("records"))
+    other = write_run(tmp_path / "other", make_rows(cp_sizes=(CP,), bss=(3,), seqs=(777,)))
+    for run, simulated, words in ((real, real, "is the run itself"), (sim, real, "holds no torchrun rows"),
+                                  (real, real2, "holds no simulated rows")):
+        r = cpbench("report", run, "--simulated", simulated)
+        assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    r = cpbench("report", real, "--simulated", other)  # a simulated run of other cells: a warning, not a wrong table
+    assert r.returncode == 0 and "no cell of" in r.stderr and "matches a cell of" in r.stderr

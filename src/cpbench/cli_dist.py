@@ -4,7 +4,6 @@ torchrun (RANK/WORLD_SIZE set) joins the launch and runs the command's body with
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from dataclasses import dataclass
@@ -16,8 +15,11 @@ from typing import Annotated, Callable, Optional
 import typer
 from rich.markup import escape
 
+from cpbench.bench.dist.launch import under_torchrun
 from cpbench.cli_options import err_console
 from cpbench.errors import CpbenchInputError
+
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 5.0, 86400.0
 
 
 class Launch(str, Enum):
@@ -62,8 +64,6 @@ class DistOptions:
 
     @property
     def distributed(self) -> bool:
-        from cpbench.bench.dist.launch import under_torchrun
-
         return self.launch == Launch.torchrun or under_torchrun()
 
     @property
@@ -71,21 +71,32 @@ class DistOptions:
         """The gather a launch runs: ``none`` when simulated, else --gather (default packed)."""
         return (self.gather or Gather.packed).value if self.distributed else "none"
 
-    def check(self, ranks) -> None:
-        """Raise CpbenchInputError for options that do not fit together."""
+    def check(self, ranks, cp_sizes=()) -> None:
+        """Raise CpbenchInputError for options that do not fit together (and, inside a launch started by
+        the user's own torchrun, a cp_size that does not divide its world size)."""
         if self.gather not in (None, Gather.none) and not self.distributed:
             raise CpbenchInputError(f"--gather {self.gather.value} needs --launch torchrun (a simulated launch has "
                                     "no collective): drop --gather or add --launch torchrun")
         if self.distributed and ranks is not None:
             raise CpbenchInputError("--ranks does not apply to --launch torchrun (every rank takes part in the "
                                     "all-gather): drop --ranks")
-        if not math.isfinite(self.dist_timeout) or self.dist_timeout <= 0:
-            raise CpbenchInputError(f"--dist-timeout must be a number of seconds > 0, got {self.dist_timeout}")
+        if not (MIN_TIMEOUT_S <= self.dist_timeout <= MAX_TIMEOUT_S):  # NaN fails too
+            raise CpbenchInputError(f"--dist-timeout must be {MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S:g} s (one day), got "
+                                    f"{self.dist_timeout:g}: every collective waits that long for a slow rank")
+        if self.distributed and under_torchrun():
+            from cpbench.bench.dist.launch import world_size_from_env
+
+            world = world_size_from_env()
+            bad = [c for c in cp_sizes if world % c]
+            if bad:
+                raise CpbenchInputError(f"--cp {bad[0]} does not divide the launch's world size {world}: a cell of "
+                                        "cp_size C runs on the first C ranks, so C must divide WORLD_SIZE")
 
 
-def launch_torchrun(opts: DistOptions, cp_sizes, dev, backend: str, out: Optional[str], default_out: str) -> int:
+def launch_torchrun(opts: DistOptions, cp_sizes, dev, backend: str, out: Optional[str], default_out: str,
+                    resume_hint: bool = True) -> int:
     """Check the launch, then re-run this command under torchrun --standalone (one process per GPU);
-    return its exit code."""
+    return its exit code (``resume_hint``: the command has --resume, so a failure message offers it)."""
     import torch
 
     from cpbench.bench.dist.launch import check_launch, run_torchrun
@@ -100,7 +111,7 @@ def launch_torchrun(opts: DistOptions, cp_sizes, dev, backend: str, out: Optiona
     argv = list(sys.argv[1:])
     if out is None:  # every rank must agree on the output directory: name it here
         argv += ["--out", str(Path("runs") / datetime.now().strftime(default_out))]
-    return run_torchrun(nproc, argv, kill_after_s=None)
+    return run_torchrun(nproc, argv, resume_hint)
 
 
 def run_as_rank(opts: DistOptions, dev, body: Callable[[object, object], int]) -> int:

@@ -69,6 +69,8 @@ def rule_for(e: BaseException) -> Optional[Rule]:
 def report(rule: Rule, e: BaseException) -> int:
     """Print ``rule``'s message for ``e``; return its exit code."""
     text = rule.message(e)
+    if os.environ.get("RANK", "0") != "0" and "WORLD_SIZE" in os.environ:
+        return rule.code  # one of several ranks of a launch: rank 0 says it once
     if rule.stream == "stdout":
         if text:
             print(text)

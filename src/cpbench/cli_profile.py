@@ -74,12 +74,13 @@ def profile(
             raise CpbenchInputError(f"{cell.label()}: {why}")
     check_out(out, "runs/profile-<time>")
     dist = DistOptions(launch, nproc_per_node, gather, dist_backend, dist_timeout)
-    dist.check(parsed.ranks)
+    dist.check(parsed.ranks, parsed.cp_sizes)
     if dist.distributed and nsys:
         raise CpbenchInputError("--nsys with --launch torchrun is not supported: run nsys around torchrun "
                                 "yourself, or drop --nsys")
     if dist.distributed and not under_torchrun():
-        raise typer.Exit(launch_torchrun(dist, parsed.cp_sizes, dev, name, out, "profile-%Y%m%d-%H%M%S"))
+        raise typer.Exit(launch_torchrun(dist, parsed.cp_sizes, dev, name, out, "profile-%Y%m%d-%H%M%S",
+                                         resume_hint=False))
     if nsys and find_nsys() is None:
         raise CpbenchInputError("--nsys: nsys not found; install Nsight Systems or put nsys on PATH "
                                 "(`cpbench doctor` shows what is found), or drop --nsys")

@@ -84,7 +84,7 @@ def sweep(
         raise CpbenchInputError(f"--context-len {context_len} is shorter than the longest sequence "
                                 f"({cells.longest} tokens with prefix): raise it or drop it")
     dist = DistOptions(launch, nproc_per_node, gather, dist_backend, dist_timeout)
-    dist.check(cells.ranks)
+    dist.check(cells.ranks, cells.cp_sizes)
     kw = dict(model=spec, cp_sizes=cells.cp_sizes, bs_list=cells.bs_list, seq_list=cells.seq_list,
               extend_lens=cells.seq_lens, prefix=cells.prefix, ranks=cells.ranks,
               modes=choice_list(mode, ("two-call", "fused"), "--mode"), backend=backend.value, timings=timings,

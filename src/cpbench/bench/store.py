@@ -127,7 +127,8 @@ class RunDir:
             raise CpbenchInputError(f"{str(self.path)!r} is being written by {holder}: wait for it to finish, "
                                     "or pick another --out") from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} ({' '.join(['cpbench', *sys.argv[1:]])[:200]})".encode(), 0)
+        command = os.environ.get("CPBENCH_COMMAND") or " ".join(["cpbench", *sys.argv[1:]])  # a rank: the launch's
+        os.pwrite(fd, f"pid {os.getpid()} ({command[:200]})".encode(), 0)
         self._lock_fd = fd
 
     def unlock(self) -> None:

@@ -8,6 +8,7 @@ not run, clock drops and other caveats.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -16,7 +17,9 @@ from cpbench.bench.schema import CELL_COLUMNS, MODES
 from cpbench.bench.store import load_run
 from cpbench.plots.charts import chart_stems, render_frame
 from cpbench.plots.costs import kernel_counts
+from cpbench.errors import CpbenchInputError, CpbenchWarning
 from cpbench.plots.data import cells, groups, prepare, span_text
+from cpbench.plots.dist_data import sim_vs_real
 from cpbench.plots.dist_report import real_cp_section, sim_vs_real_section
 from cpbench.plots.style import human_tokens
 from cpbench.plots.tables import TIE, cell_tables, kernel_lines, kernel_table, md_table, merge_lines, summary_lines
@@ -183,6 +186,8 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
     run = Path(run_dir)
     df, manifest = load_run(run)
     sim_df = load_run(simulated)[0] if simulated is not None else None
+    if sim_df is not None:
+        check_simulated_pair(df, sim_df, run, Path(simulated))
     plot_dir = run / "plots"
     stems = chart_stems(prepare(df))
     if replot or any(not (plot_dir / f"{s}.png").exists() for s, *_ in stems):
@@ -195,3 +200,21 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
     path = run / "report.md"
     path.write_text(render_report(df, manifest, run.resolve().name, plot_dir, sim_df=sim_df, sim_name=sim_name))
     return path
+
+
+def check_simulated_pair(df: pd.DataFrame, sim_df: pd.DataFrame, run: Path, simulated: Path) -> None:
+    """Raise CpbenchInputError unless ``run`` holds torchrun rows and ``simulated`` (another directory)
+    holds simulated rows; warn (CpbenchWarning) when no cell of the two matches."""
+    if run.resolve() == simulated.resolve():
+        raise CpbenchInputError(f"--simulated {str(simulated)!r} is the run itself: give the simulated twin's "
+                                "directory (the same cells swept without --launch torchrun)")
+    d, sim = prepare(df), prepare(sim_df)
+    if not (d["launch"] == "torchrun").any():
+        raise CpbenchInputError(f"{str(run)!r} holds no torchrun rows, so there is no real critical path to set "
+                                "against a simulated one: --simulated is for a --launch torchrun run")
+    if not (sim["launch"] == "simulated").any():
+        raise CpbenchInputError(f"--simulated {str(simulated)!r} holds no simulated rows (it was measured with "
+                                "--launch torchrun): give a run swept without --launch")
+    if sim_vs_real(d, sim).empty:
+        warnings.warn(f"no cell of {simulated} matches a cell of {run} (model, backend, dtype, timing, cp, bs, "
+                      "tokens, prefix): the simulated-vs-real table is empty", CpbenchWarning, stacklevel=2)

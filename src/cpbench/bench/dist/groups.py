@@ -66,11 +66,11 @@ def init_process_group_from_env(backend: str | None = None, timeout_s: float = 6
     """
     if _state["info"] is not None and dist.is_initialized():
         return _state["info"]
+    rank, world_size = _env_int("RANK"), _env_int("WORLD_SIZE")
     missing = [n for n in _ENV if n not in os.environ]
     if missing:
         raise CpbenchInputError(f"{', '.join(missing)} not set: launch with torchrun "
                                 "(python3 -m torch.distributed.run --nproc-per-node N ...)")
-    rank, world_size = _env_int("RANK"), _env_int("WORLD_SIZE")
     local_rank = _env_int("LOCAL_RANK") if "LOCAL_RANK" in os.environ else rank
     name = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if name not in ("nccl", "gloo"):
@@ -84,9 +84,17 @@ def init_process_group_from_env(backend: str | None = None, timeout_s: float = 6
                                     f"{n_dev} are visible: use --nproc-per-node <= {n_dev} or gloo")
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", timeout=td, device_id=device)
-    else:
-        dist.init_process_group("gloo", timeout=td)
+    try:
+        if name == "nccl":
+            dist.init_process_group("nccl", timeout=td, device_id=device)
+        else:
+            dist.init_process_group("gloo", timeout=td)
+    except Exception as e:  # rendezvous: DistStoreError, a refused connection, a timeout
+        text = (str(e).strip().splitlines() or [""])[0][:160]
+        raise CpbenchInputError(
+            f"rank {rank} of {world_size} could not join the launch at {os.environ.get('MASTER_ADDR')}:"
+            f"{os.environ.get('MASTER_PORT')} ({type(e).__name__}: {text}): start every rank with the same "
+            "MASTER_ADDR/MASTER_PORT (torchrun does), or unset RANK/WORLD_SIZE for a simulated sweep") from None
     info = DistInfo(rank, world_size, local_rank, device, name, float(timeout_s))
     _state.update(info=info, gloo=dist.new_group(backend="gloo", timeout=td), cp={})
     return info

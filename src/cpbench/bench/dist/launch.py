@@ -10,7 +10,9 @@ torchrun); a rank that dies or times out makes torchrun fail, which the parent r
 from __future__ import annotations
 
 import os
+import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -28,6 +30,21 @@ def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+def world_size_from_env() -> int:
+    """``WORLD_SIZE`` as torchrun set it. Raises CpbenchInputError when it is not an integer >= 1."""
+    raw = os.environ.get("WORLD_SIZE", "")
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise CpbenchInputError(f"WORLD_SIZE={raw!r} is not a process count: launch with torchrun, or unset "
+                                "RANK/WORLD_SIZE for a simulated sweep")
+    return int(raw)
+
+
+def max_cpu_processes() -> int:
+    """The most processes a CPU launch may start: 4 per core, at least 8 (each rank is a whole process
+    importing torch; more only thrash)."""
+    return max(8, 4 * (os.cpu_count() or 1))
+
+
 def check_launch(nproc: int, cp_sizes: Sequence[int], device_type: str, visible_gpus: int,
                  dist_backend: str, backend: str) -> None:
     """Validate a torchrun launch before starting it.
@@ -38,6 +55,9 @@ def check_launch(nproc: int, cp_sizes: Sequence[int], device_type: str, visible_
     """
     if nproc < 1:
         raise CpbenchInputError(f"--nproc-per-node must be >= 1, got {nproc}")
+    if device_type != "cuda" and nproc > max_cpu_processes():
+        raise CpbenchInputError(f"--nproc-per-node {nproc} is too many processes for a CPU launch on "
+                                f"{os.cpu_count()} core(s) (at most {max_cpu_processes()}): lower it")
     if device_type == "cuda" and nproc > visible_gpus:
         raise CpbenchInputError(f"--nproc-per-node {nproc} is more than the {visible_gpus} visible GPU(s): "
                                 "one process per GPU; lower it or set CUDA_VISIBLE_DEVICES")
@@ -73,32 +93,82 @@ def torchrun_argv(nproc: int, argv: Sequence[str]) -> list[str]:
             "-m", "cpbench", *child_argv(argv)]
 
 
-def run_torchrun(nproc: int, argv: Sequence[str], kill_after_s: float | None = None) -> int:
-    """Run the launch and return cpbench's exit code: rank 0's code when it finished, else 1 with a
-    one-line message on stderr (a rank died, or the launch timed out)."""
+def run_torchrun(nproc: int, argv: Sequence[str], resume_hint: bool = True) -> int:
+    """Run the launch and return cpbench's exit code: rank 0's code when it finished; 1 with a one-line
+    message naming the failed rank when a rank died; 130 / 143 when this process was interrupted.
+
+    torchrun dies with this process (``PR_SET_PDEATHSIG``), and SIGINT / SIGTERM sent to this process
+    are passed on to torchrun, which stops its ranks: no rank outlives the launch. Rows written before
+    are kept (``resume_hint``: say that ``--resume`` continues).
+    """
     with tempfile.TemporaryDirectory(prefix="cpbench-launch-") as tmp:
-        exit_file = Path(tmp) / "exit"
+        exit_file, err_path = Path(tmp) / "exit", Path(tmp) / "stderr"
         env = {**os.environ, EXIT_FILE: str(exit_file),  # the manifest records the user's command, not the ranks'
                "CPBENCH_COMMAND": shlex.join(["cpbench", *argv])}
         env.setdefault("OMP_NUM_THREADS", "1")
-        env.setdefault("TORCHELASTIC_ERROR_FILE", str(Path(tmp) / "error.json"))
-        try:
-            proc = subprocess.run(torchrun_argv(nproc, argv), env=env, timeout=kill_after_s,
-                                  stderr=subprocess.PIPE, text=True)
-        except subprocess.TimeoutExpired:
-            sys.stderr.write(f"error: the torchrun launch ran past {kill_after_s:g} s and was stopped; rows measured so "
-                             "far are kept: rerun with --resume\n")
-            return 1
+        with open(err_path, "w") as err:
+            proc = subprocess.Popen(torchrun_argv(nproc, argv), env=env, stderr=err, preexec_fn=_die_with_parent)
+            signal_no = _wait_forwarding_signals(proc)
+        stderr = err_path.read_text(errors="replace")
+        resume = "; rows measured so far are kept: rerun the same command with --resume" if resume_hint else ""
+        if signal_no is not None:
+            sys.stderr.write(_child_lines(stderr, keep_errors=False))
+            sys.stderr.write(f"interrupted: the launch was stopped{resume}\n")
+            return 128 + signal_no
         code = exit_file.read_text().strip() if exit_file.exists() else ""
         if proc.returncode == 0 and code.isdigit():
-            sys.stderr.write(_child_lines(proc.stderr))
+            sys.stderr.write(_child_lines(stderr))
             return int(code)
-        last = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:") or "Error" in ln][-1:]
-        sys.stderr.write(_child_lines(proc.stderr, keep_errors=False))
-        sys.stderr.write(f"error: a rank of the torchrun launch failed (torchrun exit {proc.returncode}"
-                         f"{': ' + last[0][:200] if last else ''}); rows measured so far are kept: rerun "
-                         "the same command with --resume\n")
+        sys.stderr.write(_child_lines(stderr, keep_errors=False))
+        sys.stderr.write(f"error: {failure_summary(stderr, proc.returncode)}{resume}\n")
         return 1
+
+
+def failure_summary(stderr: str, returncode: int) -> str:
+    """One line about a failed launch from torchrun's stderr: the first failed rank and its exit code (or
+    signal), and the last error line a rank printed, e.g. ``rank 1 exited with code 3 (RuntimeError: ...)``."""
+    rank = re.search(r"rank\s*:\s*(\d+)", stderr)
+    code = re.search(r"exitcode\s*:\s*(-?\d+)", stderr)
+    errors = [ln.strip() for ln in stderr.splitlines()
+              if ln.startswith("error:") or re.match(r"^\s*[\w.]*(Error|Exception)\b: ", ln)]
+    errors = [e.removeprefix("error:").strip() for e in errors if "ChildFailedError" not in e]
+    who = (f"rank {rank.group(1)} exited with code {code.group(1)}" if rank and code
+           else f"a rank of the torchrun launch failed (torchrun exit {returncode})")
+    return who + (f" ({errors[-1][:200]})" if errors else "")
+
+
+def _wait_forwarding_signals(proc: subprocess.Popen) -> int | None:
+    """Wait for ``proc``; SIGINT or SIGTERM received meanwhile is sent on to it (torchrun then stops its
+    ranks) and returned once it has exited (SIGKILL after 30 s)."""
+    got: list[int] = []
+
+    def forward(signum, _frame):
+        got.append(signum)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while True:
+            try:
+                proc.wait(timeout=30 if got else None)
+                break
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return got[0] if got else None
+
+
+def _die_with_parent() -> None:
+    """In the torchrun child (Linux): receive SIGTERM when the launching process dies, even by SIGKILL."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def write_exit_code(code: int) -> None:

@@ -9,6 +9,7 @@ CP group of the default backend (NCCL on GPUs). Every group has the launch's tim
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Sequence
 
 import torch
@@ -92,7 +93,9 @@ class TorchrunGroup:
         if not bad:
             return "ok", ""
         r, (st, reason) = bad[0]
-        return st, reason if r == self.rank else f"rank {r}: {reason}"
+        if r == self.rank or re.match(r"rank \d+: ", reason):  # already says whose failure it is
+            return st, reason
+        return st, f"rank {r}: {reason}"
 
     # -- rows and plans (every process) ----------------------------------------------------------------
     def collect(self, rows: list[dict]) -> list[dict]:
