@@ -39,7 +39,9 @@ def test_committed_runs_are_schema_v1_or_v2_through_and_through():
 def test_committed_v2_runs_load_as_written(name):
     df, manifest = RunDir(RUNS / name).load()
     assert set(df["schema_version"]) == {2} and set(df["world_size"]) == {manifest.get("world_size", 1)}
-    assert set(df["launch"]) == ({"torchrun"} if "torchrun" in name else {"simulated"})
+    torchrun = manifest["config"].get("launch") == "torchrun"
+    assert set(df["launch"]) == ({"torchrun"} if torchrun else {"simulated"})
+    assert torchrun == ("torchrun" in name or "gloo" in name)
 
 
 @pytest.mark.parametrize("name", V1)
