@@ -116,7 +116,7 @@ def test_a_dead_rank_ends_the_launch_in_one_line_and_resume_finishes_it(tmp_path
     assert time.monotonic() - t0 < 60
     assert p.returncode == 1
     err = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert len(err) == 1 and err[0].startswith("error: a rank of the torchrun launch failed"), p.stderr[-2000:]
+    assert len(err) == 1 and err[0].startswith("error: rank 1 exited with code 3; rows measured so far are kept"), p.stderr[-2000:]
     assert "Traceback" not in p.stderr
     kept = RunDir(out).rows()
     assert {r["seq_len"] for r in kept} == {40} and len(kept) == 4  # the first cell survived
@@ -136,7 +136,7 @@ def _processes_mentioning(marker: str) -> list[str]:
 def test_stopping_the_launcher_stops_every_rank_and_keeps_the_rows(tmp_path, sig):
     out = tmp_path / f"stop-{sig.name}"
     args = ["--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1",
-            "--seq", ",".join(str(32 + 8 * i) for i in range(12)), "--out", out, *SMALL[:-2], "--dist-timeout", "20"]
+            "--seq", ",".join(str(32 + 8 * i) for i in range(6)), "--out", out, *SMALL[:-2], "--dist-timeout", "20"]
     p = subprocess.Popen([sys.executable, "-m", "cpbench", "sweep", *map(str, args)], env=_env(),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -153,9 +153,10 @@ def test_stopping_the_launcher_stops_every_rank_and_keeps_the_rows(tmp_path, sig
     assert _processes_mentioning(str(out)) == []
     kept = RunDir(out).rows()
     assert kept and all(r["status"] == "ok" for r in kept)
-    again = sweep(*args, "--resume")  # the lock went with the ranks
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert len(by_key(RunDir(out).rows())) == 12 * 4
+    if sig == signal.SIGKILL:  # the lock went with the ranks: --resume finishes the sweep
+        again = sweep(*args, "--resume")
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert len(by_key(RunDir(out).rows())) == 6 * 4
 
 
 @pytest.mark.timeout(60)
