@@ -93,7 +93,7 @@ def test_four_processes_cp_2_runs_on_the_first_two_ranks(tmp_path):
 def test_a_rank_that_raises_fails_its_cell_on_every_rank_and_the_sweep_goes_on(tmp_path):
     t0 = time.monotonic()
     p = sweep("--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1", "--seq", "40,48",
-              "--out", tmp_path / "d", *SMALL, env=_env(CPBENCH_INJECT_FAULT="1:raise:1"))
+              "--out", tmp_path / "d", *SMALL, "--no-profile", env=_env(CPBENCH_INJECT_FAULT="1:raise:1"))
     assert time.monotonic() - t0 < 60
     assert p.returncode == 0, p.stderr[-2000:]
     rows = by_key(RunDir(tmp_path / "d").rows())
@@ -110,7 +110,7 @@ def test_a_rank_that_raises_fails_its_cell_on_every_rank_and_the_sweep_goes_on(t
 def test_a_dead_rank_ends_the_launch_in_one_line_and_resume_finishes_it(tmp_path):
     out = tmp_path / "d"
     args = ["--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1", "--seq", "40,48",
-            "--out", out, *SMALL[:-2], "--dist-timeout", "15"]
+            "--out", out, *SMALL[:-2], "--dist-timeout", "15", "--no-profile"]
     t0 = time.monotonic()
     p = sweep(*args, env=_env(CPBENCH_INJECT_FAULT="1:exit:2"))
     assert time.monotonic() - t0 < 60
@@ -136,7 +136,8 @@ def _processes_mentioning(marker: str) -> list[str]:
 def test_stopping_the_launcher_stops_every_rank_and_keeps_the_rows(tmp_path, sig):
     out = tmp_path / f"stop-{sig.name}"
     args = ["--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1",
-            "--seq", ",".join(str(32 + 8 * i) for i in range(6)), "--out", out, *SMALL[:-2], "--dist-timeout", "20"]
+            "--seq", ",".join(str(32 + 8 * i) for i in range(6)), "--out", out, *SMALL[:-2], "--dist-timeout", "20",
+            "--no-profile"]
     p = subprocess.Popen([sys.executable, "-m", "cpbench", "sweep", *map(str, args)], env=_env(),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
