@@ -78,16 +78,24 @@ class TorchrunGroup:
         mine = self.rank < cp_size and (wanted is None or self.rank in wanted)
         return [self.rank] if mine else []
 
-    # -- agreement (members of the cell's CP group only) -----------------------------------------------
+    # -- agreement (members of the cell's CP group only; a process outside it agrees with itself) ------
+    @property
+    def _member(self) -> bool:
+        return self.rank < self._cp_size
+
     def barrier(self) -> None:
+        if not self._member:
+            return
         if self.info.device.type == "cuda":
             torch.cuda.synchronize()
         dist.barrier(group=self._cp_host)
 
     def agree(self, value: float) -> float:
-        return groups.max_over_ranks(value, self._cp_host)
+        return groups.max_over_ranks(value, self._cp_host) if self._member else value
 
     def agree_status(self, status: Status) -> Status:
+        if not self._member:
+            return status
         every = groups.all_gather_object_gloo(tuple(status), self._cp_host)
         bad = [(r, s) for r, s in enumerate(every) if s[0] != "ok"]
         if not bad:
