@@ -1,5 +1,6 @@
 """Timing helpers: statistics, repeat count from the budget, ABBA interleaving."""
 
+import gc
 import torch
 
 from cpbench.bench.timing import Clock, repeats_for_budget, summarize, time_interleaved
@@ -26,3 +27,11 @@ def test_abba_order_and_every_sample_kept():
     out = time_interleaved(fns, Clock(torch.device("cpu")), warmup=0, budget_ms=1e-9, min_reps=5)
     assert len(out["A"]) == len(out["B"]) == 5
     assert "".join(order) == "AB" + "ABBA" * 2  # estimate pass, then A B B A ...
+
+
+def test_the_garbage_collector_is_paused_while_timing_and_restored():
+    seen = []
+    out = time_interleaved({"a": lambda: seen.append(gc.isenabled()), "b": lambda: seen.append(gc.isenabled())},
+                           Clock(torch.device("cpu")), warmup=1, budget_ms=1, min_reps=3, max_reps=3)
+    assert seen and not any(seen) and gc.isenabled()
+    assert [len(v) for v in out.values()] == [3, 3]

@@ -21,6 +21,8 @@ the maximum over ranks of sample i.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import time
 from typing import Callable
@@ -106,7 +108,26 @@ def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms
     so each variant gets about ``budget_ms`` of samples (at least ``min_reps``). Every timed sample is
     kept, the estimate included. ``agree`` turns this rank's warm-up and repeat counts into the ones
     every rank uses (max over ranks); ``barrier`` runs before every sample (see the module docstring).
+    The garbage collector is paused meanwhile.
     """
+    with _gc_paused():
+        return _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, barrier)
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Python's garbage collector off while timing (as ``timeit`` does): a collection inside a sample
+    would be charged to whichever variant happened to run."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, barrier) -> dict[str, list[float]]:
     names = list(fns)
     for name in names:  # one untimed call each, then the rest of the warm-up if it fits the budget
         if warmup:
