@@ -1,6 +1,7 @@
 """Timing helpers: statistics, repeat count from the budget, ABBA interleaving."""
 
 import gc
+
 import torch
 
 from cpbench.bench.timing import Clock, repeats_for_budget, summarize, time_interleaved

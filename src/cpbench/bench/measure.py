@@ -31,7 +31,10 @@ from cpbench.errors import CpbenchInputError, one_line
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 OK: Status = ("ok", "")
 COUNT_COLUMNS = ("attn_kernels", "attn_calls", "comm_kernels", "merge_kernels", "fill_kernels", "copy_kernels",
-                 "other_kernels", "kernels", "launches")
+                 "other_kernels", "kernels", "launches", "gpu_busy_us")
+# an eager forward whose latency exceeds its GPU busy time by this factor is launch-bound: its latency
+# measures how fast the host enqueues work (cf. docs/design.md §4)
+HOST_BOUND_RATIO = 1.2
 
 
 @dataclass
@@ -240,6 +243,8 @@ def _measured_row(job: RankJob, work: RankWork, mode, timing, xs, prep: Prepared
     if timing == "graph":  # kernels are counted from eager forwards only (not per range in a graph)
         for k in COUNT_COLUMNS:
             row[k] = math.nan
+    busy = row.get("gpu_busy_us", math.nan)
+    row["host_bound"] = bool(timing == "eager" and busy > 0 and med > HOST_BOUND_RATIO * busy)
     tol = checks.TOLERANCE[DTYPES[job.dtype]]
     err = row.get("max_abs_err", math.nan)
     diff = row.get("diff_vs_two_call", 0.0)
@@ -269,7 +274,8 @@ def count_kernels(prep: Prepared, label: str, device: torch.device, trace_dir: P
                          steps_warmup=1 if device.type == "cuda" else 0)  # CPU: nothing to miss
     by_kernel = device.type == "cuda" and bool(prep.kernel_patterns)
     row = {"attn_kernels": c.attention if by_kernel else c.attention_calls, "attn_calls": c.attention_calls,
-           "comm_kernels": c.comm, "merge_kernels": c.merge, "fill_kernels": c.fill, "copy_kernels": c.copy,
+           "comm_kernels": c.comm, "gpu_busy_us": c.gpu_busy_us if device.type == "cuda" else math.nan,
+           "merge_kernels": c.merge, "fill_kernels": c.fill, "copy_kernels": c.copy,
            "other_kernels": c.other + c.merge + c.fill + c.copy, "kernels": c.kernels, "launches": c.launches}
     kpc = (kpc_cache or {}).get(kpc_key)
     if kpc is None:

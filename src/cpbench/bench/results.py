@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from cpbench.bench.schema import CELL_COLUMNS
@@ -20,7 +21,9 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
     A cell whose rows are not all ``ok`` gets ``status`` = the first non-ok status and NaN latencies.
     Columns: ``two_call_us, fused_us, speedup, speedup_ci_low, speedup_ci_high`` (95 % bootstrap
     interval, :mod:`cpbench.bench.uncertainty`; NaN without raw samples), ``slowest_rank_two_call,
-    slowest_rank_fused, imbalance_two_call, imbalance_fused, status, reason``.
+    slowest_rank_fused, imbalance_two_call, imbalance_fused, status, reason``, and from the profiled
+    eager forwards ``gpu_busy_two_call_us, gpu_busy_fused_us`` (slowest rank's GPU busy time),
+    ``gpu_speedup`` (their ratio) and ``host_bound`` (any row of the cell is).
     """
     if df.empty:
         return pd.DataFrame()
@@ -54,6 +57,7 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
                           if rec["fused_us"] and math.isfinite(rec["fused_us"]) else math.nan)
         rec["speedup_ci_low"], rec["speedup_ci_high"] = _speedup_ci(g) if math.isfinite(rec["speedup"]) else (
             math.nan, math.nan)
+        rec.update(_gpu_time(g))
         out.append(rec)
     return pd.DataFrame(out)
 
@@ -69,3 +73,24 @@ def _speedup_ci(g: pd.DataFrame) -> tuple[float, float]:
                 for m in ("two-call", "fused")]
     torchrun = "launch" in ok and (ok["launch"] == "torchrun").all()
     return speedup_ci(*per_mode, per_sample_max=bool(torchrun))
+
+
+def _gpu_time(g: pd.DataFrame) -> dict:
+    """GPU busy time per mode on the busiest rank, its ratio, and whether the cell is host-bound."""
+    out = {"gpu_busy_two_call_us": math.nan, "gpu_busy_fused_us": math.nan, "gpu_speedup": math.nan,
+           "host_bound": bool(flags(g["host_bound"]).any()) if "host_bound" in g else False}
+    if "gpu_busy_us" not in g:
+        return out
+    for mode, tag in (("two-call", "two_call"), ("fused", "fused")):
+        busy = pd.to_numeric(g.loc[(g["mode"] == mode) & (g["status"] == "ok"), "gpu_busy_us"], errors="coerce")
+        if busy.notna().any():
+            out[f"gpu_busy_{tag}_us"] = float(busy.max())
+    if out["gpu_busy_fused_us"] > 0:
+        out["gpu_speedup"] = out["gpu_busy_two_call_us"] / out["gpu_busy_fused_us"]
+    return out
+
+
+def flags(values: pd.Series) -> pd.Series:
+    """A boolean column read back from parquet/JSON (bool, 0/1, NaN or None for rows that lack it) as
+    True/False, missing values False."""
+    return values.map(lambda v: isinstance(v, (bool, int, float, np.bool_)) and bool(v == 1))

@@ -116,6 +116,10 @@ _COLUMNS = [
     _c("copy_kernels", "float", "", "copy kernels per forward"),
     _c("other_kernels", "float", "", "non-attention kernels per forward"),
     _c("launches", "float", "", "CPU launch calls per forward"),
+    _c("gpu_busy_us", "float", "µs", "GPU busy time of the profiled eager forward (union of kernel, memset and "
+       "memcpy intervals; NaN on CPU)"),
+    _c("host_bound", "bool", "", "eager row whose median latency exceeds 1.2 x its GPU busy time: it measures "
+       "how fast the host launches"),
     _c("trace", "str", "path", "Chrome trace of the profiled forward"),
     # -- torchrun launches: per-rank phases of the median forward (sums over layers) -----------------
     _c("gather_us", "float", "µs", "K|V all-gather per forward (CUDA events around the collective)"),

@@ -24,6 +24,7 @@ NUMERIC = ["latency_us_median", "latency_us_p10", "latency_us_p90", "latency_us_
 
 VIEW_COLUMNS = list(CELL_COLUMNS) + [
     "status", "reason", "two_call_us", "fused_us", "speedup", "speedup_ci_low", "speedup_ci_high",
+    "gpu_speedup", "host_bound",
     "slowest_rank_two_call", "slowest_rank_fused",
     "imbalance_two_call", "imbalance_fused", "p10_two_call_us", "p90_two_call_us", "p10_fused_us",
     "p90_fused_us", "context_len", "label"]

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from cpbench.bench.results import flags
 from cpbench.plots.data import ranks_text, uniform
 from cpbench.plots.style import human_tokens
 
@@ -105,7 +106,22 @@ def summary_lines(view: pd.DataFrame) -> list[str]:
         if failed:
             s += f" {failed} cell(s) did not run (see Notes)."
         out.append(s)
+        out += host_bound_lines(ok, f"{model} · {backend} · {timing}")
     return out
+
+
+def host_bound_lines(ok: pd.DataFrame, group: str) -> list[str]:
+    """A bullet naming the host-bound eager cells of a group (latency > 1.2x the GPU busy time of the
+    profiled forward): there the eager speedup measures the launching CPU; the GPU-time speedup is
+    shown beside it."""
+    hb = ok[flags(ok["host_bound"])] if "host_bound" in ok else ok.iloc[0:0]
+    if hb.empty:
+        return []
+    cells = "; ".join(f"{where(c)}: {times(c['speedup'])} eager vs {times(c['gpu_speedup'])} GPU time"
+                      for _, c in hb.head(8).iterrows())
+    more = f" (+{len(hb) - 8} more)" if len(hb) > 8 else ""
+    return [f"  - Host-bound ({group}, {len(hb)} cell(s)): the eager latency exceeds 1.2× the GPU busy time, so "
+            f"the eager speedup measures how fast the CPU launches: {cells}{more}."]
 
 
 def cell_tables(view: pd.DataFrame) -> list[tuple[str, str]]:

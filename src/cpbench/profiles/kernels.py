@@ -92,6 +92,8 @@ class KernelCounts:
         launches: CPU-side launch API calls (:data:`LAUNCH_APIS`); a CUDA-graph replay is one.
         attention_calls: ``prev`` / ``next`` / ``combined`` record_function ranges seen (CPU side).
         kernel_names: GPU activity name -> executions.
+        gpu_busy_us: time the GPU was executing any of them (the union of their intervals), µs; 0 when
+            the trace carries no GPU activity (CPU) or no timestamps.
     """
 
     attention: int = 0
@@ -103,6 +105,7 @@ class KernelCounts:
     launches: int = 0
     attention_calls: int = 0
     kernel_names: dict[str, int] = field(default_factory=dict)
+    gpu_busy_us: float = 0.0
 
     @property
     def kernels(self) -> int:
@@ -139,14 +142,16 @@ def count_events(events: list[dict], attention_patterns: tuple[str, ...] | list[
 
     Counted: complete events (``ph`` "X" or missing) with ``cat`` ``kernel`` / ``gpu_memset`` /
     ``gpu_memcpy`` (GPU executions, classified by name), ``cuda_runtime`` / ``cuda_driver`` launch
-    calls, and ``user_annotation`` ranges named ``prev``/``next``/``combined``. ``ts``/``dur`` are
-    not used (0 or missing is fine); events without ``name`` or ``cat`` are skipped; ``cat``
-    matching is case-insensitive (older torch wrote ``Kernel``).
+    calls, and ``user_annotation`` ranges named ``prev``/``next``/``combined``. ``ts``/``dur`` (µs) of
+    GPU activities give ``gpu_busy_us`` and are otherwise not needed (0 or missing is fine); events
+    without ``name`` or ``cat`` are skipped; ``cat`` matching is case-insensitive (older torch wrote
+    ``Kernel``).
 
     Raises:
         ProfileError: ``require_attention`` and no attention kernel was seen.
     """
     out = KernelCounts()
+    spans = []
     for ev in events:
         if not isinstance(ev, dict) or ev.get("ph", "X") != "X":
             continue
@@ -154,6 +159,10 @@ def count_events(events: list[dict], attention_patterns: tuple[str, ...] | list[
         name = ev.get("name")
         if not cat or not isinstance(name, str):
             continue
+        if cat in KERNEL_CATS or cat in MEMSET_CATS or cat in MEMCPY_CATS:
+            ts, dur = ev.get("ts"), ev.get("dur")
+            if isinstance(ts, (int, float)) and isinstance(dur, (int, float)) and dur > 0:
+                spans.append((float(ts), float(ts) + float(dur)))
         if cat in KERNEL_CATS:
             out.add(name, classify(name, attention_patterns))
         elif cat in MEMSET_CATS:
@@ -164,9 +173,21 @@ def count_events(events: list[dict], attention_patterns: tuple[str, ...] | list[
             out.launches += is_launch_api(name)
         elif cat == ANNOTATION_CAT and name in CALL_NAMES:
             out.attention_calls += 1
+    out.gpu_busy_us = union_length(spans)
     if require_attention:
         out.require_attention("the trace")
     return out
+
+
+def union_length(spans: list[tuple[float, float]]) -> float:
+    """Total length covered by ``[start, end)`` intervals (overlaps counted once), in their unit."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
 
 
 def expected_attention_kernels(num_layers: int, calls_per_layer: int, kernels_per_call: int) -> int:

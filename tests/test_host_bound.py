@@ -1,0 +1,49 @@
+"""GPU busy time of a profiled forward, and host-bound cells named in the report."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cpbench.bench.backends.registry import kernel_patterns
+from cpbench.bench.results import critical_path
+from cpbench.bench.store import load_run
+from cpbench.plots.report import render_report
+from cpbench.profiles.capture import load_trace
+from cpbench.profiles.kernels import count_events, union_length
+from runfactory import make_rows
+
+FIX = Path(__file__).parent / "fixtures"
+RUNS = Path(__file__).parent.parent / "docs" / "runs"
+
+
+def test_union_length_counts_overlaps_once():
+    assert union_length([(0, 10), (5, 15), (20, 25), (21, 22)]) == 20
+    assert union_length([]) == 0
+
+
+@pytest.mark.parametrize("mode", ["two-call", "fused"])
+def test_gpu_busy_time_of_the_h200_traces_matches_the_graph_latency(mode):
+    c = count_events(load_trace(FIX / f"h200_fa3_cp4_bs1_seq8192_r0_{mode}.json.gz"), kernel_patterns("fa3"))
+    df, _ = load_run(RUNS / "h200-fa3-gpt-oss-120b")
+    graph = df[(df.cp_size == 4) & (df.bs == 1) & (df.seq_len == 8192) & (df["rank"] == 0) & (df["mode"] == mode)
+               & (df.timing == "graph")]["latency_us_median"].iloc[0]
+    # one forward's kernels back to back: the GPU busy time is what a CUDA-graph replay takes
+    assert c.gpu_busy_us == pytest.approx(graph, rel=0.02)
+
+
+def test_host_bound_cells_are_named_with_their_gpu_time_speedup():
+    rows = make_rows(cp_sizes=(4,), bss=(1,), seqs=(1024, 8192), timings=("eager",))
+    for r in rows:
+        small = r["seq_len"] == 1024
+        # small cells: the GPU is busy for a third of the eager forward (launch-bound)
+        r["gpu_busy_us"] = r["latency_us_median"] / (3.0 if small else 1.05) * (1.1 if r["mode"] == "fused" else 1)
+        r["host_bound"] = bool(r["latency_us_median"] > 1.2 * r["gpu_busy_us"])
+    df = pd.DataFrame(rows)
+    cp = critical_path(df)
+    assert list(cp.sort_values("seq_len")["host_bound"]) == [True, False]
+    small = cp[cp.seq_len == 1024].iloc[0]
+    assert small["gpu_speedup"] == pytest.approx(small["gpu_busy_two_call_us"] / small["gpu_busy_fused_us"])
+    text = render_report(df, {}, "hb")
+    bullet = next(ln for ln in text.splitlines() if "Host-bound" in ln)
+    assert "1 cell(s)" in bullet and "cp 4, bs 1, 1K tokens" in bullet and f"{small['gpu_speedup']:.2f}× GPU time" in bullet
