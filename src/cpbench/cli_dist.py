@@ -15,7 +15,7 @@ from typing import Annotated, Callable, Optional
 import typer
 from rich.markup import escape
 
-from cpbench.bench.dist.launch import under_torchrun
+from cpbench.bench.dist.launch import under_torchrun, world_size_from_env
 from cpbench.cli_options import err_console
 from cpbench.errors import CpbenchInputError
 
@@ -56,6 +56,9 @@ DistTimeoutOpt = Annotated[float, typer.Option(
 
 @dataclass
 class DistOptions:
+    """The launch options of one command (--launch, --nproc-per-node, --gather, --dist-backend,
+    --dist-timeout in seconds)."""
+
     launch: Launch
     nproc_per_node: Optional[int]
     gather: Optional[Gather]
@@ -84,8 +87,6 @@ class DistOptions:
             raise CpbenchInputError(f"--dist-timeout must be {MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S:g} s (one day), got "
                                     f"{self.dist_timeout:g}: every collective waits that long for a slow rank")
         if self.distributed and under_torchrun():
-            from cpbench.bench.dist.launch import world_size_from_env
-
             world = world_size_from_env()
             bad = [c for c in cp_sizes if world % c]
             if bad:
