@@ -1,6 +1,7 @@
 """Timing helpers: statistics, repeat count from the budget, ABBA interleaving."""
 
 import gc
+import random
 
 import torch
 
@@ -36,3 +37,43 @@ def test_the_garbage_collector_is_paused_while_timing_and_restored():
                            Clock(torch.device("cpu")), warmup=1, budget_ms=1, min_reps=3, max_reps=3)
     assert seen and not any(seen) and gc.isenabled()
     assert [len(v) for v in out.values()] == [3, 3]
+
+
+class FakeClock:
+    """Samples from a per-variant generator instead of a real clock (the callables are names)."""
+
+    cuda = False
+
+    def __init__(self, draw):
+        self.draw = draw
+
+    def sample_us(self, fn, barrier=None):
+        return self.draw(fn())
+
+    def sync(self):
+        pass
+
+
+def test_a_quiet_variant_stops_at_precision_and_a_noisy_one_at_the_budget():
+    rng = random.Random(0)
+    quiet = FakeClock(lambda name: 1000.0 * (1 + 0.001 * rng.random()))  # 0.1 % spread
+    info = {}
+    out = time_interleaved({"a": lambda: "a", "b": lambda: "b"}, quiet, warmup=0, budget_ms=1000, min_reps=5,
+                           rel_ci=0.01, info=info)
+    assert info["a"]["stop_reason"] == info["b"]["stop_reason"] == "precision"
+    assert len(out["a"]) == len(out["b"]) < 1000 * 1e3 / 1000.0  # far fewer than the budget allows
+    assert info["a"]["ci_rel_width"] <= 0.01
+    noisy = FakeClock(lambda name: 1000.0 * (0.5 + rng.random()) ** 3)  # spread of ~ +-100 %
+    info = {}
+    out = time_interleaved({"a": lambda: "a", "b": lambda: "b"}, noisy, warmup=0, budget_ms=60, min_reps=5,
+                           rel_ci=0.01, info=info)
+    assert info["a"]["stop_reason"] == info["b"]["stop_reason"] == "time budget"
+    assert len(out["a"]) == len(out["b"]) == repeats_for_budget(max(out["a"][0], out["b"][0]), 60)  # the cap
+    assert info["a"]["ci_rel_width"] > 0.01
+
+
+def test_without_rel_ci_the_whole_budget_is_sampled():
+    clock = FakeClock(lambda name: 1000.0)
+    info = {}
+    out = time_interleaved({"a": lambda: "a"}, clock, warmup=0, budget_ms=50, min_reps=5, info=info)
+    assert len(out["a"]) == 50 and info["a"]["stop_reason"] == "time budget"

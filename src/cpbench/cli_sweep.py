@@ -43,7 +43,10 @@ def sweep(
     backend: Annotated[BackendName, typer.Option("--backend", help="Attention backend.")] = BackendName.auto,
     timing: Annotated[Optional[str], typer.Option(
         "--timing", help="eager, graph or both (default: both on CUDA, eager on CPU).")] = None,
-    budget_ms: Annotated[float, typer.Option("--budget-ms", help="Time budget per timed variant, ms.")] = 200.0,
+    budget_ms: Annotated[float, typer.Option("--budget-ms", help="Time budget per timed variant, ms (the cap).")] = 200.0,
+    rel_ci: Annotated[float, typer.Option(
+        "--rel-ci", help="Stop sampling a variant once the 95% CI of its median is within this fraction of the "
+                         "median (0: always use the whole --budget-ms).")] = 0.01,
     warmup: Annotated[Optional[int], typer.Option(
         "--warmup", help="Untimed forwards before timing (default 3 on CUDA, 1 on CPU).")] = None,
     dtype: Annotated[DType, typer.Option("--dtype", help="q/k/v dtype.")] = DType.bf16,
@@ -80,6 +83,8 @@ def sweep(
     warmup = (3 if dev.type == "cuda" else 1) if warmup is None else warmup
     if budget_ms <= 0 or warmup < 0:
         raise CpbenchInputError("--budget-ms must be > 0 and --warmup >= 0")
+    if not 0 <= rel_ci < 1:  # NaN fails too
+        raise CpbenchInputError(f"--rel-ci must be a fraction in [0, 1), e.g. 0.01 for 1 %, got {rel_ci}")
     if context_len is not None and context_len < cells.longest:
         raise CpbenchInputError(f"--context-len {context_len} is shorter than the longest sequence "
                                 f"({cells.longest} tokens with prefix): raise it or drop it")
@@ -88,7 +93,7 @@ def sweep(
     kw = dict(model=spec, cp_sizes=cells.cp_sizes, bs_list=cells.bs_list, seq_list=cells.seq_list,
               extend_lens=cells.seq_lens, prefix=cells.prefix, ranks=cells.ranks,
               modes=choice_list(mode, ("two-call", "fused"), "--mode"), backend=backend.value, timings=timings,
-              budget_ms=budget_ms, warmup=warmup, dtype=dtype.value, seed=seed, check=check,
+              budget_ms=budget_ms, rel_ci=rel_ci or None, warmup=warmup, dtype=dtype.value, seed=seed, check=check,
               context_len=context_len, device=dev, profile=profile, nvtx=nvtx, out=out, resume=resume,
               report=report, allow_mismatch=allow_mismatch, console=console, gather=dist.gather_mode)
     if not dist.distributed:

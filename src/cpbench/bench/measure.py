@@ -59,6 +59,7 @@ class RankJob:
     label: str
     warmup: int = 3
     budget_ms: float = 200.0
+    rel_ci: float | None = None
     check: bool = True
     profile: bool = True
     nvtx: bool = False
@@ -122,11 +123,12 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         runnable = [m for m in modes if status[m] == OK and (m, timing) in job.todo]
         fns, graph_status = _timed_fns(job, work, prepared, runnable, timing, group)
         clk0 = sm_clock_mhz(job.device)
-        samples = {}
+        samples, stop = {}, {}
         if fns:
             st = _attempt(lambda: samples.update(time_interleaved(
                 fns, job.clock, warmup=job.warmup, budget_ms=job.budget_ms,
-                min_reps=5 if job.clock.cuda else 3, agree=group.agree, barrier=group.barrier)))
+                min_reps=5 if job.clock.cuda else 3, agree=group.agree, barrier=group.barrier,
+                rel_ci=job.rel_ci, info=stop)))
             st = group.agree_status(st)
             if st != OK:
                 graph_status.update({m: st for m in fns})
@@ -148,7 +150,7 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                 rows.append({**job.base, "rank": rank, "mode": m, "timing": t, "status": st[0], "reason": st[1]})
                 continue
             rows.append(_measured_row(job, work, m, timing, samples[m], prepared[m], info[m], flops, clk0, clk1,
-                                      phases.get(m, {})))
+                                      {**phases.get(m, {}), **stop.get(m, {})}))
     return rows
 
 

@@ -73,6 +73,7 @@ class SweepConfig:
     modes: list[str] = field(default_factory=lambda: ["two-call", "fused"])
     timings: list[str] = field(default_factory=lambda: ["eager"])
     budget_ms: float = 200.0
+    rel_ci: float | None = 0.01  # stop sampling a variant once its median's 95 % CI is this narrow (None: never)
     warmup: int = 3
     dtype: str = "bf16"
     seed: int = 0
@@ -235,7 +236,8 @@ class Runner:
     def _job(self, cell: CellSpec, shared: dict, todo: list) -> RankJob:
         c = self.cfg
         return RankJob(self.backend, self.clock, c.device, c.dtype, self.base(cell), shared, todo, cell.label(),
-                       warmup=c.warmup, budget_ms=c.budget_ms, check=c.check, profile=c.profile, nvtx=c.nvtx,
+                       warmup=c.warmup, budget_ms=c.budget_ms, rel_ci=c.rel_ci, check=c.check, profile=c.profile,
+                       nvtx=c.nvtx,
                        trace_dir=self.trace_dir, kpc_cache=self._kpc.setdefault(cell, {}))
 
     def _unsupported(self, cell: CellSpec) -> tuple[str, str] | None:

@@ -79,6 +79,8 @@ _COLUMNS = [
     _c("latency_us_ci_low", "float", "µs", "95% CI of the median, low (order statistics)"),
     _c("latency_us_ci_high", "float", "µs", "95% CI of the median, high"),
     _c("n_samples", "int", "", "timed forwards"),
+    _c("stop_reason", "str", "precision | time budget | max samples", "why sampling stopped (--rel-ci, --budget-ms)"),
+    _c("ci_rel_width", "float", "", "width of the median's 95% CI / median when sampling stopped"),
     _c("samples_us", "list", "µs", "every raw sample, in the agreed ABBA order"),
     _c("per_layer_us", "float", "µs", "latency_us_median / num_layers"),
     _c("flops", "float", "FLOP", "per forward, from per-segment causal (windowed) areas"),

@@ -30,6 +30,7 @@ from typing import Callable
 import torch
 
 Fn = Callable[[], None]
+MIN_STOP_SAMPLES = 20  # fewer samples give too wide a median CI for the stopping rule to mean anything
 
 
 class Clock:
@@ -100,7 +101,8 @@ def repeats_for_budget(estimate_us: float, budget_ms: float, min_reps: int = 5, 
 
 def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms: float,
                      min_reps: int = 5, max_reps: int = 2000, agree: Callable[[float], float] = lambda x: x,
-                     barrier: Fn | None = None) -> dict[str, list[float]]:
+                     barrier: Fn | None = None, rel_ci: float | None = None,
+                     info: dict | None = None) -> dict[str, list[float]]:
     """Time each variant in ABBA order; return ``name -> raw samples (µs)``.
 
     ``warmup`` untimed calls of each variant run first (only one when the rest would overrun
@@ -109,9 +111,15 @@ def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms
     kept, the estimate included. ``agree`` turns this rank's warm-up and repeat counts into the ones
     every rank uses (max over ranks); ``barrier`` runs before every sample (see the module docstring).
     The garbage collector is paused meanwhile.
+
+    Stopping by noise (nvbench's criterion): with ``rel_ci``, sampling stops at the end of an ABBA cycle
+    once every variant holds at least ``max(min_reps, MIN_STOP_SAMPLES)`` samples and the 95 % CI of its
+    median is within ``rel_ci`` of the median (on every rank: agreed); ``budget_ms`` stays the cap.
+    ``info`` (optional) receives ``name -> {stop_reason, ci_rel_width}`` (``precision``, ``time budget``
+    or ``max samples``).
     """
     with _gc_paused():
-        return _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, barrier)
+        return _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, barrier, rel_ci, info)
 
 
 @contextlib.contextmanager
@@ -127,7 +135,8 @@ def _gc_paused():
             gc.enable()
 
 
-def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, barrier) -> dict[str, list[float]]:
+def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, barrier, rel_ci,
+                      info) -> dict[str, list[float]]:
     names = list(fns)
     for name in names:  # one untimed call each, then the rest of the warm-up if it fits the budget
         if warmup:
@@ -139,10 +148,25 @@ def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, 
     samples = {n: [clock.sample_us(fns[n], barrier)] for n in names}
     reps = int(agree(repeats_for_budget(max(s[0] for s in samples.values()), budget_ms, min_reps, max_reps)))
     order = names + names[::-1]  # A B B A
+    reason = "max samples" if reps >= max_reps else "time budget"
     for i in range(max(0, reps - 1) * len(names)):
+        if rel_ci and i % len(order) == 0 and len(samples[names[0]]) >= max(min_reps, MIN_STOP_SAMPLES):
+            precise = all(ci_rel_width(samples[n]) <= rel_ci for n in names)
+            if not agree(0.0 if precise else 1.0):  # every rank's variants are precise enough
+                reason = "precision"
+                break
         n = order[i % len(order)]
         samples[n].append(clock.sample_us(fns[n], barrier))
+    if info is not None:
+        info.update({n: {"stop_reason": reason, "ci_rel_width": ci_rel_width(samples[n])} for n in names})
     return samples
+
+
+def ci_rel_width(samples: list[float]) -> float:
+    """Width of the 95 % CI of the median (:func:`summarize`) relative to the median; inf when undefined."""
+    st = summarize(samples)
+    med = st["latency_us_median"]
+    return (st["latency_us_ci_high"] - st["latency_us_ci_low"]) / med if med and med > 0 else math.inf
 
 
 def host_enqueue_us(fn: Fn, clock: Clock, reps: int = 3) -> float:
