@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-import platform
 import os
+import platform
 import shlex
 import subprocess
 import sys

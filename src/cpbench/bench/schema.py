@@ -123,14 +123,16 @@ _COLUMNS = [
     _c("host_bound", "bool", "", "eager row whose median latency exceeds 1.2 x its GPU busy time: it measures "
        "how fast the host launches"),
     _c("trace", "str", "path", "Chrome trace of the profiled forward"),
-    # -- torchrun launches: per-rank phases of the median forward (sums over layers) -----------------
-    _c("gather_us", "float", "µs", "K|V all-gather per forward (CUDA events around the collective)"),
+    # -- torchrun launches: per-rank phases, medians of 3 separately timed eager forwards (sums over layers)
+    _c("gather_us", "float", "µs", "the gather step per forward: pack, all_gather_into_tensor, strip and reorder "
+       "(CUDA events between steps; includes waiting for slower ranks)"),
     _c("kv_write_us", "float", "µs", "writing the gathered K|V into the paged pool, per forward"),
     _c("attn_us", "float", "µs", "attention calls per forward"),
     _c("wait_us", "float", "µs", "gather_us minus the cell's smallest gather_us: time spent waiting in the "
        "all-gather for slower ranks"),
     _c("gather_bytes", "int", "bytes", "bytes each rank receives per layer (all ranks' padded K|V)"),
-    _c("bus_gbps", "float", "GB/s", "all-gather bus bandwidth: (n-1)/n * gathered bytes / gather time"),
+    _c("bus_gbps", "float", "GB/s", "(n-1)/n * gather_bytes * num_layers / the cell's smallest gather_us: a lower "
+       "bound of the link's bus bandwidth (the step includes packing and reordering)"),
     _c("critical_us_median", "float", "µs", "median over samples of the per-sample maximum over ranks"),
 ]
 COLUMNS: dict[str, Column] = {c.name: c for c in _COLUMNS}
