@@ -87,7 +87,9 @@ def profile(
     run_dir = Path(out) if out else Path("runs") / datetime.now().strftime("profile-%Y%m%d-%H%M%S")
     if run_dir.exists() and not run_dir.is_dir():
         raise CpbenchInputError(f"--out {str(run_dir)!r} is a file: pass a directory")
-    trace_dir = run_dir / "profiles"
+    from cpbench.bench.store import RunDir
+
+    trace_dir = RunDir(run_dir).profiles
     trace_dir.mkdir(parents=True, exist_ok=True)
     report = {"model": spec.name, "backend": name, "device": str(dev), "cells": []}
     if dist.distributed:
@@ -154,21 +156,22 @@ def _print_counts(console, report: dict, run_dir: Path) -> None:
 
 def _nsys_cross_check(argv: list[str], run_dir: Path, report: dict, backend: str) -> dict:
     """Re-run this command under nsys (child mode) and compare kernels per NVTX forward range."""
+    from cpbench.bench.backends.registry import known_attention_patterns
+    from cpbench.bench.store import RunDir
     from cpbench.profiles.nsys import (find_nsys, kernels_per_range, nsys_profile_argv, parse_nvtx_kern_sum,
                                        report_path, stats_argv)
-    from cpbench.bench.backends.registry import known_attention_patterns
 
     exe = find_nsys()
     if exe is None:
         return {"status": "skipped", "reason": "nsys not found (install Nsight Systems or put nsys on PATH)"}
     child = [sys.executable, "-m", "cpbench", *[a for a in argv if a not in ("--nsys", "--json")], "--nsys-child"]
-    base = run_dir / "profiles" / "nsys"
+    base = RunDir(run_dir).profiles / "nsys"
     proc = subprocess.run(nsys_profile_argv(base, child, exe), capture_output=True, text=True)
     if proc.returncode != 0:
         return {"status": "error", "reason": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
     rep = report_path(base)
     stats = subprocess.run(stats_argv(rep, exe), capture_output=True, text=True)
-    csv_path = run_dir / "profiles" / "nvtx_kern_sum.csv"
+    csv_path = RunDir(run_dir).profiles / "nvtx_kern_sum.csv"
     csv_path.write_text(stats.stdout)
     per_range = kernels_per_range(parse_nvtx_kern_sum(stats.stdout), known_attention_patterns())
     # the torch reference has no attention kernel to name: compare all kernels of each forward instead

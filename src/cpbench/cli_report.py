@@ -13,7 +13,6 @@ import typer
 
 from cpbench.errors import CpbenchInputError
 
-RUN_FILES = ("results.jsonl", "results.parquet", "results.csv", "manifest.json", "report.md")
 RunArg = Annotated[Path, typer.Argument(help="Run directory written by `cpbench sweep` (holds results.*).",
                                         show_default=False)]
 PLOT_EPILOG = "Example:  cpbench plot runs/<id>"
@@ -86,6 +85,7 @@ def compare(
     CI above 1; else 0; 2: bad input. The CI covers noise within each run, not between runs: gate on a quiet GPU.
     """
     from cpbench.bench.compare import compare_runs
+    from cpbench.bench.store import RunDir
     from cpbench.plots.compare_md import compare_markdown
 
     if not 0 <= seed < 2**32:
@@ -94,7 +94,7 @@ def compare(
         if out.is_dir():
             raise CpbenchInputError(f"--out {str(out)!r} is a directory: give a file path such as compare.md")
         real = out.resolve()  # through symlinks
-        if real.name in RUN_FILES or any((real.parent / f).exists() for f in ("results.jsonl", "manifest.json")):
+        if real.name in RunDir.FILES or RunDir(real.parent).is_run_dir():
             raise CpbenchInputError(f"--out {str(out)!r} would write into a run directory ({real.parent}): "
                                     "give a path outside it, such as compare.md")
     with readable(base, new):

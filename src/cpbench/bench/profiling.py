@@ -14,17 +14,12 @@ import torch
 
 from cpbench.bench.backends import get_backend
 from cpbench.bench.geometry import all_ranks, eligibility
-from cpbench.bench.measure import forward_label as measure_label
+from cpbench.bench.measure import forward_label
 from cpbench.bench.runner import DTYPES, CellSpec, count_kernels
 from cpbench.bench.schema import MODES
 from cpbench.bench.workload import build_cell, rank_work
 from cpbench.errors import CpbenchInputError
 
-
-
-def forward_label(cell: CellSpec, rank: int, mode: str) -> str:
-    """The NVTX / record_function label of one eager forward (see :func:`cpbench.bench.measure.forward_label`)."""
-    return measure_label(cell.label(), rank, mode, "eager")
 
 
 def _prepared(model, cell: CellSpec, backend: str, device: torch.device, dtype: str, seed: int,
@@ -61,7 +56,7 @@ def profile_cell(model, cell: CellSpec, *, backend: str, device: torch.device, d
     """
     rows = []
     for r, mode, prep in _prepared(model, cell, backend, device, dtype, seed, ranks, context_len):
-        label = forward_label(cell, r, mode)
+        label = forward_label(cell.label(), r, mode)
         counts = count_kernels(prep, label.removesuffix(" eager"), device, trace_dir)
         rows.append({"rank": r, "mode": mode, "label": label, **counts})
     return rows
@@ -77,7 +72,7 @@ def nsys_child(model, cells: list[CellSpec], *, backend: str, device: torch.devi
     for cell in cells:
         for r, mode, prep in _prepared(model, cell, backend, device, dtype, seed, ranks, context_len):
             payload = {"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len, "rank": r}
-            forwards.append((prep, annotated_forward(prep, forward_label(cell, r, mode), payload, nvtx_on=True)))
+            forwards.append((prep, annotated_forward(prep, forward_label(cell.label(), r, mode), payload, nvtx_on=True)))
     torch.cuda.synchronize()
     with cuda_profiler_range():
         for _, fwd in forwards:
@@ -118,7 +113,7 @@ def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: 
     for cell in cells:
         mine = [r for r in rows if (r["cp_size"], r["extend_lens"]) == (cell.cp_size, ",".join(map(str, cell.extend_lens)))]
         for r in mine:
-            r["label"] = forward_label(cell, r["rank"], r["mode"])
+            r["label"] = forward_label(cell.label(), r["rank"], r["mode"])
             r["comm_kernels_expected"] = model.num_layers * per_collective
             r["comm_check"] = r.get("comm_kernels") == r["comm_kernels_expected"] if r["status"] == "ok" else None
             if r["status"] != "ok":

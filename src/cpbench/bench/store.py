@@ -42,38 +42,18 @@ class RunDir:
     PROFILES = "profiles"
     LOCK = ".lock"
 
+    FILES = (RESULTS, PARQUET, CSV, MANIFEST, REPORT)  # what `compare --out` must never overwrite
+
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self.results, self.parquet, self.csv = (self.path / n for n in (self.RESULTS, self.PARQUET, self.CSV))
+        self.manifest_path, self.report = self.path / self.MANIFEST, self.path / self.REPORT
+        self.plots, self.profiles = self.path / self.PLOTS, self.path / self.PROFILES
         self._lock_fd: int | None = None
 
-    # -- names ---------------------------------------------------------------------------------------
-    @property
-    def results(self) -> Path:
-        return self.path / self.RESULTS
-
-    @property
-    def parquet(self) -> Path:
-        return self.path / self.PARQUET
-
-    @property
-    def csv(self) -> Path:
-        return self.path / self.CSV
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.path / self.MANIFEST
-
-    @property
-    def report(self) -> Path:
-        return self.path / self.REPORT
-
-    @property
-    def plots(self) -> Path:
-        return self.path / self.PLOTS
-
-    @property
-    def profiles(self) -> Path:
-        return self.path / self.PROFILES
+    def is_run_dir(self) -> bool:
+        """True when the directory already holds a run (results or a manifest)."""
+        return self.results.exists() or self.manifest_path.exists()
 
     def __str__(self) -> str:
         return str(self.path)

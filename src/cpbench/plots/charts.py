@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cpbench.bench.store import load_run
+from cpbench.bench.store import RunDir, load_run
 from cpbench.plots.costs import kernels_chart, memory_chart
 from cpbench.plots.data import groups, prepare
 from cpbench.plots.dist_data import has_phases
@@ -80,4 +80,4 @@ def render_all(run_dir: str | Path) -> list[Path]:
     Raises: CpbenchInputError (from ``load_run``): missing directory, no results, other schema version.
     """
     df, _ = load_run(run_dir)
-    return render_frame(df, Path(run_dir) / "plots")
+    return render_frame(df, RunDir(run_dir).plots)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from cpbench.bench.schema import CELL_COLUMNS, MODES
-from cpbench.bench.store import load_run
+from cpbench.bench.store import RunDir, load_run
 from cpbench.plots.charts import chart_stems, render_frame
 from cpbench.plots.costs import kernel_counts
 from cpbench.errors import CpbenchInputError, CpbenchWarning
@@ -188,7 +188,7 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
     sim_df = load_run(simulated)[0] if simulated is not None else None
     if sim_df is not None:
         check_simulated_pair(df, sim_df, run, Path(simulated))
-    plot_dir = run / "plots"
+    plot_dir = RunDir(run).plots
     stems = chart_stems(prepare(df))
     if replot or any(not (plot_dir / f"{s}.png").exists() for s, *_ in stems):
         render_frame(df, plot_dir)
@@ -197,7 +197,7 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
     if sim is not None:
         sim_vs_real_chart(d, sim, plot_dir)
     sim_name = Path(simulated).resolve().name if simulated is not None else ""
-    path = run / "report.md"
+    path = RunDir(run).report
     path.write_text(render_report(df, manifest, run.resolve().name, plot_dir, sim_df=sim_df, sim_name=sim_name))
     return path
 
