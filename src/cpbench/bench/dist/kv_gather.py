@@ -208,6 +208,17 @@ def gather_kv(plan: GatherPlan, k_local: torch.Tensor, v_local: torch.Tensor,
     Raises:
         CpbenchInputError: mode mismatch, a rank outside the group, wrong local shapes.
     """
+    n = check_gather(plan, k_local, v_local, group, mode, out_buffers)
+    return gather_kv_checked(plan, k_local, v_local, group, mode, out_buffers, n)
+
+
+def check_gather(plan: GatherPlan, k_local: torch.Tensor, v_local: torch.Tensor,
+                 group: dist.ProcessGroup | None, mode: str, out_buffers: GatherBuffers) -> int:
+    """Validate :func:`gather_kv`'s arguments once (outside the timed path); return this rank's row count.
+
+    Raises:
+        CpbenchInputError: mode mismatch, a rank outside the group, wrong local shapes.
+    """
     if _check_mode(mode) != out_buffers.mode:
         raise CpbenchInputError(f"mode {mode!r} but the buffers were allocated for {out_buffers.mode!r}")
     if group == dist.GroupMember.NON_GROUP_MEMBER:
@@ -221,6 +232,15 @@ def gather_kv(plan: GatherPlan, k_local: torch.Tensor, v_local: torch.Tensor,
     if tuple(k_local.shape) != want or tuple(v_local.shape) != want:
         raise CpbenchInputError(f"rank {rank} local K/V must be {list(want)}, got "
                                 f"{list(k_local.shape)} and {list(v_local.shape)}")
+    return n
+
+
+def gather_kv_checked(plan: GatherPlan, k_local: torch.Tensor, v_local: torch.Tensor,
+                      group: dist.ProcessGroup | None, mode: str, out_buffers: GatherBuffers,
+                      n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`gather_kv` after :func:`check_gather` returned ``n``: only launches work (the per-layer
+    step of a timed forward)."""
+    d = out_buffers.k_full.shape[2]
     kb, vb, idx = out_buffers.k_full, out_buffers.v_full, plan.gathered_index
     if mode == "packed":
         send, recv = out_buffers.send[0], out_buffers.recv[0]

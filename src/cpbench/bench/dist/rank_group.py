@@ -17,7 +17,8 @@ import torch.distributed as dist
 
 from cpbench.bench.backends.base import Step
 from cpbench.bench.dist import groups
-from cpbench.bench.dist.kv_gather import allocate_gather_buffers, build_gather_plan, gather_bytes, gather_kv, write_kv
+from cpbench.bench.dist.kv_gather import (allocate_gather_buffers, build_gather_plan, check_gather, gather_bytes,
+                                          gather_kv, gather_kv_checked, write_kv)
 from cpbench.bench.ranks import Exchange, Status
 
 GATHER_MODES = ("packed", "separate", "none")
@@ -124,13 +125,14 @@ class TorchrunGroup:
         if not self._exchange:
             self._exchange.update(self._build(work))
         ex = self._exchange
-        plan, bufs, local, cell = ex["plan"], ex["buffers"], ex["local"], work.cell
+        plan, bufs, local, cell, n = ex["plan"], ex["buffers"], ex["local"], work.cell, ex["rows"]
 
         def steps(layer: int) -> list[Step]:
             b = cell.layer_buffer[layer]
             k_cache, v_cache = cell.kv_buffers[b]
             k_loc, v_loc = local[b]
-            return [Step("gather", lambda: gather_kv(plan, k_loc, v_loc, self._cp, self.gather, bufs), "comm"),
+            return [Step("gather", lambda: gather_kv_checked(plan, k_loc, v_loc, self._cp, self.gather, bufs, n),
+                         "comm"),
                     Step("kv_write", lambda: write_kv(plan, bufs.k_full, bufs.v_full, k_cache, v_cache), "kv_write")]
 
         m = work.model
@@ -147,7 +149,8 @@ class TorchrunGroup:
         own = plan.slots.index_select(0, plan.rank_token_index[g.rank].to(cell.device))
         flat = [tuple(c.view(-1, *c.shape[2:]) for c in pair) for pair in cell.kv_buffers]
         local = [tuple(f.index_select(0, own) for f in pair) for pair in flat]  # [tokens_local, Hkv, D] each
-        return {"plan": plan, "buffers": bufs, "local": local, "flat": flat, "checked": False}
+        rows = check_gather(plan, *local[0], self._cp, self.gather, bufs)  # validated once, not per layer
+        return {"plan": plan, "buffers": bufs, "local": local, "flat": flat, "rows": rows, "checked": False}
 
     def _check(self, work) -> None:
         """Once per cell (every rank): a rank holds only its own tokens before the gather, so the
