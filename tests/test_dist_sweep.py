@@ -50,7 +50,8 @@ def test_outputs_with_the_all_gather_equal_the_simulated_outputs_bit_for_bit(gat
 
 @pytest.mark.timeout(150)
 def test_torchrun_sweep_matches_the_simulated_sweep(tmp_path):
-    common = ["--cp", "2", "--bs", "1,2", "--seq", "40", *SMALL]
+    # --budget-ms 100: enough samples that the --rel-ci stopping check (an agreement across ranks) runs
+    common = ["--cp", "2", "--bs", "1,2", "--seq", "40", *SMALL, "--budget-ms", "100"]
     dist = sweep("--launch", "torchrun", "--nproc-per-node", "2", "--out", tmp_path / "d", *common)
     assert dist.returncode == 0, dist.stderr[-2000:]
     sim = sweep("--out", tmp_path / "s", *common)
@@ -71,7 +72,8 @@ def test_torchrun_sweep_matches_the_simulated_sweep(tmp_path):
         assert d[k]["gather_bytes"] > 0 and d[k]["gather_us"] > 0 and d[k]["wait_us"] >= 0
     for (cp, bs, seq, rank, mode), r in d.items():  # ranks ran the same agreed samples
         other = d[(cp, bs, seq, 1 - rank, mode)]
-        assert len(r["samples_us"]) == len(other["samples_us"])
+        assert len(r["samples_us"]) == len(other["samples_us"]) >= 20  # the stopping rule ran on agreed counts
+        assert r["stop_reason"] == other["stop_reason"] in ("precision", "time budget")
         want = statistics.median(max(a, b) for a, b in zip(r["samples_us"], other["samples_us"]))
         assert r["critical_us_median"] == pytest.approx(want, abs=1e-6)
     m = json.loads((tmp_path / "d" / "manifest.json").read_text())
