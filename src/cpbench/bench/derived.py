@@ -4,9 +4,10 @@ bandwidth. Functions from rows to extra columns, kept apart from the measurement
 
 from __future__ import annotations
 
-import statistics
+import numpy as np
 
 from cpbench.bench.dist.kv_gather import bus_bandwidth_gbps
+from cpbench.bench.uncertainty import critical_per_sample
 
 
 def add_cell_columns(rows: list[dict]) -> list[dict]:
@@ -25,12 +26,10 @@ def add_cell_columns(rows: list[dict]) -> list[dict]:
         if r.get("launch") == "torchrun" and r.get("status") in ("ok", "mismatch"):
             groups.setdefault((r["mode"], r["timing"]), []).append(r)
     for members in groups.values():
-        samples = [m.get("samples_us") or [] for m in members]
-        n = {len(s) for s in samples}
-        if len(n) == 1 and n != {0}:
-            crit = statistics.median(max(xs) for xs in zip(*samples))
+        crit = critical_per_sample([m.get("samples_us") for m in members])
+        if crit is not None:
             for m in members:
-                m["critical_us_median"] = crit
+                m["critical_us_median"] = float(np.median(crit))
         gathers = [m["gather_us"] for m in members if m.get("gather_us") is not None]
         if gathers and len(gathers) == len(members):
             fastest = min(gathers)

@@ -20,6 +20,16 @@ N_RESAMPLES = 999
 CONFIDENCE = 0.95
 
 
+def critical_per_sample(samples: Sequence[Sequence[float]]) -> np.ndarray | None:
+    """The critical path of each sample of a torchrun launch: the maximum over ranks of sample i (µs).
+    ``samples``: per rank, its raw samples in the agreed order. None when there are none or the ranks'
+    counts differ (they never do within one launch; a hand-edited or partial run)."""
+    arrays = [np.asarray(s, dtype=float) for s in samples if s is not None and hasattr(s, "__len__")]
+    if not arrays or len(arrays) != len(samples) or len({len(a) for a in arrays}) != 1 or not len(arrays[0]):
+        return None
+    return np.max(np.vstack(arrays), axis=0)
+
+
 def _clean(xs) -> np.ndarray:
     a = np.asarray(list(xs) if xs is not None else [], dtype=float)
     return a[np.isfinite(a) & (a > 0)]
@@ -43,9 +53,10 @@ def speedup_ci(two_call: Sequence[Sequence[float]], fused: Sequence[Sequence[flo
         return math.nan, math.nan
     rng = np.random.default_rng(seed)
     if per_sample_max:
-        if len({len(x) for x in tc}) != 1 or len({len(x) for x in fu}) != 1:
+        crit = critical_per_sample(tc), critical_per_sample(fu)
+        if crit[0] is None or crit[1] is None:
             return math.nan, math.nan
-        data = (np.max(np.vstack(tc), axis=0), np.max(np.vstack(fu), axis=0))
+        data = crit
 
         def statistic(a, b, axis=-1):
             return np.median(a, axis=axis) / np.median(b, axis=axis)

@@ -8,13 +8,13 @@ gather), so a rank's stack is attention + KV write + (gather - wait) + wait = ga
 
 from __future__ import annotations
 
-import re
-
 import math
+import re
 
 import numpy as np
 import pandas as pd
 
+from cpbench.bench.uncertainty import critical_per_sample
 from cpbench.plots.data import cells
 
 PHASES = ("gather_us", "kv_write_us", "attn_us", "wait_us")
@@ -150,11 +150,9 @@ def _critical_spread(df: pd.DataFrame) -> pd.DataFrame:
     if "samples_us" not in ok.columns or ok.empty:
         return pd.DataFrame(columns=MATCH + ["p10_us", "p90_us"])
     for key, g in ok.groupby(MATCH, sort=True):
-        samples = [np.asarray(s, dtype=float) for s in g["samples_us"] if isinstance(s, (list, np.ndarray))]
-        lo = hi = math.nan
-        if samples and len(samples) == len(g) and len({len(s) for s in samples}) == 1 and len(samples[0]):
-            crit = np.max(np.vstack(samples), axis=0)
-            lo, hi = float(np.percentile(crit, 10)), float(np.percentile(crit, 90))
+        crit = critical_per_sample(list(g["samples_us"]))
+        lo, hi = (math.nan, math.nan) if crit is None else (float(np.percentile(crit, 10)),
+                                                           float(np.percentile(crit, 90)))
         rows.append(dict(zip(MATCH, key), p10_us=lo, p90_us=hi))
     return pd.DataFrame(rows, columns=MATCH + ["p10_us", "p90_us"])
 
