@@ -50,8 +50,9 @@ def test_outputs_with_the_all_gather_equal_the_simulated_outputs_bit_for_bit(gat
 
 @pytest.mark.timeout(150)
 def test_torchrun_sweep_matches_the_simulated_sweep(tmp_path):
-    # --budget-ms 100: enough samples that the --rel-ci stopping check (an agreement across ranks) runs
-    common = ["--cp", "2", "--bs", "1,2", "--seq", "40", *SMALL, "--budget-ms", "100"]
+    # --budget-ms 400: enough samples (>= 20 even at 20 ms a forward on a loaded CPU) that the --rel-ci
+    # stopping check (an agreement across ranks) runs
+    common = ["--cp", "2", "--bs", "1,2", "--seq", "40", *SMALL, "--budget-ms", "400"]
     dist = sweep("--launch", "torchrun", "--nproc-per-node", "2", "--out", tmp_path / "d", *common)
     assert dist.returncode == 0, dist.stderr[-2000:]
     sim = sweep("--out", tmp_path / "s", *common)
