@@ -21,6 +21,7 @@ from cpbench.errors import CpbenchInputError, CpbenchWarning
 from cpbench.plots.data import cells, groups, prepare, span_text
 from cpbench.plots.dist_data import sim_vs_real
 from cpbench.plots.dist_report import real_cp_section, sim_vs_real_section
+from cpbench.plots.resources import resources_section
 from cpbench.plots.style import human_tokens
 from cpbench.plots.tables import TIE, cell_tables, kernel_lines, kernel_table, md_table, merge_lines, summary_lines
 
@@ -41,7 +42,7 @@ def environment_table(manifest: dict) -> str:
                     + (f" = {sum(walls):g} (resumed)" if len(walls) > 1 else "")}
     rows = [[label, _short(manifest.get(key, "—"))] for key, label in ENV_KEYS]
     # the launch's NCCL variables and GPU topology are summarised in the Real CP section
-    known = {k for k, _ in ENV_KEYS} | {"command", "command_as_recorded", "gpu_topology", "nccl_env"}
+    known = {k for k, _ in ENV_KEYS} | {"command", "command_as_recorded", "gpu_topology", "nccl_env", "gemm_peak"}
     rows += [[k, _short(v)] for k, v in sorted(manifest.items()) if k not in known]
     return md_table(["", "value"], rows)
 
@@ -150,6 +151,7 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     sim = _simulated(d, sim_df)
     if sim is not None:
         parts += sim_vs_real_section(d, sim, sim_name or run_name, plot_dir)
+    parts += resources_section(d, manifest)
     parts += ["## Attention kernels per forward", "",
               "GPU kernel executions classified as attention (torch backend: calls), eager timing.", "",
               kernel_table(counts), "", "## Charts", ""]
