@@ -78,7 +78,7 @@ def test_report_and_compare_of_committed_v1_run(tmp_path, name):
     assert r.returncode == 0, r.stderr[-2000:]
     res, _, _ = compare_runs(run, run)
     ok = (df := run_frame(run))[df["status"] == "ok"]
-    assert len(res.table) == len(ok) > 0 and set(res.table["verdict"]) == {"near-tie"}
+    assert len(res.table) == len(ok) > 0 and set(res.table["verdict"]) == {"tie"}
     assert (res.table["ratio"] == 1.0).all() and res.exit_code == 0 and res.not_comparable.empty
     before = {p.name: p.read_bytes() for p in (RUNS / name).iterdir() if p.is_file()}
     r = cpbench("compare", str(RUNS / name), str(RUNS / name))  # compare never writes into a run
