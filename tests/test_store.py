@@ -29,7 +29,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
 
 
 def test_committed_runs_are_schema_v1_or_v2_through_and_through():
-    assert len(V1) >= 6 and len(V2) >= 4, (V1, V2)  # the first sessions' runs, and the 2 x H200 runs
+    assert len(V1) >= 6 and len(V2) >= 4, (V1, V2)  # the schema-v1 runs, and the 2 x H200 (v2) runs
     for names, version in ((V1, 1), (V2, 2)):
         for name in names:
             assert {r["schema_version"] for r in read_jsonl(RUNS / name / "results.jsonl")} == {version}, name

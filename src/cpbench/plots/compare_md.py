@@ -25,8 +25,10 @@ def _ci(lo: float, hi: float) -> str:
 
 
 def _env(man: dict) -> str:
-    keys = (("git_commit", "commit "), ("gpu_name", ""), ("flashinfer", "flashinfer "), ("torch", "torch "))
-    return ", ".join(f"{label}{man[k]}" for k, label in keys if man.get(k)) or "no manifest"
+    keys = (("git_commit", "commit "), ("code_sha256", "code "), ("gpu_name", ""), ("flashinfer", "flashinfer "),
+            ("torch", "torch "))
+    short = {"code_sha256": 12}
+    return ", ".join(f"{label}{str(man[k])[:short.get(k, 80)]}" for k, label in keys if man.get(k)) or "no manifest"
 
 
 def _rows_table(t) -> str:
