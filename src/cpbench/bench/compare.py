@@ -110,6 +110,12 @@ def canon(v) -> str:
     return str(v)
 
 
+def numeric_first(col: pd.Series) -> pd.Series:
+    """Sort key for a key column: numbers as numbers (2048 before 16384), anything else as its text."""
+    num = pd.to_numeric(col, errors="coerce")
+    return num if num.notna().all() else col.map(canon)
+
+
 def _keyed(df: pd.DataFrame) -> pd.DataFrame:
     d = df.copy()
     for c in KEY_COLUMNS:
@@ -223,6 +229,7 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, fail_above: float = 0.
                      "ungated": bool(slow and not enough)})
     table = pd.DataFrame(recs, columns=keys + ["base_us", "new_us", "ratio", "ci_low", "ci_high", "verdict",
                                                "regression", "ungated"])
+    table = table.sort_values(keys, key=numeric_first, kind="stable").reset_index(drop=True) if recs else table
     bad = [k for k in sorted(both) if k not in set(ok)]
     nc = pd.DataFrame([{**{c: b.at[k, c] for c in keys}, "base_status": b.at[k, "status"],
                         "new_status": n.at[k, "status"], "new_reason": str(n.at[k, "reason"] or "")} for k in bad],

@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-from cpbench.bench.compare import canon
+from cpbench.bench.compare import canon, numeric_first
 from cpbench.bench.results import critical_path
 from cpbench.bench.schema import CELL_COLUMNS
 from cpbench.bench.verdicts import NO_VERDICT, speedup_verdict
@@ -41,12 +41,6 @@ def _side(df: pd.DataFrame) -> pd.DataFrame:
     return out.drop_duplicates("_key", keep="last")
 
 
-def _numeric_first(col: pd.Series) -> pd.Series:
-    """Sort numbers as numbers (2048 before 16384) and everything else as text."""
-    num = pd.to_numeric(col, errors="coerce")
-    return num if num.notna().all() else col.map(canon)
-
-
 def speedup_frame(base: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     """Per cell present in both runs: ``base_speedup, base_ci_low, base_ci_high, base_verdict,
     base_status`` and the same for ``new_``, and ``agree`` (True / False, or None when either run has
@@ -55,7 +49,7 @@ def speedup_frame(base: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     if b.empty or n.empty:
         return pd.DataFrame(columns=COLUMNS)
     m = b.merge(n.drop(columns=list(CELL_COLUMNS)), on="_key", suffixes=("_b", "_n"))
-    m = m.sort_values(list(CELL_COLUMNS), key=_numeric_first, kind="stable")
+    m = m.sort_values(list(CELL_COLUMNS), key=numeric_first, kind="stable")
     out = m[list(CELL_COLUMNS)].copy()
     for side, suf in (("base", "_b"), ("new", "_n")):
         for c in SIDE_COLUMNS:
