@@ -99,3 +99,12 @@ def test_run_difference_names_cell_keys_when_the_run_keys_agree():
     b = pd.DataFrame(make_rows(seqs=(2048, 16384), cp_sizes=(2,), bss=(1,), timings=("eager",)))
     assert run_difference(a, b) == "seq_len: 1024 in base, 2048, 16384 in new"
     assert run_difference(a, b.iloc[0:0]) == "4 row(s) only in base"
+
+
+def test_partly_matched_runs_name_the_backend_of_the_unmatched_rows(tmp_path):
+    base = make_run(tmp_path / "base", backends=("torch", "fa3"), **SMALL)
+    new = make_run(tmp_path / "new", backends=("fa3", "fa2"), **SMALL)
+    r = cpbench("compare", base, new, "--allow-missing")
+    assert r.returncode == 0, r.stderr
+    assert "Unmatched rows differ in backend: torch in base, fa2 in new." in r.stdout
+    assert cpbench("compare", base, new).returncode == 1  # the torch rows are not in new
