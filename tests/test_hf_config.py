@@ -121,6 +121,15 @@ def test_unmodelled_attention_is_refused_by_key(tmp_path, cfg, key):
     assert key in msg
 
 
+@pytest.mark.parametrize("key, value", [("head_dim", "128"), ("num_key_value_heads", 0), ("hidden_size", "x")])
+def test_non_integer_sizes_are_one_line_errors(tmp_path, key, value):
+    cfg = {"num_hidden_layers": 2, "num_attention_heads": 8, "hidden_size": 1024}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({**cfg, key: value}))
+    with pytest.raises(CpbenchInputError, match=key):
+        from_hf_config(p)
+
+
 def test_deepseek_would_have_run_with_a_shape_it_does_not_have(tmp_path):
     """hidden / heads = 56 is not a head size of DeepSeek-V3 (192 for q/k, 128 for v): refused, never run."""
     p = tmp_path / "config.json"

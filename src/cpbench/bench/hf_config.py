@@ -74,15 +74,16 @@ def _pos_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
-def refuse_unmodelled(cfg: dict, where: str, head_dim) -> None:
+def refuse_unmodelled(cfg: dict, where: str, head_dim: int | None) -> None:
     """Raise CpbenchInputError naming the first key of an attention variant cpbench does not model
-    (:data:`REFUSED_KEYS` set to anything but null/false/0, or ``v_head_dim`` != ``head_dim``)."""
+    (:data:`REFUSED_KEYS` set to anything but null/false/0, or ``v_head_dim`` != ``head_dim`` when the
+    query/key head size ``head_dim`` is known)."""
     for key, what in REFUSED_KEYS:
         if cfg.get(key) not in (None, False, 0):
             raise CpbenchInputError(f"{where}: {key} = {json.dumps(cfg[key])[:40]} means {what}, which cpbench "
                                     "does not model (it measures causal softmax attention with GQA heads)")
     v = cfg.get("v_head_dim")
-    if v is not None and v != head_dim:
+    if v is not None and head_dim is not None and v != head_dim:
         raise CpbenchInputError(f"{where}: v_head_dim {v} differs from the query/key head_dim {head_dim}; cpbench "
                                 "models one head size for q, k and v")
 
@@ -165,9 +166,11 @@ def from_hf_config(path: str | Path) -> ModelSpec:
         return v
 
     layers, heads = need("num_hidden_layers"), need("num_attention_heads")
-    kv_heads = cfg.get("num_key_value_heads") or heads
-    head_dim = cfg.get("head_dim")
-    refuse_unmodelled(cfg, where, head_dim if head_dim is not None else cfg.get("hidden_size", 0) // heads)
+    kv_heads = need("num_key_value_heads") if cfg.get("num_key_value_heads") is not None else heads
+    head_dim = need("head_dim") if cfg.get("head_dim") is not None else None
+    hidden = cfg.get("hidden_size")
+    refuse_unmodelled(cfg, where, head_dim if head_dim is not None else
+                      hidden // heads if _pos_int(hidden) and hidden % heads == 0 else None)
     derived = ""
     if head_dim is None:
         if need("hidden_size") % heads:

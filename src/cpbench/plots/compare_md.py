@@ -64,8 +64,8 @@ def _speedup(sp: float, lo: float, hi: float) -> str:
 def _speedups_table(f) -> str:
     single = {c: f[c].iloc[0] for c in ("model", "backend") if f[c].nunique() == 1}
     cols = [c for c in ("model", "backend") if c not in single]
-    heads = cols + ["timing", "cp>", "bs>", "seq>", "prefix>", "base speedup>", "base verdict", "new speedup>", "new verdict",
-                    "agree"]
+    heads = cols + ["timing", "cp>", "bs>", "seq>", "prefix>", "base speedup>", "base verdict", "new speedup>",
+                    "new verdict", "agree"]
     rows = []
     for _, r in f.iterrows():
         agree = "—" if r["agree"] is None else "yes" if r["agree"] else "**no**"
