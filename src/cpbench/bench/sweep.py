@@ -148,6 +148,8 @@ def check_resume_config(run: RunDir, cfg: SweepConfig, group: RankGroup) -> None
     old = run.read_manifest().get("config", {})
     new = {"model": dataclasses.asdict(cfg.model), "launch": group.launch, "world_size": group.world_size,
            **{k: getattr(cfg, k) for k in FIXED_ON_RESUME if k != "model" and hasattr(cfg, k)}}
+    if isinstance(old.get("model"), dict):  # fields added to ModelSpec later (window_rule) are not in old runs
+        new["model"] = {k: v for k, v in new["model"].items() if k in old["model"]}
     for key in new:
         if key in old and json.loads(json.dumps(old[key])) != json.loads(json.dumps(new[key])):
             was = old[key].get("name", old[key]) if key == "model" and isinstance(old[key], dict) else old[key]

@@ -15,6 +15,7 @@ import pandas as pd
 
 from cpbench.bench.schema import CELL_COLUMNS, MODES
 from cpbench.bench.store import RunDir, load_run
+from cpbench.bench.verdicts import TIE_BAND
 from cpbench.plots.charts import chart_stems, render_frame
 from cpbench.plots.costs import kernel_counts
 from cpbench.errors import CpbenchInputError, CpbenchWarning
@@ -23,7 +24,7 @@ from cpbench.plots.dist_data import sim_vs_real
 from cpbench.plots.dist_report import real_cp_section, sim_vs_real_section
 from cpbench.plots.resources import resources_section
 from cpbench.plots.style import human_tokens
-from cpbench.plots.tables import TIE, cell_tables, kernel_lines, kernel_table, md_table, merge_lines, summary_lines
+from cpbench.plots.tables import cell_tables, kernel_lines, kernel_table, md_table, merge_lines, summary_lines
 
 ENV_KEYS = (("gpu_name", "GPU"), ("compute_capability", "compute capability"), ("driver", "driver"),
             ("cuda", "CUDA"), ("torch", "torch"), ("flashinfer", "flashinfer"), ("python", "Python"),
@@ -134,7 +135,7 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
              "on the **critical path**: the slowest rank of each mode, since every CP rank waits for the "
              f"slowest. Speedup = two-call / fused (> 1: fused faster), with a 95 % bootstrap interval that resamples "
              "each rank's raw samples and recomputes the critical path; a cell whose interval contains 1 is a tie "
-             f"(without raw samples: within ±{TIE:.0%}).", ""]
+             f"(without raw samples: within ±{TIE_BAND:.0%}).", ""]
     counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
     parts += summary_lines(view) + kernel_lines(counts) + merge_lines(d)
     parts += ["", "## Environment", "", environment_table(manifest), "", "## Reproduce", ""]
