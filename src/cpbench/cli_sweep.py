@@ -12,7 +12,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
 from cpbench.bench.dist.launch import under_torchrun
 from cpbench.cli_cells import check_out, parse_cells
@@ -158,25 +157,30 @@ def _ms(x: float) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x / 1e3:.3f}"
 
 
-def _clip(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
 def show_summary(console: Console, df) -> None:
-    """Rich table per cp_size: critical-path two-call ms, fused ms, speedup, status."""
+    """Table per (cp_size, backend, timing): critical-path two-call ms, fused ms, speedup, 95% CI, status.
+
+    A cell measured on some ranks only (``--ranks``) shows its measured ranks (``rank 0 only (1 of 4)``)
+    and the slowest *measured* rank's latencies, never a speedup: it has no critical path.
+    """
     from cpbench.bench.results import critical_path
+    from cpbench.cli_tables import Col, print_table
 
     cp = critical_path(df)
     if cp.empty:
         return
     for (cp_size, backend, timing), g in cp.groupby(["cp_size", "backend", "timing"], sort=True):
-        t = Table(title=f"cp_size {cp_size}, {backend}, {timing}: critical path (slowest rank)")
-        for col in ("bs", "seq", "two-call ms", "fused ms", "speedup", "95% CI", "status"):
-            t.add_column(col, justify="right")
+        partial = not bool(g["all_ranks"].all())
+        title = (f"cp_size {cp_size}, {backend}, {timing}: "
+                 + ("slowest measured rank (not the critical path: some ranks were not measured)" if partial
+                    else "critical path (slowest rank)"))
+        cols = [Col("bs"), Col("seq"), *([Col("ranks measured", number=False)] if partial else []),
+                Col("two-call ms"), Col("fused ms"), Col("speedup"), Col("95% CI"), Col("status", number=False)]
+        rows = []
         for _, r in g.sort_values(["bs", "seq_len"]).iterrows():
             sp, lo, hi = r["speedup"], r.get("speedup_ci_low", math.nan), r.get("speedup_ci_high", math.nan)
-            t.add_row(str(r["bs"]), str(r["seq_len"]), _ms(r["two_call_us"]), _ms(r["fused_us"]),
-                      "-" if sp != sp else f"{sp:.2f}x", "-" if lo != lo or hi != hi else f"{lo:.2f}-{hi:.2f}",
-                      r["status"] if r["status"] == "ok" else
-                      f"{r['status']}: {escape(_clip(str(r['reason']), 120))}")
-        console.print(t)
+            rows.append([str(r["bs"]), str(r["seq_len"]), *([r["ranks_label"]] if partial else []),
+                         _ms(r["two_call_us"]), _ms(r["fused_us"]), "-" if sp != sp else f"{sp:.2f}x",
+                         "-" if lo != lo or hi != hi else f"{lo:.2f}-{hi:.2f}",
+                         r["status"] if r["status"] == "ok" else f"{r['status']}: {str(r['reason'])[:120]}"])
+        print_table(console, title, cols, rows)

@@ -98,8 +98,8 @@ def speedup_heatmap(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> l
     """Speedup = two-call / fused on the critical path, bs (rows) x seq (columns), a panel per cp_size
     (rows) x timing (columns). Diverging colours centred on 1.0 (blue: fused faster), value in each cell
     (font scaled to the cell width); a tie (the speedup's 95 % interval contains 1) is marked "≈" after
-    the value; cells that did not run are grey, hatched and labelled with their status. Returns PNG and
-    SVG paths."""
+    the value; cells that did not run are grey, hatched and labelled with their status, and cells measured
+    on some ranks only (no critical path) with the ranks measured ("1/4 ranks"). Returns PNG and SVG paths."""
     if df.empty:
         return style.empty_chart(out_dir, name, title)
     timings, cps = _grid(df)
@@ -133,7 +133,8 @@ def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0):
     for key, (_, c) in zip(keys, v.iterrows()):
         r, k = rows.index(c["bs"]), cols.index(key)
         grid[r, k] = c["speedup"] if c["status"] == "ok" else np.nan
-        status[(r, k)] = c["status"]
+        status[(r, k)] = (c["status"] if c["status"] != "ok" or c.get("all_ranks", True) is not False
+                          else f"{int(c['ranks_measured'])}/{int(c['cp_size'])} ranks")
         lo, hi = float(c.get("speedup_ci_low", np.nan)), float(c.get("speedup_ci_high", np.nan))
         tie[(r, k)] = bool(math.isfinite(lo) and math.isfinite(hi) and lo <= 1 <= hi)
     ax.grid(False)
@@ -149,7 +150,8 @@ def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0):
                     ha="center", va="center", fontsize=size, color="white" if dark else "black")
         else:
             ax.add_patch(_fail_patch(k, r))
-            ax.text(k, r, (st if st != "ok" else "n/a")[: max(3, int(cell_pt / size * 1.6))], ha="center",
+            text = st if st != "ok" else "n/a"
+            ax.text(k, r, text if text.endswith(" ranks") else text[: max(3, int(cell_pt / size * 1.6))], ha="center",
                     va="center", fontsize=size - 0.5, color="#404040")
     ax.set_xticks(range(len(cols)), [_col_label(c) for c in cols], rotation=45 if cell_pt < 40 else 0)
     ax.set_yticks(range(len(rows)), [str(b) for b in rows])

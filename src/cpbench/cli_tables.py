@@ -1,0 +1,66 @@
+"""Console tables that never cut a number: a rich table whose headers wrap when the terminal is narrow,
+or, when even that does not fit, one block per record (``header: value`` lines).
+
+Every command that prints a table of numbers (sweep, profile, geometry) goes through :func:`print_table`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+
+@dataclass(frozen=True)
+class Col:
+    """A column: ``header`` text; ``number``: its values are never wrapped or cut (a text column, such as
+    a status with its reason, may wrap at word boundaries)."""
+
+    header: str
+    number: bool = True
+
+
+TEXT_MIN = 12  # a text column keeps at least this many characters per line
+
+
+def table_width(cols: list[Col], rows: list[list[str]]) -> int:
+    """Characters the boxed table needs with every number on one line and headers wrapped at spaces
+    (rich's default box: one space of padding each side of a cell, a rule between columns and at both ends)."""
+    total = 1
+    for i, c in enumerate(cols):
+        values = [len(r[i]) for r in rows] or [0]
+        head = max((len(w) for w in c.header.split()), default=1)
+        body = max(values) if c.number else min(max(values), TEXT_MIN)
+        total += max(head, body) + 3
+    return total
+
+
+def print_table(console: Console, title: str, cols: list[Col], rows: list[list[str]],
+                footer: list[str] | None = None) -> None:
+    """Print ``rows`` (plain text, no markup) under ``title``: a table if it fits ``console.width``, else one
+    block per row, ``header: value`` per line, so no value is ever cut with "…". ``footer``: a last row
+    drawn in bold (e.g. totals)."""
+    body = rows + ([footer] if footer else [])
+    if table_width(cols, body) <= console.width:
+        t = Table(title=escape(title), title_justify="left")
+        for i, c in enumerate(cols):
+            widest = max((len(r[i]) for r in body), default=0)
+            t.add_column(escape(c.header), justify="right" if c.number else "left",
+                         min_width=widest if c.number else min(widest, TEXT_MIN), overflow="fold",
+                         no_wrap=False)
+        for r in rows:
+            t.add_row(*(Text(v) for v in r))
+        if footer:
+            t.add_row(*(Text(v, style="bold") for v in footer))
+        console.print(t)
+        return
+    console.print(Text(title, style="bold"), soft_wrap=False)
+    width = max(len(c.header) for c in cols)
+    for r in body:
+        for c, v in zip(cols, r):
+            if v != "":
+                console.print(Text(f"  {c.header.ljust(width)}  {v}"), soft_wrap=True)
+        console.print()
