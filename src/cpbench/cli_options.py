@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -13,8 +14,8 @@ from cpbench.bench.backends.registry import CHOICES as BACKEND_CHOICES
 from cpbench.errors import CpbenchInputError
 
 console = Console()
-if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-    console.width = 160
+if not console.is_terminal and not os.environ.get("COLUMNS"):  # piped or captured: do not squeeze tables
+    console.width = 160                                        # into 80 columns (COLUMNS, when set, wins)
 err_console = Console(stderr=True)
 
 
@@ -22,7 +23,8 @@ err_console = Console(stderr=True)
 # cpbench build billions of Python objects (or overflow the kernels' int32 token indices).
 MAX_TOKENS = 1 << 24
 LIMITS = {"--cp": 1024, "--bs": 65536, "--seq": MAX_TOKENS, "--seq-lens": MAX_TOKENS, "--extend": MAX_TOKENS,
-          "--prefix": MAX_TOKENS, "--ranks": 1023}
+          "--extend-len": MAX_TOKENS, "--extend-lens": MAX_TOKENS, "--prefix": MAX_TOKENS,
+          "--prefix-lens": MAX_TOKENS, "--ranks": 1023}
 
 
 def int_list(text: str, what: str, minimum: int = 1) -> list[int]:

@@ -41,7 +41,8 @@ def table_width(cols: list[Col], rows: list[list[str]]) -> int:
 def print_table(console: Console, title: str, cols: list[Col], rows: list[list[str]],
                 footer: list[str] | None = None) -> None:
     """Print ``rows`` (plain text, no markup) under ``title``: a table if it fits ``console.width``, else one
-    block per row, ``header: value`` per line, so no value is ever cut with "…". ``footer``: a last row
+    block per row, ``header  value`` per line (the value on a line of its own when both do not fit), so no
+    value is ever cut with "…". ``footer``: a last row
     drawn in bold (e.g. totals)."""
     body = rows + ([footer] if footer else [])
     if table_width(cols, body) <= console.width:
@@ -61,6 +62,10 @@ def print_table(console: Console, title: str, cols: list[Col], rows: list[list[s
     width = max(len(c.header) for c in cols)
     for r in body:
         for c, v in zip(cols, r):
-            if v != "":
-                console.print(Text(f"  {c.header.ljust(width)}  {v}"), soft_wrap=True)
+            if v == "":
+                continue
+            line = f"  {c.header.ljust(width)}  {v}"
+            if len(line) > console.width:  # the value on a line of its own, never split
+                line = f"  {c.header}\n    {v}"
+            console.print(Text(line), soft_wrap=True)
         console.print()
