@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -13,10 +14,62 @@ from rich.console import Console
 from cpbench.bench.backends.registry import CHOICES as BACKEND_CHOICES
 from cpbench.errors import CpbenchInputError
 
-console = Console()
+class PipeSafe:
+    """A text stream that writes to ``sys.stdout`` (or ``sys.stderr``) as it is *now* (tests swap them) and,
+    once the reader has gone (``cpbench sweep | head -1``: BrokenPipeError), drops what follows instead of
+    failing: the run goes on and writes its directory, and the exit code keeps its meaning. The file
+    descriptor is pointed at /dev/null so the interpreter's last flush does not fail either."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.broken = name, False
+
+    @property
+    def stream(self):
+        return getattr(sys, self.name)
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                return self.stream.write(text)
+            except BrokenPipeError:
+                self.closed_by_reader()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self.closed_by_reader()
+
+    def closed_by_reader(self) -> None:
+        """Stop writing; send anything still buffered for this descriptor to /dev/null."""
+        self.broken = True
+        silence(self.stream)
+
+    def isatty(self) -> bool:
+        return not self.broken and self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def __getattr__(self, name):  # encoding, errors, ...
+        return getattr(self.stream, name)
+
+
+def silence(stream) -> None:
+    """Point ``stream``'s file descriptor at /dev/null (after its reader closed the pipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+    except (OSError, ValueError, AttributeError):  # no real descriptor (captured in a test)
+        pass
+
+
+console = Console(file=PipeSafe("stdout"))
 if not console.is_terminal and not os.environ.get("COLUMNS"):  # piped or captured: do not squeeze tables
     console.width = 160                                        # into 80 columns (COLUMNS, when set, wins)
-err_console = Console(stderr=True)
+err_console = Console(file=PipeSafe("stderr"))
 
 
 # Upper bounds of list options: far above real prefill batches, low enough that a typo cannot make

@@ -28,10 +28,15 @@ def profile(
     cp: Annotated[str, typer.Option("--cp", help="cp_size values.")] = "4",
     bs: Annotated[Optional[str], typer.Option("--bs", help="Batch sizes. Default: 1.")] = None,
     seq: Annotated[Optional[str], typer.Option(
-        "--seq", help="Extend lengths per request (tokens). Default: 8192 on a GPU, 64 on CPU.")] = None,
-    seq_lens: Annotated[Optional[str], typer.Option("--seq-lens", help="One explicit batch, e.g. 3000,5000.")] = None,
-    prefix: Annotated[int, typer.Option("--prefix", help="Cached prefix tokens per request.")] = 0,
-    ranks: Annotated[str, typer.Option("--ranks", help="'all' or a list of ranks.")] = "all",
+        "--extend-len", "--seq", help="Extend (new) tokens per request, one cell per value. Default: 8192 on a "
+                                      "GPU, 64 on CPU.")] = None,
+    seq_lens: Annotated[Optional[str], typer.Option(
+        "--extend-lens", "--seq-lens", help="One explicit batch, one extend length per request, e.g. "
+                                           "3000,5000.")] = None,
+    prefix: Annotated[int, typer.Option(
+        "--prefix-len", "--prefix", help="Cached prefix tokens of every request.")] = 0,
+    ranks: Annotated[str, typer.Option(
+        "--ranks", "--rank", help="'all' or a list of ranks, e.g. 0,3.")] = "all",
     backend: Annotated[c.BackendName, typer.Option("--backend", help="Attention backend.")] = c.BackendName.auto,
     dtype: Annotated[c.DType, typer.Option("--dtype")] = c.DType.bf16,
     out: Annotated[Optional[str], typer.Option("--out", help="Directory for traces (default runs/profile-<time>).")] = None,

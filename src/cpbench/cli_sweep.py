@@ -33,11 +33,16 @@ def sweep(
     cp: Annotated[str, typer.Option("--cp", help="cp_size values, e.g. 2,4,8.")] = "4",
     bs: Annotated[Optional[str], typer.Option("--bs", help="Batch sizes (requests), e.g. 1,4,16. Default: 1,4,16.")] = None,
     seq: Annotated[Optional[str], typer.Option(
-        "--seq", help="Extend lengths per request (tokens). Default: 2048,8192,16384 on a GPU, 32,64 on CPU.")] = None,
+        "--extend-len", "--seq", help="Extend (new) tokens per request, one cell per value. Default: 2048,8192,16384 "
+                                      "on a GPU, 32,64 on CPU.")] = None,
     seq_lens: Annotated[Optional[str], typer.Option(
-        "--seq-lens", help="One explicit heterogeneous batch instead of --bs x --seq, e.g. 3000,5000.")] = None,
-    prefix: Annotated[int, typer.Option("--prefix", help="Cached prefix tokens per request.")] = 0,
-    ranks: Annotated[str, typer.Option("--ranks", help="'all' or a list of ranks, e.g. 0,3.")] = "all",
+        "--extend-lens", "--seq-lens", help="One explicit batch, one extend length per request (SGLang "
+                                           "extend_lens), instead of --bs x --extend-len, e.g. 3000,5000.")] = None,
+    prefix: Annotated[int, typer.Option(
+        "--prefix-len", "--prefix", help="Cached prefix tokens of every request.")] = 0,
+    ranks: Annotated[str, typer.Option(
+        "--ranks", "--rank", help="'all' or a list of ranks, e.g. 0,3 (a cell measured on some ranks has no "
+                                  "critical path).")] = "all",
     mode: Annotated[str, typer.Option("--mode", help="two-call, fused, or both.")] = "two-call,fused",
     backend: Annotated[BackendName, typer.Option("--backend", help="Attention backend.")] = BackendName.auto,
     timing: Annotated[Optional[str], typer.Option(
@@ -174,7 +179,7 @@ def show_summary(console: Console, df) -> None:
         title = (f"cp_size {cp_size}, {backend}, {timing}: "
                  + ("slowest measured rank (not the critical path: some ranks were not measured)" if partial
                     else "critical path (slowest rank)"))
-        cols = [Col("bs"), Col("seq"), *([Col("ranks measured", number=False)] if partial else []),
+        cols = [Col("bs"), Col("extend"), *([Col("ranks measured", number=False)] if partial else []),
                 Col("two-call ms"), Col("fused ms"), Col("speedup"), Col("95% CI"), Col("status", number=False)]
         rows = []
         for _, r in g.sort_values(["bs", "seq_len"]).iterrows():

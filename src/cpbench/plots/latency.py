@@ -155,7 +155,7 @@ def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0):
                     va="center", fontsize=size - 0.5, color="#404040")
     ax.set_xticks(range(len(cols)), [_col_label(c) for c in cols], rotation=45 if cell_pt < 40 else 0)
     ax.set_yticks(range(len(rows)), [str(b) for b in rows])
-    ax.set_xlabel("tokens per request")
+    ax.set_xlabel("extend tokens per request")
     ax.set_ylabel("batch size")
     return image
 
