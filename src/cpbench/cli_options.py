@@ -146,15 +146,18 @@ def resolve_device(device: Optional[str]):
 
 
 def choice_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
-    """Parse ``"a,b"`` (or ``"both"`` for every allowed value) into a list of allowed choices."""
+    """Parse ``"a,b"`` (or ``"both"`` for every allowed value) into a list of allowed choices.
+
+    Raises CpbenchInputError naming every valid choice (``both`` included)."""
     if text.strip() == "both":
         return list(allowed)
     items = [t.strip() for t in text.split(",") if t.strip()]
+    choices = f"{', '.join(allowed)}, a comma-separated list of them, or both"
     if not items:
-        raise CpbenchInputError(f"{what} is empty: use {', '.join(allowed)}")
+        raise CpbenchInputError(f"{what} is empty: use {choices}")
     for t in items:
         if t not in allowed:
-            raise CpbenchInputError(f"unknown {what} {t!r}: use {', '.join(allowed)}")
+            raise CpbenchInputError(f"unknown {what} {t!r}: use {choices}")
     return list(dict.fromkeys(items))
 
 

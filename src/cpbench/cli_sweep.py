@@ -83,7 +83,9 @@ def sweep(
     timings = choice_list(timing if timing is not None else ("eager,graph" if dev.type == "cuda" else "eager"),
                           ("eager", "graph"), "--timing")
     if "graph" in timings and dev.type != "cuda":
-        raise CpbenchInputError("--timing graph needs a CUDA device: use --timing eager on CPU")
+        asked = "both" if timing.strip() == "both" else "graph"
+        raise CpbenchInputError(f"--timing {asked} needs a CUDA device (graph timing replays a CUDA graph): "
+                                "use --timing eager on CPU")
     warmup = (3 if dev.type == "cuda" else 1) if warmup is None else warmup
     if budget_ms <= 0 or warmup < 0:
         raise CpbenchInputError("--budget-ms must be > 0 and --warmup >= 0")

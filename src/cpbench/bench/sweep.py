@@ -17,7 +17,7 @@ from cpbench.bench.backends import get_backend, resolve_auto
 from cpbench.bench.env import environment
 from cpbench.bench.geometry import eligibility
 from cpbench.bench.ranks import LocalGroup, RankGroup
-from cpbench.bench.runner import CellSpec, Runner, SweepConfig, cpu_tflop_limit, plan_cells
+from cpbench.bench.runner import DTYPES, CellSpec, Runner, SweepConfig, cpu_tflop_limit, plan_cells
 from cpbench.bench.schema import FIXED_ON_RESUME
 from cpbench.bench.store import RunDir
 from cpbench.errors import CpbenchInputError
@@ -32,7 +32,13 @@ def make_config(backend: str, **kw) -> SweepConfig:
 
 
 def check_cells(cfg: SweepConfig, cells: list[CellSpec]) -> None:
-    """Raise CpbenchInputError when no cell could run, or the CPU TFLOP limit is not a number."""
+    """Raise CpbenchInputError, before a run directory is made, when no cell could run: the backend cannot
+    run on this device, model and dtype (what ``cpbench doctor`` reports), or no batch is CP-eligible; or
+    when the CPU TFLOP limit is not a number."""
+    why = get_backend(cfg.backend).supports(cfg.device, cfg.model, DTYPES[cfg.dtype])
+    if why:
+        raise CpbenchInputError(f"backend {cfg.backend} cannot run here: {why} (`cpbench doctor` lists the "
+                                "backends this machine can run)")
     if cfg.device.type == "cpu":
         cpu_tflop_limit()
     if not any(eligibility(c.extend_lens, c.cp_size)[0] for c in cells):
