@@ -114,6 +114,19 @@ def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
     return out
 
 
+def reproduce_lines(manifest: dict) -> list[str]:
+    """The "Reproduce" section: the first command, then every ``--resume`` command that followed it (one
+    that changed the options may have added cells), each with the environment variables it was run with."""
+    cmd = manifest.get("command")
+    if not cmd:
+        return ["_The command line was not recorded in manifest.json._", ""]
+    later = [c for c in manifest.get("resumed_by") or [] if isinstance(c, str) and c]
+    if not later:
+        return [f"```sh\n{cmd}\n```", ""]
+    return [f"The run was started, then resumed {len(later)} time{'s' if len(later) > 1 else ''}; its rows come "
+            "from all of these commands, in this order:", "", "```sh\n" + "\n".join([cmd, *later]) + "\n```", ""]
+
+
 def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Path | None = None,
                   sim_df: pd.DataFrame | None = None, sim_name: str = "") -> str:
     """The report's markdown for a results frame and its manifest.
@@ -137,8 +150,7 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
     parts += summary_lines(view) + kernel_lines(counts) + merge_lines(d)
     parts += ["", "## Environment", "", environment_table(manifest), "", "## Reproduce", ""]
-    cmd = manifest.get("command")
-    parts += [f"```sh\n{cmd}\n```" if cmd else "_The command line was not recorded in manifest.json._", ""]
+    parts += reproduce_lines(manifest)
     parts += ["## Results per cp size", "",
               "Latencies in ms (slowest rank per mode); slowest rank = rank id on the critical path; "
               "imbalance = slowest / fastest rank.", ""]
