@@ -150,7 +150,8 @@ def test_report_summary_reports_losses(tmp_path):
     run = make_run(tmp_path / "run", cp_sizes=(2,), bss=(1,), seqs=(65536,), timings=("graph",),
                    latency=slow_fused, noise=0)
     md = write_report(run).read_text()
-    assert "fused is faster in none of 1 cells" in md and "slower in 1 (worst 0.77×" in md
+    assert "fused is not faster in the one cell" in md and "slower in 1 (worst 0.77×" in md
+    assert "1 cells" not in md and "0 tie(s)" not in md and "0 ties (95 % interval" in md
 
 
 def test_report_without_manifest_or_command(tmp_path):

@@ -133,7 +133,7 @@ def _run(sweep, console: Console, report: bool, allow_mismatch: bool) -> int:
         launch = sweep.runner.group
         console.print(f"[bold]cpbench sweep[/] {cfg.model.name} on {env.get('gpu_name') or env.get('cpu')} "
                       f"backend [cyan]{cfg.backend}[/], {launch.launch} x{launch.world_size} -> {run_dir}"
-                      + (f" (resuming, {sweep.resumed_rows} rows on disk)" if sweep.resumed_rows else ""))
+                      + (f" (resuming, {sweep.resumed_rows} row{'' if sweep.resumed_rows == 1 else 's'} on disk)" if sweep.resumed_rows else ""))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, transient=False, disable=not writer) as bar:
         task = bar.add_task("ranks", total=sweep.total_ranks())

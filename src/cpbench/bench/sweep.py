@@ -168,8 +168,9 @@ def timing_method(cfg: SweepConfig, cpu_threads: int | None) -> str:
     """One sentence of what a sample is, for the manifest and the report."""
     clock = "CUDA events" if cfg.device.type == "cuda" else "time.perf_counter"
     graph = " (graph = CUDA graph replay)" if "graph" in cfg.timings else ""
-    return (f"{clock}, one whole forward ({cfg.model.num_layers} layers) per sample, device synchronised "
-            f"before each sample; {cfg.warmup} warm-up forwards; up to ~{cfg.budget_ms:g} ms of samples per variant"
+    layers, warm = cfg.model.num_layers, cfg.warmup
+    return (f"{clock}, one whole forward ({layers} layer{'' if layers == 1 else 's'}) per sample, device synchronised "
+            f"before each sample; {warm} warm-up forward{'' if warm == 1 else 's'}; up to ~{cfg.budget_ms:g} ms of samples per variant"
             f"{f', fewer once the median is known within {100 * cfg.rel_ci:g} % (95 % CI)' if cfg.rel_ci else ''} "
             f"(>= {5 if cfg.device.type == 'cuda' else 3}"
             f"{'' if cpu_threads is None else f', {cpu_threads} CPU thread(s)'}); two-call and fused interleaved "
