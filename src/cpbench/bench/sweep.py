@@ -173,6 +173,7 @@ def timing_method(cfg: SweepConfig, cpu_threads: int | None) -> str:
             f"before each sample; {warm} warm-up forward{'' if warm == 1 else 's'}; up to ~{cfg.budget_ms:g} ms of samples per variant"
             f"{f', fewer once the median is known within {100 * cfg.rel_ci:g} % (95 % CI)' if cfg.rel_ci else ''} "
             f"(>= {5 if cfg.device.type == 'cuda' else 3}"
-            f"{'' if cpu_threads is None else f', {cpu_threads} CPU thread(s)'}); two-call and fused interleaved "
-            f"ABBA; timings: {', '.join(cfg.timings)}{graph}; setup (metadata, page tables, plan) timed separately "
-            "on the host")
+            f"{'' if cpu_threads is None else f', {cpu_threads} CPU thread' + ('' if cpu_threads == 1 else 's')}"
+            f"); two-call and fused interleaved "
+            f"ABBA; timings: {', '.join(cfg.timings)}{graph}; setup (metadata, page tables"
+            f"{', plan' if cfg.device.type == 'cuda' else ''}) timed separately on the host")

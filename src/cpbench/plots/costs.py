@@ -53,9 +53,10 @@ def kernel_counts(df: pd.DataFrame) -> dict:
 
 
 @style.styled
-def kernels_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
+def kernels_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str, calls: bool = False) -> list[Path]:
     """Attention kernels per forward on each rank, two-call vs fused bars, a panel per cp_size; the
-    legend gives per-rank and over-all-ranks totals (e.g. 72/rank, 288 over 4 ranks). PNG + SVG paths."""
+    legend gives per-rank and over-all-ranks totals (e.g. 72/rank, 288 over 4 ranks). ``calls``: the
+    counts are attention calls (the torch reference on a CPU), and the axis says so. PNG + SVG paths."""
     if df.empty:
         return style.empty_chart(out_dir, name, title)
     counts = kernel_counts(df)
@@ -82,7 +83,7 @@ def kernels_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
         if any(v["varies"] for v in by_mode.values()):
             ax.text(0.5, -0.28, "counts differ between cells; this cell shown", transform=ax.transAxes,
                     ha="center", fontsize=8, color="#a00000")
-    axes[0, 0].set_ylabel("attention kernels per forward")
+    axes[0, 0].set_ylabel(f"attention {'calls' if calls else 'kernels'} per forward")
     return style.save(fig, out_dir, name)
 
 

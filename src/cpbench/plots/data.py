@@ -71,6 +71,13 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     return d
 
 
+def on_cpu(manifest: dict) -> bool:
+    """True when the run's manifest says it ran on a CPU (``device`` ``cpu``, or the config's): a functional
+    check of the torch reference, not a benchmark."""
+    device = manifest.get("device") or (manifest.get("config") or {}).get("device") or ""
+    return str(device).startswith("cpu")
+
+
 def uniform(extend_lens: str) -> bool:
     """True when an ``extend_lens`` string lists one length (or nothing): an even batch."""
     vals = {s.strip() for s in str(extend_lens).split(",") if s.strip()}

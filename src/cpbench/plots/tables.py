@@ -124,6 +124,25 @@ def summary_lines(view: pd.DataFrame) -> list[str]:
     return out
 
 
+def cpu_summary_lines(view: pd.DataFrame) -> list[str]:
+    """Summary bullets of a CPU run, one per (model, backend, timing): which cells ran on every rank in both
+    modes, which did not. No speedup: CPU timings are a functional check, not a benchmark."""
+    out = []
+    if view.empty:
+        return ["- No cells in this run."]
+    for (model, backend, timing), v in view.groupby(["model", "backend", "timing"], sort=True):
+        every = v["all_ranks"].map(lambda x: x is True or x == 1)
+        ran = int(((v["status"] == "ok") & every).sum())
+        some = int(((v["status"] == "ok") & ~every).sum())
+        s = (f"- **{model} · {backend} · {timing}** (cp {', '.join(str(c) for c in sorted(set(v['cp_size'])))}): "
+             f"{ran} of {plural(len(v), 'cell')} ran on every rank in both modes")
+        s += f"; {plural(some, 'cell')} on some ranks only" if some else ""
+        failed = len(v) - ran - some
+        s += f"; {plural(failed, 'cell')} did not run (see Notes)." if failed else "."
+        out.append(s)
+    return out
+
+
 def host_bound_lines(ok: pd.DataFrame, group: str) -> list[str]:
     """A bullet naming the host-bound eager cells of a group (latency > 1.2x the GPU busy time of the
     profiled forward): there the eager speedup measures the launching CPU; the GPU-time speedup is
@@ -138,9 +157,10 @@ def host_bound_lines(ok: pd.DataFrame, group: str) -> list[str]:
             f"the eager speedup measures how fast the CPU launches: {cells}{more}."]
 
 
-def cell_tables(view: pd.DataFrame) -> list[tuple[str, str]]:
+def cell_tables(view: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str]]:
     """``[(heading, markdown table)]``, one per (model, backend, timing, cp_size): bs, tokens, two-call
-    ms, fused ms, speedup, slowest ranks, imbalance (slowest/fastest rank), status."""
+    ms, fused ms, speedup, slowest ranks, imbalance (slowest/fastest rank), status. ``cpu``: without the
+    speedup and imbalance columns (CPU timings are a functional check)."""
     out = []
     if view.empty:
         return out
@@ -161,6 +181,10 @@ def cell_tables(view: pd.DataFrame) -> list[tuple[str, str]]:
                         + ([c["ranks_label"]] if partial else []) + [
                 ms(c["two_call_us"]), ms(c["fused_us"]), times_ci(c),
                 ranks_text(c["slowest_rank_two_call"], c["slowest_rank_fused"]), imb, status])
+        if cpu:  # drop "speedup [95% CI]", "slowest rank", "imbalance"
+            drop = {len(heads) - 4, len(heads) - 3, len(heads) - 2}
+            heads = [h for i, h in enumerate(heads) if i not in drop]
+            rows = [[x for i, x in enumerate(r) if i not in drop] for r in rows]
         out.append((f"{model} · {backend} · {timing} · cp {cp}", md_table(heads, rows)))
     return out
 
@@ -185,15 +209,16 @@ def kernel_table(counts_by_group: list[tuple[str, str, dict]]) -> str:
                      "fused, all ranks>", "reduction>", "measured at"], rows)
 
 
-def kernel_lines(counts_by_group: list[tuple[str, str, dict]]) -> list[str]:
-    """Summary bullets: attention kernels per rank and over all ranks, two-call -> fused."""
+def kernel_lines(counts_by_group: list[tuple[str, str, dict]], unit: str = "kernels") -> list[str]:
+    """Summary bullets: attention kernels (``unit`` "calls" on a CPU) per rank and over all ranks, two-call
+    -> fused."""
     out = []
     for model, backend, counts in counts_by_group:
         for cp, by in counts.items():
             tc, fu = by["two-call"], by["fused"]
             if tc["per_rank"] and fu["per_rank"]:
                 every = tc.get("all_ranks", True) and fu.get("all_ranks", True)
-                out.append(f"- Attention kernels per forward, {model} · {backend} · cp {cp}: "
+                out.append(f"- Attention {unit} per forward, {model} · {backend} · cp {cp}: "
                            f"{max(tc['per_rank'].values())} → {max(fu['per_rank'].values())} per rank, "
                            + (f"{tc['total']} → {fu['total']} over {len(fu['per_rank'])} ranks." if every else
                               f"measured on {fu['ranks_label']} (no all-rank total)."))
