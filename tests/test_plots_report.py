@@ -135,7 +135,7 @@ def test_report_holds_run_values(report_run):
     assert path == report_run / "report.md"
     # critical path: two-call rank 3 = 1300 µs, fused rank 0 = 650 µs -> 2.00x
     assert "| 1 | 8K | 1.300 | 0.650 | 2.00× [2.00–2.00] | 3 / 0 |" in md  # constant samples: a point interval
-    assert "fused is faster in 1 of 1 cells (median 2.00×, best 2.00× at cp 4, bs 1, 8K tokens)" in md
+    assert "fused is faster in 1 of 1 cell (median 2.00×, best 2.00× at cp 4, bs 1, 8K tokens)" in md
     assert "| gpt-oss-120b | fa3 | 4 | 72 | 36 | 288 | 144 | 2.00× |" in md
     assert "72 → 36 per rank, 288 → 144 over 4 ranks" in md
     assert "| GPU | NVIDIA H200 |" in md and "| flashinfer | 0.7.2.post1 |" in md
