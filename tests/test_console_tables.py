@@ -78,3 +78,16 @@ def test_profile_table_at_40_columns(tmp_path, monkeypatch):
     assert r.returncode == 0, r.stderr
     out = console.export_text()
     assert "…" not in out and "all 4 ranks" in out and "16" in out and "8" in out
+
+
+def test_columns_command_lists_the_schema(monkeypatch):
+    from cpbench.bench.schema import COLUMNS
+
+    listed = json.loads(cpbench("columns", "--json").stdout)
+    assert [c["name"] for c in listed] == list(COLUMNS)
+    assert {c["name"]: c["unit"] for c in listed}["latency_us_median"] == COLUMNS["latency_us_median"].unit
+    console = Console(width=80, record=True)
+    monkeypatch.setattr(cli_geometry, "console", console)
+    assert cpbench("columns").returncode == 0
+    out = console.export_text()
+    assert "…" not in out and all(name in out for name in COLUMNS)

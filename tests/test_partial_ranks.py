@@ -105,3 +105,11 @@ def test_cpu_profile_counts_calls_not_kernels(tmp_path, no_gpu):
     rep = json.loads((tmp_path / "profile.json").read_text())
     row = rep["cells"][0]["per_rank"][0]
     assert rep["counted"] == "calls" and row["attn_calls"] == 4 and row["kernels"] is None and row["launches"] is None
+
+
+def test_cpu_sweep_table_is_a_functional_check():
+    console = Console(width=160, record=True)
+    show_summary(console, pd.DataFrame(_rows({0, 1, 2, 3})), cpu=True)
+    out = console.export_text()
+    assert "two-call / fused" in out and "speedup" not in out.split("CPU:")[0]
+    assert "CPU: a functional check, not a benchmark" in out

@@ -1,6 +1,6 @@
 """cpbench command line: the typer app and its commands, wired from the cli_* modules beside this one.
 
-Each command is a plain function in its own module (cli_geometry: geometry, models; cli_sweep: sweep;
+Each command is a plain function in its own module (cli_geometry: geometry, models, columns; cli_sweep: sweep;
 cli_profile: profile; cli_doctor: doctor; cli_report: plot, report, compare); options shared by several
 commands live in cli_options, the cell options of sweep and profile in cli_cells, and how errors end the
 process (one line on stderr, exit codes) in cli_errors. Logic lives in bench/, profiles/, plots/.
@@ -39,6 +39,7 @@ app = typer.Typer(
 COMMANDS = (
     (cli_geometry.geometry, cli_geometry.GEOMETRY_EPILOG),
     (cli_geometry.models, cli_geometry.MODELS_EPILOG),
+    (cli_geometry.columns, cli_geometry.COLUMNS_EPILOG),
     (cli_sweep.sweep, cli_sweep.SWEEP_EPILOG),
     (cli_profile.profile, cli_profile.PROFILE_EPILOG),
     (cli_doctor.doctor, cli_doctor.DOCTOR_EPILOG),

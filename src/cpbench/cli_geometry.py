@@ -1,4 +1,5 @@
-"""``cpbench geometry`` (each rank's zigzag metadata) and ``cpbench models`` (the presets); no torch."""
+"""``cpbench geometry`` (each rank's zigzag metadata), ``cpbench models`` (the presets) and ``cpbench columns``
+(the results columns); no torch."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from cpbench.cli_tables import Col, print_table
 GEOMETRY_EPILOG = ("Examples:  cpbench geometry --cp 4 --extend-lens 11,13 --prefix-lens 8,14  |  "
                    "cpbench geometry --cp 8 --extend-lens 4096 --ranks 0 --json")
 MODELS_EPILOG = "Example:  cpbench models"
+COLUMNS_EPILOG = "Examples:  cpbench columns  |  cpbench columns --json"
 
 
 def geometry(
@@ -69,3 +71,20 @@ def models() -> None:
                   if m.sliding_window else "full", "fp32" if m.has_sinks else "-",
                   str(m.page_size))
     console.print(t)
+
+
+def columns(
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list, one object per column.")] = False,
+) -> None:
+    """List every column of results.jsonl / .parquet / .csv: name, type, unit, what it holds."""
+    from dataclasses import asdict
+
+    from cpbench.bench.schema import COLUMNS, SCHEMA_VERSION
+
+    if as_json:
+        print(json.dumps([asdict(c) for c in COLUMNS.values()]))
+        return
+    rows = [[c.name, c.type, c.unit or "-", c.doc] for c in COLUMNS.values()]
+    print_table(console, f"results columns (schema {SCHEMA_VERSION})",
+                [Col("name", left=True), Col("type", number=False), Col("unit", number=False),
+                 Col("what it holds", number=False)], rows)

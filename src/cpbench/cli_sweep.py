@@ -141,7 +141,7 @@ def _run(sweep, console: Console, report: bool, allow_mismatch: bool) -> int:
     df = sweep.finish()
     if not writer:
         return 0
-    show_summary(console, df)
+    show_summary(console, df, cpu=cfg.device.type == "cpu")
     if report:
         _write_report(run_dir.path, console)
     console.print(f"run directory: {run_dir}")
@@ -164,11 +164,12 @@ def _ms(x: float) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x / 1e3:.3f}"
 
 
-def show_summary(console: Console, df) -> None:
+def show_summary(console: Console, df, cpu: bool = False) -> None:
     """Table per (cp_size, backend, timing): critical-path two-call ms, fused ms, speedup, 95% CI, status.
 
     A cell measured on some ranks only (``--ranks``) shows its measured ranks (``rank 0 only (1 of 4)``)
-    and the slowest *measured* rank's latencies, never a speedup: it has no critical path.
+    and the slowest *measured* rank's latencies, never a speedup: it has no critical path. ``cpu``: the
+    ratio is labelled as such, and a line says CPU timings are a functional check, not a benchmark.
     """
     from cpbench.bench.results import critical_path
     from cpbench.cli_tables import Col, print_table
@@ -182,7 +183,8 @@ def show_summary(console: Console, df) -> None:
                  + ("slowest measured rank (not the critical path: some ranks were not measured)" if partial
                     else "critical path (slowest rank)"))
         cols = [Col("bs"), Col("extend"), *([Col("ranks measured", number=False)] if partial else []),
-                Col("two-call ms"), Col("fused ms"), Col("speedup"), Col("95% CI"), Col("status", number=False)]
+                Col("two-call ms"), Col("fused ms"), Col("two-call / fused" if cpu else "speedup"), Col("95% CI"),
+                Col("status", number=False)]
         rows = []
         for _, r in g.sort_values(["bs", "seq_len"]).iterrows():
             sp, lo, hi = r["speedup"], r.get("speedup_ci_low", math.nan), r.get("speedup_ci_high", math.nan)
@@ -191,3 +193,6 @@ def show_summary(console: Console, df) -> None:
                          "-" if lo != lo or hi != hi else f"{lo:.2f}-{hi:.2f}",
                          r["status"] if r["status"] == "ok" else f"{r['status']}: {str(r['reason'])[:120]}"])
         print_table(console, title, cols, rows)
+    if cpu:
+        console.print("CPU: a functional check, not a benchmark (CPU timings move by tens of percent between "
+                      "runs; the ratios are not speedups)")

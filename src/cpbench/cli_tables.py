@@ -17,10 +17,11 @@ from rich.text import Text
 @dataclass(frozen=True)
 class Col:
     """A column: ``header`` text; ``number``: its values are never wrapped or cut (a text column, such as
-    a status with its reason, may wrap at word boundaries)."""
+    a status with its reason, may wrap at word boundaries); ``left``: left-aligned (names)."""
 
     header: str
     number: bool = True
+    left: bool = False
 
 
 TEXT_MIN = 12  # a text column keeps at least this many characters per line
@@ -49,7 +50,7 @@ def print_table(console: Console, title: str, cols: list[Col], rows: list[list[s
         t = Table(title=escape(title), title_justify="left")
         for i, c in enumerate(cols):
             widest = max((len(r[i]) for r in body), default=0)
-            t.add_column(escape(c.header), justify="right" if c.number else "left",
+            t.add_column(escape(c.header), justify="right" if c.number and not c.left else "left",
                          min_width=widest if c.number else min(widest, TEXT_MIN), overflow="fold",
                          no_wrap=False)
         for r in rows:
