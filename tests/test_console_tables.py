@@ -25,6 +25,7 @@ def numbers(text: str) -> list[str]:
 def test_table_width_counts_borders_and_wrapped_headers():
     # columns 'a b' (widest word 1, widest value 3) and 'status' (text, 20 chars, kept >= 12): 1 + (3+3) + (12+3)
     assert table_width([Col("a b"), Col("status", number=False)], [["123", "x" * 20]]) == 22
+    assert table_width([Col("a b"), Col("status", number=False)], [["123", "x" * 20]], boxed=False) == 17
 
 
 @pytest.mark.parametrize("width", WIDTHS)

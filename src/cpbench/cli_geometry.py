@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from cpbench.cli_options import console, int_list
 from cpbench.cli_tables import Col, print_table
@@ -62,15 +61,12 @@ def models() -> None:
     """List the model presets (attention shape per CP rank, attention TP 1)."""
     from cpbench.bench.models import PRESETS
 
-    t = Table(title="model presets")
-    for col in ("name", "layers", "q heads", "kv heads", "head_dim", "window", "sinks", "page_size"):
-        t.add_column(col)
-    for m in PRESETS.values():
-        t.add_row(m.name, str(m.num_layers), str(m.num_q_heads), str(m.num_kv_heads), str(m.head_dim),
-                  f"{m.sliding_window}/full alt."
-                  if m.sliding_window else "full", "fp32" if m.has_sinks else "-",
-                  str(m.page_size))
-    console.print(t)
+    rows = [[m.name, str(m.num_layers), str(m.num_q_heads), str(m.num_kv_heads), str(m.head_dim),
+             f"{m.sliding_window}/full alt." if m.sliding_window else "full", "fp32" if m.has_sinks else "-",
+             str(m.page_size)] for m in PRESETS.values()]
+    print_table(console, "model presets", [Col("name", left=True), Col("layers"), Col("q heads"), Col("kv heads"),
+                                           Col("head_dim"), Col("window", left=True), Col("sinks", left=True),
+                                           Col("page_size")], rows)
 
 
 def columns(

@@ -20,8 +20,9 @@ from cpbench.cli_dist import (DistBackend, DistBackendOpt, DistOptions, DistTime
                               NprocOpt, launch_torchrun, run_as_rank)
 from cpbench.errors import CpbenchInputError, one_line
 
-PROFILE_EPILOG = ("Examples:  cpbench profile --cp 4 --bs 1 --seq 8192  |  cpbench profile --backend torch "
-                  "--cp 4 --bs 1 --seq 256 --json  |  cpbench profile --cp 4 --bs 1 --seq 8192 --nsys")
+PROFILE_EPILOG = ("Examples:  cpbench profile --cp 4 --bs 1 --extend-len 8192  |  cpbench profile --backend torch "
+                  "--cp 4 --bs 1 --extend-len 256 --json  |  cpbench profile --cp 4 --ranks 0  |  "
+                  "cpbench profile --cp 4 --bs 1 --extend-len 8192 --nsys")
 
 
 def profile(

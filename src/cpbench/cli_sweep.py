@@ -24,8 +24,8 @@ from cpbench.errors import CpbenchInputError
 
 
 
-SWEEP_EPILOG = ("Examples:  cpbench sweep --cp 4 --bs 1,4,16  |  cpbench sweep --cp 2,4,8 --bs 1 --seq 8192,32768 "
-                "--timing eager  |  cpbench sweep --seq-lens 3000,8192 --prefix 512 --backend fa2  |  "
+SWEEP_EPILOG = ("Examples:  cpbench sweep --cp 4 --bs 1,4,16  |  cpbench sweep --cp 2,4,8 --bs 1 --extend-len 8192,32768 "
+                "--timing eager  |  cpbench sweep --extend-lens 3000,8192 --prefix-len 512 --backend fa2  |  "
                 "cpbench sweep --out runs/a --resume  |  cpbench sweep --launch torchrun --nproc-per-node 2 --cp 2 --bs 1,4,16")
 
 

@@ -52,9 +52,12 @@ def latency_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
             if j == 0:
                 ax.set_ylabel("latency, slowest rank (ms)")
             failed = int((v["status"] != "ok").sum())
-            if failed:
-                ax.text(0.02, 0.97, f"{failed} cell(s) did not run", transform=ax.transAxes, va="top",
-                        fontsize=8, color="#a00000")
+            some = int(((v["status"] == "ok") & ~v["all_ranks"].map(lambda x: x is True or x == 1)).sum())
+            notes = ([f"{failed} cell{'s' if failed != 1 else ''} did not run"] if failed else []) + (
+                [f"{some} cell{'s' if some != 1 else ''} on some ranks only (slowest measured rank, "
+                 "not the critical path)"] if some else [])
+            if notes:
+                ax.text(0.02, 0.97, "\n".join(notes), transform=ax.transAxes, va="top", fontsize=8, color="#a00000")
     for ax in axes.ravel():
         if ax.axison:
             style.log_y(ax)
