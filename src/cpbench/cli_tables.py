@@ -60,7 +60,7 @@ def print_table(console: Console, title: str, cols: list[Col], rows: list[list[s
                    show_edge=False))
         widths = column_widths(cols, body)
         spare = console.width - table_width(cols, body, fits[0])
-        for i in sorted(range(len(cols)), key=lambda i: cols[i].number):  # spare room: text columns first
+        for i in sorted(range(len(cols)), key=lambda i: (cols[i].number, -i)):  # spare: text columns, last first
             want = max([len(r[i]) for r in body] + [len(cols[i].header)])  # up to their widest value
             grow = min(spare, max(0, want - widths[i]))
             widths[i] += grow
