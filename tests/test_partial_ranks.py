@@ -113,3 +113,21 @@ def test_cpu_sweep_table_is_a_functional_check():
     out = console.export_text()
     assert "two-call / fused" in out and "speedup" not in out.split("CPU:")[0]
     assert "CPU: a functional check, not a benchmark" in out
+
+
+def test_profile_records_an_oom_cell_and_goes_on(tmp_path, no_gpu, monkeypatch):
+    from cpbench.bench import profiling
+
+    real = profiling.profile_cell
+
+    def oom_at_64(model, cell, **kw):
+        if cell.seq_len == 64:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory")
+        return real(model, cell, **kw)
+
+    monkeypatch.setattr(profiling, "profile_cell", oom_at_64)
+    r = cpbench("profile", "--cp", "2", "--seq", "32,64", "--json", "--out", str(tmp_path), *TINY)
+    assert r.returncode == 0, r.stderr
+    got = {c["seq_len"]: c for c in json.loads(r.stdout)["cells"]}
+    assert got[64]["status"] == "oom" and "does not fit in memory" in got[64]["reason"]
+    assert got[32]["status"] == "ok" and got[32]["total"]["fused"] == 4  # 2 layers x 1 call x 2 ranks

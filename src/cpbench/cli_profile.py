@@ -14,7 +14,7 @@ import typer
 from cpbench import cli_options as c
 from cpbench.bench.dist.launch import under_torchrun
 from cpbench.cli_cells import backend_name, check_out, parse_cells
-from cpbench.cli_profile_out import (CPU_DEFAULT_SEQ, counted_as, cpu_rows, print_counts, skip_reason,
+from cpbench.cli_profile_out import (CPU_DEFAULT_SEQ, GPU_ONLY, counted_as, cpu_rows, print_counts, skip_reason,
                                      skipped_cell)
 from cpbench.cli_dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch, LaunchOpt,
                               NprocOpt, launch_torchrun, run_as_rank)
@@ -104,8 +104,11 @@ def profile(
             from cpbench.bench.profiling import profile_ranks
 
             report["device"], report["launch"] = str(device), {"world_size": group.world_size, "gather": dist.gather_mode}
-            report["cells"] += profile_ranks(spec, cells, group, backend=name, device=device, dtype=dtype.value,
-                                            trace_dir=trace_dir, gather=dist.gather_mode)
+            measured = profile_ranks(spec, cells, group, backend=name, device=device, dtype=dtype.value,
+                                     trace_dir=trace_dir, gather=dist.gather_mode)
+            report["cells"] += [{**cell, "status": "ok", "per_rank": cell["per_rank"] if device.type == "cuda" else
+                                 [{**r, **{k: None for k in GPU_ONLY if k in r and k != "comm_kernels"}}
+                                  for r in cell["per_rank"]]} for cell in measured]
             if group.writes_rows:
                 _finish(report, run_dir, as_json)
             return 1 if any(r.get("comm_check") is False for cell in report["cells"] for r in cell["per_rank"]) else 0
@@ -117,11 +120,15 @@ def profile(
         except RuntimeError as e:
             if not is_oom(e):
                 raise
-            raise CpbenchInputError(f"{cell.label()} does not fit in memory ({one_line(e)[:120]}): "
-                                    "use a smaller --seq/--bs") from None
+            report["cells"].append({**skipped_cell(cell, f"does not fit in memory ({one_line(e)[:120]}): use a "
+                                                         "smaller --extend-len/--bs"), "status": "oom"})
+            continue
         report["cells"].append({"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
                                 "extend_lens": list(cell.extend_lens), "status": "ok",
                                 "per_rank": cpu_rows(rows, dev), "total": totals(rows, cell.cp_size)})
+    if not any(cell["status"] == "ok" for cell in report["cells"]):
+        (run_dir / "profile.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+        raise CpbenchInputError(f"no cell could be profiled: {report['cells'][0]['reason']}")
     if nsys:
         report["nsys"] = _nsys_cross_check(sys.argv[1:], run_dir, report, name)
     _finish(report, run_dir, as_json)
