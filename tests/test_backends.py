@@ -171,7 +171,8 @@ def test_doctor_json_on_cpu_exits_0_with_reasons(monkeypatch):
     r = cpbench("doctor", "--json")
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
-    assert info["environment"]["auto backend"] == "torch" and info["environment"]["torch"] == torch.__version__
+    assert all(" " not in k and k == k.lower() for k in info["environment"])  # snake_case keys for scripts
+    assert info["environment"]["auto_backend"] == "torch" and info["environment"]["torch"] == torch.__version__
     assert info["backends"]["torch"] is None
     for name in ("fa2", "fa3", "trtllm-gen"):
         assert "none is in use" in info["backends"][name]

@@ -62,9 +62,9 @@ def test_no_arguments_print_the_help_once():
 
 def test_cpbench_debug_shows_the_traceback(monkeypatch):
     r = cpbench("geometry", "--extend", "x")
-    assert r.returncode == 2 and r.stderr == "error: --extend must be comma-separated integers, got 'x'\n"
+    assert r.returncode == 2 and r.stderr == "error: --extend-lens must be comma-separated integers, got 'x'\n"
     monkeypatch.setenv("CPBENCH_DEBUG", "1")
-    with pytest.raises(CpbenchInputError, match="--extend must be"):
+    with pytest.raises(CpbenchInputError, match="--extend-lens must be"):
         cpbench("geometry", "--extend", "x")  # re-raised: the process would print the full traceback
     with pytest.raises(Exception, match="No such command 'nope'"):
         cpbench("nope")  # click's usage errors too

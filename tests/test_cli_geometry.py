@@ -29,7 +29,7 @@ def test_geometry_ineligible_json():
     ["geometry", "--cp", "4", "--rank", "4"],
     ["geometry", "--extend", "-3"],
     ["geometry", "--extend", ""],
-    ["geometry", "--extend", "8,8", "--prefix", "1"],
+    ["geometry", "--extend", "8,8,8", "--prefix", "1,2"],
     ["geometry", "--extend", "x"],
 ])
 def test_bad_input_exit_2_one_line(args):
@@ -57,7 +57,7 @@ def test_usage_errors_are_one_line_exit_2(args):
 @pytest.mark.parametrize("args,needle", [
     (["--cp", "1000000000", "--extend", "3"], "--cp values must be <= 1024"),
     (["--cp", "99999999999999999999"], "--cp values must be <= 1024"),
-    (["--extend", "1,99999999999"], "--extend values must be <="),
+    (["--extend", "1,99999999999"], "--extend-lens values must be <="),
 ])
 def test_geometry_huge_values_one_line_exit_2(args, needle):
     r = cpbench("geometry", *args)

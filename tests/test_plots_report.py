@@ -135,7 +135,7 @@ def test_report_holds_run_values(report_run):
     assert path == report_run / "report.md"
     # critical path: two-call rank 3 = 1300 µs, fused rank 0 = 650 µs -> 2.00x
     assert "| 1 | 8K | 1.300 | 0.650 | 2.00× [2.00–2.00] | 3 / 0 |" in md  # constant samples: a point interval
-    assert "fused is faster in 1 of 1 cells (median 2.00×, best 2.00× at cp 4, bs 1, 8K tokens)" in md
+    assert "fused is faster in 1 of 1 cell (median 2.00×, best 2.00× at cp 4, bs 1, 8K tokens)" in md
     assert "| gpt-oss-120b | fa3 | 4 | 72 | 36 | 288 | 144 | 2.00× |" in md
     assert "72 → 36 per rank, 288 → 144 over 4 ranks" in md
     assert "| GPU | NVIDIA H200 |" in md and "| flashinfer | 0.7.2.post1 |" in md
@@ -150,7 +150,8 @@ def test_report_summary_reports_losses(tmp_path):
     run = make_run(tmp_path / "run", cp_sizes=(2,), bss=(1,), seqs=(65536,), timings=("graph",),
                    latency=slow_fused, noise=0)
     md = write_report(run).read_text()
-    assert "fused is faster in none of 1 cells" in md and "slower in 1 (worst 0.77×" in md
+    assert "fused is not faster in the one cell" in md and "slower in 1 (worst 0.77×" in md
+    assert "1 cells" not in md and "0 tie(s)" not in md and "0 ties (95 % interval" in md
 
 
 def test_report_without_manifest_or_command(tmp_path):

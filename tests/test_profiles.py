@@ -305,7 +305,8 @@ def test_profile_cli_json_counts_and_traces(tmp_path, no_gpu):
     r = cpbench("profile", "--backend", "torch", "--cp", "4", "--bs", "1", "--seq", "64", "--json", "--out", str(tmp_path), *TINY)
     assert r.returncode == 0, r.stderr[-1000:]
     cell = json.loads(r.stdout)["cells"][0]
-    assert cell["total"] == {"two-call": 32, "fused": 16}  # 4 layers x (2 | 1) calls x 4 ranks
+    assert cell["total"] == {"two-call": 32, "fused": 16,  # 4 layers x (2 | 1) calls x 4 ranks
+                             "ranks": [0, 1, 2, 3], "all_ranks": True, "ranks_label": "all 4 ranks"}
     assert {(x["mode"], x["attn_calls"]) for x in cell["per_rank"]} == {("two-call", 8), ("fused", 4)}
     assert len(list((tmp_path / "profiles").glob("*.json.gz"))) == 8  # ranks x modes
     assert json.loads((tmp_path / "profile.json").read_text())["cells"][0]["total"] == cell["total"]

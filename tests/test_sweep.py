@@ -100,12 +100,12 @@ def test_out_is_a_file_or_unwritable(tmp_path):
         assert "--out" in r.stderr or "cannot write" in r.stderr
 
 
-def test_unsupported_backend_recorded_then_exit_2(tmp_path):
+def test_unsupported_backend_exits_2_before_making_a_run_directory(tmp_path):
     out = tmp_path / "run"
-    r = cpbench("sweep", "--backend", "fa3", "--bs", "1", "--seq", "64", "--out", str(out), "--no-report", *QUICK)
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    rows = read_jsonl(out / "results.jsonl")
-    assert rows and {x["status"] for x in rows} == {"unsupported"} and "CUDA" in rows[0]["reason"]
+    r = cpbench("sweep", "--backend", "fa3", "--bs", "1", "--seq", "64", "--out", str(out), "--device", "cpu", *QUICK)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "backend fa3 cannot run here" in r.stderr and "CUDA" in r.stderr
+    assert not out.exists()
 
 
 def test_mismatch_exit_code(tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """cpbench command line: the typer app and its commands, wired from the cli_* modules beside this one.
 
-Each command is a plain function in its own module (cli_geometry: geometry, models; cli_sweep: sweep;
+Each command is a plain function in its own module (cli_geometry: geometry, models, columns; cli_sweep: sweep;
 cli_profile: profile; cli_doctor: doctor; cli_report: plot, report, compare); options shared by several
 commands live in cli_options, the cell options of sweep and profile in cli_cells, and how errors end the
 process (one line on stderr, exit codes) in cli_errors. Logic lives in bench/, profiles/, plots/.
@@ -11,6 +11,7 @@ Exit codes: 0 ok; 1 a measured problem (mismatch, regression); 2 bad input (one 
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import typer
@@ -23,10 +24,14 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # click's plain help: it wraps long descriptions and option names instead of cutting them with "…" in
+    # a narrow or piped terminal, and shows flags (--resume, --check/--no-check) without a "<bool>" value
+    rich_markup_mode=None,
+    context_settings={"max_content_width": 120},
     help="Benchmark and profile zigzag context-parallel prefill attention: fused (SGLang PR #33137) "
          "vs two-call, per rank, on real kernels.",
-    epilog="Examples:  cpbench sweep --cp 4 --bs 1,4,16   |   cpbench geometry --cp 4 --extend 11,13 "
-           "--prefix 8,14   |   cpbench profile --cp 4 --bs 1 --seq 8192   |   cpbench report runs/<id>",
+    epilog="Examples:  cpbench sweep --cp 4 --bs 1,4,16   |   cpbench geometry --cp 4 --extend-lens 11,13 "
+           "--prefix-lens 8,14   |   cpbench profile --cp 4 --bs 1 --extend-len 8192   |   cpbench report runs/<id>",
 )
 
 # (command function, epilog with examples), in the order `cpbench --help` lists them; the function's name
@@ -34,6 +39,7 @@ app = typer.Typer(
 COMMANDS = (
     (cli_geometry.geometry, cli_geometry.GEOMETRY_EPILOG),
     (cli_geometry.models, cli_geometry.MODELS_EPILOG),
+    (cli_geometry.columns, cli_geometry.COLUMNS_EPILOG),
     (cli_sweep.sweep, cli_sweep.SWEEP_EPILOG),
     (cli_profile.profile, cli_profile.PROFILE_EPILOG),
     (cli_doctor.doctor, cli_doctor.DOCTOR_EPILOG),
@@ -41,8 +47,15 @@ COMMANDS = (
     (cli_report.report, cli_report.REPORT_EPILOG),
     (cli_report.compare, cli_report.COMPARE_EPILOG),
 )
+def short_help(doc: str | None) -> str:
+    """A command's line in ``cpbench --help``: the first sentence of its docstring, whole (click would cut
+    it with "..." at the terminal's width)."""
+    text = " ".join((doc or "").split())
+    return re.split(r"(?<=\.)\s+(?=[A-Z])", text)[0] if text else ""
+
+
 for command, epilog in COMMANDS:
-    app.command(epilog=epilog)(command)
+    app.command(epilog=epilog, short_help=short_help(command.__doc__))(command)
 
 
 def main() -> None:

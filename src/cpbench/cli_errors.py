@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple, Optional
 
 from rich.markup import escape
 
-from cpbench.cli_options import err_console
+from cpbench.cli_options import err_console, silence
 from cpbench.errors import CpbenchInputError, CpbenchWarning, one_line
 
 INTERRUPTED = ("interrupted: a sweep keeps every row measured so far in results.jsonl; rerun the same command "
@@ -100,6 +100,10 @@ def run(app: Callable[..., object]) -> int:
     warnings.showwarning = show_warning
     try:
         code = app(standalone_mode=False)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader of stdout left (`| head -1`) after the work was done: not an error
+        silence(sys.stdout)
+        return 0
     except (Exception, KeyboardInterrupt) as e:  # KeyboardInterrupt outside a command; typer turns one
         rule = rule_for(e)                       # inside a command into exit code 130
         if rule is None or (rule.debug_raises and debug()):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -13,17 +14,70 @@ from rich.console import Console
 from cpbench.bench.backends.registry import CHOICES as BACKEND_CHOICES
 from cpbench.errors import CpbenchInputError
 
-console = Console()
-if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-    console.width = 160
-err_console = Console(stderr=True)
+class PipeSafe:
+    """A text stream that writes to ``sys.stdout`` (or ``sys.stderr``) as it is *now* (tests swap them) and,
+    once the reader has gone (``cpbench sweep | head -1``: BrokenPipeError), drops what follows instead of
+    failing: the run goes on and writes its directory, and the exit code keeps its meaning. The file
+    descriptor is pointed at /dev/null so the interpreter's last flush does not fail either."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.broken = name, False
+
+    @property
+    def stream(self):
+        return getattr(sys, self.name)
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                return self.stream.write(text)
+            except BrokenPipeError:
+                self.closed_by_reader()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self.closed_by_reader()
+
+    def closed_by_reader(self) -> None:
+        """Stop writing; send anything still buffered for this descriptor to /dev/null."""
+        self.broken = True
+        silence(self.stream)
+
+    def isatty(self) -> bool:
+        return not self.broken and self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def __getattr__(self, name):  # encoding, errors, ...
+        return getattr(self.stream, name)
+
+
+def silence(stream) -> None:
+    """Point ``stream``'s file descriptor at /dev/null (after its reader closed the pipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+    except (OSError, ValueError, AttributeError):  # no real descriptor (captured in a test)
+        pass
+
+
+console = Console(file=PipeSafe("stdout"))
+if not console.is_terminal and not os.environ.get("COLUMNS"):  # piped or captured: do not squeeze tables
+    console.width = 160                                        # into 80 columns (COLUMNS, when set, wins)
+err_console = Console(file=PipeSafe("stderr"))
 
 
 # Upper bounds of list options: far above real prefill batches, low enough that a typo cannot make
 # cpbench build billions of Python objects (or overflow the kernels' int32 token indices).
 MAX_TOKENS = 1 << 24
 LIMITS = {"--cp": 1024, "--bs": 65536, "--seq": MAX_TOKENS, "--seq-lens": MAX_TOKENS, "--extend": MAX_TOKENS,
-          "--prefix": MAX_TOKENS, "--ranks": 1023}
+          "--extend-len": MAX_TOKENS, "--extend-lens": MAX_TOKENS, "--prefix": MAX_TOKENS,
+          "--prefix-lens": MAX_TOKENS, "--ranks": 1023}
 
 
 def int_list(text: str, what: str, minimum: int = 1) -> list[int]:
@@ -95,15 +149,18 @@ def resolve_device(device: Optional[str]):
 
 
 def choice_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
-    """Parse ``"a,b"`` (or ``"both"`` for every allowed value) into a list of allowed choices."""
+    """Parse ``"a,b"`` (or ``"both"`` for every allowed value) into a list of allowed choices.
+
+    Raises CpbenchInputError naming every valid choice (``both`` included)."""
     if text.strip() == "both":
         return list(allowed)
     items = [t.strip() for t in text.split(",") if t.strip()]
+    choices = f"{', '.join(allowed)}, a comma-separated list of them, or both"
     if not items:
-        raise CpbenchInputError(f"{what} is empty: use {', '.join(allowed)}")
+        raise CpbenchInputError(f"{what} is empty: use {choices}")
     for t in items:
         if t not in allowed:
-            raise CpbenchInputError(f"unknown {what} {t!r}: use {', '.join(allowed)}")
+            raise CpbenchInputError(f"unknown {what} {t!r}: use {choices}")
     return list(dict.fromkeys(items))
 
 

@@ -10,27 +10,34 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from cpbench import cli_options as c
 from cpbench.bench.dist.launch import under_torchrun
 from cpbench.cli_cells import backend_name, check_out, parse_cells
+from cpbench.cli_profile_out import (CPU_DEFAULT_SEQ, GPU_ONLY, counted_as, cpu_rows, print_counts, skip_reason,
+                                     skipped_cell)
 from cpbench.cli_dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch, LaunchOpt,
                               NprocOpt, launch_torchrun, run_as_rank)
 from cpbench.errors import CpbenchInputError, one_line
 
-PROFILE_EPILOG = ("Examples:  cpbench profile --cp 4 --bs 1 --seq 8192  |  cpbench profile --backend torch "
-                  "--cp 4 --bs 1 --seq 256 --json  |  cpbench profile --cp 4 --bs 1 --seq 8192 --nsys")
+PROFILE_EPILOG = ("Examples:  cpbench profile --cp 4 --bs 1 --extend-len 8192  |  cpbench profile --backend torch "
+                  "--cp 4 --bs 1 --extend-len 256 --json  |  cpbench profile --cp 4 --ranks 0  |  "
+                  "cpbench profile --cp 4 --bs 1 --extend-len 8192 --nsys")
 
 
 def profile(
     cp: Annotated[str, typer.Option("--cp", help="cp_size values.")] = "4",
     bs: Annotated[Optional[str], typer.Option("--bs", help="Batch sizes. Default: 1.")] = None,
-    seq: Annotated[Optional[str], typer.Option("--seq", help="Extend lengths per request (tokens). Default: 8192.")] = None,
-    seq_lens: Annotated[Optional[str], typer.Option("--seq-lens", help="One explicit batch, e.g. 3000,5000.")] = None,
-    prefix: Annotated[int, typer.Option("--prefix", help="Cached prefix tokens per request.")] = 0,
-    ranks: Annotated[str, typer.Option("--ranks", help="'all' or a list of ranks.")] = "all",
+    seq: Annotated[Optional[str], typer.Option(
+        "--extend-len", "--seq", help="Extend (new) tokens per request, one cell per value. Default: 8192 on a "
+                                      "GPU, 64 on CPU.")] = None,
+    seq_lens: Annotated[Optional[str], typer.Option(
+        "--extend-lens", "--seq-lens", help="One explicit batch, one extend length per request, e.g. "
+                                           "3000,5000.")] = None,
+    prefix: Annotated[int, typer.Option(
+        "--prefix-len", "--prefix", help="Cached prefix tokens of every request.")] = 0,
+    ranks: Annotated[str, typer.Option(
+        "--ranks", "--rank", help="'all' or a list of ranks, e.g. 0,3.")] = "all",
     backend: Annotated[c.BackendName, typer.Option("--backend", help="Attention backend.")] = c.BackendName.auto,
     dtype: Annotated[c.DType, typer.Option("--dtype")] = c.DType.bf16,
     out: Annotated[Optional[str], typer.Option("--out", help="Directory for traces (default runs/profile-<time>).")] = None,
@@ -48,30 +55,29 @@ def profile(
     4 ranks), and write Perfetto-openable Chrome traces (one per rank and mode; with --launch torchrun
     each rank writes its own, with the collective kernels counted as their own class)."""
     from cpbench.bench.backends import get_backend
-    from cpbench.bench.geometry import eligibility
     from cpbench.bench.profiling import nsys_child as run_child, profile_cell, totals
-    from cpbench.bench.runner import DTYPES, CellSpec, cpu_refusal, is_oom
+    from cpbench.bench.runner import DTYPES, CellSpec, is_oom
     from cpbench.profiles.nsys import find_nsys
 
     dev = c.resolve_device(device)
     spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
     name = backend_name(backend.value, dev)
     parsed = parse_cells(cp=cp, bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=ranks,
-                         default_bs="1", default_seq="8192")
+                         default_bs="1", default_seq="8192" if dev.type == "cuda" else CPU_DEFAULT_SEQ)
     cells = [CellSpec(p, ext, (parsed.prefix,) * len(ext)) for p in parsed.cp_sizes for ext in parsed.batches]
     kw = dict(backend=name, device=dev, dtype=dtype.value, ranks=parsed.ranks)
     if nsys_child:
-        run_child(spec, cells, **kw)
+        run_child(spec, [cl for cl in cells if not skip_reason(spec, cl, dev)], **kw)
         return
     why = get_backend(name).supports(dev, spec, DTYPES[dtype.value])
     if why:
         raise CpbenchInputError(f"backend {name}: {why}")
-    for cell in cells:
-        ok, why = eligibility(cell.extend_lens, cell.cp_size)
-        why = None if ok else f"not CP-eligible ({why})"
-        why = why or (cpu_refusal(spec, cell) if dev.type == "cpu" else None)
-        if why:
-            raise CpbenchInputError(f"{cell.label()}: {why}")
+    skipped = {cl: skip_reason(spec, cl, dev) for cl in cells}
+    skipped = {cl: why for cl, why in skipped.items() if why}
+    if len(skipped) == len(cells):  # as sweep: nothing could run is bad input
+        first = next(iter(skipped.items()))
+        raise CpbenchInputError(f"no cell can run: {first[0].label()}: {first[1]}")
+    cells = [cl for cl in cells if cl not in skipped]
     check_out(out, "runs/profile-<time>")
     dist = DistOptions(launch, nproc_per_node, gather, dist_backend, dist_timeout)
     dist.check(parsed.ranks, parsed.cp_sizes)
@@ -91,14 +97,18 @@ def profile(
 
     trace_dir = RunDir(run_dir).profiles
     trace_dir.mkdir(parents=True, exist_ok=True)
-    report = {"model": spec.name, "backend": name, "device": str(dev), "cells": []}
+    report = {"model": spec.name, "backend": name, "device": str(dev), "counted": counted_as(name, dev),
+              "cells": [skipped_cell(cl, why) for cl, why in skipped.items()]}
     if dist.distributed:
         def body(group, device) -> int:
             from cpbench.bench.profiling import profile_ranks
 
             report["device"], report["launch"] = str(device), {"world_size": group.world_size, "gather": dist.gather_mode}
-            report["cells"] = profile_ranks(spec, cells, group, backend=name, device=device, dtype=dtype.value,
-                                            trace_dir=trace_dir, gather=dist.gather_mode)
+            measured = profile_ranks(spec, cells, group, backend=name, device=device, dtype=dtype.value,
+                                     trace_dir=trace_dir, gather=dist.gather_mode)
+            report["cells"] += [{**cell, "status": "ok", "per_rank": cell["per_rank"] if device.type == "cuda" else
+                                 [{**r, **{k: None for k in GPU_ONLY if k in r and k != "comm_kernels"}}
+                                  for r in cell["per_rank"]]} for cell in measured]
             if group.writes_rows:
                 _finish(report, run_dir, as_json)
             return 1 if any(r.get("comm_check") is False for cell in report["cells"] for r in cell["per_rank"]) else 0
@@ -110,10 +120,15 @@ def profile(
         except RuntimeError as e:
             if not is_oom(e):
                 raise
-            raise CpbenchInputError(f"{cell.label()} does not fit in memory ({one_line(e)[:120]}): "
-                                    "use a smaller --seq/--bs") from None
+            report["cells"].append({**skipped_cell(cell, f"does not fit in memory ({one_line(e)[:120]}): use a "
+                                                         "smaller --extend-len/--bs"), "status": "oom"})
+            continue
         report["cells"].append({"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
-                                "extend_lens": list(cell.extend_lens), "per_rank": rows, "total": totals(rows)})
+                                "extend_lens": list(cell.extend_lens), "status": "ok",
+                                "per_rank": cpu_rows(rows, dev), "total": totals(rows, cell.cp_size)})
+    if not any(cell["status"] == "ok" for cell in report["cells"]):
+        (run_dir / "profile.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+        raise CpbenchInputError(f"no cell could be profiled: {report['cells'][0]['reason']}")
     if nsys:
         report["nsys"] = _nsys_cross_check(sys.argv[1:], run_dir, report, name)
     _finish(report, run_dir, as_json)
@@ -124,34 +139,7 @@ def _finish(report: dict, run_dir: Path, as_json: bool) -> None:
     if as_json:
         print(json.dumps(report, default=str))
     else:
-        _print_counts(c.console, report, run_dir)
-
-
-def _print_counts(console, report: dict, run_dir: Path) -> None:
-    for cell in report["cells"]:
-        t = Table(title=f"{report['model']} {report['backend']}: cp{cell['cp_size']} bs{cell['bs']} "
-                        f"seq{cell['seq_len']} attention kernels per forward")
-        comm = any("comm_kernels" in r for r in cell["per_rank"])
-        cols = ["rank", "two-call", "fused", "two-call other", "fused other", "two-call launches", "fused launches"]
-        for col in cols + (["two-call comm", "fused comm"] if comm else []):
-            t.add_column(col, justify="right")
-        by = {(r["rank"], r["mode"]): r for r in cell["per_rank"]}
-        for rank in sorted({r["rank"] for r in cell["per_rank"]}):
-            a, b = by[(rank, "two-call")], by[(rank, "fused")]
-            t.add_row(str(rank), str(a["attn_kernels"]), str(b["attn_kernels"]), str(a["other_kernels"]),
-                      str(b["other_kernels"]), str(a["launches"]), str(b["launches"]),
-                      *([str(a.get("comm_kernels")), str(b.get("comm_kernels"))] if comm else []))
-        tot = cell["total"]
-        t.add_row("all", f"[bold]{tot['two-call']}[/]", f"[bold]{tot['fused']}[/]", "", "", "", "",
-                  *(["", ""] if comm else []))
-        console.print(t)
-    if str(report.get("device", "")).startswith("cpu") and "launch" in report:
-        console.print("comm = collective (NCCL) kernels; gloo runs its collectives on the CPU, so a CPU launch "
-                      "has none (and no kernels or launches at all)")
-    if "nsys" in report:
-        n = report["nsys"]
-        console.print(escape(f"nsys: {n.get('status')} {n.get('report', '')} {n.get('reason', '')}"))
-    console.print(f"traces (open in https://ui.perfetto.dev): {run_dir / 'profiles'}")
+        print_counts(c.console, report, run_dir)
 
 
 def _nsys_cross_check(argv: list[str], run_dir: Path, report: dict, backend: str) -> dict:

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
+from cpbench.cli_options import err_console
 from cpbench.errors import CpbenchInputError
 
 RunArg = Annotated[Path, typer.Argument(help="Run directory written by `cpbench sweep` (holds results.*).",
@@ -34,10 +36,28 @@ def readable(*runs: Path):
                                 f"{' '.join(str(e).split())[:120]}): restore the files or re-run the sweep") from None
 
 
+def latest_run(run: Path) -> Path:
+    """``run`` itself, or for a directory of runs (``runs/``) its latest run, with a note on stderr that
+    lists the others."""
+    from cpbench.bench.store import RunDir
+
+    inside = RunDir(run).runs_inside()
+    if not inside:
+        return run
+    latest = inside[-1].path
+    others = ", ".join(r.path.name for r in reversed(inside[:-1][-5:])) or "none"
+    more = f" and {len(inside) - 6} more" if len(inside) > 6 else ""
+    err_console.print(escape(f"note: {run} holds {len(inside)} run{'s' if len(inside) != 1 else ''}, not results "
+                             f"of its own: using the latest, {latest} (others, newest first: {others}{more}; "
+                             "name one to use it)"), highlight=False, soft_wrap=True)
+    return latest
+
+
 def plot(run: RunArg) -> None:
-    """Draw every chart of a run into RUN/plots/ (PNG + SVG)."""
+    """Draw every chart of a run into RUN/plots/ (PNG + SVG); for a directory of runs, of its latest run."""
     from cpbench.plots.charts import render_all
 
+    run = latest_run(run)
     with readable(run):
         paths = render_all(run)
     pngs = [p for p in paths if p.suffix == ".png"]
@@ -51,13 +71,14 @@ def report(
         help="A simulated run (same cells, no --launch) to compare this torchrun run's critical path with: "
              "adds a 'Simulated vs real' table and chart.", show_default=False)] = None,
 ) -> None:
-    """Write RUN/report.md, ready to paste into a PR.
+    """Write RUN/report.md, ready to paste into a PR (RUN may be a directory of runs: its latest run).
 
     Summary, environment, repro command, tables per cp size, kernel counts, charts (drawn if missing), notes;
     for a torchrun run also a "Real CP (torchrun)" section (phases, gather share, link-bandwidth estimate).
     """
     from cpbench.plots.report import write_report
 
+    run = latest_run(run)
     with readable(run, *([simulated] if simulated is not None else [])):
         path = write_report(run, replot=replot, simulated=simulated)
     typer.echo(f"wrote {path}")

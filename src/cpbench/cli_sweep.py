@@ -12,7 +12,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
 from cpbench.bench.dist.launch import under_torchrun
 from cpbench.cli_cells import check_out, parse_cells
@@ -25,8 +24,8 @@ from cpbench.errors import CpbenchInputError
 
 
 
-SWEEP_EPILOG = ("Examples:  cpbench sweep --cp 4 --bs 1,4,16  |  cpbench sweep --cp 2,4,8 --bs 1 --seq 8192,32768 "
-                "--timing eager  |  cpbench sweep --seq-lens 3000,8192 --prefix 512 --backend fa2  |  "
+SWEEP_EPILOG = ("Examples:  cpbench sweep --cp 4 --bs 1,4,16  |  cpbench sweep --cp 2,4,8 --bs 1 --extend-len 8192,32768 "
+                "--timing eager  |  cpbench sweep --extend-lens 3000,8192 --prefix-len 512 --backend fa2  |  "
                 "cpbench sweep --out runs/a --resume  |  cpbench sweep --launch torchrun --nproc-per-node 2 --cp 2 --bs 1,4,16")
 
 
@@ -34,11 +33,16 @@ def sweep(
     cp: Annotated[str, typer.Option("--cp", help="cp_size values, e.g. 2,4,8.")] = "4",
     bs: Annotated[Optional[str], typer.Option("--bs", help="Batch sizes (requests), e.g. 1,4,16. Default: 1,4,16.")] = None,
     seq: Annotated[Optional[str], typer.Option(
-        "--seq", help="Extend lengths per request (tokens). Default: 2048,8192,16384 on a GPU, 32,64 on CPU.")] = None,
+        "--extend-len", "--seq", help="Extend (new) tokens per request, one cell per value. Default: 2048,8192,16384 "
+                                      "on a GPU, 32,64 on CPU.")] = None,
     seq_lens: Annotated[Optional[str], typer.Option(
-        "--seq-lens", help="One explicit heterogeneous batch instead of --bs x --seq, e.g. 3000,5000.")] = None,
-    prefix: Annotated[int, typer.Option("--prefix", help="Cached prefix tokens per request.")] = 0,
-    ranks: Annotated[str, typer.Option("--ranks", help="'all' or a list of ranks, e.g. 0,3.")] = "all",
+        "--extend-lens", "--seq-lens", help="One explicit batch, one extend length per request (SGLang "
+                                           "extend_lens), instead of --bs x --extend-len, e.g. 3000,5000.")] = None,
+    prefix: Annotated[int, typer.Option(
+        "--prefix-len", "--prefix", help="Cached prefix tokens of every request.")] = 0,
+    ranks: Annotated[str, typer.Option(
+        "--ranks", "--rank", help="'all' or a list of ranks, e.g. 0,3 (a cell measured on some ranks has no "
+                                  "critical path).")] = "all",
     mode: Annotated[str, typer.Option("--mode", help="two-call, fused, or both.")] = "two-call,fused",
     backend: Annotated[BackendName, typer.Option("--backend", help="Attention backend.")] = BackendName.auto,
     timing: Annotated[Optional[str], typer.Option(
@@ -79,7 +83,9 @@ def sweep(
     timings = choice_list(timing if timing is not None else ("eager,graph" if dev.type == "cuda" else "eager"),
                           ("eager", "graph"), "--timing")
     if "graph" in timings and dev.type != "cuda":
-        raise CpbenchInputError("--timing graph needs a CUDA device: use --timing eager on CPU")
+        asked = "both" if timing.strip() == "both" else "graph"
+        raise CpbenchInputError(f"--timing {asked} needs a CUDA device (graph timing replays a CUDA graph): "
+                                "use --timing eager on CPU")
     warmup = (3 if dev.type == "cuda" else 1) if warmup is None else warmup
     if budget_ms <= 0 or warmup < 0:
         raise CpbenchInputError("--budget-ms must be > 0 and --warmup >= 0")
@@ -127,7 +133,7 @@ def _run(sweep, console: Console, report: bool, allow_mismatch: bool) -> int:
         launch = sweep.runner.group
         console.print(f"[bold]cpbench sweep[/] {cfg.model.name} on {env.get('gpu_name') or env.get('cpu')} "
                       f"backend [cyan]{cfg.backend}[/], {launch.launch} x{launch.world_size} -> {run_dir}"
-                      + (f" (resuming, {sweep.resumed_rows} rows on disk)" if sweep.resumed_rows else ""))
+                      + (f" (resuming, {sweep.resumed_rows} row{'' if sweep.resumed_rows == 1 else 's'} on disk)" if sweep.resumed_rows else ""))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, transient=False, disable=not writer) as bar:
         task = bar.add_task("ranks", total=sweep.total_ranks())
@@ -135,7 +141,7 @@ def _run(sweep, console: Console, report: bool, allow_mismatch: bool) -> int:
     df = sweep.finish()
     if not writer:
         return 0
-    show_summary(console, df)
+    show_summary(console, df, cpu=cfg.device.type == "cpu")
     if report:
         _write_report(run_dir.path, console)
     console.print(f"run directory: {run_dir}")
@@ -158,25 +164,35 @@ def _ms(x: float) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x / 1e3:.3f}"
 
 
-def _clip(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
+def show_summary(console: Console, df, cpu: bool = False) -> None:
+    """Table per (cp_size, backend, timing): critical-path two-call ms, fused ms, speedup, 95% CI, status.
 
-
-def show_summary(console: Console, df) -> None:
-    """Rich table per cp_size: critical-path two-call ms, fused ms, speedup, status."""
+    A cell measured on some ranks only (``--ranks``) shows its measured ranks (``rank 0 only (1 of 4)``)
+    and the slowest *measured* rank's latencies, never a speedup: it has no critical path. ``cpu``: the
+    ratio is labelled as such, and a line says CPU timings are a functional check, not a benchmark.
+    """
     from cpbench.bench.results import critical_path
+    from cpbench.cli_tables import Col, print_table
 
     cp = critical_path(df)
     if cp.empty:
         return
     for (cp_size, backend, timing), g in cp.groupby(["cp_size", "backend", "timing"], sort=True):
-        t = Table(title=f"cp_size {cp_size}, {backend}, {timing}: critical path (slowest rank)")
-        for col in ("bs", "seq", "two-call ms", "fused ms", "speedup", "95% CI", "status"):
-            t.add_column(col, justify="right")
+        partial = not bool(g["all_ranks"].all())
+        title = (f"cp_size {cp_size}, {backend}, {timing}: "
+                 + ("slowest measured rank (not the critical path: some ranks were not measured)" if partial
+                    else "critical path (slowest rank)"))
+        cols = [Col("bs"), Col("extend"), *([Col("ranks measured", number=False)] if partial else []),
+                Col("two-call ms"), Col("fused ms"), Col("two-call / fused" if cpu else "speedup"), Col("95% CI"),
+                Col("status", number=False)]
+        rows = []
         for _, r in g.sort_values(["bs", "seq_len"]).iterrows():
             sp, lo, hi = r["speedup"], r.get("speedup_ci_low", math.nan), r.get("speedup_ci_high", math.nan)
-            t.add_row(str(r["bs"]), str(r["seq_len"]), _ms(r["two_call_us"]), _ms(r["fused_us"]),
-                      "-" if sp != sp else f"{sp:.2f}x", "-" if lo != lo or hi != hi else f"{lo:.2f}-{hi:.2f}",
-                      r["status"] if r["status"] == "ok" else
-                      f"{r['status']}: {escape(_clip(str(r['reason']), 120))}")
-        console.print(t)
+            rows.append([str(r["bs"]), str(r["seq_len"]), *([r["ranks_label"]] if partial else []),
+                         _ms(r["two_call_us"]), _ms(r["fused_us"]), "-" if sp != sp else f"{sp:.2f}x",
+                         "-" if lo != lo or hi != hi else f"{lo:.2f}-{hi:.2f}",
+                         r["status"] if r["status"] == "ok" else f"{r['status']}: {str(r['reason'])[:120]}"])
+        print_table(console, title, cols, rows)
+    if cpu:
+        console.print("CPU: a functional check, not a benchmark (CPU timings move by tens of percent between "
+                      "runs; the ratios are not speedups)")

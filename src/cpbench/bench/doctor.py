@@ -80,18 +80,19 @@ def _without_run_keys(env: dict) -> dict:
 
 
 def diagnose() -> dict:
-    """``{"environment": {...}, "backends": {name: None | reason}}`` for the default device, one entry
+    """``{"environment": {...}, "backends": {name: None | reason}}`` for the default device (every key
+    snake_case, for scripts: ``auto_backend``, ``flashinfer_jit_cache``, ...), one entry
     per registry backend (``cpbench.bench.backends.registry.BACKEND_NAMES``). Never raises;
     when torch cannot be imported, says so and lists what it can without torch."""
     from cpbench.profiles.nsys import find_nsys
 
-    tools = {"nvcc": _safe(nvcc_version), "flashinfer JIT cache": _safe(jit_cache),
+    tools = {"nvcc": _safe(nvcc_version), "flashinfer_jit_cache": _safe(jit_cache),
              "nsys": _safe(lambda: find_nsys() or "not found")}
     try:
         import torch
     except ImportError as e:
         why = f"torch cannot be imported ({e}): pip install torch (the CPU build on a machine without a GPU)"
-        env = {**_without_run_keys(environment()), "torch": why, **tools, "auto backend": None}
+        env = {**_without_run_keys(environment()), "torch": why, **tools, "auto_backend": None}
         return {"environment": env, "backends": dict.fromkeys(BACKEND_NAMES, "needs torch, which cannot be imported")}
     from cpbench.bench.backends import get_backend, resolve_auto
     from cpbench.bench.models import get_preset
@@ -99,7 +100,7 @@ def diagnose() -> dict:
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     env = _safe(lambda: environment(dev))
     env = {**(_without_run_keys(env) if isinstance(env, dict) else {"environment": env}), **tools}
-    env["auto backend"] = resolve_auto(dev)
+    env["auto_backend"] = resolve_auto(dev)
     backends = {}
     for name in BACKEND_NAMES:
         try:

@@ -98,6 +98,21 @@ def sm_clock_mhz(device: torch.device) -> float:
         return math.nan
 
 
+# Environment variables that change what a run measures or which status a cell gets: the CPU reference's
+# TFLOP limit (``unsupported`` rows), where trtllm-gen finds its kernels (``unsupported`` offline), and the
+# fault injection of the launch tests. The recorded command line starts with those that are set.
+STATUS_ENV = ("CPBENCH_CPU_TFLOP_LIMIT", "FLASHINFER_NO_DOWNLOAD", "FLASHINFER_CUBIN_DIR", "CPBENCH_INJECT_FAULT")
+
+
+def command_line() -> str:
+    """The command as a user would retype it, e.g. ``CPBENCH_CPU_TFLOP_LIMIT=0.5 cpbench sweep --cp 4``:
+    the :data:`STATUS_ENV` variables that are set, then ``cpbench`` and its arguments (under a torchrun
+    launch, the launching command, ``$CPBENCH_COMMAND``)."""
+    command = os.environ.get("CPBENCH_COMMAND") or shlex.join(["cpbench", *sys.argv[1:]])
+    assigned = [f"{k}={shlex.quote(os.environ[k])}" for k in STATUS_ENV if k in os.environ]
+    return " ".join([*assigned, command])
+
+
 def environment(device: torch.device | None = None) -> dict:
     """Versions and hardware: python, torch, CUDA, driver, flashinfer(-cubin), GPU name and compute
     capability (or the CPU model), cpbench version, git commit and the SHA-256 of its source files
@@ -108,7 +123,7 @@ def environment(device: torch.device | None = None) -> dict:
         "cpbench_version": cpbench.__version__,
         "git_commit": git_commit(),
         "code_sha256": code_sha256(),
-        "command": os.environ.get("CPBENCH_COMMAND") or shlex.join(["cpbench", *sys.argv[1:]]),
+        "command": command_line(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "torch": None,

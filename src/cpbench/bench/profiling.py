@@ -80,11 +80,18 @@ def nsys_child(model, cells: list[CellSpec], *, backend: str, device: torch.devi
         torch.cuda.synchronize()
 
 
-def totals(rows: list[dict]) -> dict:
-    """Attention kernels summed over ranks per mode, e.g. ``{"two-call": 288, "fused": 144}``."""
-    out = {m: 0 for m in MODES}
+def totals(rows: list[dict], cp_size: int) -> dict:
+    """Attention kernels summed over the measured ranks per mode, with which ranks they are, e.g.
+    ``{"two-call": 288, "fused": 144, "ranks": [0, 1, 2, 3], "all_ranks": True, "ranks_label": "all 4 ranks"}``;
+    with ``--ranks 0`` of cp_size 4: ``"all_ranks": False, "ranks_label": "rank 0 only (1 of 4)"`` (a sum
+    over one rank, not the all-rank count)."""
+    from cpbench.bench.results import ranks_label
+
+    out: dict = {m: 0 for m in MODES}
     for r in rows:
         out[r["mode"]] += int(r["attn_kernels"])
+    ranks = sorted({int(r["rank"]) for r in rows})
+    out.update(ranks=ranks, all_ranks=ranks == list(range(cp_size)), ranks_label=ranks_label(ranks, cp_size))
     return out
 
 
@@ -119,5 +126,5 @@ def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: 
             if r["status"] != "ok":
                 raise RuntimeError(f"{cell.label()} rank {r['rank']} {r['mode']}: {r['status']}: {r['reason']}")
         out.append({"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
-                    "extend_lens": list(cell.extend_lens), "per_rank": mine, "total": totals(mine)})
+                    "extend_lens": list(cell.extend_lens), "per_rank": mine, "total": totals(mine, cell.cp_size)})
     return out

@@ -24,6 +24,11 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
     slowest_rank_fused, imbalance_two_call, imbalance_fused, status, reason``, and from the profiled
     eager forwards ``gpu_busy_two_call_us, gpu_busy_fused_us`` (slowest rank's GPU busy time),
     ``gpu_speedup`` (their ratio) and ``host_bound`` (any row of the cell is).
+
+    A cell measured on only some of its ``cp_size`` ranks (``--ranks``) has no critical path: its
+    ``speedup``, interval and imbalance are NaN, ``two_call_us``/``fused_us`` are the slowest *measured*
+    rank's, ``all_ranks`` is False and ``ranks_label`` names the ranks (``"rank 0 only (1 of 4)"``;
+    ``"all 4 ranks"`` only when every rank was measured).
     """
     if df.empty:
         return pd.DataFrame()
@@ -35,6 +40,10 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
     for cell, g in df.groupby(keys, dropna=False, sort=True):
         rec = dict(zip(keys, cell if isinstance(cell, tuple) else (cell,)))
         bad = g[g["status"] != "ok"]
+        measured = sorted({int(r) for r in pd.to_numeric(g["rank"], errors="coerce").dropna()})
+        rec["all_ranks"] = measured == list(range(int(rec.get("cp_size", len(measured)))))
+        rec["ranks_measured"] = len(measured)
+        rec["ranks_label"] = ranks_label(measured, int(rec.get("cp_size", len(measured))))
         rec["status"] = bad["status"].iloc[0] if len(bad) else "ok"
         rec["reason"] = str(bad["reason"].iloc[0]) if len(bad) else ""
         for mode, tag in (("two-call", "two_call"), ("fused", "fused")):
@@ -48,18 +57,41 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
                 # torchrun: the per-sample maximum over ranks; simulated: the slowest rank's median
                 rec[f"{tag}_us"] = float(crit.iloc[0]) if len(crit) else float(lat.max())
                 rec[f"slowest_rank_{tag}"] = int(m.loc[i, "rank"])
-                rec[f"imbalance_{tag}"] = float(lat.max() / lat.min()) if lat.min() > 0 else math.nan
+                rec[f"imbalance_{tag}"] = (float(lat.max() / lat.min()) if lat.min() > 0 and rec["all_ranks"]
+                                           else math.nan)
             else:
                 rec[f"{tag}_us"] = math.nan
                 rec[f"slowest_rank_{tag}"] = -1
                 rec[f"imbalance_{tag}"] = math.nan
         rec["speedup"] = (rec["two_call_us"] / rec["fused_us"]
-                          if rec["fused_us"] and math.isfinite(rec["fused_us"]) else math.nan)
+                          if rec["all_ranks"] and rec["fused_us"] and math.isfinite(rec["fused_us"]) else math.nan)
         rec["speedup_ci_low"], rec["speedup_ci_high"] = _speedup_ci(g) if math.isfinite(rec["speedup"]) else (
             math.nan, math.nan)
         rec.update(_gpu_time(g))
         out.append(rec)
     return pd.DataFrame(out)
+
+
+def ranks_label(ranks, cp_size: int) -> str:
+    """Which of a cell's ``cp_size`` ranks were measured: ``"all 4 ranks"``, ``"rank 0 only (1 of 4)"``,
+    ``"ranks 0, 3 (2 of 4)"``, ``"ranks 0–2 (3 of 4)"``."""
+    ranks = sorted({int(r) for r in ranks})
+    if ranks == list(range(cp_size)):
+        return f"all {cp_size} rank{'s' if cp_size != 1 else ''}"
+    if len(ranks) == 1:
+        return f"rank {ranks[0]} only (1 of {cp_size})"
+    return f"ranks {span_text(ranks)} ({len(ranks)} of {cp_size})"
+
+
+def span_text(ints) -> str:
+    """[0, 1, 2, 3, 5] -> '0–3, 5'; [0, 3] -> '0, 3'."""
+    vals, out = sorted(set(int(i) for i in ints)), []
+    for v in vals:
+        if out and v == out[-1][1] + 1:
+            out[-1][1] = v
+        else:
+            out.append([v, v])
+    return ", ".join(str(a) if a == b else (f"{a}, {b}" if b == a + 1 else f"{a}–{b}") for a, b in out)
 
 
 def _speedup_ci(g: pd.DataFrame) -> tuple[float, float]:

@@ -58,6 +58,16 @@ class RunDir:
     def __str__(self) -> str:
         return str(self.path)
 
+    def runs_inside(self) -> list["RunDir"]:
+        """The run directories directly inside this one (e.g. ``runs/``), oldest first by the time their
+        results were last written; [] when this is a run itself or holds none."""
+        if self.is_run_dir() or not self.path.is_dir():
+            return []
+        runs = [RunDir(p) for p in self.path.iterdir() if p.is_dir() and RunDir(p).is_run_dir()]
+        stamp = lambda r: max((f.stat().st_mtime for f in (r.results, r.parquet, r.manifest_path)  # noqa: E731
+                               if f.exists()), default=0.0)
+        return sorted(runs, key=lambda r: (stamp(r), r.path.name))
+
     # -- lifecycle -----------------------------------------------------------------------------------
     @classmethod
     def create(cls, out: str | Path | None, resume: bool) -> "RunDir":

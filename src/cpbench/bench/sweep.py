@@ -19,7 +19,7 @@ from cpbench.bench.geometry import eligibility
 from cpbench.bench.measure import DTYPES
 from cpbench.bench.peak import gemm_peak
 from cpbench.bench.ranks import LocalGroup, RankGroup
-from cpbench.bench.runner import CellSpec, Runner, SweepConfig, cpu_tflop_limit, plan_cells
+from cpbench.bench.runner import DTYPES, CellSpec, Runner, SweepConfig, cpu_tflop_limit, plan_cells
 from cpbench.bench.schema import FIXED_ON_RESUME
 from cpbench.bench.store import RunDir
 from cpbench.errors import CpbenchInputError
@@ -34,7 +34,13 @@ def make_config(backend: str, **kw) -> SweepConfig:
 
 
 def check_cells(cfg: SweepConfig, cells: list[CellSpec]) -> None:
-    """Raise CpbenchInputError when no cell could run, or the CPU TFLOP limit is not a number."""
+    """Raise CpbenchInputError, before a run directory is made, when no cell could run: the backend cannot
+    run on this device, model and dtype (what ``cpbench doctor`` reports), or no batch is CP-eligible; or
+    when the CPU TFLOP limit is not a number."""
+    why = get_backend(cfg.backend).supports(cfg.device, cfg.model, DTYPES[cfg.dtype])
+    if why:
+        raise CpbenchInputError(f"backend {cfg.backend} cannot run here: {why} (`cpbench doctor` lists the "
+                                "backends this machine can run)")
     if cfg.device.type == "cpu":
         cpu_tflop_limit()
     if not any(eligibility(c.extend_lens, c.cp_size)[0] for c in cells):
@@ -169,10 +175,12 @@ def timing_method(cfg: SweepConfig, cpu_threads: int | None) -> str:
     """One sentence of what a sample is, for the manifest and the report."""
     clock = "CUDA events" if cfg.device.type == "cuda" else "time.perf_counter"
     graph = " (graph = CUDA graph replay)" if "graph" in cfg.timings else ""
-    return (f"{clock}, one whole forward ({cfg.model.num_layers} layers) per sample, device synchronised "
-            f"before each sample; {cfg.warmup} warm-up forwards; up to ~{cfg.budget_ms:g} ms of samples per variant"
+    layers, warm = cfg.model.num_layers, cfg.warmup
+    return (f"{clock}, one whole forward ({layers} layer{'' if layers == 1 else 's'}) per sample, device synchronised "
+            f"before each sample; {warm} warm-up forward{'' if warm == 1 else 's'}; up to ~{cfg.budget_ms:g} ms of samples per variant"
             f"{f', fewer once the median is known within {100 * cfg.rel_ci:g} % (95 % CI)' if cfg.rel_ci else ''} "
             f"(>= {5 if cfg.device.type == 'cuda' else 3}"
-            f"{'' if cpu_threads is None else f', {cpu_threads} CPU thread(s)'}); two-call and fused interleaved "
-            f"ABBA; timings: {', '.join(cfg.timings)}{graph}; setup (metadata, page tables, plan) timed separately "
-            "on the host")
+            f"{'' if cpu_threads is None else f', {cpu_threads} CPU thread' + ('' if cpu_threads == 1 else 's')}"
+            f"); two-call and fused interleaved "
+            f"ABBA; timings: {', '.join(cfg.timings)}{graph}; setup (metadata, page tables"
+            f"{', plan' if cfg.device.type == 'cuda' else ''}) timed separately on the host")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
 from cpbench.bench.store import RunDir, load_run
 from cpbench.plots.costs import kernels_chart, memory_chart
-from cpbench.plots.data import groups, prepare
+from cpbench.plots import style
+from cpbench.plots.data import groups, on_cpu, prepare
 from cpbench.plots.dist_data import has_phases
 from cpbench.plots.gather import gather_share_chart
 from cpbench.plots.latency import latency_chart, speedup_heatmap
@@ -53,22 +55,52 @@ DIST_CHARTS = (
 )
 
 
-def charts_for(rows: pd.DataFrame) -> tuple:
+def cpu_balance_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
+    """On a CPU, rank-to-rank latency differences are timing noise of a shared processor, not the layout's
+    balance (zigzag balances causal work by design): a chart that says so instead of drawing them."""
+    return style.empty_chart(out_dir, name, title, "not drawn on CPU: rank-to-rank differences of CPU timings are "
+                             "noise, not imbalance (the zigzag layout balances causal work by design)")
+
+
+# A CPU run (the torch reference) is a functional check, not a benchmark: its charts say so, in CPU words.
+CPU_CHARTS = {
+    "latency": (latency_chart, "forward latency, slowest rank (CPU: a functional check, not a benchmark)",
+                "Forward latency on the slowest rank per mode (ms, log scale); CPU timings move by tens of percent "
+                "between runs: a functional check, not a benchmark."),
+    "speedup": (speedup_heatmap, "two-call / fused latency ratio (CPU: not a speedup)",
+                "two-call / fused latency of the slowest rank on a CPU: noise around 1, not a speedup claim; grey: "
+                "did not run."),
+    "kernels": (partial(kernels_chart, calls=True), "attention calls per forward, per rank",
+                "Attention calls of the torch reference per rank (a CPU runs no GPU kernels), with totals over all "
+                "ranks."),
+    "overhead": (partial(overhead_chart, cpu=True), "forward vs host time per forward",
+                 "Forward latency (eager) against host setup (metadata, page tables) and host time, per mode."),
+    "balance": (cpu_balance_chart, "zigzag balance across ranks",
+                "Not drawn on a CPU: rank-to-rank differences of CPU timings are noise, not imbalance."),
+}
+
+
+def charts_for(rows: pd.DataFrame, cpu: bool = False) -> tuple:
     """The chart table of one prepared (model, backend) group: ``CHARTS`` plus ``DIST_CHARTS`` when its
-    torchrun rows carry phase times."""
-    return CHARTS + DIST_CHARTS if len(rows) and has_phases(rows) else CHARTS
+    torchrun rows carry phase times; with ``cpu``, the CPU wording and functions of ``CPU_CHARTS``."""
+    table = CHARTS + DIST_CHARTS if len(rows) and has_phases(rows) else CHARTS
+    if cpu:
+        table = tuple((name, *CPU_CHARTS[name]) if name in CPU_CHARTS else (name, fn, title, caption)
+                      for name, fn, title, caption in table)
+    return table
 
 
-def chart_stems(df: pd.DataFrame) -> list[tuple[str, str, str, str]]:
+def chart_stems(df: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str, str, str]]:
     """``[(stem, model, backend, caption)]`` for a prepared frame, in render order."""
     return [(f"{name}{suffix}", model, backend, caption)
-            for model, backend, suffix, rows in groups(df) for name, _, _, caption in charts_for(rows)]
+            for model, backend, suffix, rows in groups(df) for name, _, _, caption in charts_for(rows, cpu)]
 
 
-def render_frame(df: pd.DataFrame, out_dir: Path) -> list[Path]:
+def render_frame(df: pd.DataFrame, out_dir: Path, cpu: bool = False) -> list[Path]:
     """Draw every chart of a results frame (any shape, even empty) into ``out_dir``.
 
-    Args: df: a results frame (``load_run``); out_dir: created if missing.
+    Args: df: a results frame (``load_run``); out_dir: created if missing; cpu: the run is on a CPU
+    (``data.on_cpu(manifest)``): CPU wording, no balance drawn from CPU noise.
     Returns every written path (PNG and SVG per chart). One chart set per (model, backend); file stems
     get a ``_<model>_<backend>`` suffix when the run holds more than one.
     """
@@ -76,7 +108,7 @@ def render_frame(df: pd.DataFrame, out_dir: Path) -> list[Path]:
     out: list[Path] = []
     for model, backend, suffix, rows in groups(d):
         head = f"{model} · {backend}: " if model or backend else ""
-        for name, fn, title, _ in charts_for(rows):
+        for name, fn, title, _ in charts_for(rows, cpu):
             out += fn(rows, Path(out_dir), f"{name}{suffix}", head + title)
     return out
 
@@ -87,5 +119,5 @@ def render_all(run_dir: str | Path) -> list[Path]:
     Returns the written paths.
     Raises: CpbenchInputError (from ``load_run``): missing directory, no results, other schema version.
     """
-    df, _ = load_run(run_dir)
-    return render_frame(df, RunDir(run_dir).plots)
+    df, manifest = load_run(run_dir)
+    return render_frame(df, RunDir(run_dir).plots, cpu=on_cpu(manifest))

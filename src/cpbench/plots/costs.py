@@ -11,7 +11,7 @@ from matplotlib.ticker import FuncFormatter
 
 from cpbench.bench.schema import CELL_COLUMNS
 from cpbench.plots import style
-from cpbench.plots.data import pick_timing
+from cpbench.plots.data import pick_timing, ranks_label
 from cpbench.plots.style import MODE_COLOR, no_data, positive
 
 MODES = ("two-call", "fused")
@@ -29,8 +29,9 @@ def kernel_cell(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def kernel_counts(df: pd.DataFrame) -> dict:
-    """``{cp_size: {mode: {"per_rank": {rank: n}, "total": n, "cell": str, "varies": bool}}}`` of
-    attention kernels per forward (GPU executions), from the eager rows when present."""
+    """``{cp_size: {mode: {"per_rank": {rank: n}, "total": n, "cell": str, "varies": bool, "all_ranks": bool,
+    "ranks_label": str}}}`` of attention kernels per forward (GPU executions), from the eager rows when
+    present. ``total`` sums the measured ranks; it is an all-rank total only when ``all_ranks``."""
     out: dict = {}
     _, rows = pick_timing(df, "eager")
     for cp, g in rows.groupby("cp_size", sort=True):
@@ -45,14 +46,17 @@ def kernel_counts(df: pd.DataFrame) -> dict:
             per_rank = {int(r): int(n) for r, n in zip(m["rank"], m["attn_kernels"])}
             allm = g[(g["mode"] == mode) & np.isfinite(g["attn_kernels"].to_numpy(float))]
             out[cp][mode] = {"per_rank": per_rank, "total": sum(per_rank.values()), "cell": label,
-                             "varies": allm["attn_kernels"].nunique() > 1}
+                             "varies": allm["attn_kernels"].nunique() > 1,
+                             "all_ranks": sorted(per_rank) == list(range(int(cp))),
+                             "ranks_label": ranks_label(per_rank, int(cp))}
     return out
 
 
 @style.styled
-def kernels_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
+def kernels_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str, calls: bool = False) -> list[Path]:
     """Attention kernels per forward on each rank, two-call vs fused bars, a panel per cp_size; the
-    legend gives per-rank and over-all-ranks totals (e.g. 72/rank, 288 over 4 ranks). PNG + SVG paths."""
+    legend gives per-rank and over-all-ranks totals (e.g. 72/rank, 288 over 4 ranks). ``calls``: the
+    counts are attention calls (the torch reference on a CPU), and the axis says so. PNG + SVG paths."""
     if df.empty:
         return style.empty_chart(out_dir, name, title)
     counts = kernel_counts(df)
@@ -68,7 +72,8 @@ def kernels_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
             n = [v["per_rank"].get(r, 0) for r in ranks]
             per = max(n) if n else 0
             bars = ax.bar(x + (k - 0.5) * 0.4, n, 0.4, color=MODE_COLOR[mode],
-                          label=f"{mode}: {per}/rank, {v['total']} over {len(ranks)} ranks")
+                          label=f"{mode}: {per}/rank, " + (f"{v['total']} over {len(ranks)} ranks" if v["all_ranks"]
+                                                            else f"{v['ranks_label']} measured"))
             ax.bar_label(bars, fontsize=8, padding=1)
         ax.set_xticks(x, [str(r) for r in ranks])
         ax.set_xlabel("rank")
@@ -78,7 +83,7 @@ def kernels_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
         if any(v["varies"] for v in by_mode.values()):
             ax.text(0.5, -0.28, "counts differ between cells; this cell shown", transform=ax.transAxes,
                     ha="center", fontsize=8, color="#a00000")
-    axes[0, 0].set_ylabel("attention kernels per forward")
+    axes[0, 0].set_ylabel(f"attention {'calls' if calls else 'kernels'} per forward")
     return style.save(fig, out_dir, name)
 
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from cpbench.bench.results import critical_path
+from cpbench.bench.results import critical_path, ranks_label, span_text  # noqa: F401 (re-exported)
 from cpbench.bench.schema import CELL_COLUMNS, COLUMNS
 
 NUMERIC = ["latency_us_median", "latency_us_p10", "latency_us_p90", "latency_us_ci_low",
@@ -27,7 +27,7 @@ VIEW_COLUMNS = list(CELL_COLUMNS) + [
     "gpu_speedup", "host_bound",
     "slowest_rank_two_call", "slowest_rank_fused",
     "imbalance_two_call", "imbalance_fused", "p10_two_call_us", "p90_two_call_us", "p10_fused_us",
-    "p90_fused_us", "context_len", "label"]
+    "p90_fused_us", "context_len", "label", "all_ranks", "ranks_measured", "ranks_label"]
 
 
 def _lens_text(v) -> str:
@@ -69,6 +69,13 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     d.loc[broken, "reason"] = "status ok but no positive latency recorded"
     d["context_len"] = d["context_len"].fillna(d["seq_len"] + d["prefix_len"])
     return d
+
+
+def on_cpu(manifest: dict) -> bool:
+    """True when the run's manifest says it ran on a CPU (``device`` ``cpu``, or the config's): a functional
+    check of the torch reference, not a benchmark."""
+    device = manifest.get("device") or (manifest.get("config") or {}).get("device") or ""
+    return str(device).startswith("cpu")
 
 
 def uniform(extend_lens: str) -> bool:
@@ -135,14 +142,3 @@ def ranks_text(a, b) -> str:
     """``"0 / 3"`` for the slowest ranks of two-call / fused; ``—`` for a mode that did not run."""
     f = lambda r: "—" if r is None or (isinstance(r, float) and math.isnan(r)) or int(r) < 0 else str(int(r))
     return f"{f(a)} / {f(b)}"
-
-
-def span_text(ints) -> str:
-    """[0, 1, 2, 3, 5] -> '0–3, 5'."""
-    vals, out = sorted(set(int(i) for i in ints)), []
-    for v in vals:
-        if out and v == out[-1][1] + 1:
-            out[-1][1] = v
-        else:
-            out.append([v, v])
-    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in out)

@@ -78,7 +78,7 @@ def real_cp_section(d: pd.DataFrame, manifest: dict) -> list[str]:
                          _pair(a, b, "share", pct), _pair(a, b, "wait_max_us", ms3),
                          _pair(a, b, "bus_gbps", gbps), status])
         out += [f"### {model} · {backend} · {timing} · cp {cp}", "", md_table(
-            ["bs>", "tokens>", "two-call ms>", "fused ms>", "speedup [95% CI]>", "gather share (two-call / fused)>",
+            ["bs>", "extend tokens>", "two-call ms>", "fused ms>", "speedup [95% CI]>", "gather share (two-call / fused)>",
              "wait ms, max over ranks (two-call / fused)>", "bus GB/s (two-call / fused)>", "status"], rows), ""]
     out += estimate_lines(s)
     return out
@@ -100,7 +100,7 @@ def estimate_lines(summary: pd.DataFrame) -> list[str]:
         for bw, _ in EST_BANDWIDTHS:
             r += [ms3(c[f"est_gather_us_{bw:g}"]), ms3(c[f"est_forward_us_{bw:g}"])]
         rows.append(r)
-    heads = ["model", "cp>", "bs>", "tokens>", "mode", "gathered / layer / rank>", "measured gather ms (fastest rank)>",
+    heads = ["model", "cp>", "bs>", "extend tokens>", "mode", "gathered / layer / rank>", "measured gather ms (fastest rank)>",
              "attention + KV write ms (slowest rank)>"]
     for bw, _ in EST_BANDWIDTHS:
         heads += [f"est. gather ms @ {bw:g} GB/s>", f"est. forward ms @ {bw:g} GB/s>"]
@@ -126,7 +126,7 @@ def sim_vs_real_section(real: pd.DataFrame, sim: pd.DataFrame, sim_name: str, pl
                        f"(range {times(g['ratio'].min())} – {times(g['ratio'].max())}) over {len(g)} cell(s).")
     rows = [[f"{c['model']} · {c['backend']}", c["timing"], c["cp_size"], c["bs"], _tokens(c), c["mode"],
              ms(c["sim_us"]), ms(c["real_us"]), ms3(c["diff_us"]), times(c["ratio"])] for _, c in m.iterrows()]
-    out += ["", md_table(["model · backend", "timing", "cp>", "bs>", "tokens>", "mode", "simulated ms>", "real ms>",
+    out += ["", md_table(["model · backend", "timing", "cp>", "bs>", "extend tokens>", "mode", "simulated ms>", "real ms>",
                           "real − simulated ms>", "real / simulated>"], rows), ""]
     if plot_dir is None or (plot_dir / f"{stem}.png").exists():
         out += [f"![{stem}](plots/{stem}.png)", ""]

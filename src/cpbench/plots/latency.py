@@ -53,9 +53,12 @@ def latency_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
             if j == 0:
                 ax.set_ylabel("latency, slowest rank (ms)")
             failed = int((v["status"] != "ok").sum())
-            if failed:
-                ax.text(0.02, 0.97, f"{failed} cell(s) did not run", transform=ax.transAxes, va="top",
-                        fontsize=8, color="#a00000")
+            some = int(((v["status"] == "ok") & ~v["all_ranks"].map(lambda x: x is True or x == 1)).sum())
+            notes = ([f"{failed} cell{'s' if failed != 1 else ''} did not run"] if failed else []) + (
+                [f"{some} cell{'s' if some != 1 else ''} on some ranks only (slowest measured rank, "
+                 "not the critical path)"] if some else [])
+            if notes:
+                ax.text(0.02, 0.97, "\n".join(notes), transform=ax.transAxes, va="top", fontsize=8, color="#a00000")
     for ax in axes.ravel():
         if ax.axison:
             style.log_y(ax)
@@ -98,9 +101,10 @@ def _norm(values: np.ndarray) -> TwoSlopeNorm:
 def speedup_heatmap(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
     """Speedup = two-call / fused on the critical path, bs (rows) x seq (columns), a panel per cp_size
     (rows) x timing (columns). Diverging colours centred on 1.0 (blue: fused faster), value in each cell
-    (font scaled to the cell width); a tie (:mod:`cpbench.bench.verdicts`: the speedup's 95 % interval contains 1) is marked "≈" after
-    the value; cells that did not run are grey, hatched and labelled with their status. Returns PNG and
-    SVG paths."""
+    (font scaled to the cell width); a tie (:mod:`cpbench.bench.verdicts`: the speedup's 95 % interval
+    contains 1) is marked "≈" after the value; cells that did not run are grey, hatched and labelled with
+    their status, and cells measured on some ranks only (no critical path) with the ranks measured
+    ("1/4 ranks"). Returns PNG and SVG paths."""
     if df.empty:
         return style.empty_chart(out_dir, name, title)
     timings, cps = _grid(df)
@@ -134,7 +138,8 @@ def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0):
     for key, (_, c) in zip(keys, v.iterrows()):
         r, k = rows.index(c["bs"]), cols.index(key)
         grid[r, k] = c["speedup"] if c["status"] == "ok" else np.nan
-        status[(r, k)] = c["status"]
+        status[(r, k)] = (c["status"] if c["status"] != "ok" or c.get("all_ranks", True) is not False
+                          else f"{int(c['ranks_measured'])}/{int(c['cp_size'])} ranks")
         tie[(r, k)] = is_tie(c["speedup"], c.get("speedup_ci_low", np.nan), c.get("speedup_ci_high", np.nan))
     ax.grid(False)
     ax.set_facecolor("white")
@@ -149,11 +154,12 @@ def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0):
                     ha="center", va="center", fontsize=size, color="white" if dark else "black")
         else:
             ax.add_patch(_fail_patch(k, r))
-            ax.text(k, r, (st if st != "ok" else "n/a")[: max(3, int(cell_pt / size * 1.6))], ha="center",
+            text = st if st != "ok" else "n/a"
+            ax.text(k, r, text if text.endswith(" ranks") else text[: max(3, int(cell_pt / size * 1.6))], ha="center",
                     va="center", fontsize=size - 0.5, color="#404040")
     ax.set_xticks(range(len(cols)), [_col_label(c) for c in cols], rotation=45 if cell_pt < 40 else 0)
     ax.set_yticks(range(len(rows)), [str(b) for b in rows])
-    ax.set_xlabel("tokens per request")
+    ax.set_xlabel("extend tokens per request")
     ax.set_ylabel("batch size")
     return image
 

@@ -21,6 +21,11 @@ QUANTITIES = (("gpu", "eager", "-", "o", "GPU forward, eager"), ("gpu", "graph",
               ("launch", "eager", "-.", "v", "host launch, eager"))
 
 
+def cpu_words(label: str) -> str:
+    """A legend text in CPU words: no GPU, no FlashInfer plan (the torch reference has none)."""
+    return label.replace("GPU forward", "forward").replace("+plan", "")
+
+
 def overhead_frame(df: pd.DataFrame) -> pd.DataFrame:
     """Per (cp_size, bs, seq_len, mode, timing) over ok rows: ``gpu_us`` (slowest rank's median),
     ``setup_us`` (median over ranks of setup_us_total, else the sum of its parts) and ``launch_us``
@@ -37,9 +42,10 @@ def overhead_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 
 @style.styled
-def overhead_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
+def overhead_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str, cpu: bool = False) -> list[Path]:
     """GPU forward latency (eager and graph, slowest rank) vs host setup and host launch time, µs (log y)
-    against seq_len, a panel per bs at the largest cp_size, colour = mode. PNG + SVG paths."""
+    against seq_len, a panel per bs at the largest cp_size, colour = mode. ``cpu``: CPU words (forward,
+    setup without a plan). PNG + SVG paths."""
     if df.empty:
         return style.empty_chart(out_dir, name, title)
     o = overhead_frame(df)
@@ -80,7 +86,7 @@ def overhead_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
             style.log_y(ax, lambda v: f"{v:,.0f}" if v >= 1000 else f"{v:g}")
     if shown:
         handles = [Line2D([], [], color=MODE_COLOR[m], lw=2.5, label=m) for m in MODES]
-        handles += [Line2D([], [], color="#333333", ls=ls, marker=mk, label=t)
+        handles += [Line2D([], [], color="#333333", ls=ls, marker=mk, label=cpu_words(t) if cpu else t)
                     for q, tm, ls, mk, t in QUANTITIES if (q, tm) in shown]
         fig.legend(handles=handles, loc="outside lower center", ncol=3, frameon=False)
     return style.save(fig, out_dir, name)

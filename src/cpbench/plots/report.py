@@ -19,12 +19,13 @@ from cpbench.bench.verdicts import TIE_BAND
 from cpbench.plots.charts import chart_stems, render_frame
 from cpbench.plots.costs import kernel_counts
 from cpbench.errors import CpbenchInputError, CpbenchWarning
-from cpbench.plots.data import cells, groups, prepare, span_text
+from cpbench.plots.data import cells, groups, on_cpu, prepare, span_text
 from cpbench.plots.dist_data import sim_vs_real
 from cpbench.plots.dist_report import real_cp_section, sim_vs_real_section
 from cpbench.plots.resources import resources_section
 from cpbench.plots.style import human_tokens
-from cpbench.plots.tables import cell_tables, kernel_lines, kernel_table, md_table, merge_lines, summary_lines
+from cpbench.plots.tables import (cell_tables, cpu_summary_lines, kernel_lines, kernel_table, md_table,
+                                  merge_lines, summary_lines)
 
 ENV_KEYS = (("gpu_name", "GPU"), ("compute_capability", "compute capability"), ("driver", "driver"),
             ("cuda", "CUDA"), ("torch", "torch"), ("flashinfer", "flashinfer"), ("python", "Python"),
@@ -34,16 +35,26 @@ ENV_KEYS = (("gpu_name", "GPU"), ("compute_capability", "compute capability"), (
 MAX_NOTES = 60
 
 
-def environment_table(manifest: dict) -> str:
-    """Markdown table of the manifest: known keys first (missing ones shown as —), then any other key."""
+GPU_KEYS = ("gpu_name", "compute_capability", "driver", "cuda", "flashinfer")
+CPU_NOTE = ("**A CPU run: a functional check, not a benchmark.** The torch reference ran every cell on the CPU; "
+            "its timings move by tens of percent between runs, so this report makes no speedup claim and draws no "
+            "rank imbalance from them. What it shows: which cells and ranks ran in both modes, whether their outputs "
+            "matched the fp32 reference (a `mismatch` status where not), and the attention calls per forward "
+            "(two-call vs fused).")
+
+
+def environment_table(manifest: dict, cpu: bool = False) -> str:
+    """Markdown table of the manifest: known keys first (missing ones shown as —), then any other key;
+    ``cpu``: without the GPU rows (GPU, compute capability, driver, CUDA, flashinfer)."""
     walls = manifest.get("sweep_wall_s")
     if (isinstance(walls, list) and walls  # one entry per invocation (a resumed sweep has several)
             and all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in walls)):
         manifest = {**manifest, "sweep_wall_s": " + ".join(f"{w:g}" for w in walls)
                     + (f" = {sum(walls):g} (resumed)" if len(walls) > 1 else "")}
-    rows = [[label, _short(manifest.get(key, "—"))] for key, label in ENV_KEYS]
+    rows = [[label, _short(manifest.get(key, "—"))] for key, label in ENV_KEYS if not (cpu and key in GPU_KEYS)]
     # the launch's NCCL variables and GPU topology are summarised in the Real CP section
     known = {k for k, _ in ENV_KEYS} | {"command", "command_as_recorded", "gpu_topology", "nccl_env", "gemm_peak"}
+    known |= {"flashinfer_cubin", "sm_count"} if cpu else set()
     rows += [[k, _short(v)] for k, v in sorted(manifest.items()) if k not in known]
     return md_table(["", "value"], rows)
 
@@ -116,6 +127,19 @@ def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
     return out
 
 
+def reproduce_lines(manifest: dict) -> list[str]:
+    """The "Reproduce" section: the first command, then every ``--resume`` command that followed it (one
+    that changed the options may have added cells), each with the environment variables it was run with."""
+    cmd = manifest.get("command")
+    if not cmd:
+        return ["_The command line was not recorded in manifest.json._", ""]
+    later = [c for c in manifest.get("resumed_by") or [] if isinstance(c, str) and c]
+    if not later:
+        return [f"```sh\n{cmd}\n```", ""]
+    return [f"The run was started, then resumed {len(later)} time{'s' if len(later) > 1 else ''}; its rows come "
+            "from all of these commands, in this order:", "", "```sh\n" + "\n".join([cmd, *later]) + "\n```", ""]
+
+
 def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Path | None = None,
                   sim_df: pd.DataFrame | None = None, sim_name: str = "") -> str:
     """The report's markdown for a results frame and its manifest.
@@ -136,15 +160,19 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
              f"slowest. Speedup = two-call / fused (> 1: fused faster), with a 95 % bootstrap interval that resamples "
              "each rank's raw samples and recomputes the critical path; a cell whose interval contains 1 is a tie "
              f"(without raw samples: within ±{TIE_BAND:.0%}).", ""]
+    cpu = on_cpu(manifest)
+    if cpu:
+        parts += [CPU_NOTE, ""]
     counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
-    parts += summary_lines(view) + kernel_lines(counts) + merge_lines(d)
-    parts += ["", "## Environment", "", environment_table(manifest), "", "## Reproduce", ""]
-    cmd = manifest.get("command")
-    parts += [f"```sh\n{cmd}\n```" if cmd else "_The command line was not recorded in manifest.json._", ""]
+    unit = "calls" if cpu else "kernels"
+    parts += (cpu_summary_lines(view) if cpu else summary_lines(view)) + kernel_lines(counts, unit) + merge_lines(d)
+    parts += ["", "## Environment", "", environment_table(manifest, cpu), "", "## Reproduce", ""]
+    parts += reproduce_lines(manifest)
     parts += ["## Results per cp size", "",
+              "Latencies in ms (slowest rank per mode, CPU: a functional check)." if cpu else
               "Latencies in ms (slowest rank per mode); slowest rank = rank id on the critical path; "
               "imbalance = slowest / fastest rank.", ""]
-    for heading, table in cell_tables(view):
+    for heading, table in cell_tables(view, cpu):
         parts += [f"### {heading}", "", table, ""]
     if view.empty:
         parts += ["_No result rows._", ""]
@@ -153,10 +181,12 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     if sim is not None:
         parts += sim_vs_real_section(d, sim, sim_name or run_name, plot_dir)
     parts += resources_section(d, manifest)
-    parts += ["## Attention kernels per forward", "",
-              "GPU kernel executions classified as attention (torch backend: calls), eager timing.", "",
-              kernel_table(counts), "", "## Charts", ""]
-    for stem, model, backend, caption in chart_stems(d):
+    parts += (["## Attention calls per forward", "", "Attention calls of the torch reference per forward (a CPU "
+               "runs no GPU kernels), eager timing.", ""] if cpu else
+              ["## Attention kernels per forward", "",
+               "GPU kernel executions classified as attention (torch backend: calls), eager timing.", ""])
+    parts += [kernel_table(counts), "", "## Charts", ""]
+    for stem, model, backend, caption in chart_stems(d, cpu):
         if plot_dir is None or (plot_dir / f"{stem}.png").exists():
             parts += [f"**{stem}** — {caption}", "", f"![{stem}](plots/{stem}.png)", ""]
     missing = missing_cells(d, manifest)
@@ -192,9 +222,10 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
     if sim_df is not None:
         check_simulated_pair(df, sim_df, run, Path(simulated))
     plot_dir = RunDir(run).plots
-    stems = chart_stems(prepare(df))
+    cpu = on_cpu(manifest)
+    stems = chart_stems(prepare(df), cpu)
     if replot or any(not (plot_dir / f"{s}.png").exists() for s, *_ in stems):
-        render_frame(df, plot_dir)
+        render_frame(df, plot_dir, cpu=cpu)
     d = prepare(df)
     sim = _simulated(d, sim_df)
     if sim is not None:

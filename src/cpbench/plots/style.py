@@ -101,7 +101,7 @@ def positive(x: Iterable) -> np.ndarray:
     return np.isfinite(a) & (a > 0)
 
 
-def log2_xaxis(ax: Axes, values: Iterable, label: str = "tokens per request", max_labels: int = 10) -> None:
+def log2_xaxis(ax: Axes, values: Iterable, label: str = "extend tokens per request", max_labels: int = 10) -> None:
     """Log2 x axis with a tick at every value present, labelled 1K/128K style (at most ``max_labels``
     labels: every k-th one, the last always labelled)."""
     vals = sorted({float(v) for v in values if v is not None and math.isfinite(float(v)) and float(v) > 0})

@@ -18,6 +18,11 @@ from cpbench.plots.data import ranks_text, uniform
 from cpbench.plots.style import human_tokens
 
 
+def plural(n: int, word: str) -> str:
+    """``plural(1, "cell")`` -> ``"1 cell"``, ``plural(3, "cell")`` -> ``"3 cells"``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def md_escape(v) -> str:
     """Text safe inside a GitHub markdown table cell (pipes escaped, newlines flattened)."""
     return str(v).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").strip()
@@ -76,33 +81,61 @@ def summary_lines(view: pd.DataFrame) -> list[str]:
     if view.empty:
         return ["- No cells in this run."]
     for (model, backend, timing), v in view.groupby(["model", "backend", "timing"], sort=True):
+        some = v[(v["status"] == "ok") & ~v["all_ranks"].map(lambda x: x is True or x == 1)]
         ok = v[(v["status"] == "ok") & v["speedup"].map(lambda x: math.isfinite(float(x)))]
-        failed = len(v) - len(ok)
+        failed = len(v) - len(ok) - len(some)
         head = f"- **{model} · {backend} · {timing}** (cp {', '.join(str(c) for c in sorted(set(v['cp_size'])))}): "
+        part = (f"{plural(len(some), 'cell')} measured on some ranks only ({some.iloc[0]['ranks_label']}"
+                f"{' …' if len(some) > 1 else ''}), so {'it has' if len(some) == 1 else 'they have'} no "
+                "critical path and no speedup" if len(some) else "")
         if ok.empty:
-            out.append(head + f"no cell ran on both modes ({failed} did not run; see Notes).")
+            why = [part] if part else []
+            why += [f"{plural(failed, 'cell')} did not run on both modes (see Notes)"] if failed else []
+            out.append(head + "; ".join(why) + ".")
             continue
         verdicts = ok.apply(verdict, axis=1)
         win, lose = ok[verdicts == "faster"], ok[verdicts == "slower"]
         best, worst = ok.loc[ok["speedup"].idxmax()], ok.loc[ok["speedup"].idxmin()]
-        s = head + (f"fused is faster in {len(win)} of {len(ok)} cells" if len(win) else
-                    f"fused is faster in none of {len(ok)} cells")
+        s = head + (f"fused is faster in {len(win)} of {plural(len(ok), 'cell')}" if len(win) else
+                    f"fused is not faster in {'the one cell' if len(ok) == 1 else f'any of {len(ok)} cells'}")
         s += f" (median {times(ok['speedup'].median())}, best {times(best['speedup'])} at {where(best)})"
         if len(lose):
             s += (f", slower in {len(lose)} (worst {times(worst['speedup'])} at {where(worst)}, slowest fused "
                   f"rank {int(worst['slowest_rank_fused'])})")
         else:
             s += ", and never clearly slower"
-        s += f"; {len(ok) - len(win) - len(lose)} tie(s) (95 % interval contains 1)."
+        ties = len(ok) - len(win) - len(lose)
+        s += f"; {ties} {'tie' if ties == 1 else 'ties'} (95 % interval contains 1)."
         seqs = sorted(set(ok["seq_len"]))
         if len(seqs) > 1:
             lo, hi = ok[ok["seq_len"] == seqs[0]], ok[ok["seq_len"] == seqs[-1]]
             s += (f" Median speedup {times(lo['speedup'].median())} at {human_tokens(seqs[0])} tokens vs "
                   f"{times(hi['speedup'].median())} at {human_tokens(seqs[-1])}.")
         if failed:
-            s += f" {failed} cell(s) did not run (see Notes)."
+            s += f" {plural(failed, 'cell')} did not run (see Notes)."
+        if part:
+            s += f" {part[0].upper()}{part[1:]}."
         out.append(s)
         out += host_bound_lines(ok, f"{model} · {backend} · {timing}")
+    return out
+
+
+def cpu_summary_lines(view: pd.DataFrame) -> list[str]:
+    """Summary bullets of a CPU run, one per (model, backend, timing): which cells ran on every rank in both
+    modes, which did not. No speedup: CPU timings are a functional check, not a benchmark."""
+    out = []
+    if view.empty:
+        return ["- No cells in this run."]
+    for (model, backend, timing), v in view.groupby(["model", "backend", "timing"], sort=True):
+        every = v["all_ranks"].map(lambda x: x is True or x == 1)
+        ran = int(((v["status"] == "ok") & every).sum())
+        some = int(((v["status"] == "ok") & ~every).sum())
+        s = (f"- **{model} · {backend} · {timing}** (cp {', '.join(str(c) for c in sorted(set(v['cp_size'])))}): "
+             f"{ran} of {plural(len(v), 'cell')} ran on every rank in both modes")
+        s += f"; {plural(some, 'cell')} on some ranks only" if some else ""
+        failed = len(v) - ran - some
+        s += f"; {plural(failed, 'cell')} did not run (see Notes)." if failed else "."
+        out.append(s)
     return out
 
 
@@ -120,15 +153,17 @@ def host_bound_lines(ok: pd.DataFrame, group: str) -> list[str]:
             f"the eager speedup measures how fast the CPU launches: {cells}{more}."]
 
 
-def cell_tables(view: pd.DataFrame) -> list[tuple[str, str]]:
+def cell_tables(view: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str]]:
     """``[(heading, markdown table)]``, one per (model, backend, timing, cp_size): bs, tokens, two-call
-    ms, fused ms, speedup, slowest ranks, imbalance (slowest/fastest rank), status."""
+    ms, fused ms, speedup, slowest ranks, imbalance (slowest/fastest rank), status. ``cpu``: without the
+    speedup and imbalance columns (CPU timings are a functional check)."""
     out = []
     if view.empty:
         return out
     for (model, backend, timing, cp), v in view.groupby(["model", "backend", "timing", "cp_size"], sort=True):
         prefix = bool((v["prefix_len"] > 0).any())
-        heads = ["bs>", "tokens>"] + (["prefix>"] if prefix else []) + [
+        partial = not v["all_ranks"].map(lambda x: x is True or x == 1).all()
+        heads = ["bs>", "extend tokens>"] + (["prefix>"] if prefix else []) + (["ranks measured"] if partial else []) + [
             "two-call ms>", "fused ms>", "speedup [95% CI]>", "slowest rank (two-call / fused)>",
             "imbalance (two-call / fused)>", "status"]
         rows = []
@@ -138,9 +173,14 @@ def cell_tables(view: pd.DataFrame) -> list[tuple[str, str]]:
             status = status if len(status) <= 60 else status[:59] + "…"
             imb = " / ".join(f"{x:.3f}" if math.isfinite(x) else "—"
                              for x in (float(c["imbalance_two_call"]), float(c["imbalance_fused"])))
-            rows.append([c["bs"], tok] + ([human_tokens(c["prefix_len"])] if prefix else []) + [
+            rows.append([c["bs"], tok] + ([human_tokens(c["prefix_len"])] if prefix else [])
+                        + ([c["ranks_label"]] if partial else []) + [
                 ms(c["two_call_us"]), ms(c["fused_us"]), times_ci(c),
                 ranks_text(c["slowest_rank_two_call"], c["slowest_rank_fused"]), imb, status])
+        if cpu:  # drop "speedup [95% CI]", "slowest rank", "imbalance"
+            drop = {len(heads) - 4, len(heads) - 3, len(heads) - 2}
+            heads = [h for i, h in enumerate(heads) if i not in drop]
+            rows = [[x for i, x in enumerate(r) if i not in drop] for r in rows]
         out.append((f"{model} · {backend} · {timing} · cp {cp}", md_table(heads, rows)))
     return out
 
@@ -154,24 +194,30 @@ def kernel_table(counts_by_group: list[tuple[str, str, dict]]) -> str:
             tc, fu = by["two-call"], by["fused"]
             per = lambda d: "–".join(sorted({str(min(d.values())), str(max(d.values()))}, key=int)) if d else "—"
             ratio = tc["total"] / fu["total"] if fu["total"] else math.nan
-            rows.append([model, backend, cp, per(tc["per_rank"]), per(fu["per_rank"]), tc["total"], fu["total"],
-                         times(ratio), fu["cell"] + (" (counts vary by cell)" if tc["varies"] or fu["varies"] else "")])
+            every = tc.get("all_ranks", True) and fu.get("all_ranks", True)
+            where_ = fu["cell"] + ("" if every else f"; {fu['ranks_label']}, no all-rank total")
+            rows.append([model, backend, cp, per(tc["per_rank"]), per(fu["per_rank"]),
+                         tc["total"] if every else "—", fu["total"] if every else "—",
+                         times(ratio), where_ + (" (counts vary by cell)" if tc["varies"] or fu["varies"] else "")])
     if not rows:
         return "_No kernel counts recorded (no successful profiled cell)._"
     return md_table(["model", "backend", "cp>", "two-call / rank>", "fused / rank>", "two-call, all ranks>",
                      "fused, all ranks>", "reduction>", "measured at"], rows)
 
 
-def kernel_lines(counts_by_group: list[tuple[str, str, dict]]) -> list[str]:
-    """Summary bullets: attention kernels per rank and over all ranks, two-call -> fused."""
+def kernel_lines(counts_by_group: list[tuple[str, str, dict]], unit: str = "kernels") -> list[str]:
+    """Summary bullets: attention kernels (``unit`` "calls" on a CPU) per rank and over all ranks, two-call
+    -> fused."""
     out = []
     for model, backend, counts in counts_by_group:
         for cp, by in counts.items():
             tc, fu = by["two-call"], by["fused"]
             if tc["per_rank"] and fu["per_rank"]:
-                out.append(f"- Attention kernels per forward, {model} · {backend} · cp {cp}: "
+                every = tc.get("all_ranks", True) and fu.get("all_ranks", True)
+                out.append(f"- Attention {unit} per forward, {model} · {backend} · cp {cp}: "
                            f"{max(tc['per_rank'].values())} → {max(fu['per_rank'].values())} per rank, "
-                           f"{tc['total']} → {fu['total']} over {len(fu['per_rank'])} ranks.")
+                           + (f"{tc['total']} → {fu['total']} over {len(fu['per_rank'])} ranks." if every else
+                              f"measured on {fu['ranks_label']} (no all-rank total)."))
     return out
 
 

@@ -1,0 +1,26 @@
+"""`--help` never cuts a description or an option name, and shows flags without a value."""
+
+import pytest
+
+from clirun import cpbench
+
+COMMANDS = ["geometry", "models", "sweep", "profile", "doctor", "plot", "report", "compare"]
+
+
+@pytest.mark.parametrize("columns", ["40", "80"])
+def test_help_is_never_cut(columns):
+    top = cpbench("--help", env={"COLUMNS": columns})
+    assert top.returncode == 0 and "..." not in top.stdout.replace("[ARGS]...", "") and "…" not in top.stdout
+    flat = " ".join(top.stdout.split()).replace("two- call", "two-call")  # wrapped at its hyphen
+    assert "Count attention kernels per rank, two-call vs fused (e.g. 72 -> 36 per rank, 288 -> 144 over 4 ranks)" in flat
+    for command in COMMANDS:
+        r = cpbench(command, "--help", env={"COLUMNS": columns})
+        assert r.returncode == 0 and "…" not in r.stdout and "<bool>" not in r.stdout, command
+
+
+def test_sweep_help_shows_flags_and_aliases():
+    flat = " ".join(cpbench("sweep", "--help", env={"COLUMNS": "80"}).stdout.split())
+    for text in ("--resume Continue the run", "--check / --no-check", "--extend-len, --seq", "--extend-lens, --seq-lens",
+                 "--prefix-len, --prefix", "--ranks, --rank",
+                 "Stop sampling a variant once the 95% CI of its median is within this fraction of the median"):
+        assert text in flat, text

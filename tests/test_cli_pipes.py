@@ -1,0 +1,42 @@
+"""A closed stdout (`cpbench ... | head -1`) costs neither the run directory nor the exit code's meaning
+(real processes: the pipe must be a real one)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+TINY = "--layers 2 --heads 4 --kv-heads 1 --head-dim 16 --page-size 16 --budget-ms 2 --device cpu"
+
+
+def piped(args: str, tmp_path: Path, lines: int = 1) -> subprocess.CompletedProcess:
+    """``cpbench ARGS | head -n LINES`` in bash; returncode is cpbench's (PIPESTATUS), not head's."""
+    env = {**os.environ, "PYTHONPATH": SRC, "MPLBACKEND": "Agg", "COLUMNS": "80"}
+    cmd = f"{sys.executable} -m cpbench {args} | head -n {lines} >/dev/null; exit ${{PIPESTATUS[0]}}"
+    return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+
+
+@pytest.mark.parametrize("lines", [1, 5])
+def test_sweep_into_head_writes_the_whole_run_directory(tmp_path, lines):
+    out = tmp_path / "run"
+    r = piped(f"sweep --cp 2 --bs 1 --seq 32 {TINY} --out {out}", tmp_path, lines)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    for name in ("manifest.json", "results.jsonl", "results.parquet", "results.csv", "report.md",
+                 "plots/speedup.png", "plots/balance.png"):
+        assert (out / name).is_file(), name
+
+
+def test_piped_sweep_keeps_the_bad_input_exit_code(tmp_path):
+    r = piped(f"sweep --cp 32 --bs 1 --seq 32 {TINY} --out {tmp_path / 'run'}", tmp_path)
+    assert r.returncode == 2 and "no cell can run" in r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_profile_json_into_head(tmp_path):
+    r = piped(f"profile --cp 2 --seq 32 {TINY.replace('--budget-ms 2 ', '')} --json --out {tmp_path / 'p'}",
+              tmp_path)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert (tmp_path / "p" / "profile.json").is_file()

@@ -1,0 +1,46 @@
+"""Input that cannot work is refused before any work or any file: a backend this machine cannot run,
+graph timing on CPU, a bad --mode; and `cpbench profile` picks CPU-sized defaults on a CPU, as sweep does."""
+
+import json
+
+import pytest
+import torch
+
+from clirun import cpbench
+
+TINY = ["--layers", "2", "--heads", "4", "--kv-heads", "1", "--head-dim", "16", "--page-size", "16"]
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+@pytest.mark.parametrize("backend", ["fa3", "fa2", "trtllm-gen"])
+def test_gpu_backend_on_cpu_exits_2_without_a_run_directory(tmp_path, no_gpu, backend):
+    out = tmp_path / "run"
+    r = cpbench("sweep", "--backend", backend, "--out", str(out), *TINY)
+    assert r.returncode == 2 and f"backend {backend} cannot run here" in r.stderr, r.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("timing,asked", [("both", "both"), ("graph", "graph"), ("eager,graph", "graph")])
+def test_graph_timing_on_cpu_names_the_option_given(tmp_path, no_gpu, timing, asked):
+    r = cpbench("sweep", "--timing", timing, "--out", str(tmp_path / "run"), *TINY)
+    assert r.returncode == 2 and f"--timing {asked} needs a CUDA device" in r.stderr, r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_mode_or_timing_lists_every_choice(tmp_path, no_gpu):
+    r = cpbench("sweep", "--mode", "fast", "--out", str(tmp_path / "run"), *TINY)
+    assert r.returncode == 2 and "use two-call, fused, a comma-separated list of them, or both" in r.stderr
+    r = cpbench("sweep", "--timing", "slow", "--out", str(tmp_path / "run"), *TINY)
+    assert r.returncode == 2 and "use eager, graph, a comma-separated list of them, or both" in r.stderr
+
+
+def test_profile_without_cell_options_uses_cpu_defaults(tmp_path, no_gpu):
+    r = cpbench("profile", "--json", "--out", str(tmp_path), *TINY)
+    assert r.returncode == 0, r.stderr
+    cell = json.loads(r.stdout)["cells"][0]
+    assert (cell["cp_size"], cell["bs"], cell["seq_len"]) == (4, 1, 64)
+    assert cell["total"]["two-call"] == 16 and cell["total"]["fused"] == 8  # 2 layers x (2 | 1) x 4 ranks
