@@ -29,14 +29,18 @@ child = args[args.index("--log-file") + 2:]
 out = child[child.index("--out") + 1]
 assert child[-1] == "--explain-child" and child[1:3] == ["-m", "cpbench"], child
 includes = [args[i + 1] for i, a in enumerate(args) if a == "--nvtx-include"]
-assert includes == ["cpbench@explain cp4 bs1 seq2048 r0 two-call eager/",
-                    "cpbench@explain cp4 bs1 seq2048 r0 fused eager/"], includes
-shutil.copy({csv!r}, log)
+assert includes == ["cpbench@explain cp4 bs1 seq2048 r{rank} two-call eager/",
+                    "cpbench@explain cp4 bs1 seq2048 r{rank} fused eager/"], includes
+lines = open({csv!r}).read().splitlines()
+ids = {ids!r}
+keep = [ln for ln in lines if ids is None or not ln.startswith('"') or ln.startswith('"ID"')
+        or ln.startswith('"",') or int(ln.split(",")[0].strip('"')) in ids]
+open(log, "w").write("\n".join(keep) + "\n")
 import pathlib
 pathlib.Path(out).mkdir(parents=True, exist_ok=True)
 pathlib.Path(out, "explain_child.json").write_text(json.dumps({{
-    "labels": {{}}, "calls": {{"two-call": ["prev", "next", "prev", "next"], "fused": ["combined", "combined"]}},
-    "kernel_patterns": ["batchprefillwithpagedkvcachekernel"], "diff_vs_two_call": 0.0078125}}))
+    "labels": {{}}, "calls": {{"two-call": ["prev", "next"] * {layers}, "fused": ["combined"] * {layers}}},
+    "kernel_patterns": {patterns!r}, "diff_vs_two_call": 0.0078125}}))
 '''
 
 
@@ -49,11 +53,17 @@ def as_gpu(monkeypatch):
     monkeypatch.setattr("cpbench.profiles.ncu.NCU_GLOBS", ())
 
 
-def _fake_ncu(tmp_path, perm=False) -> dict:
+PATTERNS = {"fa2": ["batchprefillwithpagedkvcachekernel"], "fa3": ["prefillwithkvcachekernel"]}
+
+
+def _fake_ncu(tmp_path, perm=False, csv="ncu_raw_synthetic_fa2.csv", ids=None, rank=0, layers=2, backend="fa2") -> dict:
+    """A stand-in ``ncu`` on PATH: answers --version, checks the argv, writes the rows ``ids`` of a CSV
+    fixture as its log and the child's JSON (2 layers: prev/next twice, combined twice)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     exe = bin_dir / "ncu"
-    exe.write_text(FAKE_NCU.format(python=sys.executable, perm=perm, csv=str(FIX / "ncu_raw_synthetic_fa2.csv")))
+    exe.write_text(FAKE_NCU.format(python=sys.executable, perm=perm, csv=str(FIX / csv), ids=ids, rank=rank,
+                                   layers=layers, patterns=PATTERNS[backend]))
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
 
@@ -110,3 +120,33 @@ def test_end_to_end_with_a_replayed_csv(tmp_path, as_gpu):
     assert md.startswith("### Why fused wins: gpt-oss-120b+layers2 fa2 cp4 bs1 seq2048 rank 0")
     assert "| 1 (full) | fused | combined | 190.8 |" in md and "ncu 2025.3.1.0" in md
     assert (out / "explain.png").stat().st_size > 0 and (out / "ncu_raw.csv").exists()
+
+
+H200 = ["--cp", "4", "--bs", "1", "--seq", "2048", "--timing", "eager", "--layers", "1"]
+
+
+@pytest.mark.parametrize("backend, rank, ids, cause, phrases", [
+    # real ncu 2025.3.1 rows from an H200 (window layer of gpt-oss-120b, cp 4, bs 1, 2048 tokens)
+    ("fa3", 0, [0, 1, 2], "fused-imbalance",
+     ["window 128: the fused kernel takes 47.4 µs against 33.2 µs for both calls",
+      "gets 14 KV tiles against 3 + 4 in the two launches"]),
+    ("fa3", 3, [3, 4, 5], "fused-fewer-launches", ["window 128: one launch instead of two: 32.6 µs against 38.6 µs"]),
+    ("fa2", 0, [0, 1, 2, 3, 4], "split-kv-merge",
+     ["the two calls split KV and run 2 merge kernel(s) (185.8 µs of 220.1 µs)",
+      "its attention kernel takes 21.0 µs against 34.3 µs"]),
+])
+def test_h200_rows_give_the_measured_verdict(tmp_path, as_gpu, backend, rank, ids, cause, phrases):
+    env = _fake_ncu(tmp_path, csv=f"h200_ncu_{backend}_raw_trimmed.csv", ids=ids, rank=rank, layers=1, backend=backend)
+    r = cpbench("explain", *H200, "--rank", str(rank), "--backend", backend, "--out", str(tmp_path / "x"), "--json",
+                env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rep = json.loads(r.stdout)
+    [v] = rep["verdicts"]
+    assert v["cause"] == cause, v
+    for p in phrases:
+        assert p in v["sentences"][0], v["sentences"][0]
+    split = rep["work_split"]["127"]
+    want_tiles = {"fa3": (192, 96), "fa2": (128, 64)}[backend]
+    for name in ("prev", "next", "fused"):
+        assert split[name]["tiles_from"] == "kernel name"
+        assert (split[name]["config"]["cta_tile_q"], split[name]["config"]["cta_tile_kv"]) == want_tiles

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from cpbench.profiles.kernels import ProfileError
-from cpbench.profiles.ncu import (METRICS, check_ncu_output, group_calls, ncu_argv, nvtx_include, parse_ncu_csv,
-                                  parse_ncu_version)
+from cpbench.profiles.ncu import (METRICS, check_ncu_output, group_calls, ncu_argv, nvtx_include, nvtx_ranges,
+                                  parse_ncu_csv, parse_ncu_version, tiles_from_kernel_name)
 
 FIX = Path(__file__).parent / "fixtures"
 FA2 = ("batchprefillwithpagedkvcachekernel",)
@@ -79,3 +79,29 @@ def test_permission_error_is_named():
     with pytest.raises(ProfileError, match="ERR_NVGPUCTRPERM.*cpbench profile"):
         check_ncu_output("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
                          "Performance Counters on the target device 0.")
+
+
+def test_h200_fixtures_parse():
+    # real ncu 2025.3.1 raw CSV from an H200 (columns trimmed to the metrics cpbench asks for): gpt-oss-120b,
+    # cp 4, bs 1, 2048 tokens, layer 0 of ranks 0 and 3, two-call then fused
+    fa3 = parse_ncu_csv((FIX / "h200_ncu_fa3_raw_trimmed.csv").read_text())
+    assert len(fa3) == 6 and [k["duration"] for k in fa3] == pytest.approx([14.432, 18.784, 47.36, 19.168, 19.456,
+                                                                               32.576])
+    assert {(k["grid"], k["block"], k["waves"], k["sms"]) for k in fa3} == {(132, 512, 1.0, 132)}  # persistent
+    assert fa3[2]["smem_dynamic"] == 73808 and fa3[2]["units"]["gpu__time_duration.sum"] == "ns"
+    assert tiles_from_kernel_name(fa3[0]["name"]) == (192, 96)
+    assert nvtx_ranges(fa3[2]["nvtx"]) == [("cpbench", "cp4 bs1 seq2048 r0 fused eager"), ("cpbench", "layer0"),
+                                           ("cpbench", "combined")]
+    fa2 = parse_ncu_csv((FIX / "h200_ncu_fa2_raw_trimmed.csv").read_text())
+    assert len(fa2) == 10 and fa2[1]["grid"] == 1320 and fa2[1]["duration"] == pytest.approx(92.256)
+    assert tiles_from_kernel_name(fa2[0]["name"]) == (128, 64)  # CTA_TILE_Q 128, NUM_MMA_KV 4 x NUM_WARPS_KV 1 x 16
+    assert tiles_from_kernel_name(fa2[1]["name"]) is None  # the merge kernel has no attention tiles
+    groups = group_calls(fa2, ["prev", "next", "combined"] * 2, FA2)
+    assert [[k["kind"] for k in g["kernels"]] for g in groups] == [["attention", "merge"], ["attention", "merge"],
+                                                                  ["attention"]] * 2
+
+
+def test_group_calls_checks_the_nvtx_call_range():
+    fa3 = parse_ncu_csv((FIX / "h200_ncu_fa3_raw_trimmed.csv").read_text())
+    with pytest.raises(ProfileError, match="inside NVTX range 'prev', expected call 'next'"):
+        group_calls(fa3, ["next", "prev", "combined"] * 2, ("prefillwithkvcachekernel",))

@@ -123,7 +123,8 @@ def run_under_ncu(exe: str, argv: list[str], run_dir: Path, spec, cell, rank: in
     from cpbench.bench.worksplit import split_rank
     from cpbench.plots.explain import build_explain, call_rows
     from cpbench.profiles.kernels import ProfileError
-    from cpbench.profiles.ncu import METRICS, check_ncu_output, group_calls, ncu_argv, parse_ncu_csv, parse_ncu_version
+    from cpbench.profiles.ncu import (METRICS, check_ncu_output, group_calls, ncu_argv, parse_ncu_csv, parse_ncu_version,
+                                      tiles_from_kernel_name)
 
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "ncu_raw.csv"
@@ -154,10 +155,18 @@ def run_under_ncu(exe: str, argv: list[str], run_dir: Path, spec, cell, rank: in
     rows = call_rows(by_mode, list(spec.window_left_per_layer))
     sms = next((r["sms"] for r in rows if r.get("sms")), None)
     g = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)[rank]
-    splits = {w: {k: v.to_json() for k, v in split_rank(
-        g.actual_seq_q_prev, g.kv_len_prev, g.actual_seq_q_next, g.kv_len_next, fused_order=fused_order,
-        backend=backend, num_q_heads=spec.num_q_heads, num_kv_heads=spec.num_kv_heads, head_dim=spec.head_dim,
-        window_left=w, num_sms=int(sms or 132), page_size=spec.page_size).items()} for w in spec.layer_kinds}
+    splits = {}
+    for w in spec.layer_kinds:  # tile sizes as the profiled kernels' names carry them (first layer of the kind)
+        layer = min(r["layer"] for r in rows if r["window_left"] == w)
+        named = {("fused" if r["call"] == "combined" else r["call"]): tiles_from_kernel_name(r["kernel"])
+                 for r in rows if r["layer"] == layer}
+        splits[w] = {k: v.to_json() for k, v in split_rank(
+            g.actual_seq_q_prev, g.kv_len_prev, g.actual_seq_q_next, g.kv_len_next, fused_order=fused_order,
+            tiles={k: t for k, t in named.items() if t}, backend=backend, num_q_heads=spec.num_q_heads,
+            num_kv_heads=spec.num_kv_heads, head_dim=spec.head_dim, window_left=w, num_sms=int(sms or 132),
+            page_size=spec.page_size).items()}
+        for k, t in named.items():
+            splits[w][k]["tiles_from"] = "kernel name" if t else "default"
     meta = {"model": spec.name, "backend": backend, "cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
             "extend_lens": list(cell.extend_lens), "rank": rank, "timing": timing, "fused_order": fused_order,
             "num_layers": spec.num_layers, "ncu_version": parse_ncu_version(ver.stdout),

@@ -266,12 +266,19 @@ def fused_segments(q_prev: Sequence[int], kv_prev: Sequence[int], q_next: Sequen
 
 
 def split_rank(q_prev: Sequence[int], kv_prev: Sequence[int], q_next: Sequence[int], kv_next: Sequence[int], *,
-               fused_order: str = "prev-next", **kw) -> dict[str, LaunchSplit]:
+               fused_order: str = "prev-next", tiles: dict[str, tuple[int, int]] | None = None,
+               **kw) -> dict[str, LaunchSplit]:
     """The three launches of one rank and layer kind: ``{"prev", "next", "fused"}`` -> :class:`LaunchSplit`.
-    ``kw`` as for :func:`split_launch` (backend, heads, head_dim, window_left, num_sms, ...)."""
+    ``tiles``: launch name -> ``(cta_tile_q, cta_tile_kv)`` measured for that launch (e.g. read from the
+    kernel's name), overriding the defaults; ``kw`` as for :func:`split_launch` (backend, heads,
+    head_dim, window_left, num_sms, ...)."""
     q_f, kv_f, labels = fused_segments(q_prev, kv_prev, q_next, kv_next, fused_order)
-    return {
-        "prev": split_launch("prev", q_prev, kv_prev, labels=[f"prev[{s}]" for s in range(len(q_prev))], **kw),
-        "next": split_launch("next", q_next, kv_next, labels=[f"next[{s}]" for s in range(len(q_next))], **kw),
-        "fused": split_launch("fused", q_f, kv_f, labels=labels, **kw),
-    }
+    tiles = tiles or {}
+    launches = {"prev": (q_prev, kv_prev, [f"prev[{s}]" for s in range(len(q_prev))]),
+                "next": (q_next, kv_next, [f"next[{s}]" for s in range(len(q_next))]),
+                "fused": (q_f, kv_f, labels)}
+    out = {}
+    for name, (q, kv, lab) in launches.items():
+        tq, tk = tiles.get(name, (None, None))
+        out[name] = split_launch(name, q, kv, labels=lab, cta_tile_q=tq, cta_tile_kv=tk, **kw)
+    return out

@@ -169,29 +169,63 @@ def parse_ncu_csv(text: str, metrics: dict[str, str] | None = None) -> list[dict
     return out
 
 
-def group_calls(kernels: list[dict], calls: list[str], attention_patterns: tuple[str, ...]) -> list[dict]:
+_NVTX_RANGE = re.compile(r'"([^":]*):([^"]*)"')
+_FA3_TRAITS = re.compile(r"AttentionKernelTraits<\s*\w+,\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+)")
+_FA2_TRAITS = re.compile(r"KernelTraits<\s*\d+,\s*(\d+),\s*\d+,\s*\d+,\s*\d+,\s*(\d+),\s*\d+,\s*(\d+)")
+
+
+def nvtx_ranges(text: str) -> list[tuple[str, str]]:
+    """``(domain, message)`` of each push/pop range in ncu's NVTX column, outermost first.
+
+    The column holds ``<tid>  "<domain>:<name>:<payload type>:<payload>:<color type>:<color>:<message
+    type>:<message>"  ...`` (ncu 2025.3); the message is the text after the last ``:``."""
+    return [(m.group(1), m.group(2).rsplit(":", 1)[-1]) for m in _NVTX_RANGE.finditer(text or "")]
+
+
+def tiles_from_kernel_name(name: str) -> tuple[int, int] | None:
+    """``(cta_tile_q, cta_tile_kv)`` carried by a FlashInfer kernel's template arguments, or None.
+
+    fa3: ``AttentionKernelTraits<USE_TMA_LOAD_KV, HEAD_DIM_QK, HEAD_DIM_VO, CTA_Q, CTA_KV, ...>``; fa2:
+    ``KernelTraits<MASK_MODE, CTA_TILE_Q, NUM_MMA_Q, NUM_MMA_D_QK, NUM_MMA_D_VO, NUM_MMA_KV,
+    NUM_WARPS_Q, NUM_WARPS_KV, ...>`` with ``CTA_TILE_KV = NUM_MMA_KV * NUM_WARPS_KV * 16``
+    (FlashInfer's ``attention/prefill.cuh``)."""
+    m = _FA3_TRAITS.search(name or "")
+    if m:
+        return int(m.group(3)), int(m.group(4))
+    m = _FA2_TRAITS.search(name or "")
+    if m:
+        return int(m.group(1)), int(m.group(2)) * int(m.group(3)) * 16
+    return None
+
+
+def group_calls(kernels: list[dict], calls: list[str], attention_patterns: tuple[str, ...],
+                domain: str = "cpbench") -> list[dict]:
     """Assign profiled kernels (launch order) to attention calls (``calls``: their names in launch
     order, e.g. ``["prev", "next", "prev", "next", "combined", "combined"]``).
 
     A call begins at each attention kernel (name matches ``attention_patterns``, not a split-KV merge
-    kernel); the merge kernels after it belong to it. Returns ``[{"call": name, "index": i,
+    kernel); the merge kernels after it belong to it. Where ncu's NVTX column names the call range
+    (eager forwards: ``prev``/``next``/``combined`` in ``domain``), it must agree. Returns ``[{"call": name, "index": i,
     "kernels": [...]}]``.
 
     Raises:
-        ProfileError: a kernel before the first attention kernel, or a number of attention kernels
-            other than ``len(calls)`` (the profile did not cover exactly the expected forwards).
+        ProfileError: a kernel before the first attention kernel, a number of attention kernels
+            other than ``len(calls)``, or an NVTX call range that disagrees (the profile did not cover
+            exactly the expected forwards).
     """
-    from cpbench.profiles.kernels import classify
+    from cpbench.profiles.kernels import CALL_NAMES, classify
 
     groups: list[dict] = []
     for k in kernels:
         kind = classify(k["name"], attention_patterns)
         k["kind"] = kind
         if kind == "attention":
-            if len(groups) == len(calls):
-                groups.append({"call": "?", "index": len(groups), "kernels": []})
-            else:
-                groups.append({"call": calls[len(groups)], "index": len(groups), "kernels": []})
+            call = calls[len(groups)] if len(groups) < len(calls) else "?"
+            named = [msg for dom, msg in nvtx_ranges(k.get("nvtx", "")) if dom == domain and msg in CALL_NAMES]
+            if named and call != "?" and named[-1] != call:
+                raise ProfileError(f"ncu kernel {k['id']} ran inside NVTX range {named[-1]!r}, expected call {call!r} "
+                                   "(the profile holds other forwards than the expected ones)")
+            groups.append({"call": call, "index": len(groups), "kernels": []})
         elif not groups:
             raise ProfileError(f"ncu profiled {k['name'][:60]!r} before any attention kernel")
         groups[-1]["kernels"].append(k)
@@ -202,4 +236,4 @@ def group_calls(kernels: list[dict], calls: list[str], attention_patterns: tuple
 
 
 __all__ = ["METRICS", "PERMISSION_ERROR", "check_ncu_output", "find_ncu", "group_calls", "ncu_argv",
-           "nvtx_include", "parse_ncu_csv", "parse_ncu_version"]
+           "nvtx_include", "nvtx_ranges", "parse_ncu_csv", "parse_ncu_version", "tiles_from_kernel_name"]
