@@ -37,7 +37,9 @@ def explain(
     prefix: Annotated[int, typer.Option("--prefix", help="Cached prefix tokens per request.")] = 0,
     rank: Annotated[int, typer.Option("--rank", help="The CP rank to explain.")] = 0,
     backend: Annotated[c.BackendName, typer.Option("--backend", help="fa2 or fa3 (auto: fa3 on Hopper).")] = c.BackendName.auto,
-    timing: Annotated[str, typer.Option("--timing", help="eager or graph (CUDA-graph replay).")] = "graph",
+    timing: Annotated[str, typer.Option(
+        "--timing", help="eager or graph (one CUDA-graph replay per mode); ncu profiles kernels one at a time, so "
+                         "this changes how the forward is launched, not the kernels' metrics.")] = "eager",
     fused_order: c.FusedOrderOpt = "prev-next",
     dtype: Annotated[c.DType, typer.Option("--dtype")] = c.DType.bf16,
     out: Annotated[Optional[str], typer.Option("--out", help="Directory (default runs/explain-<time>).")] = None,

@@ -84,7 +84,8 @@ def layer_verdict(window_left: int, two: list[dict], fused: dict, split: dict | 
             out.append(f"{kind}: the fused kernel takes {tf:.1f} µs against {t2:.1f} µs for both calls; in the "
                        f"work split (model) the busiest SM of the fused launch gets {sf['makespan_tiles']} KV tiles "
                        f"against {sp_['makespan_tiles']} + {sn['makespan_tiles']} in the two launches (a perfect "
-                       f"split: {sf['mean_tiles']:.1f}), so long and short tiles end up on the same SMs.")
+                       f"split: {sf['mean_tiles']:.1f}); the planner balances its own cost per tile (2 x tile rows + "
+                       "kv_len), not these tiles.")
     if cause == "none" and tf < t2:
         cause = "fused-fewer-launches"
         out.append(f"{kind}: one launch instead of two: {tf:.1f} µs against {t2:.1f} µs; occupancy "
@@ -128,9 +129,11 @@ def explain_markdown(rep: dict) -> str:
         lines.append(f"| {r['layer']} ({kind}) | {r['mode']} | {r['call']} | {_f(r['duration'])} | {_f(r['merge_us'])} "
                      f"| {_f(r['grid'], 0)} | {_f(r['block'], 0)} | {_f(r['waves'], 2)} | {_pct(r['occupancy_pct'])} "
                      f"| {_pct(r['sm_pct'])} | {_pct(r['dram_pct'])} | {_f(r['regs'], 0)} | {smem:.0f} |")
-    lines += ["", "Work split (model; FlashInfer's tile sizes and planner, docs/design.md §9):", "",
-              "| layer | launch | segments (q, kv) | tile q x kv | split KV | CTAs | waves | last wave | KV tiles | "
-              "busiest SM |", "|---|---|---|---|---|---:|---:|---:|---:|---:|"]
+    lines += ["", "Work split (model, docs/design.md §9): work items are CTAs (fa2) or (head, query tile) items "
+                  "that fa3's persistent CTAs, one per SM, walk; waves = items / (SMs x CTAs per SM); KV tiles per "
+                  "busiest SM are the model's time.", "",
+              "| layer | launch | segments (q, kv) | tile q x kv | split KV | work items | waves | last wave | KV tiles "
+              "| busiest SM |", "|---|---|---|---|---|---:|---:|---:|---:|---:|"]
     for w, launches in rep["work_split"].items():
         kind = "full" if int(w) < 0 else f"window {int(w) + 1}"
         for name, s in launches.items():
