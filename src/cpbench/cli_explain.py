@@ -70,6 +70,8 @@ def explain(
     if name not in ("fa2", "fa3"):
         raise CpbenchInputError(f"cpbench explain models FlashInfer's fa2 and fa3 kernels, not {name}: use --backend "
                                 "fa2 or fa3 (`cpbench profile` counts any backend's kernels)")
+    if cp < 2:
+        raise CpbenchInputError(f"--cp {cp}: explain compares two-call with fused, which needs cp_size >= 2")
     cells = parse_cells(cp=str(cp), bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=str(rank),
                         default_bs="1", default_seq="2048")
     if len(cells.batches) != 1:
