@@ -117,3 +117,13 @@ def test_check_row_reports_unknown_column_and_wrong_type():
     # allowed: NaN in an int column, None anywhere, an int in a float column, a setup_us_* part
     assert check_row({**good, "n_samples": float("nan"), "tflops": None, "flops": 3,
                       "setup_us_custom": 1.0}) == []
+
+
+def test_a_stored_v2_frame_without_fused_order_gets_prev_next(tmp_path):
+    import pandas as pd
+
+    from cpbench.bench.store import migrate_frame
+
+    df = pd.DataFrame([{k: v for k, v in migrate_row(_v1_row()).items() if k != "fused_order"}])
+    got = migrate_frame(df, {"schema_version": SCHEMA_VERSION})
+    assert list(got["fused_order"]) == ["prev-next"] and "fused_order" not in df.columns
