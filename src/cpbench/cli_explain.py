@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
 
 from cpbench import cli_options as c
 from cpbench.cli_cells import backend_name, check_out, parse_cells
@@ -113,7 +112,7 @@ def explain(
     if as_json:
         print(json.dumps(rep, default=str))
     else:
-        c.console.print(escape(md))
+        c.console.print(md, markup=False, highlight=False, soft_wrap=True)  # no wrapping: the table stays pasteable
         c.console.print(f"report: {run_dir / 'explain.md'}, chart: {run_dir / 'explain.png'}")
 
 

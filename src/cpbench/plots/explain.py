@@ -142,6 +142,16 @@ def explain_markdown(rep: dict) -> str:
             chunk = f"{s['kv_chunk']} tokens" if s["split_kv"] else "no"
             lines.append(f"| {kind} | {name} | {segs} | {c['cta_tile_q']} x {c['cta_tile_kv']} | {chunk} | {s['ctas']} | "
                          f"{s['waves']:.2f} | {s['tail_fill']:.0%} | {s['tile_work']} | {s['makespan_tiles']} |")
+    lines += ["", "| layer | launch | segment | q tiles | KV tiles per q tile | work items | KV tiles |",
+              "|---|---|---|---:|---|---:|---:|"]
+    for w, launches in rep["work_split"].items():
+        kind = "full" if int(w) < 0 else f"window {int(w) + 1}"
+        for name, s in launches.items():
+            for x in s["segments"]:
+                per = x["kv_tiles_per_q_tile"]
+                shown = ", ".join(map(str, per)) if len(per) <= 8 else f"{', '.join(map(str, per[:4]))}, …, {per[-1]}"
+                lines.append(f"| {kind} | {name} | {x['label']} | {x['q_tiles']} | {shown} | {x['ctas']} | "
+                             f"{x['tile_work']} |")
     lines += ["", f"ncu {rep.get('ncu_version') or '?'}, metrics: {', '.join(rep.get('metrics', []))}; "
                   f"{_f(rep.get('sms'), 0)} SMs; one forward per mode, L2 not flushed, clocks not locked.", ""]
     return "\n".join(lines)
