@@ -40,7 +40,8 @@ import pathlib
 pathlib.Path(out).mkdir(parents=True, exist_ok=True)
 pathlib.Path(out, "explain_child.json").write_text(json.dumps({{
     "labels": {{}}, "calls": {{"two-call": ["prev", "next"] * {layers}, "fused": ["combined"] * {layers}}},
-    "kernel_patterns": {patterns!r}, "diff_vs_two_call": 0.0078125}}))
+    "kernel_patterns": {patterns!r}, "diff_vs_two_call": 0.0078125,
+    "max_abs_err": {{"two-call": 0.0117, "fused": 0.0154}}}}))
 '''
 
 
@@ -115,10 +116,12 @@ def test_end_to_end_with_a_replayed_csv(tmp_path, as_gpu):
     assert win["cause"] == full["cause"] == "split-kv-merge"
     assert win["two_call_us"] == pytest.approx(31.2 + 6.1 + 33.9 + 6.3) and win["fused_us"] == pytest.approx(40.1)
     assert "2 merge kernel(s) (12.4 µs of 77.5 µs)" in win["sentences"][0]
+    assert rep["max_abs_err"] == {"two-call": 0.0117, "fused": 0.0154}
     assert set(rep["work_split"]) == {"127", "-1"} and rep["work_split"]["-1"]["fused"]["split_kv"] is False
     md = (out / "explain.md").read_text()
     assert md.startswith("### Why fused wins: gpt-oss-120b+layers2 fa2 cp4 bs1 seq2048 rank 0")
     assert "| 1 (full) | fused | combined | 190.8 |" in md and "ncu 2025.3.1.0" in md
+    assert "max |fused - two-call| 0.0078, max error vs the fp32 reference 0.0154" in md
     assert (out / "explain.png").stat().st_size > 0 and (out / "ncu_raw.csv").exists()
 
 

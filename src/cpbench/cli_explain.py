@@ -174,5 +174,6 @@ def run_under_ncu(exe: str, argv: list[str], run_dir: Path, spec, cell, rank: in
             "extend_lens": list(cell.extend_lens), "rank": rank, "timing": timing, "fused_order": fused_order,
             "num_layers": spec.num_layers, "ncu_version": parse_ncu_version(ver.stdout),
             "metrics": list(METRICS), "sms": sms, "diff_vs_two_call": info.get("diff_vs_two_call"),
+            "max_abs_err": info.get("max_abs_err"),
             "ncu_csv": str(log)}
     return build_explain(meta, rows, splits)

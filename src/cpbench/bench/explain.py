@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from cpbench.bench.backends import get_backend
-from cpbench.bench.check import max_abs_diff
+from cpbench.bench.check import max_abs_diff, max_abs_error
 from cpbench.bench.geometry import all_ranks, eligibility
 from cpbench.bench.runner import DTYPES, CellSpec
 from cpbench.bench.schema import MODES
@@ -35,7 +35,8 @@ def run_explain_child(model, cell: CellSpec, rank: int, *, backend: str, device:
                       timing: str, fused_order: str, out_dir: Path, seed: int = 0) -> dict:
     """Run rank ``rank``'s two-call and fused forwards once each inside their NVTX ranges and write
     ``out_dir/explain_child.json``: ``{"labels": {mode: range}, "calls": {mode: [call names in launch
-    order]}, "kernel_patterns": [...], "diff_vs_two_call": float}``. Returns that dict.
+    order]}, "kernel_patterns": [...], "diff_vs_two_call": float, "max_abs_err": {mode: float}}`` (the
+    errors against the fp32 reference, as the sweep's correctness gate). Returns that dict.
 
     Raises:
         CpbenchInputError: an ineligible cell, a rank outside it, or a backend that cannot run here.
@@ -60,6 +61,7 @@ def run_explain_child(model, cell: CellSpec, rank: int, *, backend: str, device:
         p.forward()  # untraced warm-up
     torch.cuda.synchronize(device)
     diff = max_abs_diff(preps["two-call"], preps["fused"])
+    errs = {m: max_abs_error(work, p) for m, p in preps.items()}  # vs the fp32 reference, sampled rows
     labels = {mode: explain_label(cell, rank, mode, timing) for mode in MODES}
     runs = {}
     for mode, p in preps.items():
@@ -80,7 +82,8 @@ def run_explain_child(model, cell: CellSpec, rank: int, *, backend: str, device:
     info = {"labels": labels,
             "calls": {m: [s.name for layer in p.layers for s in layer if s.kind == "attention"] for m, p in preps.items()},
             "kernel_patterns": list(preps["fused"].kernel_patterns),
-            "diff_vs_two_call": None if math.isnan(diff) else diff}
+            "diff_vs_two_call": None if math.isnan(diff) else diff,
+            "max_abs_err": {m: None if math.isnan(e) else e for m, e in errs.items()}}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / CHILD_FILE).write_text(json.dumps(info, indent=2) + "\n")
     return info

@@ -153,5 +153,7 @@ def explain_markdown(rep: dict) -> str:
                 lines.append(f"| {kind} | {name} | {x['label']} | {x['q_tiles']} | {shown} | {x['ctas']} | "
                              f"{x['tile_work']} |")
     lines += ["", f"ncu {rep.get('ncu_version') or '?'}, metrics: {', '.join(rep.get('metrics', []))}; "
-                  f"{_f(rep.get('sms'), 0)} SMs; one forward per mode, L2 not flushed, clocks not locked.", ""]
+                  f"{_f(rep.get('sms'), 0)} SMs; one forward per mode, L2 not flushed, clocks not locked; outputs: "
+                  f"max |fused - two-call| {_f(rep.get('diff_vs_two_call'), 4)}, max error vs the fp32 reference "
+                  f"{_f(max((rep.get('max_abs_err') or {}).values(), default=None), 4)}.", ""]
     return "\n".join(lines)
