@@ -28,6 +28,7 @@ log = args[args.index("--log-file") + 1]
 child = args[args.index("--log-file") + 2:]
 out = child[child.index("--out") + 1]
 assert child[-1] == "--explain-child" and child[1:3] == ["-m", "cpbench"], child
+print("child argv:", " ".join(child[3:]))
 includes = [args[i + 1] for i, a in enumerate(args) if a == "--nvtx-include"]
 assert includes == ["cpbench@explain cp4 bs1 seq2048 r{rank} two-call eager/",
                     "cpbench@explain cp4 bs1 seq2048 r{rank} fused eager/"], includes
@@ -153,3 +154,14 @@ def test_h200_rows_give_the_measured_verdict(tmp_path, as_gpu, backend, rank, id
     for name in ("prev", "next", "fused"):
         assert split[name]["tiles_from"] == "kernel name"
         assert (split[name]["config"]["cta_tile_q"], split[name]["config"]["cta_tile_kv"]) == want_tiles
+
+
+def test_fused_order_reaches_the_child_and_the_work_split(tmp_path, as_gpu):
+    r = cpbench("explain", *CELL, "--fused-order", "next-prev", "--out", str(tmp_path / "x"), "--json",
+                env=_fake_ncu(tmp_path))
+    assert r.returncode == 0, r.stderr[-2000:]
+    rep = json.loads(r.stdout)
+    assert rep["fused_order"] == "next-prev"
+    fused = rep["work_split"]["-1"]["fused"]["segments"]
+    assert [(s["label"], s["q_len"], s["kv_len"]) for s in fused] == [("next[0]", 256, 2048), ("prev[0]", 256, 256)]
+    assert "--fused-order next-prev" in (tmp_path / "x" / "ncu_output.txt").read_text()  # the child got it
