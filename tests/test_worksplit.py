@@ -91,3 +91,16 @@ def test_fused_orders_and_bad_input():
         fused_segments([1], [1], [1], [1], "x")
     with pytest.raises(CpbenchInputError, match="kv_len >= q_len"):
         split_launch("x", [5], [4], backend="fa3", num_q_heads=1, num_kv_heads=1, head_dim=64)
+
+
+def test_cta_cost_heap_breaks_ties_as_libstdcxx():
+    # FlashInfer's CTACostHeap over std::pop_heap / std::push_heap: the CTAs popped for these cost increments,
+    # as a 5-line C++ program with libstdc++ prints them (equal costs are common: every CTA starts at 0)
+    from cpbench.bench.worksplit_plans import CtaCostHeap
+
+    h, popped = CtaCostHeap(5), []
+    for inc in [3, 1, 2, 2, 1, 3, 1, 1, 2, 3, 2, 1, 1, 1, 2, 2, 3, 1]:
+        cta, cost = h.pop()
+        popped.append(cta)
+        h.insert((cta, cost + inc))
+    assert popped == [0, 2, 4, 1, 3, 2, 3, 1, 4, 3, 0, 1, 4, 2, 1, 0, 2, 3]

@@ -27,10 +27,10 @@ one SM slot) is the model's kernel time in tile units; it ignores per-tile cost 
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from cpbench.bench.worksplit_plans import fa2_kv_chunk_pages, fa3_plan, list_schedule
 from cpbench.errors import CpbenchInputError
 
 H200_SMS = 132
@@ -147,21 +147,6 @@ class LaunchSplit:
         return d
 
 
-def _fa2_kv_chunk_pages(packed: list[int], pages: list[int], tile_q: int, max_batch_if_split: int,
-                        min_pages: int) -> tuple[bool, int]:
-    """``PrefillBinarySearchKVChunkSize`` (no CUDA graph): (split_kv, chunk in pages)."""
-    max_pages = max([1, *pages])
-    low, high = min_pages, max_pages
-    while low < high:
-        mid = (low + high) // 2
-        n = sum(_cdiv(p, tile_q) * _cdiv(max(k, 1), mid) for p, k in zip(packed, pages))
-        if n > max_batch_if_split:
-            low = mid + 1
-        else:
-            high = mid
-    return low < max_pages, low
-
-
 def split_launch(name: str, q_lens: Sequence[int], kv_lens: Sequence[int], *, backend: str,
                  num_q_heads: int, num_kv_heads: int, head_dim: int, window_left: int = -1,
                  num_sms: int = H200_SMS, page_size: int = 64, cta_tile_q: int | None = None,
@@ -186,7 +171,7 @@ def split_launch(name: str, q_lens: Sequence[int], kv_lens: Sequence[int], *, ba
     if cfg.packed_gqa:
         packed = [q * group for q in q_lens]
         pages = [_cdiv(k, page_size) for k in kv_lens]
-        split, chunk_pages = _fa2_kv_chunk_pages(packed, pages, tq, 2 * num_sms // num_kv_heads,
+        split, chunk_pages = fa2_kv_chunk_pages(packed, pages, tq, 2 * num_sms // num_kv_heads,
                                                  max(128 // page_size, 1))
         chunk = chunk_pages * page_size
     segs, items = [], []  # items: (segment index, tiles of work) in launch order for one head
@@ -208,44 +193,16 @@ def split_launch(name: str, q_lens: Sequence[int], kv_lens: Sequence[int], *, ba
     slots = num_sms * cfg.ctas_per_sm
     ctas = sum(s.ctas for s in segs)
     if cfg.persistent:
-        loads = _fa3_plan(q_lens, kv_lens, items, tq, num_q_heads, num_sms)
+        loads = fa3_plan(q_lens, kv_lens, items, tq, num_q_heads, num_sms)
     else:
         order = [w for _ in range(num_kv_heads) for seg_items in items for w in seg_items]
-        loads = _list_schedule(order, slots)
+        loads = list_schedule(order, slots)
     waves = ctas / slots
     full = _cdiv(ctas, slots)
     tail = (ctas - (full - 1) * slots) / slots if ctas else 0.0
     work = sum(s.tile_work for s in segs)
     return LaunchSplit(name, cfg, segs, ctas, slots, round(waves, 4), full, round(tail, 4), work,
                        max(loads, default=0), round(work / slots, 2), split, chunk)
-
-
-def _list_schedule(works: list[int], slots: int) -> list[int]:
-    """Tiles per slot when CTAs start in order on the first free slot (a CTA takes ``w`` tile units;
-    an empty one takes 0)."""
-    heap = [(0, s) for s in range(slots)]
-    loads = [0] * slots
-    for w in works:
-        t, s = heapq.heappop(heap)
-        loads[s] = t + w
-        heapq.heappush(heap, (t + w, s))
-    return loads
-
-
-def _fa3_plan(q_lens, kv_lens, items, tile_q: int, num_q_heads: int, num_sms: int) -> list[int]:
-    """KV tiles per persistent CTA under ``PrefillSM90Plan``'s greedy assignment (module doc)."""
-    order = sorted(range(len(q_lens)), key=lambda i: -kv_lens[i])  # stable, like std::sort on distinct keys
-    heap = [(0.0, c) for c in range(num_sms)]
-    loads = [0] * num_sms
-    for _ in range(num_q_heads):
-        for i in order:
-            n = len(items[i])
-            for t in range(n - 1, -1, -1):
-                cost, c = heapq.heappop(heap)
-                eff = kv_lens[i] - (n - t - 1) * tile_q
-                heapq.heappush(heap, (cost + 2 * tile_q + eff, c))
-                loads[c] += items[i][t]
-    return loads
 
 
 def fused_segments(q_prev: Sequence[int], kv_prev: Sequence[int], q_next: Sequence[int], kv_next: Sequence[int],
