@@ -51,7 +51,10 @@ def as_gpu(monkeypatch):
     """Make the command believe it runs on a CUDA device (only the parent side runs here)."""
     import cpbench.cli_options as opts
 
+    from cpbench.bench.backends.flashinfer_fa import FlashInferBackend
+
     monkeypatch.setattr(opts, "resolve_device", lambda device: torch.device("cuda"))
+    monkeypatch.setattr(FlashInferBackend, "supports", lambda self, device, model, dtype=None: None)
     monkeypatch.setattr("cpbench.profiles.ncu.NCU_GLOBS", ())
 
 
@@ -75,6 +78,15 @@ def test_cpu_refuses_in_one_line(tmp_path):
     assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr and "cpbench profile" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()  # refused before any work
+
+
+def test_a_backend_that_cannot_run_is_refused_before_ncu(tmp_path, as_gpu, monkeypatch):
+    from cpbench.bench.backends.flashinfer_fa import FlashInferBackend
+
+    monkeypatch.setattr(FlashInferBackend, "supports", lambda self, device, model, dtype=None: "fa2 needs X")
+    r = cpbench("explain", *CELL, "--out", str(tmp_path / "x"), env={"PATH": str(tmp_path)})
+    assert r.returncode == 2 and r.stderr.startswith("error: backend fa2: fa2 needs X"), r.stderr
+    assert "ncu" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_no_ncu_says_so(tmp_path, as_gpu):

@@ -88,11 +88,16 @@ def explain(
         run_explain_child(spec, cell, rank, backend=name, device=dev, dtype=dtype.value, timing=timing,
                           fused_order=fused_order, out_dir=run_dir)
         return
+    from cpbench.bench.backends import get_backend
     from cpbench.bench.geometry import eligibility
+    from cpbench.bench.runner import DTYPES
 
     ok, why = eligibility(cell.extend_lens, cell.cp_size)
     if not ok:
         raise CpbenchInputError(f"{cell.label()} is not CP-eligible: {why}")
+    why = get_backend(name).supports(dev, spec, DTYPES[dtype.value])
+    if why:
+        raise CpbenchInputError(f"backend {name}: {why}")
     from cpbench.profiles.ncu import find_ncu
 
     exe = find_ncu()
@@ -131,6 +136,8 @@ def run_under_ncu(exe: str, argv: list[str], run_dir: Path, spec, cell, rank: in
 
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "ncu_raw.csv"
+    for stale in (log, run_dir / CHILD_FILE):  # from an earlier run into the same --out
+        stale.unlink(missing_ok=True)
     child = [sys.executable, "-m", "cpbench", *argv, "--explain-child"]
     ranges = [explain_label(cell, rank, m, timing) for m in MODES]
     ver = subprocess.run([exe, "--version"], capture_output=True, text=True)
