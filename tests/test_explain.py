@@ -162,6 +162,8 @@ def test_h200_rows_give_the_measured_verdict(tmp_path, as_gpu, backend, rank, id
     for p in phrases:
         assert p in v["sentences"][0], v["sentences"][0]
     split = rep["work_split"]["127"]
+    grids = [c["grid"] for c in rep["calls"]]  # ncu's grids: fa2 launches one CTA per work item, fa3 one per SM
+    assert grids == ([split[n]["ctas"] for n in ("prev", "next", "fused")] if backend == "fa2" else [132] * 3)
     want_tiles = {"fa3": (192, 96), "fa2": (128, 64)}[backend]
     for name in ("prev", "next", "fused"):
         assert split[name]["tiles_from"] == "kernel name"

@@ -130,10 +130,13 @@ def explain_markdown(rep: dict) -> str:
                      f"| {_f(r['grid'], 0)} | {_f(r['block'], 0)} | {_f(r['waves'], 2)} | {_pct(r['occupancy_pct'])} "
                      f"| {_pct(r['sm_pct'])} | {_pct(r['dram_pct'])} | {_f(r['regs'], 0)} | {smem:.0f} |")
     lines += ["", "Work split (model, docs/design.md §9): work items are CTAs (fa2) or (head, query tile) items "
-                  "that fa3's persistent CTAs, one per SM, walk; waves = items / (SMs x CTAs per SM); KV tiles per "
-                  "busiest SM are the model's time.", "",
-              "| layer | launch | segments (q, kv) | tile q x kv | split KV | work items | waves | last wave | KV tiles "
-              "| busiest SM |", "|---|---|---|---|---|---:|---:|---:|---:|---:|"]
+                  "that fa3's persistent CTAs, one per SM, walk (its ncu grid is the SM count); waves = items / (SMs x "
+                  "CTAs per SM); KV tiles per busiest SM are the model's time.", "",
+              "| layer | launch | segments (q, kv) | tile q x kv | split KV | work items | ncu grid | waves | last wave "
+              "| KV tiles | busiest SM |", "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    grid = {}  # (window_left, launch) -> the measured grid of its first layer's attention kernel
+    for r in rep["calls"]:
+        grid.setdefault((r["window_left"], "fused" if r["call"] == "combined" else r["call"]), r.get("grid"))
     for w, launches in rep["work_split"].items():
         kind = "full" if int(w) < 0 else f"window {int(w) + 1}"
         for name, s in launches.items():
@@ -141,7 +144,8 @@ def explain_markdown(rep: dict) -> str:
             c = s["config"]
             chunk = f"{s['kv_chunk']} tokens" if s["split_kv"] else "no"
             lines.append(f"| {kind} | {name} | {segs} | {c['cta_tile_q']} x {c['cta_tile_kv']} | {chunk} | {s['ctas']} | "
-                         f"{s['waves']:.2f} | {s['tail_fill']:.0%} | {s['tile_work']} | {s['makespan_tiles']} |")
+                         f"{_f(grid.get((int(w), name)), 0)} | {s['waves']:.2f} | {s['tail_fill']:.0%} | {s['tile_work']} | "
+                         f"{s['makespan_tiles']} |")
     lines += ["", "| layer | launch | segment | q tiles | KV tiles per q tile | work items | KV tiles |",
               "|---|---|---|---:|---|---:|---:|"]
     for w, launches in rep["work_split"].items():
