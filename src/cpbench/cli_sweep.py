@@ -17,8 +17,9 @@ from cpbench.bench.dist.launch import under_torchrun
 from cpbench.cli_cells import check_out, parse_cells
 from cpbench.cli_dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch, LaunchOpt,
                               NprocOpt, launch_torchrun, run_as_rank)
-from cpbench.cli_options import (BackendName, DeviceOpt, DType, HeadDimOpt, HeadsOpt, KvHeadsOpt, LayersOpt,
-                                 ModelConfigOpt, ModelOpt, PageSizeOpt, SinksOpt, WindowOpt, choice_list, console,
+from cpbench.cli_options import (BackendName, DeviceOpt, DType, FusedOrderOpt, HeadDimOpt, HeadsOpt, KvHeadsOpt,
+                                 LayersOpt, ModelConfigOpt, ModelOpt, PageSizeOpt, SinksOpt, WindowOpt,
+                                 check_fused_order, choice_list, console,
                                  err_console, resolve_device, resolve_model)
 from cpbench.errors import CpbenchInputError
 
@@ -66,6 +67,7 @@ def sweep(
     nvtx: Annotated[bool, typer.Option(
         "--nvtx", help="NVTX ranges (cell, layer, prev/next/combined) around timed eager forwards, for nsys; "
                        "off by default: ~0.4 µs per range shows in short forwards.")] = False,
+    fused_order: FusedOrderOpt = "prev-next",
     model: ModelOpt = "gpt-oss-120b", model_config: ModelConfigOpt = None, layers: LayersOpt = None,
     heads: HeadsOpt = None, kv_heads: KvHeadsOpt = None, head_dim: HeadDimOpt = None, window: WindowOpt = None,
     sinks: SinksOpt = None, page_size: PageSizeOpt = None, device: DeviceOpt = None,
@@ -101,7 +103,8 @@ def sweep(
               modes=choice_list(mode, ("two-call", "fused"), "--mode"), backend=backend.value, timings=timings,
               budget_ms=budget_ms, rel_ci=rel_ci or None, warmup=warmup, dtype=dtype.value, seed=seed, check=check,
               context_len=context_len, device=dev, profile=profile, nvtx=nvtx, out=out, resume=resume,
-              report=report, allow_mismatch=allow_mismatch, console=console, gather=dist.gather_mode)
+              report=report, allow_mismatch=allow_mismatch, console=console, gather=dist.gather_mode,
+              fused_order=check_fused_order(fused_order))
     if not dist.distributed:
         raise typer.Exit(run_sweep(**kw))
     if not under_torchrun():

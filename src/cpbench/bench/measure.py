@@ -152,7 +152,8 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
             st = status.get(m, OK) if status.get(m, OK) != OK else graph_status.get(m, OK)
             if st != OK or m not in samples:
                 st = st if st != OK else ("error", "not timed")
-                rows.append({**job.base, "rank": rank, "mode": m, "timing": t, "status": st[0], "reason": st[1]})
+                rows.append({**job.base, "fused_order": work.fused_order, "rank": rank, "mode": m, "timing": t,
+                             "status": st[0], "reason": st[1]})
                 continue
             rows.append(_measured_row(job, work, m, timing, samples[m], prepared[m], info[m], flops, clk0, clk1,
                                       {**phases.get(m, {}), **stop.get(m, {})}))
@@ -239,7 +240,7 @@ def _measured_row(job: RankJob, work: RankWork, mode, timing, xs, prep: Prepared
     stats = summarize(xs)
     med = stats["latency_us_median"]
     fused_dup = mode == "fused" and g.cp_size > 1
-    row = {**job.base, "rank": g.rank, "mode": mode, "timing": timing, **stats,
+    row = {**job.base, "fused_order": work.fused_order, "rank": g.rank, "mode": mode, "timing": timing, **stats,
            "samples_us": [round(x, 3) for x in xs], "per_layer_us": med / model.num_layers, "flops": flops,
            "tflops": flops / (med * 1e-6) / 1e12 if med > 0 else math.nan, **job.shared,
            "page_table_dup_bytes": 2 * job.shared["page_table_bytes"] if fused_dup else 0,

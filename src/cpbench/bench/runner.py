@@ -82,6 +82,7 @@ class SweepConfig:
     profile: bool = True
     nvtx: bool = False  # NVTX ranges (cell, layer, call) around timed eager forwards
     gather: str = "none"  # per-layer K|V all-gather of a torchrun launch: packed | separate | none
+    fused_order: str = "prev-next"  # segment order of the fused batch (geometry.FUSED_ORDERS)
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,7 @@ class Runner:
         """Columns shared by every row of ``cell`` (the key without rank, mode and timing)."""
         c, g = self.cfg, self.group
         return dict(schema_version=SCHEMA_VERSION, model=c.model.name, backend=c.backend, dtype=c.dtype,
-                    launch=g.launch, world_size=g.world_size, seed=c.seed, gather=c.gather,
+                    launch=g.launch, world_size=g.world_size, seed=c.seed, gather=c.gather, fused_order=c.fused_order,
                     cp_size=cell.cp_size, bs=cell.bs, seq_len=cell.seq_len, prefix_len=c.prefix,
                     extend_lens=",".join(map(str, cell.extend_lens)), page_size=c.model.page_size,
                     num_layers=c.model.num_layers)
@@ -225,7 +226,7 @@ class Runner:
             geoms = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)
             for r in mine:
                 try:
-                    rows += measure_rank(self._job(cell, shared, todo[r]), rank_work(inputs, geoms[r]), g)
+                    rows += measure_rank(self._job(cell, shared, todo[r]), rank_work(inputs, geoms[r], self.cfg.fused_order), g)
                 except CpbenchInputError:
                     raise
                 except Exception as e:  # measure_rank records failures itself; this is a last resort

@@ -59,6 +59,8 @@ _COLUMNS = [
     _c("seed", "int", "", "seed of inputs and page-table permutation", "value", "seed"),
     _c("gather", "str", "packed | separate | none", "per-layer K|V all-gather (torchrun; none when simulated)",
        "run", "gather"),
+    _c("fused_order", "str", "prev-next | next-prev | interleaved", "segment order of the fused call's batch "
+       "(prev-next: SGLang PR #33137; two-call rows carry their run's value)", "run", "fused_order"),
     # -- cell -----------------------------------------------------------------------------------
     _c("timing", "str", " | ".join(TIMINGS), "eager launches or CUDA-graph replay", "cell"),
     _c("cp_size", "int", "ranks", "CP group size", "cell"),
@@ -172,6 +174,8 @@ def row_key(row: dict) -> tuple:
 
 # -- migrations ------------------------------------------------------------------------------------
 V1_DEFAULTS = {"launch": "simulated", "world_size": 1, "gather": "none", "seed": 0}
+# columns added after v2 was released: a stored row without one gets this value (no version bump)
+ADDED_DEFAULTS = {"fused_order": "prev-next"}
 
 
 def migrate_row(row: dict) -> dict:
@@ -179,15 +183,19 @@ def migrate_row(row: dict) -> dict:
 
     v1 -> v2: ``seq_lens`` (extend lengths) is renamed ``extend_lens``; ``launch``, ``world_size``,
     ``gather`` and ``seed`` are added (v1 runs were simulated in one process; the v1 CLI's default seed
-    was 0 and is the only value committed runs used). Rows already at v2 are returned unchanged.
+    was 0 and is the only value committed runs used). Columns added within v2 (:data:`ADDED_DEFAULTS`,
+    e.g. ``fused_order``) get their default when missing; other v2 rows are returned unchanged.
     """
     version = row.get("schema_version", 1)
     if version == SCHEMA_VERSION:
-        return row
+        missing = {k: v for k, v in ADDED_DEFAULTS.items() if k not in row}
+        return {**row, **missing} if missing else row
     if version != 1:
         return row  # the store refuses unknown versions with a message
     out = {("extend_lens" if k == "seq_lens" else k): v for k, v in row.items()}
     for k, v in V1_DEFAULTS.items():
+        out.setdefault(k, v)
+    for k, v in ADDED_DEFAULTS.items():
         out.setdefault(k, v)
     out["schema_version"] = SCHEMA_VERSION
     return out
