@@ -31,9 +31,12 @@ NO_NCU = ("ncu (Nsight Compute) not found: install Nsight Compute or put ncu on 
 def explain(
     cp: Annotated[int, typer.Option("--cp", help="cp_size.")] = 4,
     bs: Annotated[Optional[str], typer.Option("--bs", help="Batch size (requests). Default: 1.")] = None,
-    seq: Annotated[Optional[str], typer.Option("--seq", help="Extend length per request (tokens). Default: 2048.")] = None,
-    seq_lens: Annotated[Optional[str], typer.Option("--seq-lens", help="One explicit batch, e.g. 3000,5000.")] = None,
-    prefix: Annotated[int, typer.Option("--prefix", help="Cached prefix tokens per request.")] = 0,
+    seq: Annotated[Optional[str], typer.Option(
+        "--extend-len", "--seq", help="Extend (new) tokens per request. Default: 2048.")] = None,
+    seq_lens: Annotated[Optional[str], typer.Option(
+        "--extend-lens", "--seq-lens", help="One explicit batch, one extend length per request, e.g. 3000,5000.")] = None,
+    prefix: Annotated[int, typer.Option(
+        "--prefix-len", "--prefix", help="Cached prefix tokens of every request.")] = 0,
     rank: Annotated[int, typer.Option("--rank", help="The CP rank to explain.")] = 0,
     backend: Annotated[c.BackendName, typer.Option("--backend", help="fa2 or fa3 (auto: fa3 on Hopper).")] = c.BackendName.auto,
     timing: Annotated[str, typer.Option(
