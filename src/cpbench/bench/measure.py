@@ -21,7 +21,7 @@ import torch
 from cpbench.bench import check as checks
 from cpbench.bench.backends.base import Backend, Prepared
 from cpbench.bench.env import sm_clock_mhz
-from cpbench.bench.geometry import attention_flops
+from cpbench.bench.flops import forward_flops
 from cpbench.bench.phases import phase_times_us
 from cpbench.bench.ranks import RankGroup, Status
 from cpbench.bench.timing import Clock, capture_graph, host_enqueue_us, release_graphs, summarize, time_interleaved
@@ -117,8 +117,7 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                     raise
                 raise StatusError(f"kernel count failed: {one_line(e)}") from e
         fail_open(count)
-    flops = sum(attention_flops(segs, work.model.num_q_heads, work.model.head_dim, w)
-                for w in work.model.window_left_per_layer for _, segs in work.geometry.calls("fused"))
+    flops = forward_flops(work.model, work.geometry)
     for timing in dict.fromkeys(t for _, t in job.todo):
         runnable = [m for m in modes if status[m] == OK and (m, timing) in job.todo]
         fns, graph_status = _timed_fns(job, work, prepared, runnable, timing, group)

@@ -99,7 +99,9 @@ def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
     cfg = manifest.get("config") or {}
     if not cfg.get("cp_sizes"):
         return []
-    if cfg.get("extend_lens"):
+    if cfg.get("batches"):  # a length mix or trace: (bs, longest extend) of every batch
+        batches = list(dict.fromkeys((len(e), max(e)) for e, _ in cfg["batches"]))
+    elif cfg.get("extend_lens"):
         batches = [(len(cfg["extend_lens"]), max(cfg["extend_lens"]))]
     else:
         batches = [(b, q) for b in cfg.get("bs_list", []) for q in cfg.get("seq_list", [])]
