@@ -22,6 +22,7 @@ from cpbench.plots.data import cells, groups, prepare, span_text
 from cpbench.plots.dist_data import sim_vs_real
 from cpbench.plots.dist_report import real_cp_section, sim_vs_real_section
 from cpbench.plots.style import human_tokens
+from cpbench.plots.workloads import workload_sections
 from cpbench.plots.tables import TIE, cell_tables, kernel_lines, kernel_table, md_table, merge_lines, summary_lines
 
 ENV_KEYS = (("gpu_name", "GPU"), ("compute_capability", "compute capability"), ("driver", "driver"),
@@ -138,7 +139,8 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
              f"(without raw samples: within ±{TIE:.0%}).", ""]
     counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
     parts += summary_lines(view) + kernel_lines(counts) + merge_lines(d)
-    parts += ["", "## Environment", "", environment_table(manifest), "", "## Reproduce", ""]
+    parts += [""] + workload_sections(view, d)
+    parts += ["## Environment", "", environment_table(manifest), "", "## Reproduce", ""]
     cmd = manifest.get("command")
     parts += [f"```sh\n{cmd}\n```" if cmd else "_The command line was not recorded in manifest.json._", ""]
     parts += ["## Results per cp size", "",
