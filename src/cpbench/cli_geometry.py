@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -10,23 +11,32 @@ from rich.markup import escape
 from rich.table import Table
 
 from cpbench.cli_options import console, int_list
+from cpbench.errors import CpbenchInputError
 
 GEOMETRY_EPILOG = ("Examples:  cpbench geometry --cp 4 --extend 11,13 --prefix 8,14  |  "
-                   "cpbench geometry --cp 8 --extend 4096 --rank 0 --json")
+                   "cpbench geometry --cp 8 --extend 4096 --rank 0 --json  |  "
+                   "cpbench geometry --check examples/sglang_cp_metadata_cp4.json")
 MODELS_EPILOG = "Example:  cpbench models"
 
 
 def geometry(
-    cp: Annotated[int, typer.Option("--cp", help="CP size (cp_size).")] = 4,
-    extend: Annotated[str, typer.Option(help="Extend (new-token) lengths per request, e.g. 11,13.")] = "11,13",
+    cp: Annotated[Optional[int], typer.Option("--cp", help="CP size (cp_size). Default 4.")] = None,
+    extend: Annotated[Optional[str], typer.Option(
+        help="Extend (new-token) lengths per request, e.g. 11,13. Default 11,13.")] = None,
     prefix: Annotated[Optional[str], typer.Option(help="Cached prefix lengths per request, e.g. 8,14.")] = None,
     rank: Annotated[Optional[int], typer.Option(help="Only this rank (default: every rank).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list, one object per rank.")] = False,
+    check: Annotated[Optional[Path], typer.Option(
+        "--check", help="An engine's per-rank metadata dump (JSON as --json prints it): print a field-by-field "
+                        "diff against cpbench's; exit 1 on a difference.")] = None,
 ) -> None:
     """Print each rank's zigzag metadata (SGLang field names) for a batch, to check an engine's own."""
     from cpbench.bench.geometry import rank_geometry, validate_batch
 
-    ext = int_list(extend, "--extend")
+    if check is not None:
+        raise typer.Exit(_check(check, cp, extend, prefix, rank, as_json))
+    cp = 4 if cp is None else cp
+    ext = int_list("11,13" if extend is None else extend, "--extend")
     pre = int_list(prefix, "--prefix", minimum=0) if prefix is not None else None
     cp = int_list(str(cp), "--cp")[0]  # the same bounds as sweep's --cp
     validate_batch(ext, pre, cp, rank)
@@ -49,6 +59,36 @@ def geometry(
                   str(list(g.kv_len_prev)), str(list(g.kv_len_next)), str(g.cu_seqlens_q_combined),
                   str(g.cu_seqlens_kv_combined), str(g.max_seqlen_q_combined), str(g.tokens_logical))
     console.print(t)
+
+
+def _check(path: Path, cp: Optional[int], extend: Optional[str], prefix: Optional[str], rank: Optional[int],
+           as_json: bool) -> int:
+    """``geometry --check``: 0 when every field of the dump matches, 1 on a difference (CpbenchInputError,
+    exit 2, for a malformed dump or options that clash with it)."""
+    from cpbench.bench.geometry_check import diff_dump, load_dump
+
+    if as_json or rank is not None:
+        raise CpbenchInputError("--check compares every rank of the dump and prints a diff: drop --json and --rank")
+    dump = load_dump(path)
+    if dump.cp_size is not None:
+        if cp is not None or extend is not None or prefix is not None:
+            raise CpbenchInputError(f"{str(path)!r} gives the batch (cp_size, extend_seq_lens): drop --cp, --extend "
+                                    "and --prefix")
+        cp, ext, pre = dump.cp_size, dump.extend_lens, dump.prefix_lens
+    else:
+        cp = 4 if cp is None else int_list(str(cp), "--cp")[0]
+        ext = int_list("11,13" if extend is None else extend, "--extend")
+        pre = int_list(prefix, "--prefix", minimum=0) if prefix is not None else None
+    diffs, n = diff_dump(dump, ext, pre, cp)
+    ranks = ", ".join(str(r["rank"]) for r in sorted(dump.ranks, key=lambda r: r["rank"]))
+    head = f"cp_size {cp}, extend {list(ext)}, prefix {list(pre) if pre else [0] * len(ext)}; ranks {ranks}"
+    if not diffs:
+        console.print(f"match: {n} field(s) agree ({escape(head)})")
+        return 0
+    console.print(f"[red]{len(diffs)} of {n} field(s) differ[/] ({escape(head)}):")
+    for line in diffs:
+        console.print("  " + escape(line), soft_wrap=True)
+    return 1
 
 
 def models() -> None:
