@@ -40,7 +40,7 @@ def test_when_to_fuse_by_tp_and_an_ineligible_cell():
     view = cells(prepare(pd.DataFrame(rows + tp8)))
     tables = dict(when_to_fuse(view))
     assert list(tables) == ["gpt-oss-120b · fa3 · eager · tp 1 · cp 2", "gpt-oss-120b · fa3 · eager · tp 8 · cp 2"]
-    assert "| 4 | — | slower 0.67× |" in tables["gpt-oss-120b · fa3 · eager · tp 8 · cp 2"]
+    assert "| 4 | no CP | slower 0.67× |" in tables["gpt-oss-120b · fa3 · eager · tp 8 · cp 2"]
     # 1 + 1 + 4 requests ran with CP, the 4 of the ineligible batch did not
     assert cp_share_lines(view)[0].startswith("- gpt-oss-120b · tp 1 · cp 2: 6 of 10 requests (60 %) in 3 of 4 "
                                               "batch(es) ran with CP; the others are in batches with an extend")

@@ -24,10 +24,11 @@ def _length_bins(lengths: list[int]) -> dict[int, str]:
 
 def _cell_text(cells: pd.DataFrame) -> str:
     """One grid entry: ``faster 1.22×`` for one cell (``faster 1.1–1.3×`` for several that agree), else the
-    counts (``2 faster · 1 tie``); ``—`` when no cell ran in both modes."""
+    counts (``2 faster · 1 tie``); ``no CP`` when every batch is one SGLang runs without CP, ``—`` when no
+    cell ran in both modes for another reason."""
     ok = cells[(cells["status"] == "ok") & cells["speedup"].map(lambda x: math.isfinite(float(x)))]
     if ok.empty:
-        return "—"
+        return "no CP" if len(cells) and (cells["status"] == "ineligible").all() else "—"
     verdicts = list(ok.apply(verdict, axis=1))
     if len(set(verdicts)) == 1:
         lo, hi = float(ok["speedup"].min()), float(ok["speedup"].max())
@@ -40,7 +41,7 @@ def when_to_fuse(view: pd.DataFrame) -> list[tuple[str, str]]:
     """``[(heading, markdown table)]`` per (model, backend, timing, tp_size, cp_size) of the critical-path
     view: rows bs, columns the longest extend length of the batch (power-of-two bins for a length mix),
     entries fused vs two-call by the speedup's 95 % interval (``tables.verdict``: faster when the interval
-    lies above 1, slower below, tie otherwise) with the speedup."""
+    lies above 1, slower below, tie otherwise) with the speedup (:func:`_cell_text`)."""
     out: list[tuple[str, str]] = []
     if view.empty:
         return out
@@ -109,7 +110,8 @@ def workload_sections(view: pd.DataFrame, d: pd.DataFrame) -> list[str]:
     parts = ["## When to fuse", "",
              "Fused vs two-call on the critical path over (bs, longest extend length), by the speedup's 95 % "
              "interval: faster when it lies above 1, slower when below 1, else a tie; the speedup follows. "
-             "Several batches in one entry (a length mix) are counted by verdict.", ""]
+             "Several batches in one entry (a length mix) are counted by verdict; no CP: batches SGLang runs without "
+             "CP (an extend shorter than 2 × cp_size).", ""]
     for heading, table in when_to_fuse(view):
         parts += [f"### {heading}", "", table, ""]
     if view.empty:
