@@ -8,8 +8,12 @@ import pandas as pd
 import pytest
 
 from cpbench.bench.backends.base import Prepared
+from cpbench.bench.flops import forward_flops
+from cpbench.bench.geometry import rank_geometry
 from cpbench.bench.layer_kinds import has_both_kinds, layer_kind_times_us
+from cpbench.bench.models import get_preset, with_overrides
 from cpbench.bench.store import load_run
+from cpbench.bench.tp import split_heads
 from clirun import cpbench
 
 # gpt-oss-120b's pattern on 2 layers (window 128, full), 8 q / 2 kv heads before --tp
@@ -34,6 +38,13 @@ def test_trace_gives_its_batches_and_the_share_run_with_cp(tmp_path):
     assert set(df.loc[df["batch"] > 0, "status"]) == {"ok"}
     assert len(df) == 3 * 2 * 2  # batches x ranks x modes
     assert manifest["config"]["model"]["num_q_heads"] == 4 and manifest["config"]["model"]["num_kv_heads"] == 1
+    # KV lengths, page tables and FLOPs follow the prefixes: batch 1 is extend (32, 12) + prefix (8, 0)
+    b1 = df[(df["batch"] == 1) & (df["rank"] == 0) & (df["mode"] == "fused")].iloc[0]
+    assert b1["context_len"] == 40 and b1["max_kv_len"] == 40  # rank 0's next block ends request 0: 8 + 32
+    assert b1["page_table_bytes"] == 2 * 3 * 4  # [bs 2, ceil(40 / 16) pages] int32
+    model = split_heads(with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16,
+                                       page_size=16), 2)
+    assert b1["flops"] == forward_flops(model, rank_geometry((32, 12), (8, 0), 2, 0))
     report = (out / "report.md").read_text()
     assert "3 of 5 requests (60 %) in 2 of 3 batch(es) ran with CP" in report
     assert "## When to fuse" in report and "tp 2 · cp 2" in report
