@@ -113,8 +113,9 @@ def test_layer_kind_times_sum_each_kind(monkeypatch):
     step = lambda us: (lambda: now.__setitem__(0, now[0] + us * 1e-6))
     prep = Prepared([[("combined", step(10))], [("combined", step(20))], [("combined", step(30))],
                      [("prev", step(40)), ("next", step(5))]], {})
-    got = layer_kind_times_us(prep, (127, -1, 127, -1), _FakeClock())
-    assert got == pytest.approx({"window_layers_us": 40.0, "full_layers_us": 65.0})
+    for reps in (None, 3):  # one forward on CPU by default, or the median of three
+        got = layer_kind_times_us(prep, (127, -1, 127, -1), _FakeClock(), reps=reps)
+        assert got == pytest.approx({"window_layers_us": 40.0, "full_layers_us": 65.0})
     assert has_both_kinds((127, -1)) and not has_both_kinds((-1, -1)) and not has_both_kinds((127, 127))
     with pytest.raises(ValueError, match="3 window_left values for 4 layers"):
         layer_kind_times_us(prep, (127, -1, 127), _FakeClock())

@@ -20,9 +20,10 @@ def has_both_kinds(window_left_per_layer: Sequence[int]) -> bool:
 
 
 def layer_kind_times_us(prep: Prepared, window_left_per_layer: Sequence[int], clock,
-                        barrier: Callable[[], None] | None = None, reps: int = 3) -> dict:
-    """Median over ``reps`` eager forwards of the time the window layers and the full layers take, each
-    summed over its layers, µs: ``{"window_layers_us", "full_layers_us"}``.
+                        barrier: Callable[[], None] | None = None, reps: int | None = None) -> dict:
+    """Median over ``reps`` eager forwards (default 3 on CUDA, 1 on CPU, where it is a functional check and
+    the CPU main job stays quick) of the time the window layers and the full layers take, each summed over
+    its layers, µs: ``{"window_layers_us", "full_layers_us"}``.
 
     On CUDA one event is recorded before the forward and one after each layer (no host sync inside the
     forward), so a layer's time is the device time from the end of the previous layer to its own end,
@@ -32,6 +33,7 @@ def layer_kind_times_us(prep: Prepared, window_left_per_layer: Sequence[int], cl
     """
     if len(window_left_per_layer) != len(prep.layers):
         raise ValueError(f"{len(window_left_per_layer)} window_left values for {len(prep.layers)} layers")
+    reps = reps if reps is not None else 3 if clock.cuda else 1
     kinds = ["window" if w >= 0 else "full" for w in window_left_per_layer]
     per_rep = []
     for _ in range(reps):

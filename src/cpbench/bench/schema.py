@@ -140,7 +140,7 @@ _COLUMNS = [
     _c("batch", "int", "", "index of the batch in a --lengths mix or --trace (0 for a bs x seq grid)", "cell"),
     _c("prefix_lens", "str", "tokens", "cached prefix of each request, comma-separated (prefix_len is the longest)"),
     _c("window_layers_us", "float", "µs", "the sliding-window layers' share of an eager forward (median of 3 "
-       "forwards timed per layer; NaN for a model with one layer kind)"),
+       "forwards timed per layer, 1 on CPU; NaN for a model with one layer kind)"),
     _c("full_layers_us", "float", "µs", "the full-attention layers' share of the same forwards"),
 ]
 COLUMNS: dict[str, Column] = {c.name: c for c in _COLUMNS}

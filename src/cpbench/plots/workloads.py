@@ -120,7 +120,7 @@ def workload_sections(view: pd.DataFrame, d: pd.DataFrame) -> list[str]:
     table = layer_kind_table(d)
     if table:
         parts += ["## By layer kind", "",
-                  "Eager forwards timed layer by layer (median of 3 per rank and mode; slowest rank per mode): the "
+                  "Eager forwards timed layer by layer (median of 3 per rank and mode, 1 on CPU; slowest rank per mode): the "
                   "sliding-window layers and the full-attention layers, each summed over its layers, and two-call / "
                   "fused for each kind (> 1: fusion gains on that kind).", "", table, ""]
     return parts
