@@ -119,3 +119,16 @@ def test_layer_kind_times_sum_each_kind(monkeypatch):
     assert has_both_kinds((127, -1)) and not has_both_kinds((-1, -1)) and not has_both_kinds((127, 127))
     with pytest.raises(ValueError, match="3 window_left values for 4 layers"):
         layer_kind_times_us(prep, (127, -1, 127), _FakeClock())
+
+
+def test_resume_keeps_the_batches_and_tp(tmp_path):
+    args = ["sweep", "--device", "cpu", "--cp", "2", "--bs", "2", "--lengths", "dist:uniform:8:24", "--batches", "1",
+            "--mode", "fused", "--no-check", "--no-profile", "--no-report", "--out", str(tmp_path / "r"), *TINY]
+    assert cpbench(*args).returncode == 0
+    rows = (tmp_path / "r" / "results.jsonl").read_text().splitlines()
+    again = cpbench(*args, "--resume")
+    assert again.returncode == 0 and (tmp_path / "r" / "results.jsonl").read_text().splitlines() == rows
+    tp = cpbench(*args, "--resume", "--tp", "2")
+    assert tp.returncode == 2 and "measured with a different tp_size (1)" in tp.stderr
+    other = cpbench(*args, "--resume", "--seed", "1")  # another seed draws other lengths
+    assert other.returncode == 2 and "different seed" in other.stderr

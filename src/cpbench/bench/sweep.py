@@ -141,8 +141,10 @@ def check_resume_config(run: RunDir, cfg: SweepConfig, group: RankGroup) -> None
     """Raise CpbenchInputError when --resume would mix rows measured under other options
     (:data:`~cpbench.bench.schema.FIXED_ON_RESUME`)."""
     old = run.read_manifest().get("config", {})
-    new = {"model": dataclasses.asdict(cfg.model), "launch": group.launch, "world_size": group.world_size,
-           **{k: getattr(cfg, k) for k in FIXED_ON_RESUME if k != "model" and hasattr(cfg, k)}}
+    # the model last: at another --tp its per-GPU heads differ too, and the message should name tp_size
+    new = {"launch": group.launch, "world_size": group.world_size,
+           **{k: getattr(cfg, k) for k in FIXED_ON_RESUME if k != "model" and hasattr(cfg, k)},
+           "model": dataclasses.asdict(cfg.model)}
     for key in new:
         if key in old and json.loads(json.dumps(old[key])) != json.loads(json.dumps(new[key])):
             was = old[key].get("name", old[key]) if key == "model" and isinstance(old[key], dict) else old[key]
