@@ -1,5 +1,7 @@
 """Attention tensor parallelism: one GPU's heads at TP 2/4/8 for every preset, replication and refusals."""
 
+import json
+
 import pytest
 
 from cpbench.bench.models import PRESETS, get_preset, with_overrides
@@ -57,3 +59,14 @@ def test_cli_refuses_in_one_line(tmp_path):
     r = cpbench("sweep", "--device", "cpu", "--tp", "3", "--out", str(tmp_path / "r"), "--no-report")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "--tp 3 does not divide" in r.stderr
+
+
+def test_models_and_profile_show_one_gpus_heads(tmp_path):
+    r = cpbench("models", "--tp", "4")
+    assert r.returncode == 0 and "tp_size 4" in r.stdout
+    line = next(ln for ln in r.stdout.splitlines() if "qwen3-30b-a3b" in ln)
+    assert [c.strip() for c in line.split("│")[2:5]] == ["48", "8", "1"]  # layers, q heads, kv heads
+    p = cpbench("profile", "--device", "cpu", "--cp", "2", "--bs", "1", "--seq", "16", "--layers", "2", "--tp", "8",
+                "--json", "--out", str(tmp_path / "p"))
+    assert p.returncode == 0, p.stderr[-500:]
+    assert json.loads(p.stdout)["tp_size"] == 8

@@ -16,7 +16,7 @@ from cpbench.errors import CpbenchInputError
 GEOMETRY_EPILOG = ("Examples:  cpbench geometry --cp 4 --extend 11,13 --prefix 8,14  |  "
                    "cpbench geometry --cp 8 --extend 4096 --rank 0 --json  |  "
                    "cpbench geometry --check examples/sglang_cp_metadata_cp4.json")
-MODELS_EPILOG = "Example:  cpbench models"
+MODELS_EPILOG = "Examples:  cpbench models  |  cpbench models --tp 8"
 
 
 def geometry(
@@ -91,14 +91,15 @@ def _check(path: Path, cp: Optional[int], extend: Optional[str], prefix: Optiona
     return 1
 
 
-def models() -> None:
-    """List the model presets (attention shape per CP rank, attention TP 1)."""
+def models(tp: Annotated[int, typer.Option("--tp", help="Show one GPU's heads at this attention TP.")] = 1) -> None:
+    """List the model presets (attention shape per CP rank and GPU, attention TP 1 or --tp)."""
     from cpbench.bench.models import PRESETS
+    from cpbench.bench.tp import split_heads
 
-    t = Table(title="model presets")
+    t = Table(title="model presets" + (f" (one GPU's heads at tp_size {tp})" if tp != 1 else ""))
     for col in ("name", "layers", "q heads", "kv heads", "head_dim", "window", "sinks", "page_size"):
         t.add_column(col)
-    for m in PRESETS.values():
+    for m in (split_heads(p, tp) for p in PRESETS.values()):
         t.add_row(m.name, str(m.num_layers), str(m.num_q_heads), str(m.num_kv_heads), str(m.head_dim),
                   f"{m.sliding_window}/full alt."
                   if m.sliding_window else "full", "fp32" if m.has_sinks else "-",
