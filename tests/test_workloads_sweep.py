@@ -87,6 +87,7 @@ def test_window_model_only_has_per_kind_times(tmp_path):
     (["--prefix-hit", "0.5", "--prefix", "8"], "keep one"),
     (["--prefix-hit", "1.5"], "--prefix-hit must be a fraction in [0, 1)"),
     (["--batches", "2"], "--batches applies to --lengths or --trace"),
+    (["--batches", "2", "--prefix-hit", "0.5"], "--batches applies to --lengths or --trace"),
     (["--lengths", "dist:gamma:1:2"], "unknown distribution 'gamma'"),
     (["--tp", "16"], "--tp 16 does not divide the model's 8 query heads"),
 ])
@@ -132,3 +133,15 @@ def test_resume_keeps_the_batches_and_tp(tmp_path):
     assert tp.returncode == 2 and "measured with a different tp_size (1)" in tp.stderr
     other = cpbench(*args, "--resume", "--seed", "1")  # another seed draws other lengths
     assert other.returncode == 2 and "different seed" in other.stderr
+
+
+def test_prefix_hit_on_the_grid(tmp_path):
+    out = tmp_path / "g"
+    r = cpbench("sweep", "--device", "cpu", "--cp", "2", "--bs", "1,2", "--seq", "64", "--prefix-hit", "0.25",
+                "--mode", "fused", "--no-check", "--no-profile", "--no-report", "--out", str(out), *TINY)
+    assert r.returncode == 0, r.stderr[-800:]
+    df, manifest = load_run(out)
+    assert manifest["config"]["batches"] == [[[48], [16]], [[48, 48], [16, 16]]]
+    cells = df.drop_duplicates("batch").sort_values("batch")
+    assert list(cells["extend_lens"]) == ["48", "48,48"] and list(cells["prefix_len"]) == [16, 16]
+    assert list(cells["seq_len"]) == [48, 48] and list(cells["context_len"]) == [64, 64]

@@ -82,9 +82,9 @@ def workload_batches(cells: Cells, *, lengths: Optional[str], trace: Optional[st
     Raises CpbenchInputError: --lengths with --trace, either with --seq or --seq-lens, a bad value."""
     from cpbench.bench.lengths import LengthMix, parse_lengths, plan_batches, read_trace
 
+    if lengths is None and trace is None and batches is not None:
+        raise CpbenchInputError("--batches applies to --lengths or --trace: add one, or drop --batches")
     if lengths is None and trace is None and prefix_hit is None:
-        if batches is not None:
-            raise CpbenchInputError("--batches applies to --lengths or --trace: add one, or drop --batches")
         return None
     if lengths is not None and trace is not None:
         raise CpbenchInputError("--lengths and --trace both give the request lengths: keep one")

@@ -84,7 +84,7 @@ class SweepConfig:
     tp_size: int = 1  # attention TP: ``model`` holds one GPU's heads (bench.tp.split_heads)
     # a length mix or trace: every batch as [extend_lens, prefix_lens] (replaces bs x seq and extend_lens)
     batches: list | None = None
-    lengths: str | None = None  # the --lengths / --trace / --prefix-hit they came from (manifest record)
+    lengths: str | None = None  # the --lengths, --trace and --prefix-hit they came from (manifest record)
     trace: str | None = None
     prefix_hit: float | None = None
 
