@@ -41,3 +41,21 @@ def test_pin_sets_the_affinity_and_refuses_cores_outside_it():
             pin(str(max(before) + 4096))
     finally:
         os.sched_setaffinity(0, before)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux sched_setaffinity")
+def test_sweep_pins_and_records_its_cores(tmp_path):
+    import json
+
+    from clirun import cpbench
+
+    core = min(os.sched_getaffinity(0))
+    out = tmp_path / "run"
+    r = cpbench("sweep", "--backend", "torch", "--device", "cpu", "--cp", "2", "--bs", "1", "--extend-len", "8",
+                "--layers", "2", "--timing", "eager", "--no-report", "--no-profile", "--cpu-affinity", str(core),
+                "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["cpu_affinity"] == {"requested": str(core), "cores": [core]}
+    bad = cpbench("sweep", "--backend", "torch", "--device", "cpu", "--cpu-affinity", "3-1", "--out", str(tmp_path / "b"))
+    assert bad.returncode == 2 and "--cpu-affinity '3-1'" in bad.stderr and not (tmp_path / "b").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from typing import Annotated, Optional
 
 import typer
@@ -53,6 +54,9 @@ def sweep(
     batches: Annotated[Optional[int], typer.Option(
         "--batches", help="Batches per --bs value: drawn from a --lengths distribution (default 4), or at most "
                           "this many from a list or trace (default all).")] = None,
+    cpu_affinity: Annotated[Optional[str], typer.Option(
+        "--cpu-affinity", help="Pin the measuring process to these CPU cores (Linux CPU list, e.g. 0-7); under "
+                               "torchrun each local rank gets its own contiguous share.")] = None,
     tp: Annotated[int, typer.Option(
         "--tp", help="Attention tensor parallelism: measure one GPU's heads (q heads / TP, KV heads / TP or one "
                      "replicated).")] = 1,
@@ -117,6 +121,10 @@ def sweep(
     if context_len is not None and context_len < longest:
         raise CpbenchInputError(f"--context-len {context_len} is shorter than the longest sequence "
                                 f"({longest} tokens with prefix): raise it or drop it")
+    if cpu_affinity is not None:
+        from cpbench.bench.affinity import parse_cpu_list
+
+        parse_cpu_list(cpu_affinity)  # a bad list fails here, before a launch starts its ranks
     dist = DistOptions(launch, nproc_per_node, gather, dist_backend, dist_timeout)
     dist.check(cells.ranks, cells.cp_sizes)
     kw = dict(model=spec, cp_sizes=cells.cp_sizes, bs_list=cells.bs_list, seq_list=cells.seq_list,
@@ -126,7 +134,7 @@ def sweep(
               context_len=context_len, device=dev, profile=profile, nvtx=nvtx, out=out, resume=resume, tp_size=tp,
               batches=mix, lengths=lengths, trace=trace, prefix_hit=prefix_hit,
               report=report, allow_mismatch=allow_mismatch, console=console, gather=dist.gather_mode,
-              fused_order=check_fused_order(fused_order))
+              fused_order=check_fused_order(fused_order), cpu_affinity=cpu_affinity)
     if not dist.distributed:
         raise typer.Exit(run_sweep(**kw))
     if not under_torchrun():
@@ -134,16 +142,25 @@ def sweep(
     raise typer.Exit(run_as_rank(dist, dev, lambda group, device: run_sweep(**{**kw, "device": device}, group=group)))
 
 
-def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend: str, group=None, **kw) -> int:
+def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend: str, group=None,
+              cpu_affinity: str | None = None, **kw) -> int:
     """Run a sweep with a progress bar; return the exit code (0 ok, 1 mismatch, 2 nothing could run).
-    ``group``: where ranks run (default: every rank here, one after another).
+    ``group``: where ranks run (default: every rank here, one after another). ``cpu_affinity``: a CPU
+    list this process is pinned to first (its local rank's share under torchrun; the manifest records
+    the writer's cores).
 
     Raises CpbenchInputError for bad input found before anything is measured.
     """
     from cpbench.bench.sweep import Sweep, make_config
 
+    env_extra = {}
+    if cpu_affinity is not None:
+        from cpbench.bench.affinity import pin
+
+        cores = pin(cpu_affinity, int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+        env_extra["cpu_affinity"] = {"requested": cpu_affinity, "cores": cores}
     cfg = make_config(backend, **kw)
-    sweep = Sweep.open(cfg, out, resume, group)
+    sweep = Sweep.open(cfg, out, resume, group, env_extra=env_extra)
     try:
         return _run(sweep, console, report, allow_mismatch)
     finally:

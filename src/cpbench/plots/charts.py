@@ -80,13 +80,16 @@ CPU_CHARTS = {
 }
 
 
+CPU_SKIP = ("throughput", "setup_memory")
+
+
 def charts_for(rows: pd.DataFrame, cpu: bool = False) -> tuple:
     """The chart table of one prepared (model, backend) group: ``CHARTS`` plus ``DIST_CHARTS`` when its
     torchrun rows carry phase times; with ``cpu``, the CPU wording and functions of ``CPU_CHARTS``."""
     table = CHARTS + DIST_CHARTS if len(rows) and has_phases(rows) else CHARTS
-    if cpu:
+    if cpu:  # throughput and measured memory say nothing on a CPU (no peak to compare, no allocator stats)
         table = tuple((name, *CPU_CHARTS[name]) if name in CPU_CHARTS else (name, fn, title, caption)
-                      for name, fn, title, caption in table)
+                      for name, fn, title, caption in table if name not in CPU_SKIP)
     return table
 
 

@@ -46,12 +46,16 @@ def _num(v: float, fmt: str) -> str:
     return format(v, fmt) if isinstance(v, (int, float)) and math.isfinite(v) else "—"
 
 
-def resources_section(df: pd.DataFrame, manifest: dict) -> list[str]:
+def resources_section(df: pd.DataFrame, manifest: dict, cpu: bool = False) -> list[str]:
     """Markdown lines: the measured matmul peak, a TFLOP/s table (two-call vs fused, % of peak), and a
     memory table (setup bytes and peak per mode on the most loaded rank, duplicated page table share),
-    or one line saying why memory was not measured."""
+    or one line saying why memory was not measured. ``cpu``: one line instead (a functional check has
+    no throughput to report, and the CPU allocator no statistics)."""
     peak = manifest.get("gemm_peak") or {}
     out = ["## Throughput and memory", ""]
+    if cpu:
+        return out + ["Not reported for a CPU run (a functional check): its timings are not a benchmark, and "
+                      "memory is not measured on CPU (the CPU allocator keeps no statistics).", ""]
     if isinstance(peak.get("gemm_tflops"), (int, float)) and math.isfinite(peak["gemm_tflops"]):
         shape = "×".join(str(x) for x in peak.get("gemm_shape", []))
         out += [f"Matmul peak measured at the start of the run: **{peak['gemm_tflops']:.1f} TFLOP/s** "
