@@ -91,7 +91,7 @@ def _check(path: Path, cp: Optional[int], extend: Optional[str], prefix: Optiona
     ranks = ", ".join(str(r["rank"]) for r in sorted(dump.ranks, key=lambda r: r["rank"]))
     head = f"cp_size {cp}, extend {list(ext)}, prefix {list(pre) if pre else [0] * len(ext)}; ranks {ranks}"
     if not diffs:
-        console.print(f"match: {n} field(s) agree ({escape(head)})")
+        console.print(f"match: {n} field(s) agree ({escape(head)})", soft_wrap=True)
         return 0
     console.print(f"[red]{len(diffs)} of {n} field(s) differ[/] ({escape(head)}):")
     for line in diffs:

@@ -26,7 +26,7 @@ from cpbench.plots.resources import resources_section
 from cpbench.plots.style import human_tokens
 from cpbench.plots.tables import (cell_tables, cpu_summary_lines, kernel_lines, kernel_table, md_table,
                                   merge_lines, summary_lines)
-from cpbench.plots.workloads import workload_sections
+from cpbench.plots.workloads import cp_share_lines, workload_sections
 
 ENV_KEYS = (("gpu_name", "GPU"), ("compute_capability", "compute capability"), ("driver", "driver"),
             ("cuda", "CUDA"), ("torch", "torch"), ("flashinfer", "flashinfer"), ("python", "Python"),
@@ -169,7 +169,7 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
     unit = "calls" if cpu else "kernels"
     parts += (cpu_summary_lines(view) if cpu else summary_lines(view)) + kernel_lines(counts, unit) + merge_lines(d)
-    parts += [""] + (workload_sections(view, d) if not cpu else [])
+    parts += [""] + (workload_sections(view, d) if not cpu else cp_share_lines(view) + [""])  # no speedups on CPU
     parts += ["## Environment", "", environment_table(manifest, cpu), "", "## Reproduce", ""]
     parts += reproduce_lines(manifest)
     parts += ["## Results per cp size", "",
