@@ -9,7 +9,7 @@ def _cuda() -> bool:
 def pytest_collection_modifyitems(config, items):
     if _cuda():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine)")
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

@@ -35,7 +35,9 @@ def manifest(**over) -> dict:
          "command": "cpbench sweep --cp 2,4 --bs 1,4,16 --seq 1024,8192,65536 --backend fa3",
          "created": "2025-01-01T00:00:00Z", "python": "3.11.7", "torch": "2.11.0", "cuda": "13.0",
          "driver": "580.65", "flashinfer": "0.7.2.post1", "gpu_name": "NVIDIA H200",
-         "compute_capability": "9.0", "cpu": "x86_64", "timing_method": "cuda events, ABBA"}
+         "compute_capability": "9.0", "cpu": "x86_64", "timing_method": "cuda events, ABBA",
+         "gemm_peak": {"gemm_tflops": 700.0, "gemm_shape": [8192, 8192, 8192], "gemm_dtype": "bfloat16",
+                       "gemm_reps": 20, "gemm_timer": "CUDA events"}}
     m.update(over)
     return m
 
@@ -99,6 +101,12 @@ def _row(args, prefix_len, lat, st, n, noise, rng) -> dict:
         attn_kernels=LAYERS * row["calls_per_layer"], other_kernels=0,
         launches=LAYERS * row["calls_per_layer"])
     row["setup_us_total"] = row["setup_us_metadata"] + row["setup_us_page_table"] + row["setup_us_plan"]
+    calls = row["calls_per_layer"]
+    mem = {"page_table": 2 * bs * width * 4 if fused else 0, "metadata": 2048 * calls, "plan": (8 << 20) * calls,
+           "workspace": 256 << 20, "outputs": bs * seq // cp * 64 * 64 * 2 * 2, "comm": 0, "other": 0}
+    row.update({f"setup_mem_{k}": float(v) for k, v in mem.items()})
+    row.update(setup_mem_bytes=float(sum(mem.values())), forward_mem_bytes=0.0, mem_reason="",
+               peak_mem_bytes=float(sum(mem.values())), gemm_peak_tflops=700.0, tflops_pct_peak=100 / 700)
     return row
 
 

@@ -153,7 +153,8 @@ def test_fa_fused_plans_the_combined_segments_over_the_duplicated_table(monkeypa
     assert p["last"] == [2, 4, 3, 3]
     assert p["args"] == (8, 2, 16, 4) and p["causal"] is True and p["sm_scale"] == 16 ** -0.5
     assert "disable_split_kv" not in p  # FlashInfer's default planner
-    assert prep.calls_per_layer == 1 and set(prep.setup_us) == {"page_table", "metadata", "plan"}
+    assert prep.calls_per_layer == 1 and set(prep.setup_us) == {"page_table", "metadata", "plan", "outputs"}
+    assert prep.setup_mem == {}  # CPU: no allocator statistics
 
 
 def test_fa_two_call_plans_prev_and_next_and_split_kv_off(monkeypatch):

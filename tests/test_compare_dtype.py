@@ -46,7 +46,7 @@ def test_two_bf16_runs_pair_row_for_row(tmp_path):
     res, _, _ = compare_runs(a, b)
     assert len(res.table) == N_ROWS and res.only_base.empty and res.only_new.empty and res.not_comparable.empty
     assert set(res.table["dtype"]) == {"bf16"} and (res.table["ratio"] == 1.0).all()
-    assert set(res.table["verdict"]) == {"near-tie"}
+    assert set(res.table["verdict"]) == {"tie"}
     r = cpbench("compare", str(a), str(b))
     assert r.returncode == 0, r.stderr[-1000:]
     assert NOTHING not in r.stderr

@@ -5,7 +5,8 @@ sizes split-KV chunks from the whole batch's work, and the fused batch is twice 
 rounds its softmax probabilities to bf16 on its own), and bit for bit with split-KV disabled, which
 shows that the chunking is the only difference.
 
-Run on the device machine (CI skips them): `python -m pytest -q -m gpu tests/test_flashinfer_gpu.py`.
+Needs a CUDA GPU with flashinfer (fa3: compute capability 9.0); skipped elsewhere:
+`python -m pytest -q -m gpu tests/test_flashinfer_gpu.py`.
 """
 
 import pytest
@@ -42,7 +43,7 @@ def _backends():
 @pytest.mark.parametrize("batch", BATCHES, ids=[b[0] for b in BATCHES])
 def test_fused_equals_two_call_and_reference(backend, model, cp, batch):
     if backend not in _backends():
-        pytest.skip(f"{backend} does not run on this GPU")
+        pytest.skip(f"needs a GPU that runs {backend} (fa3: compute capability 9.0) and flashinfer")
     spec = with_overrides(get_preset(model), **MODELS[model])
     be = get_backend(backend)
     reason = be.supports(torch.device("cuda"), spec, torch.bfloat16)
@@ -73,7 +74,7 @@ def test_fused_equals_two_call_and_reference(backend, model, cp, batch):
 def test_sink_module_head_dim_hazard(backend):
     """A sink model at head_dim 64 then 128 in one process: correct results or a clear refusal."""
     if backend not in _backends():
-        pytest.skip(f"{backend} does not run on this GPU")
+        pytest.skip(f"needs a GPU that runs {backend} (fa3: compute capability 9.0) and flashinfer")
     be = get_backend(backend)
     outcomes = []
     for hd in (64, 128):

@@ -64,6 +64,7 @@ def test_measure_rank_with_a_local_group(cell, rank):
         assert r["tokens_logical"] == geoms[rank].tokens_logical and r["num_layers"] == LAYERS
         assert r["flops"] == rows[0]["flops"] > 0 and r["tflops"] > 0  # flops: the cell's work, the same per mode
         assert math.isnan(r["host_launch_us"]) and math.isnan(r["peak_mem_bytes"])  # NaN on CPU (schema)
+        assert math.isnan(r["setup_mem_bytes"]) and r["mem_reason"].startswith("not measured on CPU")
         assert {"setup_us_total", "setup_us_metadata"} <= set(r) and r["setup_us_total"] >= 0
     fused = rows[0]
     assert fused["diff_vs_two_call"] == 0  # the torch reference: fused == two-call exactly

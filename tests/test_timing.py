@@ -1,6 +1,7 @@
 """Timing helpers: statistics, repeat count from the budget, ABBA interleaving."""
 
 import gc
+import math
 import random
 
 import torch
@@ -43,6 +44,7 @@ class FakeClock:
     """Samples from a per-variant generator instead of a real clock (the callables are names)."""
 
     cuda = False
+    last_enqueue_us = float("nan")
 
     def __init__(self, draw):
         self.draw = draw
@@ -77,3 +79,22 @@ def test_without_rel_ci_the_whole_budget_is_sampled():
     info = {}
     out = time_interleaved({"a": lambda: "a"}, clock, warmup=0, budget_ms=50, min_reps=5, info=info)
     assert len(out["a"]) == 50 and info["a"]["stop_reason"] == "time budget"
+
+
+def test_host_launch_is_the_median_enqueue_time_inside_the_timed_samples():
+    class EnqueueClock(FakeClock):
+        cuda = True  # enqueue times are reported only where enqueueing is not executing
+
+        def sample_us(self, fn, barrier=None):
+            name = fn()
+            self.calls = getattr(self, "calls", 0) + 1
+            self.last_enqueue_us = {"a": 100.0, "b": 10.0}[name] + self.calls % 3  # a: 100..102, b: 10..12
+            return 1000.0
+
+    info = {}
+    time_interleaved({"a": lambda: "a", "b": lambda: "b"}, EnqueueClock(None), warmup=0, budget_ms=30,
+                     min_reps=9, info=info)
+    assert info["a"]["host_launch_us"] == 101.0 and info["b"]["host_launch_us"] == 11.0
+    cpu = {}
+    time_interleaved({"a": lambda: "a"}, FakeClock(lambda n: 5.0), warmup=0, budget_ms=1, min_reps=3, info=cpu)
+    assert math.isnan(cpu["a"]["host_launch_us"])

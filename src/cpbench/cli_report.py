@@ -19,7 +19,7 @@ RunArg = Annotated[Path, typer.Argument(help="Run directory written by `cpbench 
                                         show_default=False)]
 PLOT_EPILOG = "Example:  cpbench plot runs/<id>"
 REPORT_EPILOG = "Example:  cpbench report runs/<id>   (torchrun run vs its simulated twin: --simulated runs/<sim-id>)"
-COMPARE_EPILOG = "Example:  cpbench compare runs/base runs/new --band 0.03 --fail-above 0.05 --out compare.md"
+COMPARE_EPILOG = "Example:  cpbench compare runs/base runs/new --fail-above 0.05 --out compare.md"
 
 
 @contextmanager
@@ -87,25 +87,30 @@ def report(
 def compare(
     base: Annotated[Path, typer.Argument(help="Baseline run directory.", show_default=False)],
     new: Annotated[Path, typer.Argument(help="New run directory.", show_default=False)],
-    band: Annotated[float, typer.Option(help="Near-tie band: |new/base - 1| <= band is a near-tie.")] = 0.03,
     fail_above: Annotated[float, typer.Option(
         help="Exit 1 if some row's new/base > 1 + this, with its 95% CI entirely above 1.")] = 0.05,
     out: Annotated[Optional[Path], typer.Option(help="Also write the markdown to this file.")] = None,
     seed: Annotated[int, typer.Option(help="Bootstrap seed (results are reproducible for a seed).")] = 0,
     min_samples: Annotated[int, typer.Option(
         help="Timed samples both rows need before a slowdown can fail the run (raise --budget-ms to get more).")] = 10,
+    allow_missing: Annotated[bool, typer.Option(
+        "--allow-missing", help="Rows ok in BASE that NEW did not measure (not ok, or absent) do not fail the gate.")
+    ] = False,
 ) -> None:
-    """Compare two runs: new/base latency per cell, rank and mode, with verdicts.
+    """Compare two runs: new/base latency per cell, rank and mode, and both runs' fused-vs-two-call speedups.
 
     Rows match on the results key (model, backend, dtype, launch, world_size, gather, timing, cp, bs, seq,
     prefix, extend lengths, rank, mode) and are compared when both ran.
 
-    Ratio = new/base median, 95% CI by bootstrap of the raw samples; near-tie: within --band or CI contains 1.
+    Ratio = new/base median, 95% CI by bootstrap of the raw samples; tie: the CI contains 1 (the rule of the
+    report). Per cell, the two runs' speedup verdicts (faster / slower / tie by interval) and whether they agree.
 
-    Prints markdown. Exit 1 if a row with >= --min-samples samples is slower by more than --fail-above with its
-    CI above 1; else 0; 2: bad input. The CI covers noise within each run, not between runs: gate on a quiet GPU.
+    Prints markdown. Exit 1 (the gate fails, with a reason line on stderr) if a row with >= --min-samples
+    samples is slower by more than --fail-above with its CI above 1, or a row ok in BASE is not ok or missing
+    in NEW (unless --allow-missing); else 0; 2: bad input. The CI covers noise within each run, not between
+    runs: gate on a quiet GPU.
     """
-    from cpbench.bench.compare import compare_runs
+    from cpbench.bench.compare import MISSING, compare_runs, run_difference
     from cpbench.bench.store import RunDir
     from cpbench.plots.compare_md import compare_markdown
 
@@ -119,12 +124,13 @@ def compare(
             raise CpbenchInputError(f"--out {str(out)!r} would write into a run directory ({real.parent}): "
                                     "give a path outside it, such as compare.md")
     with readable(base, new):
-        res, bman, nman = compare_runs(base, new, band=band, fail_above=fail_above, seed=seed,
-                                       min_samples=min_samples)
+        res, bman, nman = compare_runs(base, new, fail_above=fail_above, seed=seed, min_samples=min_samples,
+                                       allow_missing=allow_missing)
         text = compare_markdown(res, str(base), str(new), bman, nman)
-    if res.table.empty:  # a CI gate must not pass on an empty comparison
+    measured_lost = res.lost is not None and bool((res.lost["new_status"] != MISSING).any())
+    if res.table.empty and (allow_missing or not measured_lost):  # a gate must not pass on an empty comparison
         raise CpbenchInputError(f"no row ran (status ok) in both runs, so nothing was compared "
-                                f"({_run_difference(res.only_base, res.only_new)}): compare runs of the same "
+                                f"({run_difference(res.only_base, res.only_new)}): compare runs of the same "
                                 "model, backend, dtype, launch and cells")
     typer.echo(text, nl=False)
     if out is not None:
@@ -132,21 +138,7 @@ def compare(
             out.write_text(text)
         except OSError as e:
             raise CpbenchInputError(f"cannot write --out {str(out)!r}: {e.strerror}; pick a writable path") from None
+    reasons = res.gate_reasons()
+    if reasons:
+        typer.echo("compare: gate failed: " + "; ".join(reasons), err=True)
     raise typer.Exit(res.exit_code)
-
-
-def _run_difference(only_base, only_new) -> str:
-    """Which run-wide key columns differ between the unmatched rows of two runs, e.g.
-    ``dtype: bf16 in base, fp32 in new``; the models when nothing run-wide differs."""
-    from cpbench.bench.schema import RUN_COLUMNS
-
-    parts = []
-    for col in RUN_COLUMNS:
-        a = sorted({str(v) for v in only_base.get(col, [])})
-        b = sorted({str(v) for v in only_new.get(col, [])})
-        if a and b and a != b:
-            parts.append(f"{col}: {', '.join(a)} in base, {', '.join(b)} in new")
-    if parts:
-        return "; ".join(parts)
-    models = lambda rows: ", ".join(sorted({str(m) for m in rows.get("model", [])})) or "-"  # noqa: E731
-    return f"models only in base: {models(only_base)}; only in new: {models(only_new)}"

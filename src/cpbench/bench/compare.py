@@ -1,21 +1,26 @@
-"""Compare two run directories row by row: NEW / BASE latency ratio, bootstrap CI, verdict, exit code.
+"""Compare two run directories row by row: NEW / BASE latency ratio, bootstrap CI, verdict, gate, exit code.
 
 Rows match on ``schema.KEY_COLUMNS`` (model, backend, dtype, launch, world_size, gather, timing, cp_size,
-bs, seq_len, prefix_len, extend_lens, rank, mode) and are compared when both are ``ok``. pandas, numpy and scipy only (no torch),
-so it runs on a laptop.
+bs, seq_len, prefix_len, extend_lens, rank, mode) and are compared when both are ``ok`` with a finite,
+positive median latency (anything else is "not comparable", never a tie). pandas, numpy and scipy only
+(no torch), so it runs on a laptop. The cells' fused-vs-two-call speedups of the two runs are compared by
+:mod:`cpbench.bench.compare_speedup`.
 
-Verdict rule (``band`` default 0.03, ``fail_above`` default 0.05):
+Rule (``fail_above`` default 0.05):
   ratio = NEW median / BASE median (µs); CI = 95% percentile bootstrap of the ratio of medians
   (``scipy.stats.bootstrap``), resampling each run's raw samples independently (``n_boot`` resamples,
   fixed seed per row).
-  * near-tie: |ratio - 1| <= band, or the CI contains 1 (the difference is within noise);
-  * faster:   otherwise, ratio < 1;   * slower: otherwise, ratio > 1.
-  * regression (exit code 1): ratio > 1 + fail_above, the CI lies entirely above 1, and both rows hold
-    at least ``min_samples`` timed samples (default 10): with fewer, the bootstrap CI is too narrow a
-    guide and the row is reported but not gated. The CI covers noise within each run only; noise
-    between runs (another process, clocks, a CPU machine) is not in it, so gate on a quiet GPU.
+  * verdict: :func:`cpbench.bench.verdicts.ratio_verdict`, the one tie rule of every cpbench verdict
+    (faster / slower when the CI lies below / above 1, tie when it contains 1; without a CI ±TIE_BAND).
+  * regression: ratio > 1 + fail_above, the CI lies entirely above 1, and both rows hold at least
+    ``min_samples`` timed samples (default 10): with fewer, the bootstrap CI is too narrow a guide and
+    the row is reported but not gated. The CI covers noise within each run only; noise between runs
+    (another process, clocks, a CPU machine) is not in it, so gate on a quiet GPU.
+  * lost: a row ``ok`` in BASE that is not ok in NEW (unsupported, error, oom, mismatch, ineligible,
+    no usable latency) or missing from NEW.
+  Exit code 1 (the gate fails) on any regression, and on any lost row unless ``allow_missing``.
   Without raw samples the CI falls back to [new_ci_low / base_ci_high, new_ci_high / base_ci_low]
-  from the rows' own median CIs; with neither, the CI is unknown and the band alone decides.
+  from the rows' own median CIs; with neither, the CI is unknown and the tie band decides.
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from cpbench.bench.schema import CELL_COLUMNS, KEY_COLUMNS
+from cpbench.bench.schema import CELL_COLUMNS, KEY_COLUMNS, RUN_COLUMNS
 from cpbench.bench.store import load_run
+from cpbench.bench.verdicts import ratio_verdict
 from cpbench.errors import CpbenchInputError
 
-VERDICTS = ("faster", "slower", "near-tie")
+MISSING = "missing"
+"""``new_status`` of a lost row that NEW does not hold at all."""
 
 
 @dataclass
@@ -48,36 +55,65 @@ class CompareResult:
             ``ci_low``, ``ci_high``, ``verdict``, ``regression`` (bool) and ``ungated`` (bool: slower
             beyond ``fail_above`` with the CI above 1, but with fewer than ``min_samples`` samples).
         only_base / only_new: key columns (+ ``status``) of rows present in one run only.
-        not_comparable: keys present in both where either is not ok (``base_status``, ``new_status``).
-        band, fail_above: the thresholds used (fractions, e.g. 0.03); min_samples: the sample floor.
+        not_comparable: keys present in both where either is not ok (``base_status``, ``new_status``,
+            ``new_reason``).
+        lost: key columns, ``base_status`` (ok), ``new_status`` (a status, ``no latency`` or
+            ``missing``) and ``new_reason`` of rows ok in BASE that NEW did not measure.
+        fail_above: the regression threshold (fraction, e.g. 0.05); min_samples: the sample floor;
+        allow_missing: lost rows do not fail the gate.
+        speedups: per cell, both runs' critical-path speedups, intervals and verdicts
+            (:func:`cpbench.bench.compare_speedup.speedup_frame`).
     """
 
     table: pd.DataFrame
     only_base: pd.DataFrame
     only_new: pd.DataFrame
     not_comparable: pd.DataFrame
-    band: float
     fail_above: float
     min_samples: int = 10
+    lost: pd.DataFrame | None = None
+    allow_missing: bool = False
+    speedups: pd.DataFrame | None = None
 
     @property
     def regressions(self) -> pd.DataFrame:
         return self.table[self.table["regression"]] if len(self.table) else self.table
 
+    def gate_reasons(self) -> list[str]:
+        """Why the gate fails, one line per kind (empty: it passes)."""
+        out = []
+        if len(self.regressions):
+            out.append(f"{len(self.regressions)} row(s) slower by more than {self.fail_above:.1%} with the 95% CI "
+                       "above 1")
+        lost = self.lost if self.lost is not None else pd.DataFrame()
+        if len(lost) and not self.allow_missing:
+            kinds = lost["new_status"].value_counts()
+            what = ", ".join(f"{n} {st}" for st, n in sorted(kinds.items()))
+            out.append(f"{len(lost)} row(s) ok in base were not measured in new ({what}); "
+                       "--allow-missing gates on latency only")
+        return out
+
     @property
     def exit_code(self) -> int:
-        """1 when any row regressed beyond ``fail_above`` (see the module docstring), else 0."""
-        return 1 if len(self.regressions) else 0
+        """1 when the gate fails (a regression, or a lost row without ``allow_missing``), else 0."""
+        return 1 if self.gate_reasons() else 0
 
 
-def _canon(v) -> str:
+def canon(v) -> str:
+    """A key value as text, equal for the same value read from parquet, CSV or JSON lines."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
     if isinstance(v, (list, tuple, np.ndarray)):
-        return ",".join(_canon(x) for x in v)
+        return ",".join(canon(x) for x in v)
     if isinstance(v, (float, np.floating)) and float(v).is_integer():
         return str(int(v))
     return str(v)
+
+
+def numeric_first(col: pd.Series) -> pd.Series:
+    """Sort key for a key column: numbers as numbers (2048 before 16384), anything else as its text."""
+    num = pd.to_numeric(col, errors="coerce")
+    return num if num.notna().all() else col.map(canon)
 
 
 def _keyed(df: pd.DataFrame) -> pd.DataFrame:
@@ -88,8 +124,13 @@ def _keyed(df: pd.DataFrame) -> pd.DataFrame:
     if "status" not in d.columns:
         d["status"] = "ok"
     lat = pd.to_numeric(d.get("latency_us_median", pd.Series(math.nan, index=d.index)), errors="coerce")
-    d.loc[(d["status"] == "ok") & ~(lat > 0), "status"] = "no latency"  # ok rows without a usable median
-    d["_key"] = ["\x1f".join(t) for t in zip(*[d[c].map(_canon) for c in KEY_COLUMNS])]
+    usable = np.isfinite(lat.to_numpy(float)) & (lat.to_numpy(float) > 0)
+    d.loc[(d["status"] == "ok") & ~usable, "status"] = "no latency"  # non-finite, zero or negative median
+    if "reason" not in d.columns:
+        d["reason"] = ""
+    d.loc[(d["status"] == "no latency"), "reason"] = [f"median latency {v} µs is not a latency"
+                                                      for v in lat[d["status"] == "no latency"]]
+    d["_key"] = ["\x1f".join(t) for t in zip(*[d[c].map(canon) for c in KEY_COLUMNS])]
     return d.drop_duplicates("_key", keep="last").set_index("_key")
 
 
@@ -132,14 +173,6 @@ def ratio_ci(base: np.ndarray, new: np.ndarray, n_boot: int = 2000, seed: int = 
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def verdict(ratio: float, lo: float, hi: float, band: float) -> str:
-    """``near-tie`` if |ratio-1| <= band or lo <= 1 <= hi, else ``faster`` (ratio < 1) / ``slower``."""
-    straddles = math.isfinite(lo) and math.isfinite(hi) and lo <= 1.0 <= hi
-    if abs(ratio - 1.0) <= band or straddles:
-        return "near-tie"
-    return "faster" if ratio < 1.0 else "slower"
-
-
 def _median(row: pd.Series, samples: np.ndarray) -> float:
     m = pd.to_numeric(pd.Series([row.get("latency_us_median")]), errors="coerce").iloc[0]
     return float(m) if math.isfinite(m) and m > 0 else float(np.median(samples)) if len(samples) else math.nan
@@ -161,16 +194,19 @@ def _n_samples(row: pd.Series, samples: np.ndarray) -> int:
     return int(n) if math.isfinite(n) else 0
 
 
-def compare_frames(base: pd.DataFrame, new: pd.DataFrame, band: float = 0.03, fail_above: float = 0.05,
-                   n_boot: int = 2000, seed: int = 0, min_samples: int = 10) -> CompareResult:
+def compare_frames(base: pd.DataFrame, new: pd.DataFrame, fail_above: float = 0.05, n_boot: int = 2000,
+                   seed: int = 0, min_samples: int = 10, allow_missing: bool = False) -> CompareResult:
     """Compare two results frames (see the module docstring for the rule).
 
-    Args: band, fail_above: fractions >= 0 (0.03 = 3%); n_boot: bootstrap resamples; seed: base seed;
-        min_samples: timed samples both rows need before a slowdown can count as a regression.
-    Raises: CpbenchInputError for a negative band/fail_above or min_samples < 2.
+    Args: fail_above: fraction >= 0 (0.05 = 5%); n_boot: bootstrap resamples; seed: base seed;
+        min_samples: timed samples both rows need before a slowdown can count as a regression;
+        allow_missing: rows ok in BASE but not measured in NEW do not fail the gate.
+    Raises: CpbenchInputError for a negative or non-finite fail_above, or min_samples < 2.
     """
-    if band < 0 or fail_above < 0 or not (math.isfinite(band) and math.isfinite(fail_above)):
-        raise CpbenchInputError(f"--band and --fail-above must be fractions >= 0 (e.g. 0.03), got {band}, {fail_above}")
+    from cpbench.bench.compare_speedup import speedup_frame
+
+    if not (math.isfinite(fail_above) and fail_above >= 0):
+        raise CpbenchInputError(f"--fail-above must be a fraction >= 0 (e.g. 0.05), got {fail_above}")
     if min_samples < 2:
         raise CpbenchInputError(f"--min-samples must be >= 2 (a CI needs two samples), got {min_samples}")
     b, n = _keyed(base), _keyed(new)
@@ -182,34 +218,42 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, band: float = 0.03, fa
         br, nr = b.loc[k], n.loc[k]
         bs, ns = samples_of(br.get("samples_us")), samples_of(nr.get("samples_us"))
         bm, nm = _median(br, bs), _median(nr, ns)
-        ratio = nm / bm if bm > 0 and math.isfinite(nm) else math.nan
+        ratio = nm / bm
         lo, hi = ratio_ci(bs, ns, n_boot, seed ^ zlib.crc32(k.encode()))
         if not math.isfinite(lo):
             lo, hi = _fallback_ci(br, nr)
-        v = verdict(ratio, lo, hi, band) if math.isfinite(ratio) else "near-tie"
         enough = min(_n_samples(br, bs), _n_samples(nr, ns)) >= min_samples
-        slow = math.isfinite(ratio) and ratio > 1 + fail_above and (not math.isfinite(lo) or lo > 1.0)
+        slow = ratio > 1 + fail_above and (not math.isfinite(lo) or lo > 1.0)
         recs.append({**{c: br[c] for c in keys}, "base_us": bm, "new_us": nm, "ratio": ratio, "ci_low": lo,
-                     "ci_high": hi, "verdict": v, "regression": bool(slow and enough),
+                     "ci_high": hi, "verdict": ratio_verdict(ratio, lo, hi), "regression": bool(slow and enough),
                      "ungated": bool(slow and not enough)})
     table = pd.DataFrame(recs, columns=keys + ["base_us", "new_us", "ratio", "ci_low", "ci_high", "verdict",
                                                "regression", "ungated"])
+    table = table.sort_values(keys, key=numeric_first, kind="stable").reset_index(drop=True) if recs else table
     bad = [k for k in sorted(both) if k not in set(ok)]
     nc = pd.DataFrame([{**{c: b.at[k, c] for c in keys}, "base_status": b.at[k, "status"],
-                        "new_status": n.at[k, "status"]} for k in bad], columns=keys + ["base_status", "new_status"])
+                        "new_status": n.at[k, "status"], "new_reason": str(n.at[k, "reason"] or "")} for k in bad],
+                      columns=keys + ["base_status", "new_status", "new_reason"])
     only = lambda d, other: d.loc[sorted(d.index.difference(other.index)), keys + ["status"]].reset_index(drop=True)
-    return CompareResult(table, only(b, n), only(n, b), nc, band, fail_above, min_samples)
+    only_base = only(b, n)
+    lost = pd.concat([nc[nc["base_status"] == "ok"],
+                      only_base[only_base["status"] == "ok"].rename(columns={"status": "base_status"}).assign(
+                          new_status=MISSING, new_reason="not in the new run")], ignore_index=True)
+    return CompareResult(table, only_base, only(n, b), nc, fail_above, min_samples, lost, allow_missing,
+                         speedup_frame(base, new))
 
 
-def compare_runs(base_dir: str | Path, new_dir: str | Path, band: float = 0.03, fail_above: float = 0.05,
-                 n_boot: int = 2000, seed: int = 0, min_samples: int = 10) -> tuple[CompareResult, dict, dict]:
+def compare_runs(base_dir: str | Path, new_dir: str | Path, fail_above: float = 0.05, n_boot: int = 2000,
+                 seed: int = 0, min_samples: int = 10,
+                 allow_missing: bool = False) -> tuple[CompareResult, dict, dict]:
     """Load two run directories and compare them: ``(result, base_manifest, new_manifest)``.
 
     Raises: CpbenchInputError: a missing run directory, one without results, or another schema version.
     """
     base_df, base_man = load_run(base_dir)
     new_df, new_man = load_run(new_dir)
-    return compare_frames(base_df, new_df, band, fail_above, n_boot, seed, min_samples), base_man, new_man
+    return (compare_frames(base_df, new_df, fail_above, n_boot, seed, min_samples, allow_missing),
+            base_man, new_man)
 
 
 def cells_of(rows: pd.DataFrame) -> list[str]:
@@ -218,8 +262,36 @@ def cells_of(rows: pd.DataFrame) -> list[str]:
     if rows.empty:
         return out
     for _, r in rows.drop_duplicates(list(CELL_COLUMNS)).iterrows():
-        s = (f"{r['model']} · {r['backend']} · {r['timing']} · cp {_canon(r['cp_size'])} · bs {_canon(r['bs'])}"
-             f" · seq {_canon(r['seq_len'])}")
-        pre = _canon(r["prefix_len"])
+        s = (f"{r['model']} · {r['backend']} · {r['timing']} · cp {canon(r['cp_size'])} · bs {canon(r['bs'])}"
+             f" · seq {canon(r['seq_len'])}")
+        pre = canon(r["prefix_len"])
         out.append(s + (f" + prefix {pre}" if pre not in ("", "0") else ""))
     return out
+
+
+def _values(rows: pd.DataFrame, col: str) -> list[str]:
+    vals = {canon(v) for v in rows.get(col, [])}
+    return sorted(vals, key=lambda x: (0, float(x), x) if x.replace(".", "", 1).isdigit() else (1, 0.0, x))
+
+
+def _listed(vals: list[str], most: int = 6) -> str:
+    return ", ".join(vals[:most]) + (f", … ({len(vals)} values)" if len(vals) > most else "")
+
+
+def run_difference(only_base: pd.DataFrame, only_new: pd.DataFrame) -> str:
+    """What tells the unmatched rows of two runs apart, e.g. ``backend: torch in base, fa3 in new``: the
+    run-wide key columns whose values differ, else the cell columns that do (extend_lens aside: it
+    follows bs and seq_len); a fallback sentence when the key values are the same sets on both sides."""
+    cell_cols = [c for c in CELL_COLUMNS[len(RUN_COLUMNS):] if c != "extend_lens"]
+    for cols in (RUN_COLUMNS, cell_cols):
+        parts = []
+        for col in cols:
+            a, c = _values(only_base, col), _values(only_new, col)
+            if a and c and a != c:
+                parts.append(f"{col}: {_listed(a)} in base, {_listed(c)} in new")
+        if parts:
+            return "; ".join(parts)
+    if not len(only_base) or not len(only_new):
+        side = "base" if len(only_base) else "new"
+        return f"{max(len(only_base), len(only_new))} row(s) only in {side}"
+    return "the unmatched rows differ only in the combination of their key values"

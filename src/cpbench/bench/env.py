@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import platform
@@ -41,6 +42,19 @@ def git_commit() -> str | None:
     if len(sha) != 40 or any(c not in "0123456789abcdef" for c in sha):
         return None  # not a git checkout (an installed wheel, a copied tree)
     return sha + ("-dirty" if dirty else "")
+
+
+def code_sha256(root: Path | None = None) -> str:
+    """SHA-256 (hex) of cpbench's own source: every ``*.py`` file under the imported package directory
+    (``root``, default ``cpbench``'s), in sorted order of their paths relative to it, each hashed as its
+    relative POSIX path, a NUL byte, its bytes, a NUL byte. Identifies the code a run used where git
+    metadata is missing or stale (an installed wheel, a copied tree); the same files give the same hash
+    on any machine."""
+    root = Path(cpbench.__file__).resolve().parent if root is None else Path(root)
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py"), key=lambda q: q.relative_to(root).as_posix()):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def cpu_model() -> str:
@@ -101,12 +115,14 @@ def command_line() -> str:
 
 def environment(device: torch.device | None = None) -> dict:
     """Versions and hardware: python, torch, CUDA, driver, flashinfer(-cubin), GPU name and compute
-    capability (or the CPU model), cpbench version and git commit, the exact command line. With
+    capability (or the CPU model), cpbench version, git commit and the SHA-256 of its source files
+    (:func:`code_sha256`), the exact command line. With
     ``device`` None, torch is not imported and only what needs no torch is listed (``cpbench doctor``
     where torch is broken)."""
     env = {
         "cpbench_version": cpbench.__version__,
         "git_commit": git_commit(),
+        "code_sha256": code_sha256(),
         "command": command_line(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(),

@@ -156,7 +156,7 @@ class RankGeometry:
         raise CpbenchInputError(f"unknown mode {mode!r}: use 'two-call' or 'fused'")
 
     def to_json(self) -> dict:
-        """The `cpbench geometry --json` object for this rank (exact key set, see issue #2)."""
+        """The `cpbench geometry --json` object for this rank (a fixed key set: tools parse it)."""
         ok = self.eligible
         return {
             "rank": self.rank,

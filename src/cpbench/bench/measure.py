@@ -22,9 +22,10 @@ from cpbench.bench import check as checks
 from cpbench.bench.backends.base import Backend, Prepared
 from cpbench.bench.env import sm_clock_mhz
 from cpbench.bench.geometry import attention_flops
+from cpbench.bench.memory import SetupMemory, memory_columns
 from cpbench.bench.phases import phase_times_us
 from cpbench.bench.ranks import RankGroup, Status
-from cpbench.bench.timing import Clock, capture_graph, host_enqueue_us, release_graphs, summarize, time_interleaved
+from cpbench.bench.timing import Clock, capture_graph, release_graphs, summarize, time_interleaved
 from cpbench.bench.workload import RankWork
 from cpbench.errors import CpbenchInputError, one_line
 
@@ -90,16 +91,20 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
     info: dict[str, dict] = {m: {} for m in modes}
 
     exchanges: dict = {}
+    setup_mem: dict[str, dict] = {}
 
     def prepare(m: str) -> None:
-        prep = job.backend.prepare(work, m)
-        exchanges[m] = exchange = group.exchange(work, m)
+        with SetupMemory(job.device) as mem:
+            prep = job.backend.prepare(work, m)
+            with mem.part("comm"):
+                exchanges[m] = exchange = group.exchange(work, m)
         prepared[m] = prep.with_steps_before(exchange) if exchange is not None else prep
         info[m].update(exchange.columns if exchange is not None else {})
+        setup_mem[m] = mem.finish(prep.setup_mem)
 
     fail_open(prepare)
     fail_open(lambda m: exchanges[m].check() if exchanges.get(m) is not None else None)
-    fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m])))
+    fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m], setup_mem.get(m))))
     if job.check and all(status[m] == OK for m in ("two-call", "fused") if m in status) and len(prepared) == 2:
         status_diff = _attempt(lambda: info["fused"].update(
             diff_vs_two_call=checks.max_abs_diff(prepared["fused"], prepared["two-call"])))
@@ -174,7 +179,7 @@ def _attempt(fn: Callable[[], None]) -> Status:
         return "error", one_line(e)
 
 
-def _first_forward(job: RankJob, work: RankWork, prep: Prepared) -> dict:
+def _first_forward(job: RankJob, work: RankWork, prep: Prepared, setup_mem: dict | None = None) -> dict:
     dev = job.device
     out: dict = {"setup_us_" + k: v for k, v in prep.setup_us.items()}
     out["setup_us_total"] = sum(prep.setup_us.values())
@@ -184,8 +189,9 @@ def _first_forward(job: RankJob, work: RankWork, prep: Prepared) -> dict:
         before = torch.cuda.memory_allocated(dev)
     prep.forward()  # also JIT-loads kernels
     job.clock.sync()
-    out["peak_mem_bytes"] = (torch.cuda.max_memory_allocated(dev) - before) if dev.type == "cuda" else math.nan
-    out["host_launch_us"] = host_enqueue_us(prep.forward, job.clock)
+    forward_bytes = (torch.cuda.max_memory_allocated(dev) - before) if dev.type == "cuda" else math.nan
+    out.update(memory_columns(setup_mem, forward_bytes))
+    out["host_launch_us"] = math.nan  # measured inside the timed samples (timing.time_interleaved's info)
     out["max_abs_err"] = checks.max_abs_error(work, prep) if job.check else math.nan
     return out
 

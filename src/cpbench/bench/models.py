@@ -1,4 +1,5 @@
-"""Model attention shapes per CP rank (attention TP 1): presets, overrides and local HF config.json.
+"""Model attention shapes per CP rank (attention TP 1): presets, overrides and local HF config.json
+(read by :mod:`cpbench.bench.hf_config`).
 
 Presets are docs/design.md §2. ``window_left`` follows FlashInfer/SGLang: a sliding window of ``w`` tokens
 is ``window_left = w - 1`` (SGLang get_attention_sliding_window_size); ``-1`` means full attention.
@@ -6,7 +7,6 @@ is ``window_left = w - 1`` (SGLang get_attention_sliding_window_size); ``-1`` me
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,6 +26,8 @@ class ModelSpec:
         window_left_per_layer: tuple of length ``num_layers``; ``-1`` = full attention layer.
         has_sinks: per-head fp32 sink logits in every layer (GPT-OSS).
         page_size: default KV page size in tokens (GPT-OSS runs with 64 in SGLang's TRT-LLM backend).
+        window_rule: for a model read from a config.json, which rule decided the windowed layers (one
+            line, see :mod:`cpbench.bench.hf_config`); empty for a preset.
     """
 
     name: str
@@ -36,6 +38,7 @@ class ModelSpec:
     window_left_per_layer: tuple[int, ...]
     has_sinks: bool
     page_size: int = 64
+    window_rule: str = ""
 
     @property
     def sliding_window(self) -> int | None:
@@ -85,66 +88,10 @@ def check_page_size(page_size: int) -> int:
 
 
 def from_hf_config(path: str | Path) -> ModelSpec:
-    """Read attention shapes from a local Hugging Face ``config.json`` (never downloads).
+    """Read a local Hugging Face ``config.json`` (see :func:`cpbench.bench.hf_config.from_hf_config`)."""
+    from cpbench.bench.hf_config import from_hf_config as read
 
-    Reads num_hidden_layers, num_attention_heads, num_key_value_heads (default: = heads), head_dim
-    (default: hidden_size // heads), sliding_window and layer_types ("sliding_attention" layers get
-    ``window_left = sliding_window - 1``; without layer_types every layer slides if
-    ``use_sliding_window`` is true and ``sliding_window`` is set). Sinks: ``model_type == "gpt_oss"``.
-
-    Raises:
-        CpbenchInputError: unreadable file, invalid JSON, or a required field missing/invalid.
-    """
-    p = Path(path)
-    if p.is_dir():
-        p = p / "config.json"
-    try:
-        cfg = json.loads(p.read_text())
-    except OSError as e:
-        raise CpbenchInputError(f"cannot read model config {str(p)!r}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise CpbenchInputError(f"model config {str(p)!r} is not UTF-8 JSON") from None
-    except json.JSONDecodeError as e:
-        raise CpbenchInputError(f"model config {str(p)!r} is not valid JSON (line {e.lineno})") from None
-    if not isinstance(cfg, dict):
-        raise CpbenchInputError(f"model config {str(p)!r} is not a JSON object")
-    cfg = cfg.get("text_config", cfg) if "num_hidden_layers" not in cfg else cfg
-    if not isinstance(cfg, dict):
-        raise CpbenchInputError(f"model config {str(p)!r}: text_config is not a JSON object")
-
-    def need(key: str) -> int:
-        v = cfg.get(key)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise CpbenchInputError(f"model config {str(p)!r} lacks a positive integer {key!r}")
-        return v
-
-    layers, heads = need("num_hidden_layers"), need("num_attention_heads")
-    kv_heads = cfg.get("num_key_value_heads") or heads
-    head_dim = cfg.get("head_dim")
-    if head_dim is None:
-        if need("hidden_size") % heads:
-            raise CpbenchInputError(f"model config {str(p)!r}: hidden_size is not a multiple of "
-                                    "num_attention_heads and head_dim is missing: add head_dim")
-        head_dim = cfg["hidden_size"] // heads
-    window = cfg.get("sliding_window")
-    types = cfg.get("layer_types")
-    if types is not None and (not isinstance(types, list) or len(types) != layers):
-        raise CpbenchInputError(f"model config {str(p)!r}: layer_types must list {layers} layer types")
-    if types is not None and not set(types) <= {"sliding_attention", "full_attention"}:
-        raise CpbenchInputError(f"model config {str(p)!r}: layer_types may hold only sliding_attention and "
-                                f"full_attention, got {sorted(set(map(str, types)))}")
-    if window is not None and not (isinstance(window, int) and not isinstance(window, bool) and window > 0):
-        raise CpbenchInputError(f"model config {str(p)!r}: sliding_window must be a positive integer or null")
-    if types is None:
-        slides = bool(window) and bool(cfg.get("use_sliding_window", False))
-        types = ["sliding_attention" if slides else "full_attention"] * layers
-    if any(t == "sliding_attention" for t in types) and not (isinstance(window, int) and window > 0):
-        raise CpbenchInputError(f"model config {str(p)!r} has sliding layers but no sliding_window")
-    wl = tuple(window - 1 if t == "sliding_attention" else -1 for t in types)
-    name = cfg.get("_name_or_path") or cfg.get("model_type") or p.parent.name or "config"
-    spec = ModelSpec(str(name), layers, heads, int(kv_heads), int(head_dim), wl,
-                     cfg.get("model_type") == "gpt_oss", 64)
-    return _checked(spec)
+    return read(path)
 
 
 def with_overrides(spec: ModelSpec, *, layers: int | None = None, heads: int | None = None,
@@ -189,9 +136,14 @@ def with_overrides(spec: ModelSpec, *, layers: int | None = None, heads: int | N
         out = replace(out, window_left_per_layer=wl)
     if sinks is not None:
         out = replace(out, has_sinks=sinks)
+    if out.window_rule and out.window_left_per_layer != spec.window_left_per_layer:
+        kinds = out.layer_kinds
+        out = replace(out, window_rule=f"{spec.window_rule}; after --layers/--window: "
+                      f"{sum(x >= 0 for x in out.window_left_per_layer)} of {out.num_layers} layers windowed"
+                      + (f" (window_left {max(kinds)})" if max(kinds) >= 0 else ""))
     if page_size is not None:
         out = replace(out, page_size=check_page_size(page_size))
-    return _checked(replace(out, name=spec.name + _override_tag(spec, out)))
+    return checked(replace(out, name=spec.name + _override_tag(spec, out)))
 
 
 def _override_tag(spec: ModelSpec, out: ModelSpec) -> str:
@@ -211,7 +163,9 @@ def _override_tag(spec: ModelSpec, out: ModelSpec) -> str:
     return tag
 
 
-def _checked(spec: ModelSpec) -> ModelSpec:
+def checked(spec: ModelSpec) -> ModelSpec:
+    """``spec`` if its head counts and head_dim are >= 1 and q heads are a multiple of kv heads (GQA), else
+    CpbenchInputError."""
     for key in ("num_q_heads", "num_kv_heads", "head_dim"):
         if getattr(spec, key) < 1:
             raise CpbenchInputError(f"{key} must be >= 1, got {getattr(spec, key)}")

@@ -136,11 +136,15 @@ class Runner:
             self.cpu_threads = torch.get_num_threads()
         self.backend = get_backend(cfg.backend)
         self.mismatches = 0
+        self.peak_tflops = math.nan  # the run's measured GEMM peak (bench/peak.py), set by the sweep
 
     # -- rows ------------------------------------------------------------------------------------
     def emit(self, row: dict) -> None:
         """Hand a row to the sink and remember its key (so no later status row duplicates it)."""
         self.done.add(row_key(row))
+        if row.get("status") == "ok":
+            row["gemm_peak_tflops"] = self.peak_tflops
+            row["tflops_pct_peak"] = 100.0 * row.get("tflops", math.nan) / self.peak_tflops
         if row.get("status") == "mismatch":
             self.mismatches += 1
         self._sink(row)

@@ -15,6 +15,9 @@ MODES = ("two-call", "fused")
 TIMINGS = ("eager", "graph")
 LAUNCHES = ("simulated", "torchrun")
 STATUSES = ("ok", "ineligible", "unsupported", "oom", "mismatch", "error")
+# kinds of device memory a mode's setup holds (setup_mem_<kind> columns, bench/memory.py), in chart order:
+# Prepared.setup_mem keys, the K|V all-gather buffers of a torchrun layer, and what lies outside those
+SETUP_PARTS = ("page_table", "metadata", "plan", "workspace", "outputs", "comm", "other")
 
 
 @dataclass(frozen=True)
@@ -85,12 +88,29 @@ _COLUMNS = [
     _c("per_layer_us", "float", "µs", "latency_us_median / num_layers"),
     _c("flops", "float", "FLOP", "per forward, from per-segment causal (windowed) areas"),
     _c("tflops", "float", "TFLOP/s", "flops / latency_us_median"),
-    _c("host_launch_us", "float", "µs", "host time to enqueue one eager forward (NaN on CPU)"),
+    _c("gemm_peak_tflops", "float", "TFLOP/s", "the run's measured matmul peak (manifest gemm_peak: n×n×n matmuls, n = 8192 on a GPU)"),
+    _c("tflops_pct_peak", "float", "%", "tflops as a share of gemm_peak_tflops"),
+    _c("host_launch_us", "float", "µs", "median host time to enqueue one forward inside the timed samples (graph: one replay; NaN on CPU)"),
     _c("setup_us_metadata", "float", "µs", "host setup: metadata"),
     _c("setup_us_page_table", "float", "µs", "host setup: page tables"),
     _c("setup_us_plan", "float", "µs", "host setup: plan()"),
+    _c("setup_us_outputs", "float", "µs", "host setup: output buffers"),
     _c("setup_us_total", "float", "µs", "sum of setup parts"),
-    _c("peak_mem_bytes", "float", "bytes", "peak device memory over the first forward minus before (NaN on CPU)"),
+    _c("peak_mem_bytes", "float", "bytes", "device memory the mode needs at its peak, from before its setup: "
+       "setup_mem_bytes + max(first forward's transient peak, the setup's own) (NaN on CPU: mem_reason)"),
+    _c("setup_mem_bytes", "float", "bytes", "device memory the mode's setup holds: sum of setup_mem_* "
+       "(the shared float workspace included)"),
+    *[_c(f"setup_mem_{k}", "float", "bytes", d) for k, d in zip(SETUP_PARTS, (
+        "the fused call's row-duplicated block_tables (0 for two-call)",
+        "indptr / indices / cu_seqlens arrays of the calls",
+        "the wrappers' plan state and int workspace buffers",
+        "the float workspace the calls use (shared by the modes, allocated once)",
+        "pre-allocated attention outputs",
+        "K|V all-gather buffers of a torchrun layer",
+        "what the setup allocated outside the named parts"))],
+    _c("forward_mem_bytes", "float", "bytes", "transient device memory of the first forward above what was "
+       "allocated before it"),
+    _c("mem_reason", "str", "", "why the memory columns are NaN (empty when measured)"),
     _c("page_table_bytes", "int", "bytes", "bytes of block_tables [bs, W]"),
     _c("page_table_dup_bytes", "int", "bytes", "bytes of the row-duplicated [2*bs, W] table (fused only)"),
     _c("dup_copy_us", "float", "µs", "measured time of cat(block_tables, block_tables) (fused only)"),

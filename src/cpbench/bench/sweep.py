@@ -16,6 +16,8 @@ from typing import Callable
 from cpbench.bench.backends import get_backend, resolve_auto
 from cpbench.bench.env import environment
 from cpbench.bench.geometry import eligibility
+from cpbench.bench.measure import DTYPES
+from cpbench.bench.peak import gemm_peak
 from cpbench.bench.ranks import LocalGroup, RankGroup
 from cpbench.bench.runner import DTYPES, CellSpec, Runner, SweepConfig, cpu_tflop_limit, plan_cells
 from cpbench.bench.schema import FIXED_ON_RESUME
@@ -85,7 +87,10 @@ class Sweep:
             raise CpbenchInputError(error)
         runner = Runner(cfg, run.append if run is not None else _no_writer, set(map(tuple, done)), group=group)
         if run is not None:
+            peak = gemm_peak(cfg.device, DTYPES[cfg.dtype])
+            runner.peak_tflops = peak["gemm_tflops"]
             env = environment(cfg.device)
+            env["gemm_peak"] = peak
             env.update(getattr(group, "manifest_info", dict)())
             env.update(env_extra or {})
             env["timing_method"] = timing_method(cfg, runner.cpu_threads)
@@ -149,6 +154,8 @@ def check_resume_config(run: RunDir, cfg: SweepConfig, group: RankGroup) -> None
     old = run.read_manifest().get("config", {})
     new = {"model": dataclasses.asdict(cfg.model), "launch": group.launch, "world_size": group.world_size,
            **{k: getattr(cfg, k) for k in FIXED_ON_RESUME if k != "model" and hasattr(cfg, k)}}
+    if isinstance(old.get("model"), dict):  # fields added to ModelSpec later (window_rule) are not in old runs
+        new["model"] = {k: v for k, v in new["model"].items() if k in old["model"]}
     for key in new:
         if key in old and json.loads(json.dumps(old[key])) != json.loads(json.dumps(new[key])):
             was = old[key].get("name", old[key]) if key == "model" and isinstance(old[key], dict) else old[key]

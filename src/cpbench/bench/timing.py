@@ -38,6 +38,7 @@ class Clock:
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
+        self.last_enqueue_us = math.nan  # host time of the last CUDA sample's call of fn (NaN on CPU)
 
     def sample_us(self, fn: Fn, barrier: Fn | None = None) -> float:
         """Time one call of ``fn``, µs (see the module docstring for what it includes); ``barrier``
@@ -53,7 +54,9 @@ class Clock:
             barrier()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
+        t0 = time.perf_counter()
         fn()
+        self.last_enqueue_us = (time.perf_counter() - t0) * 1e6  # enqueueing only: no sync inside fn
         end.record()
         end.synchronize()
         return start.elapsed_time(end) * 1e3
@@ -115,8 +118,9 @@ def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms
     Stopping by noise (nvbench's criterion): with ``rel_ci``, sampling stops at the end of an ABBA cycle
     once every variant holds at least ``max(min_reps, MIN_STOP_SAMPLES)`` samples and the 95 % CI of its
     median is within ``rel_ci`` of the median (on every rank: agreed); ``budget_ms`` stays the cap.
-    ``info`` (optional) receives ``name -> {stop_reason, ci_rel_width}`` (``precision``, ``time budget``
-    or ``max samples``).
+    ``info`` (optional) receives ``name -> {stop_reason, ci_rel_width, host_launch_us}``: the stop reason
+    (``precision``, ``time budget`` or ``max samples``), the achieved CI width, and the median host time
+    to enqueue one call inside the timed samples (µs; NaN on CPU, where enqueueing is executing).
     """
     with _gc_paused():
         return _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, barrier, rel_ci, info)
@@ -145,7 +149,15 @@ def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, 
             for _ in range(more):
                 fns[name]()
     clock.sync()
-    samples = {n: [clock.sample_us(fns[n], barrier)] for n in names}
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    enqueue: dict[str, list[float]] = {n: [] for n in names}
+
+    def take(n: str) -> None:
+        samples[n].append(clock.sample_us(fns[n], barrier))
+        enqueue[n].append(clock.last_enqueue_us)
+
+    for n in names:
+        take(n)
     reps = int(agree(repeats_for_budget(max(s[0] for s in samples.values()), budget_ms, min_reps, max_reps)))
     order = names + names[::-1]  # A B B A
     reason = "max samples" if reps >= max_reps else "time budget"
@@ -155,10 +167,10 @@ def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, 
             if not agree(0.0 if precise else 1.0):  # every rank's variants are precise enough
                 reason = "precision"
                 break
-        n = order[i % len(order)]
-        samples[n].append(clock.sample_us(fns[n], barrier))
+        take(order[i % len(order)])
     if info is not None:
-        info.update({n: {"stop_reason": reason, "ci_rel_width": ci_rel_width(samples[n])} for n in names})
+        info.update({n: {"stop_reason": reason, "ci_rel_width": ci_rel_width(samples[n]),
+                         "host_launch_us": _median(enqueue[n]) if clock.cuda else math.nan} for n in names})
     return samples
 
 
@@ -169,19 +181,9 @@ def ci_rel_width(samples: list[float]) -> float:
     return (st["latency_us_ci_high"] - st["latency_us_ci_low"]) / med if med and med > 0 else math.inf
 
 
-def host_enqueue_us(fn: Fn, clock: Clock, reps: int = 3) -> float:
-    """Median host time to enqueue one call of ``fn`` (no sync inside the timed part), µs.
-    NaN on CPU, where enqueueing is executing (the latency samples already say it)."""
-    if not clock.cuda:
-        return math.nan
-    out = []
-    for _ in range(reps):
-        clock.sync()
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1e6)
-    clock.sync()
-    return sorted(out)[len(out) // 2]
+def _median(xs: list[float]) -> float:
+    ys = sorted(xs)
+    return ys[len(ys) // 2] if ys else math.nan
 
 
 def summarize(samples: list[float]) -> dict[str, float]:

@@ -14,8 +14,10 @@ from cpbench.plots.data import groups, on_cpu, prepare
 from cpbench.plots.dist_data import has_phases
 from cpbench.plots.gather import gather_share_chart
 from cpbench.plots.latency import latency_chart, speedup_heatmap
+from cpbench.plots.memory import setup_memory_chart
 from cpbench.plots.overhead import balance_chart, overhead_chart
 from cpbench.plots.phases import phases_chart, timeline_chart
+from cpbench.plots.resources import throughput_chart
 
 # file stem, function, title, one-line caption for the report
 CHARTS = (
@@ -23,10 +25,16 @@ CHARTS = (
      "Forward latency on the slowest rank per mode (ms, log scale), two-call solid, fused dashed."),
     ("speedup", speedup_heatmap, "fused speedup on the critical path",
      "two-call / fused latency of the slowest rank; blue: fused faster, red: fused slower, grey: did not run."),
+    ("throughput", throughput_chart, "attention TFLOP/s per GPU on the critical path",
+     "All ranks' attention FLOPs / (cp_size × slowest rank's latency), two-call solid, fused dashed; right axis: "
+     "% of the matmul peak measured at the start of the run."),
     ("kernels", kernels_chart, "attention kernels per forward, per rank",
      "Attention kernels per rank (GPU executions from the profiler), with totals over all ranks."),
     ("memory", memory_chart, "page table vs duplicated page table",
      "Page table [bs, W] vs the fused path's duplicated [2·bs, W]: bytes, % of the KV cache, copy time."),
+    ("setup_memory", setup_memory_chart, "device memory each mode holds, by kind of allocation",
+     "Measured device memory (CUDA allocator) each mode's setup holds on its most loaded rank, by kind, with "
+     "the first forward's transient peak hatched; fused bars give the duplicated page table's share."),
     ("overhead", overhead_chart, "GPU vs host time per forward",
      "GPU forward latency (eager, graph) against host setup and launch time, per mode."),
     ("balance", balance_chart, "zigzag balance across ranks",

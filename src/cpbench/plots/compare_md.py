@@ -1,4 +1,5 @@
-"""Markdown for ``cpbench compare``: header (what was compared, the rule), regressions, every row."""
+"""Markdown for ``cpbench compare``: header (what was compared, the rule, the gate), the speedups of both
+runs per cell, regressions, rows lost in NEW, every row, unmatched cells."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import math
 
 import numpy as np
 
-from cpbench.bench.compare import CompareResult, cells_of
+from cpbench.bench.compare import CompareResult, cells_of, run_difference
+from cpbench.bench.compare_speedup import agreement_line
 from cpbench.bench.schema import CELL_COLUMNS
-from cpbench.plots.tables import md_table, ms
+from cpbench.bench.verdicts import TIE_BAND
+from cpbench.plots.tables import md_table, ms, times
 
 MAX_LISTED = 40
 
@@ -22,8 +25,10 @@ def _ci(lo: float, hi: float) -> str:
 
 
 def _env(man: dict) -> str:
-    keys = (("git_commit", "commit "), ("gpu_name", ""), ("flashinfer", "flashinfer "), ("torch", "torch "))
-    return ", ".join(f"{label}{man[k]}" for k, label in keys if man.get(k)) or "no manifest"
+    keys = (("git_commit", "commit "), ("code_sha256", "code "), ("gpu_name", ""), ("flashinfer", "flashinfer "),
+            ("torch", "torch "))
+    short = {"code_sha256": 12}
+    return ", ".join(f"{label}{str(man[k])[:short.get(k, 80)]}" for k, label in keys if man.get(k)) or "no manifest"
 
 
 def _rows_table(t) -> str:
@@ -33,7 +38,7 @@ def _rows_table(t) -> str:
                     "new/base>", "change>", "95% CI>", "verdict"]
     rows = []
     for _, r in t.iterrows():
-        v = r["verdict"] if r["verdict"] == "near-tie" else f"**{r['verdict']}**"
+        v = r["verdict"] if r["verdict"] == "tie" else f"**{r['verdict']}**"
         v += " ⚠ regression" if r["regression"] else ""
         rows.append([r[c] for c in cols] + [r["timing"], r["cp_size"], r["bs"], r["seq_len"], r["prefix_len"],
                                             r["rank"], r["mode"], ms(r["base_us"]), ms(r["new_us"]),
@@ -50,15 +55,48 @@ def _listing(lines: list[str]) -> list[str]:
     return out
 
 
+def _speedup(sp: float, lo: float, hi: float) -> str:
+    if not math.isfinite(sp):
+        return "—"
+    return times(sp) + (f" [{lo:.2f}–{hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else "")
+
+
+def _speedups_table(f) -> str:
+    single = {c: f[c].iloc[0] for c in ("model", "backend") if f[c].nunique() == 1}
+    cols = [c for c in ("model", "backend") if c not in single]
+    heads = cols + ["timing", "cp>", "bs>", "seq>", "prefix>", "base speedup>", "base verdict", "new speedup>",
+                    "new verdict", "agree"]
+    rows = []
+    for _, r in f.iterrows():
+        agree = "—" if r["agree"] is None else "yes" if r["agree"] else "**no**"
+        rows.append([r[c] for c in cols] + [r["timing"], r["cp_size"], r["bs"], r["seq_len"], r["prefix_len"],
+                                            _speedup(r["base_speedup"], r["base_ci_low"], r["base_ci_high"]),
+                                            r["base_verdict"] if r["base_status"] == "ok" else r["base_status"],
+                                            _speedup(r["new_speedup"], r["new_ci_low"], r["new_ci_high"]),
+                                            r["new_verdict"] if r["new_status"] == "ok" else r["new_status"], agree])
+    caption = ", ".join(f"{k} {v}" for k, v in single.items())
+    return (f"_{caption}_\n\n" if caption else "") + md_table(heads, rows)
+
+
+def _lost_lines(lost) -> list[str]:
+    dedup = lost.drop_duplicates(list(CELL_COLUMNS) + ["new_status"])
+    return [f"{c}: base ok, new {r.new_status}" + (f" ({r.new_reason})" if r.new_reason else "")
+            for c, r in zip([cells_of(dedup.iloc[[i]])[0] for i in range(len(dedup))], dedup.itertuples())]
+
+
 def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man: dict | None = None,
                      new_man: dict | None = None) -> str:
-    """The comparison as GitHub markdown (header, rule, counts, regressions, full table, unmatched cells)."""
+    """The comparison as GitHub markdown: header (BASE before NEW), gate verdict with its reasons, the
+    rule, counts, the two runs' critical-path speedups per cell with their verdicts' agreement,
+    regressions, rows lost in NEW, every compared row, not-comparable and unmatched cells (with the key
+    that tells the runs apart)."""
     base_man, new_man = base_man or {}, new_man or {}
     t = res.table
-    counts = {v: int((t["verdict"] == v).sum()) for v in ("faster", "slower", "near-tie")}
+    counts = {v: int((t["verdict"] == v).sum()) for v in ("faster", "slower", "tie")}
     ratios = t["ratio"].to_numpy(float)
     ratios = ratios[np.isfinite(ratios) & (ratios > 0)]
-    parts = [f"# cpbench compare: `{new_name}` vs `{base_name}`", "",
+    reasons = res.gate_reasons()
+    parts = [f"# cpbench compare: base `{base_name}` → new `{new_name}`", "",
              f"- base: `{base_name}` ({_env(base_man)})", f"- new: `{new_name}` ({_env(new_man)})"]
     if base_man.get("gpu_name") and new_man.get("gpu_name") and base_man["gpu_name"] != new_man["gpu_name"]:
         parts.append(f"- ⚠ different GPUs ({base_man['gpu_name']} vs {new_man['gpu_name']}): ratios compare machines, "
@@ -66,29 +104,43 @@ def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man
     if "cpu" in (base_man.get("device"), new_man.get("device")):
         parts.append("- ⚠ CPU run: CPU timings vary far more between runs than within one (the CI sees only the "
                      "latter); treat verdicts as indicative and gate on a GPU.")
-    parts += ["", f"Rule: ratio = new / base median latency (< 1: new is faster); 95% CI by bootstrap of the raw "
-                  f"samples. **near-tie** when |ratio − 1| ≤ {res.band:.1%} or the CI contains 1; "
-                  f"**regression** (exit 1) when ratio > {1 + res.fail_above:.3f}, the CI lies entirely "
-                  f"above 1 and both rows hold ≥ {res.min_samples} samples.", ""]
+    parts += ["", ("**Gate: FAIL** (exit 1): " + "; ".join(reasons) + ".") if reasons else "**Gate: pass.**", ""]
+    parts += [f"Rule: ratio = new / base median latency (< 1: new is faster); 95% CI by bootstrap of the raw "
+              f"samples. **tie** when the CI contains 1 (without a CI: within ±{TIE_BAND:.0%}); "
+              f"**regression** when ratio > {1 + res.fail_above:.3f}, the CI lies entirely "
+              f"above 1 and both rows hold ≥ {res.min_samples} samples; a row ok in base but not measured in new "
+              "fails the gate" + (" (not with --allow-missing)." if res.allow_missing else "."), ""]
     if len(t):
         geo = float(np.exp(np.log(ratios).mean())) if len(ratios) else math.nan
         parts.append(f"**{len(t)} rows compared: {counts['faster']} faster, {counts['slower']} slower, "
-                     f"{counts['near-tie']} near-tie; geometric-mean ratio {geo:.3f} ({_pct(geo)}); "
+                     f"{counts['tie']} tie; geometric-mean ratio {geo:.3f} ({_pct(geo)}); "
                      f"{len(res.regressions)} regression(s) beyond +{res.fail_above:.1%}.**")
     else:
         parts.append("**No rows ran (status ok) in both runs: nothing to compare.**")
+    sp = res.speedups
+    if sp is not None and len(sp):
+        parts += ["", "## Speedups (fused vs two-call, critical path)", "",
+                  f"Each run's speedup two-call / fused with its 95 % interval; **{agreement_line(sp)}** "
+                  "(faster / slower / tie by interval).", "", _speedups_table(sp)]
     if len(res.regressions):
         parts += ["", "## Regressions", "", _rows_table(res.regressions)]
+    lost = res.lost if res.lost is not None else t.iloc[0:0]
+    if len(lost):
+        note = "not gated (--allow-missing)" if res.allow_missing else "these fail the gate"
+        parts += ["", f"## Lost in new ({len(lost)} rows ok in base; {note})", ""] + _listing(_lost_lines(lost))
     ungated = t[t["ungated"]] if len(t) else t
     if len(ungated):
         parts += ["", f"## Slower but not gated (< {res.min_samples} samples in a run)", "",
                   "Raise `--budget-ms` in both sweeps to gate these rows.", "", _rows_table(ungated)]
     if len(t):
         parts += ["", "## All rows", "", _rows_table(t)]
-    if len(res.not_comparable):
-        dedup = res.not_comparable.drop_duplicates(list(CELL_COLUMNS))
+    other = res.not_comparable[res.not_comparable["base_status"] != "ok"]
+    if len(other):
+        dedup = other.drop_duplicates(list(CELL_COLUMNS))
         lines = [f"{c}: base {r.base_status}, new {r.new_status}" for c, r in zip(cells_of(dedup), dedup.itertuples())]
-        parts += ["", "## Not comparable (not ok in one run)", ""] + _listing(lines)
+        parts += ["", "## Not comparable (not ok in base)", ""] + _listing(lines)
+    if len(res.only_base) and len(res.only_new):
+        parts += ["", f"Unmatched rows differ in {run_difference(res.only_base, res.only_new)}."]
     for title, rows in (("Only in base", res.only_base), ("Only in new", res.only_new)):
         if len(rows):
             parts += ["", f"## {title} ({len(rows)} rows)", ""] + _listing(cells_of(rows))

@@ -10,6 +10,7 @@ import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.lines import Line2D
 
+from cpbench.bench.verdicts import is_tie
 from cpbench.plots import style
 from cpbench.plots.data import cells, uniform
 from cpbench.plots.style import MODE_LINE, MODE_MARKER, no_data, positive
@@ -100,9 +101,10 @@ def _norm(values: np.ndarray) -> TwoSlopeNorm:
 def speedup_heatmap(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
     """Speedup = two-call / fused on the critical path, bs (rows) x seq (columns), a panel per cp_size
     (rows) x timing (columns). Diverging colours centred on 1.0 (blue: fused faster), value in each cell
-    (font scaled to the cell width); a tie (the speedup's 95 % interval contains 1) is marked "≈" after
-    the value; cells that did not run are grey, hatched and labelled with their status, and cells measured
-    on some ranks only (no critical path) with the ranks measured ("1/4 ranks"). Returns PNG and SVG paths."""
+    (font scaled to the cell width); a tie (:mod:`cpbench.bench.verdicts`: the speedup's 95 % interval contains 1)
+    is marked "≈" after the value; cells that did not run are grey, hatched and labelled with their status, and
+    cells measured on some ranks only (no critical path) with the ranks measured ("1/4 ranks"). Returns PNG and
+    SVG paths."""
     if df.empty:
         return style.empty_chart(out_dir, name, title)
     timings, cps = _grid(df)
@@ -138,8 +140,7 @@ def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0):
         grid[r, k] = c["speedup"] if c["status"] == "ok" else np.nan
         status[(r, k)] = (c["status"] if c["status"] != "ok" or c.get("all_ranks", True) is not False
                           else f"{int(c['ranks_measured'])}/{int(c['cp_size'])} ranks")
-        lo, hi = float(c.get("speedup_ci_low", np.nan)), float(c.get("speedup_ci_high", np.nan))
-        tie[(r, k)] = bool(math.isfinite(lo) and math.isfinite(hi) and lo <= 1 <= hi)
+        tie[(r, k)] = is_tie(c["speedup"], c.get("speedup_ci_low", np.nan), c.get("speedup_ci_high", np.nan))
     ax.grid(False)
     ax.set_facecolor("white")
     image = ax.imshow(np.ma.masked_invalid(grid), cmap="RdBu", norm=norm, aspect="auto", origin="lower")

@@ -15,15 +15,17 @@ import pandas as pd
 
 from cpbench.bench.schema import CELL_COLUMNS, MODES
 from cpbench.bench.store import RunDir, load_run
+from cpbench.bench.verdicts import TIE_BAND
 from cpbench.plots.charts import chart_stems, render_frame
 from cpbench.plots.costs import kernel_counts
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 from cpbench.plots.data import cells, groups, on_cpu, prepare, span_text
 from cpbench.plots.dist_data import sim_vs_real
 from cpbench.plots.dist_report import real_cp_section, sim_vs_real_section
+from cpbench.plots.resources import resources_section
 from cpbench.plots.style import human_tokens
-from cpbench.plots.tables import (TIE, cell_tables, cpu_summary_lines, kernel_lines, kernel_table, md_table,
-                                  merge_lines, summary_lines)
+from cpbench.plots.tables import (cell_tables, cpu_summary_lines, kernel_lines, kernel_table, md_table, merge_lines,
+                                  summary_lines)
 
 ENV_KEYS = (("gpu_name", "GPU"), ("compute_capability", "compute capability"), ("driver", "driver"),
             ("cuda", "CUDA"), ("torch", "torch"), ("flashinfer", "flashinfer"), ("python", "Python"),
@@ -51,7 +53,7 @@ def environment_table(manifest: dict, cpu: bool = False) -> str:
                     + (f" = {sum(walls):g} (resumed)" if len(walls) > 1 else "")}
     rows = [[label, _short(manifest.get(key, "—"))] for key, label in ENV_KEYS if not (cpu and key in GPU_KEYS)]
     # the launch's NCCL variables and GPU topology are summarised in the Real CP section
-    known = {k for k, _ in ENV_KEYS} | {"command", "command_as_recorded", "gpu_topology", "nccl_env"}
+    known = {k for k, _ in ENV_KEYS} | {"command", "command_as_recorded", "gpu_topology", "nccl_env", "gemm_peak"}
     known |= {"flashinfer_cubin", "sm_count"} if cpu else set()
     rows += [[k, _short(v)] for k, v in sorted(manifest.items()) if k not in known]
     return md_table(["", "value"], rows)
@@ -157,7 +159,7 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
              "on the **critical path**: the slowest rank of each mode, since every CP rank waits for the "
              f"slowest. Speedup = two-call / fused (> 1: fused faster), with a 95 % bootstrap interval that resamples "
              "each rank's raw samples and recomputes the critical path; a cell whose interval contains 1 is a tie "
-             f"(without raw samples: within ±{TIE:.0%}).", ""]
+             f"(without raw samples: within ±{TIE_BAND:.0%}).", ""]
     cpu = on_cpu(manifest)
     if cpu:
         parts += [CPU_NOTE, ""]
@@ -178,6 +180,7 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     sim = _simulated(d, sim_df)
     if sim is not None:
         parts += sim_vs_real_section(d, sim, sim_name or run_name, plot_dir)
+    parts += resources_section(d, manifest)
     parts += (["## Attention calls per forward", "", "Attention calls of the torch reference per forward (a CPU "
                "runs no GPU kernels), eager timing.", ""] if cpu else
               ["## Attention kernels per forward", "",

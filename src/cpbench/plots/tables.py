@@ -1,8 +1,8 @@
 """Markdown pieces of the report, computed from the critical-path view (no matplotlib drawing here).
 
 Speedup = two-call / fused latency on the critical path. A cell's verdict comes from its 95 % bootstrap
-interval (``speedup_ci_low/high``): faster when the interval lies above 1, slower when below, a tie
-when it contains 1; only cells without raw samples fall back to a ±TIE band around 1.0.
+interval (``speedup_ci_low/high``) by the one rule of :mod:`cpbench.bench.verdicts` (faster when the
+interval lies above 1, slower when below, a tie when it contains 1; without raw samples ±TIE_BAND).
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ import numpy as np
 import pandas as pd
 
 from cpbench.bench.results import flags
+from cpbench.bench.verdicts import speedup_verdict
 from cpbench.plots.data import ranks_text, uniform
 from cpbench.plots.style import human_tokens
-
-TIE = 0.02
 
 
 def plural(n: int, word: str) -> str:
@@ -60,12 +59,9 @@ def times_ci(c) -> str:
 
 
 def verdict(c) -> str:
-    """``faster`` / ``slower`` / ``tie`` for one cell of the critical-path view (see the module docstring)."""
-    sp = float(c["speedup"])
-    lo, hi = float(c.get("speedup_ci_low", math.nan)), float(c.get("speedup_ci_high", math.nan))
-    if math.isfinite(lo) and math.isfinite(hi):
-        return "faster" if lo > 1 else "slower" if hi < 1 else "tie"
-    return "faster" if sp > 1 + TIE else "slower" if sp < 1 - TIE else "tie"
+    """``faster`` / ``slower`` / ``tie`` (or ``n/a``) for one cell of the critical-path view
+    (:func:`cpbench.bench.verdicts.speedup_verdict`)."""
+    return speedup_verdict(c["speedup"], c.get("speedup_ci_low", math.nan), c.get("speedup_ci_high", math.nan))
 
 
 def where(c: pd.Series, with_cp: bool = True) -> str:

@@ -39,14 +39,20 @@ class Prepared:
             they become attention steps); attention call names are ``prev``/``next`` (two-call) or
             ``combined`` (fused). Closures launch only; no host sync, no allocation of outputs.
         outputs: ``window_left -> out [tokens_logical, Hq, D]``, written by the last layer of that kind.
-        setup_us: host µs of per-forward setup, by part (``metadata``, ``page_table``, ``plan``).
+        setup_us: host µs of per-forward setup, by part (``metadata``, ``page_table``, ``plan``,
+            ``outputs``).
         kernel_patterns: lower-case substrings that identify this backend's attention kernels by name.
+        setup_mem: device bytes the setup holds, by part (``page_table``: the fused call's duplicated
+            table; ``metadata``: indptr/indices arrays; ``plan``: each wrapper's plan and int
+            workspace; ``workspace``: the float workspace the calls use; ``outputs``); measured with
+            ``torch.cuda.memory_allocated`` deltas (:class:`Stopwatch`); empty on CPU.
     """
 
     layers: list[list[tuple[str, Call]]]
     outputs: dict[int, torch.Tensor]
     setup_us: dict[str, float] = field(default_factory=dict)
     kernel_patterns: tuple[str, ...] = ()
+    setup_mem: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.layers = [[s if isinstance(s, Step) else Step(*s) for s in steps] for steps in self.layers]
@@ -74,7 +80,7 @@ class Prepared:
         """This forward with ``steps_for_layer(i)`` (e.g. K|V all-gather, KV write) run before layer
         i's attention, as a CP layer does; outputs, setup and kernel patterns are shared."""
         layers = [[*steps_for_layer(i), *steps] for i, steps in enumerate(self.layers)]
-        return Prepared(layers, self.outputs, dict(self.setup_us), self.kernel_patterns)
+        return Prepared(layers, self.outputs, dict(self.setup_us), self.kernel_patterns, dict(self.setup_mem))
 
 
 class Backend(Protocol):
@@ -90,22 +96,38 @@ class Backend(Protocol):
 
 
 class Stopwatch:
-    """Accumulates host µs per named part: ``with sw("plan"): ...``."""
+    """Accumulates host µs per named part, ``with sw("plan"): ...``, and on a CUDA ``device`` also the
+    device bytes each part leaves allocated (``torch.cuda.memory_allocated`` after minus before, so
+    512-byte allocator rounding included), in ``mem``."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device | None = None) -> None:
         self.us: dict[str, float] = {}
+        self.mem: dict[str, int] = {}
+        self._cuda = device if device is not None and device.type == "cuda" else None
         self._name = ""
         self._t0 = 0.0
+        self._b0 = 0
 
     def __call__(self, name: str) -> "Stopwatch":
         self._name = name
         return self
 
     def __enter__(self) -> None:
+        if self._cuda is not None:
+            self._b0 = torch.cuda.memory_allocated(self._cuda)
         self._t0 = time.perf_counter()
 
     def __exit__(self, *exc) -> None:
         self.us[self._name] = self.us.get(self._name, 0.0) + (time.perf_counter() - self._t0) * 1e6
+        if self._cuda is not None:
+            delta = torch.cuda.memory_allocated(self._cuda) - self._b0
+            self.mem[self._name] = self.mem.get(self._name, 0) + delta
+
+    def hold(self, name: str, tensor: torch.Tensor) -> None:
+        """Count ``tensor`` (e.g. a workspace shared by every forward, allocated once) as held by part
+        ``name``, whether or not this setup allocated it (on CUDA only, as ``mem``)."""
+        if self._cuda is not None:
+            self.mem[name] = self.mem.get(name, 0) + tensor.numel() * tensor.element_size()
 
 
 def output_buffers(work: RankWork) -> dict[int, torch.Tensor]:

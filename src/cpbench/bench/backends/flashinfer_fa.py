@@ -100,7 +100,7 @@ class FlashInferBackend:
         reason = self.supports(work.q.device, work.model, work.q.dtype)
         if reason:
             raise RuntimeError(reason)
-        sw = Stopwatch()
+        sw = Stopwatch(work.q.device)
         cell, m = work.cell, work.model
         with sw("page_table"):
             calls, table = calls_and_table(work, mode)
@@ -111,6 +111,7 @@ class FlashInferBackend:
                 qo = torch.tensor([0, *torch.tensor([s.q_len for s in segs]).cumsum(0).tolist()],
                                   dtype=torch.int32, device=work.q.device)  # qo_indptr: [n+1]
                 arrays.append((qo, *paged_kv_arrays(segs, table, cell.page_size)))
+        sw.hold("workspace", self._workspace_for(work.q.device))  # allocated once, outside the parts
         planned: dict[tuple[int, int], object] = {}
         extra = {} if self.split_kv or self.name != "fa2" else {"disable_split_kv": True}
         with sw("plan"):
@@ -121,13 +122,14 @@ class FlashInferBackend:
                                  cell.page_size, causal=True, window_left=w, sm_scale=m.head_dim ** -0.5,
                                  q_data_type=work.q.dtype, kv_data_type=work.q.dtype, **extra)
                     planned[(w, ci)] = wrapper
-        outputs = output_buffers(work)
+        with sw("outputs"):
+            outputs = output_buffers(work)
         layers = []
         for i, w in enumerate(m.window_left_per_layer):
             kv = cell.kv_buffers[cell.layer_buffer[i]]
             layers.append([(name, _run(planned[(w, ci)], work.q[r0:r1], kv, cell.sinks, outputs[w][r0:r1]))
                            for ci, ((name, _), (r0, r1)) in enumerate(zip(calls, ranges))])
-        return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec(self.name).kernel_patterns)
+        return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec(self.name).kernel_patterns, setup_mem=sw.mem)
 
 
 def _run(wrapper, q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], sinks: torch.Tensor | None,

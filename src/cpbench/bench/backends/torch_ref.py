@@ -226,20 +226,21 @@ class TorchBackend:
     def prepare(self, work: RankWork, mode: str) -> Prepared:
         """Metadata = geometry calls + per-segment cache slots; page_table = the duplicated table
         (fused, cp > 1). Raises CpbenchInputError for an ineligible rank or unknown mode."""
-        sw = Stopwatch()
+        sw = Stopwatch(work.q.device)
         ps = work.cell.page_size
         with sw("page_table"):
             calls, table = calls_and_table(work, mode)
         with sw("metadata"):
             ranges = row_ranges(calls)
             slots = [[token_slots(table[s.table_row], s.kv_len, ps) for s in segs] for _, segs in calls]
-        outputs = output_buffers(work)
+        with sw("outputs"):
+            outputs = output_buffers(work)
         layers = []
         for i, w in enumerate(work.model.window_left_per_layer):
             kv = work.cell.kv_buffers[work.cell.layer_buffer[i]]
             layers.append([(name, _call_closure(work, segs, sl, rr, w, kv, outputs[w]))
                            for (name, segs), sl, rr in zip(calls, slots, ranges)])
-        return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec("torch").kernel_patterns)
+        return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec("torch").kernel_patterns, setup_mem=sw.mem)
 
 
 def sequence_reference(cell: CellInputs, request: int, layer: int) -> torch.Tensor:

@@ -59,7 +59,7 @@ class TrtllmGenBackend:
         """Build the per-call arguments once; the forward calls the kernel with ``out=``."""
         from flashinfer.prefill import trtllm_batch_context_with_kv_cache
 
-        sw = Stopwatch()
+        sw = Stopwatch(work.q.device)
         cell, m, dev = work.cell, work.model, work.q.device
         with sw("page_table"):
             calls, table = calls_and_table(work, mode)
@@ -79,7 +79,9 @@ class TrtllmGenBackend:
         if dev not in self._workspace:
             self._workspace[dev] = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=dev)
         ws = self._workspace[dev]
-        outputs = output_buffers(work)
+        sw.hold("workspace", ws)
+        with sw("outputs"):
+            outputs = output_buffers(work)
         sinks = [cell.sinks] if cell.sinks is not None else None
         layers = []
         for i, w in enumerate(m.window_left_per_layer):
@@ -92,4 +94,4 @@ class TrtllmGenBackend:
                           out=outputs[w][r0:r1], sinks=sinks, kv_layout="HND")
                 layer.append((name, lambda kw=kw: trtllm_batch_context_with_kv_cache(**kw)))
             layers.append(layer)
-        return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec(self.name).kernel_patterns)
+        return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec(self.name).kernel_patterns, setup_mem=sw.mem)

@@ -1,0 +1,60 @@
+"""One tie rule for every verdict cpbench prints: the report, the speedup heatmap and ``compare``.
+
+A value is compared with 1 through its 95 % interval ``[low, high]``:
+
+* the interval lies above 1 (``low > 1``): above;   * below 1 (``high < 1``): below;
+* the interval contains 1: a tie (the difference is within the measured noise).
+
+Without a finite interval (no raw samples, no row CI) the value itself decides, with a tie band of
+±``TIE_BAND`` around 1. A value that cannot be a speedup or a latency ratio (non-finite, zero or
+negative) has no verdict (``NO_VERDICT``): it is "not comparable", never a tie.
+
+Plain Python (no numpy, pandas or torch), so plots and compare share it.
+"""
+
+from __future__ import annotations
+
+import math
+
+TIE_BAND = 0.02
+"""Tie band (fraction) used only when a value has no finite 95 % interval."""
+
+NO_VERDICT = "n/a"
+VERDICTS = ("faster", "slower", "tie")
+
+
+def _f(x) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def side_of_one(value, low=math.nan, high=math.nan) -> int | None:
+    """+1 if ``value`` is above 1 by the rule of this module, -1 if below, 0 for a tie, None when
+    ``value`` is not a finite positive number (no verdict)."""
+    v, lo, hi = _f(value), _f(low), _f(high)
+    if not (math.isfinite(v) and v > 0):
+        return None
+    if math.isfinite(lo) and math.isfinite(hi) and lo > 0:
+        return 1 if lo > 1 else -1 if hi < 1 else 0
+    return 1 if v > 1 + TIE_BAND else -1 if v < 1 - TIE_BAND else 0
+
+
+def speedup_verdict(speedup, low=math.nan, high=math.nan) -> str:
+    """Verdict on a speedup ``two-call / fused`` (> 1: fused faster) and its 95 % interval:
+    ``faster`` / ``slower`` / ``tie``, or ``NO_VERDICT`` (see the module docstring)."""
+    s = side_of_one(speedup, low, high)
+    return NO_VERDICT if s is None else ("slower", "tie", "faster")[s + 1]
+
+
+def ratio_verdict(ratio, low=math.nan, high=math.nan) -> str:
+    """Verdict on a latency ratio ``new / base`` (< 1: new faster) and its 95 % interval:
+    ``faster`` / ``slower`` / ``tie`` (of NEW against BASE), or ``NO_VERDICT``."""
+    s = side_of_one(ratio, low, high)
+    return NO_VERDICT if s is None else ("faster", "tie", "slower")[s + 1]
+
+
+def is_tie(value, low=math.nan, high=math.nan) -> bool:
+    """True when the rule calls ``value`` a tie (never for a value without a verdict)."""
+    return side_of_one(value, low, high) == 0

@@ -1,0 +1,111 @@
+"""`cpbench compare`'s gate: a row ok in BASE that NEW did not measure fails it (every non-ok status, a
+missing row, a median that cannot be a latency), unless --allow-missing; the title and the unmatched-run
+message."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from cpbench.bench.compare import compare_frames, run_difference
+from clirun import cpbench
+from runfactory import make_rows, make_run, write_run
+
+SMALL = dict(cp_sizes=(2,), bss=(1, 4), seqs=(1024,), timings=("eager",), n_samples=20)
+LOST_CELL = dict(bs=4, rank=0, mode="fused")  # one row of the bs-4 cell
+
+
+def _is_lost(r: dict) -> bool:
+    return all(r[k] == v for k, v in LOST_CELL.items())
+
+
+@pytest.mark.parametrize("status", ["unsupported", "error", "oom", "mismatch", "ineligible"])
+def test_every_non_ok_status_in_new_fails_the_gate(tmp_path, status):
+    base = make_run(tmp_path / "base", seed=1, **SMALL)
+    mark = lambda *a: (status, f"{status} here") if a[4] == 4 and a[6] == 0 and a[7] == "fused" else None
+    new = make_run(tmp_path / "new", seed=1, status=mark, **SMALL)
+    r = cpbench("compare", base, new)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip() == (f"compare: gate failed: 1 row(s) ok in base were not measured in new (1 {status}); "
+                                "--allow-missing gates on latency only")
+    assert "**Gate: FAIL** (exit 1)" in r.stdout
+    assert "## Lost in new (1 rows ok in base; these fail the gate)" in r.stdout
+    assert f"cp 2 · bs 4 · seq 1024: base ok, new {status} ({status} here)" in r.stdout
+    ok = cpbench("compare", base, new, "--allow-missing")
+    assert ok.returncode == 0 and ok.stderr == "" and "**Gate: pass.**" in ok.stdout
+    assert "not gated (--allow-missing)" in ok.stdout
+
+
+def test_a_row_missing_from_new_fails_the_gate(tmp_path):
+    base = make_run(tmp_path / "base", seed=1, **SMALL)
+    new = write_run(tmp_path / "new", [r for r in make_rows(seed=1, **SMALL) if not _is_lost(r)])
+    r = cpbench("compare", base, new)
+    assert r.returncode == 1 and "(1 missing)" in r.stderr
+    assert "cp 2 · bs 4 · seq 1024: base ok, new missing (not in the new run)" in r.stdout
+    assert cpbench("compare", base, new, "--allow-missing").returncode == 0
+
+
+@pytest.mark.parametrize("median", [math.nan, math.inf, -math.inf, -5.0, 0.0])
+def test_a_median_that_is_no_latency_is_not_comparable_never_a_tie(median):
+    base = pd.DataFrame(make_rows(seed=1, **SMALL))
+    rows = make_rows(seed=1, **SMALL)
+    for r in rows:
+        if _is_lost(r):
+            r["latency_us_median"] = median
+    res = compare_frames(base, pd.DataFrame(rows))
+    assert len(res.table) == 7 and set(res.table["verdict"]) == {"tie"}  # the 7 other rows: same samples
+    assert list(res.lost["new_status"]) == ["no latency"] and res.exit_code == 1
+    assert res.lost["new_reason"].iloc[0] == f"median latency {median} µs is not a latency"
+    assert compare_frames(base, pd.DataFrame(rows), allow_missing=True).exit_code == 0
+    # the same value in BASE: not comparable, but nothing was lost
+    res = compare_frames(pd.DataFrame(rows), base)
+    assert len(res.not_comparable) == 1 and res.lost.empty and res.exit_code == 0
+
+
+def test_not_ok_in_base_does_not_fail_the_gate(tmp_path):
+    oom = lambda *a: ("oom", "out of memory") if a[4] == 4 else None
+    base = make_run(tmp_path / "base", seed=1, status=oom, **SMALL)
+    new = make_run(tmp_path / "new", seed=1, **SMALL)
+    r = cpbench("compare", base, new)
+    assert r.returncode == 0 and "## Not comparable (not ok in base)" in r.stdout
+    assert "cp 2 · bs 4 · seq 1024: base oom, new ok" in r.stdout
+
+
+def test_every_row_lost_is_a_gate_failure_not_an_empty_comparison(tmp_path):
+    base = make_run(tmp_path / "base", seed=1, **SMALL)
+    new = make_run(tmp_path / "new", seed=1, status=lambda *a: ("error", "boom"), **SMALL)
+    r = cpbench("compare", base, new)
+    assert r.returncode == 1 and "8 row(s) ok in base were not measured in new (8 error)" in r.stderr
+    r = cpbench("compare", base, new, "--allow-missing")  # then nothing at all was compared: bad input
+    assert r.returncode == 2 and "nothing was compared" in r.stderr
+
+
+def test_title_names_base_before_new(tmp_path):
+    base = make_run(tmp_path / "base", seed=1, **SMALL)
+    new = make_run(tmp_path / "new", seed=2, **SMALL)
+    lines = cpbench("compare", base, new).stdout.splitlines()
+    assert lines[0] == f"# cpbench compare: base `{base}` → new `{new}`"
+    assert lines[2].startswith(f"- base: `{base}`") and lines[3].startswith(f"- new: `{new}`")
+
+
+def test_a_torch_run_and_an_fa3_run_name_the_backend(tmp_path):
+    base = make_run(tmp_path / "torch", backends=("torch",), **SMALL)
+    new = make_run(tmp_path / "fa3", backends=("fa3",), **SMALL)
+    r = cpbench("compare", base, new)
+    assert r.returncode == 2 and "(backend: torch in base, fa3 in new)" in r.stderr and "models" not in r.stderr
+
+
+def test_run_difference_names_cell_keys_when_the_run_keys_agree():
+    a = pd.DataFrame(make_rows(seqs=(1024,), cp_sizes=(2,), bss=(1,), timings=("eager",)))
+    b = pd.DataFrame(make_rows(seqs=(2048, 16384), cp_sizes=(2,), bss=(1,), timings=("eager",)))
+    assert run_difference(a, b) == "seq_len: 1024 in base, 2048, 16384 in new"
+    assert run_difference(a, b.iloc[0:0]) == "4 row(s) only in base"
+
+
+def test_partly_matched_runs_name_the_backend_of_the_unmatched_rows(tmp_path):
+    base = make_run(tmp_path / "base", backends=("torch", "fa3"), **SMALL)
+    new = make_run(tmp_path / "new", backends=("fa3", "fa2"), **SMALL)
+    r = cpbench("compare", base, new, "--allow-missing")
+    assert r.returncode == 0, r.stderr
+    assert "Unmatched rows differ in backend: torch in base, fa2 in new." in r.stdout
+    assert cpbench("compare", base, new).returncode == 1  # the torch rows are not in new

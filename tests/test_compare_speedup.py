@@ -1,0 +1,93 @@
+"""`cpbench compare` compares the two runs' fused-vs-two-call speedups per cell with their intervals, and
+counts the cells whose verdicts agree; one tie rule for report, heatmap and compare."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from cpbench.bench.compare_speedup import agreement, agreement_line, speedup_frame
+from cpbench.bench.verdicts import NO_VERDICT, TIE_BAND, is_tie, ratio_verdict, speedup_verdict
+from cpbench.plots import tables
+from clirun import cpbench
+from runfactory import make_rows, make_run
+
+SMALL = dict(cp_sizes=(4,), bss=(1, 4), seqs=(1024, 8192), timings=("eager", "graph"), n_samples=40,
+             noise=0.005)
+
+
+def speedups(by_cell):
+    """Latency model: two-call 1000 µs on every rank, fused 1000 / by_cell(bs, seq) µs."""
+    return lambda model, backend, timing, cp, bs, seq, rank, mode: (
+        1000.0 if mode == "two-call" else 1000.0 / by_cell(bs, seq))
+
+
+def test_speedup_verdicts_agree_per_cell(tmp_path):
+    base = make_run(tmp_path / "base", seed=1, latency=speedups(lambda bs, seq: 1.2), **SMALL)
+    new_sp = lambda bs, seq: 1.2 if bs == 1 else 1.0 if seq == 1024 else 0.8
+    new = make_run(tmp_path / "new", seed=2, latency=speedups(new_sp), **SMALL)
+    from cpbench.bench.store import load_run
+
+    f = speedup_frame(load_run(base)[0], load_run(new)[0])
+    assert len(f) == 8 and set(f["base_verdict"]) == {"faster"}
+    assert list(f["bs"]) == [1, 1, 4, 4] * 2 and list(f["seq_len"]) == [1024, 8192] * 4  # numeric order
+    assert ((f["base_ci_low"] < 1.2) & (1.2 < f["base_ci_high"]) & (f["base_ci_low"] > 1.1)).all()
+    new_v = dict(zip(zip(f["timing"], f["bs"], f["seq_len"]), f["new_verdict"]))
+    assert new_v[("eager", 1, 8192)] == "faster" and new_v[("graph", 4, 1024)] == "tie"
+    assert new_v[("eager", 4, 8192)] == "slower"
+    assert list(f["agree"]) == [True, True, False, False] * 2 and agreement(f) == (4, 8)
+    r = cpbench("compare", base, new, "--allow-missing")
+    assert "## Speedups (fused vs two-call, critical path)" in r.stdout
+    assert "**verdicts agree in 4 of 8 cells (50 %)**" in r.stdout
+    row = next(x for x in r.stdout.splitlines() if x.startswith("| graph | 4 | 4 | 8192 |"))
+    assert row.endswith("| slower | **no** |") and "| faster |" in row and "1.20× [" in row and "0.80× [" in row
+
+
+def test_cells_that_did_not_run_are_listed_not_counted(tmp_path):
+    base = make_run(tmp_path / "base", seed=1, latency=speedups(lambda bs, seq: 1.2), **SMALL)
+    oom = lambda *a: ("oom", "out of memory") if a[4] == 4 else None
+    new = make_run(tmp_path / "new", seed=2, latency=speedups(lambda bs, seq: 1.2), status=oom, **SMALL)
+    from cpbench.bench.store import load_run
+
+    f = speedup_frame(load_run(base)[0], load_run(new)[0])
+    assert len(f) == 8 and list(f["new_status"]).count("oom") == 4
+    assert set(f.loc[f["new_status"] == "oom", "new_verdict"]) == {NO_VERDICT}
+    assert agreement(f) == (4, 4) and agreement_line(f) == "verdicts agree in 4 of 4 cells (100 %)"
+    assert agreement_line(f.iloc[0:0]) == "no cell has a speedup verdict in both runs"
+    r = cpbench("compare", base, new)
+    assert r.returncode == 1  # the lost bs-4 cells fail the gate
+    assert any(x.startswith("| eager | 4 | 4 | 1024 |") and x.endswith("| — | oom | — |")
+               for x in r.stdout.splitlines())
+
+
+@pytest.mark.parametrize("sp, lo, hi, want", [
+    (1.5, 1.2, 1.8, "faster"), (0.7, 0.6, 0.8, "slower"), (1.3, 0.9, 1.6, "tie"),
+    (1.01, 1.005, 1.015, "faster"),  # a tight interval above 1: no band around a known interval
+    (1.019, math.nan, math.nan, "tie"), (1.021, math.nan, math.nan, "faster"),  # no interval: ±TIE_BAND
+    (0.979, math.nan, math.nan, "slower"),
+    (math.nan, 0.9, 1.1, NO_VERDICT), (math.inf, 1.2, 1.3, NO_VERDICT), (0.0, math.nan, math.nan, NO_VERDICT),
+    (-1.0, math.nan, math.nan, NO_VERDICT)])
+def test_one_tie_rule_for_report_heatmap_and_compare(sp, lo, hi, want):
+    assert TIE_BAND == 0.02
+    assert speedup_verdict(sp, lo, hi) == want
+    cell = pd.Series({"speedup": sp, "speedup_ci_low": lo, "speedup_ci_high": hi})
+    assert tables.verdict(cell) == want  # the report's tables
+    assert is_tie(sp, lo, hi) == (want == "tie")  # the heatmap's "≈"
+    # compare's latency ratio is the inverse orientation: new / base < 1 is faster
+    inv = lambda x: 1 / x if x and math.isfinite(x) and x > 0 else x
+    flip = {"faster": "slower", "slower": "faster"}.get(want, want)
+    if sp > 0 and math.isfinite(sp):
+        assert ratio_verdict(sp, lo, hi) == flip
+        assert ratio_verdict(inv(sp), inv(hi), inv(lo)) == want
+
+
+def test_compare_frame_side_counts_match_the_report_summary():
+    """The speedup verdict compare shows for a run is the one the run's own report counts."""
+    from cpbench.bench.results import critical_path
+
+    df = pd.DataFrame(make_rows(seed=3, latency=speedups(lambda bs, seq: 1.0 + 0.05 * (bs == 4)), **SMALL))
+    view = critical_path(df)
+    f = speedup_frame(df, df)
+    assert list(f["base_verdict"]) == list(f["new_verdict"])
+    assert sorted(f["base_verdict"]) == sorted(view.apply(tables.verdict, axis=1))
+    assert agreement(f) == (8, 8)

@@ -1,0 +1,48 @@
+"""Provenance: every manifest records a hash of cpbench's own source next to the git commit, and the
+project's text speaks of what a user needs, never of the machines or the order of its own making."""
+
+import hashlib
+import re
+from pathlib import Path
+
+import cpbench
+from cpbench.bench.env import code_sha256, environment
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_code_sha256_hand_computed_vector(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.py").write_bytes(b"y = 2\n")  # written first, hashed second (sorted by path)
+    (tmp_path / "a.py").write_bytes(b"x = 1\n")
+    (tmp_path / "notes.txt").write_bytes(b"not source")  # only *.py files count
+    want = hashlib.sha256(b"a.py\0x = 1\n\0sub/b.py\0y = 2\n\0").hexdigest()
+    assert code_sha256(tmp_path) == want
+    (tmp_path / "a.py").write_bytes(b"x = 2\n")
+    assert code_sha256(tmp_path) != want
+
+
+def test_code_sha256_is_of_the_imported_package_and_in_every_environment():
+    pkg = Path(cpbench.__file__).resolve().parent
+    h = code_sha256()
+    assert h == code_sha256(pkg) and re.fullmatch(r"[0-9a-f]{64}", h)
+    env = environment()  # no torch: the manifest's and doctor's common part
+    assert env["code_sha256"] == h and "git_commit" in env
+
+
+BANNED = re.compile(r"device machine|\bsessions?\b|this round|round's|\blent\b|issue #\d|device image|"
+                    r"first commit", re.IGNORECASE)
+
+
+def _project_text():
+    files = [ROOT / "README.md", ROOT / "docs" / "runs" / "PROVENANCE.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for sub in ("src", "tests", "benchmarks"):
+        files += sorted(p for p in (ROOT / sub).rglob("*") if p.suffix in (".py", ".md", ".sh"))
+    return [p for p in files if p.is_file() and p.name != Path(__file__).name]
+
+
+def test_the_project_speaks_of_itself_only():
+    hits = [f"{p.relative_to(ROOT)}:{i}: {line.strip()[:80]}" for p in _project_text()
+            for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if BANNED.search(line)]
+    assert not hits, "\n".join(hits)
+    assert len(_project_text()) > 50  # the scan saw the tree
