@@ -70,6 +70,11 @@ CPU_CHARTS = {
     "speedup": (speedup_heatmap, "two-call / fused latency ratio (CPU: not a speedup)",
                 "two-call / fused latency of the slowest rank on a CPU: noise around 1, not a speedup claim; grey: "
                 "did not run."),
+    "throughput": (throughput_chart, "attention TFLOP/s on the critical path (CPU: a functional check)",
+                   "All ranks' attention FLOPs / (cp_size × slowest rank's latency) on the CPU: a functional check, "
+                   "not a benchmark."),
+    "setup_memory": (setup_memory_chart, "memory each mode holds, by kind of allocation",
+                     "Memory is measured with the CUDA allocator: a CPU run records none."),
     "kernels": (partial(kernels_chart, calls=True), "attention calls per forward, per rank",
                 "Attention calls of the torch reference per rank (a CPU runs no GPU kernels), with totals over all "
                 "ranks."),

@@ -180,7 +180,8 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     sim = _simulated(d, sim_df)
     if sim is not None:
         parts += sim_vs_real_section(d, sim, sim_name or run_name, plot_dir)
-    parts += resources_section(d, manifest)
+    resources = resources_section(d, manifest)
+    parts += [line.replace("per GPU", "per rank") for line in resources] if cpu else resources  # CPU words
     parts += (["## Attention calls per forward", "", "Attention calls of the torch reference per forward (a CPU "
                "runs no GPU kernels), eager timing.", ""] if cpu else
               ["## Attention kernels per forward", "",
