@@ -8,7 +8,7 @@ import pytest
 
 from cpbench.bench.results import critical_path
 from cpbench.bench.store import load_run
-from cpbench.plots.charts import render_all
+from cpbench.plots.charts import CHARTS, DIST_CHARTS, render_all
 from cpbench.plots.report import render_report, write_report
 
 RUNS = Path(__file__).parent.parent / "docs" / "runs"
@@ -34,10 +34,12 @@ def test_report_from_committed_run(name, per_rank):
     assert ("## Real CP (torchrun)" in text) == ("torchrun" in name)
 
 
-@pytest.mark.parametrize("name,charts", [("h200-fa3-cp2-cp8", 6), ("h200x2-fa3-torchrun", 9)])
+@pytest.mark.parametrize("name,charts", [("h200-fa3-cp2-cp8", len(CHARTS)),
+                                         ("h200x2-fa3-torchrun", len(CHARTS) + len(DIST_CHARTS))])
 def test_charts_from_committed_run(tmp_path, name, charts):
-    """Charts regenerate from a committed run (a simulated one with two cp sizes; a torchrun one, which
-    adds the phase, timeline and gather-share charts)."""
+    """Every chart regenerates from a committed run (a simulated one with two cp sizes; a torchrun one, which
+    adds the phase, timeline and gather-share charts), from older runs' columns too (the memory chart of a
+    run without measured memory says so instead of failing)."""
     run = tmp_path / name
     shutil.copytree(RUNS / name, run, ignore=shutil.ignore_patterns("plots", "report.md"))
     pngs = [p for p in render_all(run) if p.suffix == ".png"]

@@ -50,7 +50,9 @@ def test_key_columns_and_fixed_on_resume_come_from_the_columns():
         assert c in KEY_COLUMNS, c
     assert "seq_lens" not in COLUMNS and "latency_us_median" not in KEY_COLUMNS
     run_cols = [c for c in COLUMNS.values() if c.role == "run"]
-    assert {c.name for c in run_cols} == {"model", "backend", "dtype", "launch", "world_size", "gather"}
+    assert {c.name for c in run_cols} == {"model", "backend", "dtype", "launch", "world_size", "gather", "fused_order",
+                                          "tp_size"}
+    assert "batch" in KEY_COLUMNS and "prefix_lens" not in KEY_COLUMNS
     assert KEY_COLUMNS[:len(run_cols)] == schema.RUN_COLUMNS  # run, then cell, then row columns
     assert KEY_COLUMNS[-2:] == ("rank", "mode")
     for c in run_cols:  # derived: every run column's sweep option must stay fixed on --resume
@@ -74,8 +76,11 @@ def test_migrate_v1_row():
     assert "seq_lens" not in v2 and v2["extend_lens"] == "2048,1024"
     assert (v2["launch"], v2["world_size"], v2["gather"], v2["seed"]) == ("simulated", 1, "none", 0)
     assert v2["schema_version"] == SCHEMA_VERSION == 2
+    assert v2["fused_order"] == "prev-next"
+    assert (v2["tp_size"], v2["batch"], v2["prefix_lens"]) == (1, 0, "0,0")  # bs 2, prefix_len 0
     assert {k: v for k, v in v2.items() if k not in ("extend_lens", "launch", "world_size", "gather", "seed",
-                                                        "schema_version")} == \
+                                                        "fused_order", "schema_version", "tp_size", "batch",
+                                                        "prefix_lens")} == \
         {k: v for k, v in v1.items() if k not in ("seq_lens", "schema_version")}
     assert check_row(v2) == []
     # a v1 row without schema_version (the v1 writer always wrote it, but the default is v1)
@@ -89,6 +94,24 @@ def test_migrate_keeps_a_v2_row_unchanged():
     snapshot = dict(v2)
     assert migrate_row(v2) == snapshot and migrate_row(v2)["launch"] == "torchrun"
     assert migrate_row(migrate_row(_v1_row())) == migrate_row(_v1_row())  # idempotent
+
+
+def test_a_v2_row_without_fused_order_gets_prev_next():
+    v2 = migrate_row(_v1_row())
+    del v2["fused_order"]
+    snapshot = dict(v2)
+    got = migrate_row(v2)
+    assert v2 == snapshot  # the input is not modified
+    assert got == {**snapshot, "fused_order": "prev-next"} and check_row(got) == []
+    assert "fused_order" in KEY_COLUMNS
+
+
+def test_a_v2_row_from_before_tp_and_batches_gets_their_defaults():
+    row = {k: v for k, v in migrate_row(_v1_row()).items() if k not in ("tp_size", "batch", "prefix_lens")}
+    row.update(prefix_len=512, bs=3)
+    out = migrate_row(row)
+    assert (out["tp_size"], out["batch"], out["prefix_lens"]) == (1, 0, "512,512,512")
+    assert migrate_row({**row, "tp_size": 8, "batch": 2, "prefix_lens": "1,2,3"})["tp_size"] == 8
 
 
 def test_check_row_reports_unknown_column_and_wrong_type():
@@ -106,3 +129,13 @@ def test_check_row_reports_unknown_column_and_wrong_type():
     # allowed: NaN in an int column, None anywhere, an int in a float column, a setup_us_* part
     assert check_row({**good, "n_samples": float("nan"), "tflops": None, "flops": 3,
                       "setup_us_custom": 1.0}) == []
+
+
+def test_a_stored_v2_frame_without_fused_order_gets_prev_next(tmp_path):
+    import pandas as pd
+
+    from cpbench.bench.store import migrate_frame
+
+    df = pd.DataFrame([{k: v for k, v in migrate_row(_v1_row()).items() if k != "fused_order"}])
+    got = migrate_frame(df, {"schema_version": SCHEMA_VERSION})
+    assert list(got["fused_order"]) == ["prev-next"] and "fused_order" not in df.columns

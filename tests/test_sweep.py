@@ -277,3 +277,18 @@ def test_resume_of_a_sweep_stopped_before_its_first_row(tmp_path):
     r = cpbench(*args, "--resume")  # only manifest.json was there, as after an early Ctrl-C
     assert r.returncode == 0, r.stderr
     assert len(read_jsonl(out / "results.jsonl")) == 4
+
+
+def test_fused_order_sweep_rows_equal_two_call(tmp_path):
+    out = tmp_path / "run"
+    r = cpbench("sweep", "--cp", "2", "--bs", "2", "--seq", "32", "--fused-order", "interleaved", "--out", str(out),
+                "--no-report", *QUICK)
+    assert r.returncode == 0, r.stderr[-2000:]
+    df = pd.read_parquet(out / "results.parquet")
+    assert set(df["fused_order"]) == {"interleaved"} and len(df) == 2 * 2
+    fused = df[df["mode"] == "fused"]
+    assert (fused["diff_vs_two_call"] == 0).all() and (fused["max_abs_err"] < 2e-2).all()  # bf16 tolerance
+    assert set(fused["attn_kernels"]) == {2}  # still one call per layer (2 layers)
+    bad = cpbench("sweep", "--cp", "2", "--bs", "1", "--seq", "32", "--fused-order", "reverse", "--out",
+                  str(tmp_path / "bad"), *QUICK)
+    assert bad.returncode == 2 and "--fused-order" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

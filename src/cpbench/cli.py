@@ -1,8 +1,8 @@
 """cpbench command line: the typer app and its commands, wired from the cli_* modules beside this one.
 
 Each command is a plain function in its own module (cli_geometry: geometry, models, columns; cli_sweep: sweep;
-cli_profile: profile; cli_doctor: doctor; cli_report: plot, report, compare); options shared by several
-commands live in cli_options, the cell options of sweep and profile in cli_cells, and how errors end the
+cli_profile: profile; cli_explain: explain; cli_doctor: doctor; cli_report: plot, report, compare); options
+shared by several commands live in cli_options, the cell options of sweep and profile in cli_cells, and how errors end the
 process (one line on stderr, exit codes) in cli_errors. Logic lives in bench/, profiles/, plots/.
 
 Exit codes: 0 ok; 1 a measured problem (mismatch, regression); 2 bad input (one line on stderr); 130 Ctrl-C.
@@ -16,7 +16,7 @@ import sys
 
 import typer
 
-from cpbench import cli_doctor, cli_errors, cli_geometry, cli_profile, cli_report, cli_sweep
+from cpbench import cli_doctor, cli_errors, cli_explain, cli_geometry, cli_profile, cli_report, cli_sweep
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # keep torch.profiler's per-step log lines off the terminal
 
@@ -42,6 +42,7 @@ COMMANDS = (
     (cli_geometry.columns, cli_geometry.COLUMNS_EPILOG),
     (cli_sweep.sweep, cli_sweep.SWEEP_EPILOG),
     (cli_profile.profile, cli_profile.PROFILE_EPILOG),
+    (cli_explain.explain, cli_explain.EXPLAIN_EPILOG),
     (cli_doctor.doctor, cli_doctor.DOCTOR_EPILOG),
     (cli_report.plot, cli_report.PLOT_EPILOG),
     (cli_report.report, cli_report.REPORT_EPILOG),

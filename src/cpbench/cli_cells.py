@@ -71,3 +71,44 @@ def backend_name(backend: str, device) -> str:
     from cpbench.bench.backends import resolve_auto
 
     return resolve_auto(device) if backend == "auto" else backend
+
+
+def workload_batches(cells: Cells, *, lengths: Optional[str], trace: Optional[str], prefix_hit: Optional[float],
+                     batches: Optional[int], seed: int, seq_given: bool) -> Optional[list]:
+    """The batches of ``--lengths``, ``--trace`` or ``--prefix-hit`` as ``[[extend_lens], [prefix_lens]]``
+    per batch (:func:`cpbench.bench.lengths.plan_batches`), or None for a plain bs x seq grid / --seq-lens.
+    ``--prefix-hit`` alone applies to every --seq (or --seq-lens) length.
+
+    Raises CpbenchInputError: --lengths with --trace, either with --seq or --seq-lens, a bad value."""
+    from cpbench.bench.lengths import LengthMix, parse_lengths, plan_batches, read_trace
+
+    if lengths is None and trace is None and batches is not None:
+        raise CpbenchInputError("--batches applies to --lengths or --trace: add one, or drop --batches")
+    if lengths is None and trace is None and prefix_hit is None:
+        return None
+    if lengths is not None and trace is not None:
+        raise CpbenchInputError("--lengths and --trace both give the request lengths: keep one")
+    if prefix_hit is not None and cells.prefix:
+        raise CpbenchInputError("--prefix and --prefix-hit both set the cached prefix: keep one")
+    if (lengths is not None or trace is not None) and (seq_given or cells.seq_lens):
+        raise CpbenchInputError("--lengths / --trace give the request lengths, so --seq and --seq-lens do not "
+                                "apply: drop them")
+    if batches is not None and not 1 <= batches <= 65536:
+        raise CpbenchInputError(f"--batches must be in [1, 65536], got {batches}")
+    if lengths is not None:
+        mix = parse_lengths(lengths)
+    elif trace is None:  # --prefix-hit on the grid (or the explicit batch): a fixed list per bs x seq
+        if cells.seq_lens:
+            mix = LengthMix("list", tuple(cells.seq_lens))
+            return [[list(e), list(p)] for e, p in plan_batches([len(cells.seq_lens)], mix=mix,
+                                                                prefix_hit=prefix_hit)]
+        out = []
+        for bs in cells.bs_list:
+            for seq in cells.seq_list:
+                out += plan_batches([bs], mix=LengthMix("list", (seq,) * bs), prefix_hit=prefix_hit)
+        return [[list(e), list(p)] for e, p in out]
+    else:
+        mix = None
+    found = plan_batches(cells.bs_list, mix=mix, trace=read_trace(trace) if trace is not None else None,
+                         prefix=cells.prefix, prefix_hit=prefix_hit, batches=batches, seed=seed)
+    return [[list(e), list(p)] for e, p in found]

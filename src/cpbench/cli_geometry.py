@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -11,28 +12,37 @@ from rich.markup import escape
 
 from cpbench.cli_options import console, int_list
 from cpbench.cli_tables import Col, print_table
+from cpbench.errors import CpbenchInputError
 
 GEOMETRY_EPILOG = ("Examples:  cpbench geometry --cp 4 --extend-lens 11,13 --prefix-lens 8,14  |  "
-                   "cpbench geometry --cp 8 --extend-lens 4096 --ranks 0 --json")
-MODELS_EPILOG = "Example:  cpbench models"
+                   "cpbench geometry --cp 8 --extend-lens 4096 --ranks 0 --json  |  "
+                   "cpbench geometry --check examples/sglang_cp_metadata_cp4.json")
+MODELS_EPILOG = "Examples:  cpbench models  |  cpbench models --tp 8"
 COLUMNS_EPILOG = "Examples:  cpbench columns  |  cpbench columns --json"
 
 
 def geometry(
-    cp: Annotated[int, typer.Option("--cp", help="CP size (cp_size).")] = 4,
-    extend: Annotated[str, typer.Option(
-        "--extend-lens", "--extend", help="Extend (new-token) lengths, one per request, e.g. 11,13 (SGLang extend_lens).")] = "11,13",
+    cp: Annotated[Optional[int], typer.Option("--cp", help="CP size (cp_size). Default 4.")] = None,
+    extend: Annotated[Optional[str], typer.Option(
+        "--extend-lens", "--extend", help="Extend (new-token) lengths, one per request, e.g. 11,13 (SGLang "
+                                          "extend_lens). Default 11,13.")] = None,
     prefix: Annotated[Optional[str], typer.Option(
         "--prefix-lens", "--prefix", help="Cached prefix tokens: one per request (e.g. 8,14), or one value for "
                                           "every request (SGLang prefix_lens).")] = None,
     rank: Annotated[Optional[str], typer.Option(
         "--ranks", "--rank", help="Only these ranks, e.g. 0 or 0,3 (default: every rank).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list, one object per rank.")] = False,
+    check: Annotated[Optional[Path], typer.Option(
+        "--check", help="An engine's per-rank metadata dump (JSON as --json prints it): print a field-by-field "
+                        "diff against cpbench's; exit 1 on a difference.")] = None,
 ) -> None:
     """Print each rank's zigzag metadata (SGLang field names) for a batch, to check an engine's own."""
     from cpbench.bench.geometry import rank_geometry, validate_batch
 
-    ext = int_list(extend, "--extend-lens")
+    if check is not None:
+        raise typer.Exit(_check(check, cp, extend, prefix, rank, as_json))
+    cp = 4 if cp is None else cp
+    ext = int_list("11,13" if extend is None else extend, "--extend-lens")
     pre = int_list(prefix, "--prefix-lens", minimum=0) if prefix is not None else None
     if pre is not None and len(pre) == 1 and len(ext) > 1:
         pre = pre * len(ext)  # one prefix for every request, as sweep's --prefix-len
@@ -57,16 +67,50 @@ def geometry(
                          f"rows per rank padded to {g0.tokens_padded}", cols, rows)
 
 
-def models() -> None:
-    """List the model presets (attention shape per CP rank, attention TP 1)."""
+def _check(path: Path, cp: Optional[int], extend: Optional[str], prefix: Optional[str], rank: Optional[str],
+           as_json: bool) -> int:
+    """``geometry --check``: 0 when every field of the dump matches, 1 on a difference (CpbenchInputError,
+    exit 2, for a malformed dump or options that clash with it)."""
+    from cpbench.bench.geometry_check import diff_dump, load_dump
+
+    if as_json or rank is not None:
+        raise CpbenchInputError("--check compares every rank of the dump and prints a diff: drop --json and --ranks")
+    dump = load_dump(path)
+    if dump.cp_size is not None:
+        if cp is not None or extend is not None or prefix is not None:
+            raise CpbenchInputError(f"{str(path)!r} gives the batch (cp_size, extend_seq_lens): drop --cp, --extend-lens "
+                                    "and --prefix-lens")
+        cp, ext, pre = dump.cp_size, dump.extend_lens, dump.prefix_lens
+    else:
+        cp = 4 if cp is None else int_list(str(cp), "--cp")[0]
+        ext = int_list("11,13" if extend is None else extend, "--extend-lens")
+        pre = int_list(prefix, "--prefix-lens", minimum=0) if prefix is not None else None
+        if pre is not None and len(pre) == 1 and len(ext) > 1:
+            pre = pre * len(ext)
+    diffs, n = diff_dump(dump, ext, pre, cp)
+    ranks = ", ".join(str(r["rank"]) for r in sorted(dump.ranks, key=lambda r: r["rank"]))
+    head = f"cp_size {cp}, extend {list(ext)}, prefix {list(pre) if pre else [0] * len(ext)}; ranks {ranks}"
+    if not diffs:
+        console.print(f"match: {n} field(s) agree ({escape(head)})")
+        return 0
+    console.print(f"[red]{len(diffs)} of {n} field(s) differ[/] ({escape(head)}):")
+    for line in diffs:
+        console.print("  " + escape(line), soft_wrap=True)
+    return 1
+
+
+def models(tp: Annotated[int, typer.Option("--tp", help="Show one GPU's heads at this attention TP.")] = 1) -> None:
+    """List the model presets (attention shape per CP rank and GPU, attention TP 1 or --tp)."""
     from cpbench.bench.models import PRESETS
+    from cpbench.bench.tp import split_heads
 
     rows = [[m.name, str(m.num_layers), str(m.num_q_heads), str(m.num_kv_heads), str(m.head_dim),
              f"{m.sliding_window}/full alt." if m.sliding_window else "full", "fp32" if m.has_sinks else "-",
-             str(m.page_size)] for m in PRESETS.values()]
-    print_table(console, "model presets", [Col("name", left=True), Col("layers"), Col("q heads"), Col("kv heads"),
-                                           Col("head_dim"), Col("window", left=True), Col("sinks", left=True),
-                                           Col("page_size")], rows)
+             str(m.page_size)] for m in (split_heads(p, tp) for p in PRESETS.values())]
+    title = "model presets" + (f" (one GPU's heads at tp_size {tp})" if tp != 1 else "")
+    print_table(console, title, [Col("name", left=True), Col("layers"), Col("q heads"), Col("kv heads"),
+                                 Col("head_dim"), Col("window", left=True), Col("sinks", left=True),
+                                 Col("page_size")], rows)
 
 
 def columns(

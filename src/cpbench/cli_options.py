@@ -164,3 +164,17 @@ def choice_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+
+
+FusedOrderOpt = Annotated[str, typer.Option(
+    "--fused-order", help="Segment order of the fused batch: prev-next (SGLang PR #33137), next-prev or "
+                          "interleaved (prev/next per request); outputs are un-permuted and checked as usual.")]
+
+
+def check_fused_order(text: str) -> str:
+    """``--fused-order``'s value if it is one of geometry.FUSED_ORDERS; else CpbenchInputError."""
+    from cpbench.bench.geometry import FUSED_ORDERS
+
+    if text not in FUSED_ORDERS:
+        raise CpbenchInputError(f"unknown --fused-order {text!r}: use one of {', '.join(FUSED_ORDERS)}")
+    return text

@@ -44,6 +44,7 @@ def profile(
     as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
     nsys: Annotated[bool, typer.Option("--nsys", help="Also run under Nsight Systems and cross-check the counts.")] = False,
     nsys_child: Annotated[bool, typer.Option("--nsys-child", hidden=True)] = False,
+    tp: Annotated[int, typer.Option("--tp", help="Attention tensor parallelism: one GPU's heads.")] = 1,
     model: c.ModelOpt = "gpt-oss-120b", model_config: c.ModelConfigOpt = None, layers: c.LayersOpt = None,
     heads: c.HeadsOpt = None, kv_heads: c.KvHeadsOpt = None, head_dim: c.HeadDimOpt = None,
     window: c.WindowOpt = None, sinks: c.SinksOpt = None, page_size: c.PageSizeOpt = None,
@@ -61,6 +62,9 @@ def profile(
 
     dev = c.resolve_device(device)
     spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
+    from cpbench.bench.tp import split_heads
+
+    spec = split_heads(spec, tp)
     name = backend_name(backend.value, dev)
     parsed = parse_cells(cp=cp, bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=ranks,
                          default_bs="1", default_seq="8192" if dev.type == "cuda" else CPU_DEFAULT_SEQ)
@@ -97,7 +101,7 @@ def profile(
 
     trace_dir = RunDir(run_dir).profiles
     trace_dir.mkdir(parents=True, exist_ok=True)
-    report = {"model": spec.name, "backend": name, "device": str(dev), "counted": counted_as(name, dev),
+    report = {"model": spec.name, "tp_size": tp, "backend": name, "device": str(dev), "counted": counted_as(name, dev),
               "cells": [skipped_cell(cl, why) for cl, why in skipped.items()]}
     if dist.distributed:
         def body(group, device) -> int:

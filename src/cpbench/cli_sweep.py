@@ -14,11 +14,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from cpbench.bench.dist.launch import under_torchrun
-from cpbench.cli_cells import check_out, parse_cells
+from cpbench.cli_cells import check_out, parse_cells, workload_batches
 from cpbench.cli_dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch, LaunchOpt,
                               NprocOpt, launch_torchrun, run_as_rank)
-from cpbench.cli_options import (BackendName, DeviceOpt, DType, HeadDimOpt, HeadsOpt, KvHeadsOpt, LayersOpt,
-                                 ModelConfigOpt, ModelOpt, PageSizeOpt, SinksOpt, WindowOpt, choice_list, console,
+from cpbench.cli_options import (BackendName, DeviceOpt, DType, FusedOrderOpt, HeadDimOpt, HeadsOpt, KvHeadsOpt,
+                                 LayersOpt, ModelConfigOpt, ModelOpt, PageSizeOpt, SinksOpt, WindowOpt,
+                                 check_fused_order, choice_list, console,
                                  err_console, resolve_device, resolve_model)
 from cpbench.errors import CpbenchInputError
 
@@ -40,6 +41,21 @@ def sweep(
                                            "extend_lens), instead of --bs x --extend-len, e.g. 3000,5000.")] = None,
     prefix: Annotated[int, typer.Option(
         "--prefix-len", "--prefix", help="Cached prefix tokens of every request.")] = 0,
+    prefix_hit: Annotated[Optional[float], typer.Option(
+        "--prefix-hit", help="Fraction of each request's tokens already cached (prefix = floor(RATE x tokens), "
+                             "the rest are extend tokens), e.g. 0.5.")] = None,
+    lengths: Annotated[Optional[str], typer.Option(
+        "--lengths", help="Request-length mix instead of --extend-len: dist:uniform:LO:HI, dist:lognormal:MEDIAN:SIGMA "
+                          "(seeded by --seed) or a fixed list 3000,8192,500; cut into batches of --bs.")] = None,
+    trace: Annotated[Optional[str], typer.Option(
+        "--trace", help="Request trace, CSV or JSONL, one request per line (columns extend_len[,prefix_len] or "
+                        "input_len[,cached_len]); cut into batches of --bs.")] = None,
+    batches: Annotated[Optional[int], typer.Option(
+        "--batches", help="Batches per --bs value: drawn from a --lengths distribution (default 4), or at most "
+                          "this many from a list or trace (default all).")] = None,
+    tp: Annotated[int, typer.Option(
+        "--tp", help="Attention tensor parallelism: measure one GPU's heads (q heads / TP, KV heads / TP or one "
+                     "replicated).")] = 1,
     ranks: Annotated[str, typer.Option(
         "--ranks", "--rank", help="'all' or a list of ranks, e.g. 0,3 (a cell measured on some ranks has no "
                                   "critical path).")] = "all",
@@ -54,7 +70,7 @@ def sweep(
     warmup: Annotated[Optional[int], typer.Option(
         "--warmup", help="Untimed forwards before timing (default 3 on CUDA, 1 on CPU).")] = None,
     dtype: Annotated[DType, typer.Option("--dtype", help="q/k/v dtype.")] = DType.bf16,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of inputs and page-table permutation.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of inputs, page-table permutation and --lengths draws.")] = 0,
     context_len: Annotated[Optional[int], typer.Option(
         "--context-len", help="Tokens the page table is sized for (W = ceil(context_len/page_size)); default: longest sequence.")] = None,
     out: Annotated[Optional[str], typer.Option("--out", help="Run directory (default runs/<timestamp>).")] = None,
@@ -66,6 +82,7 @@ def sweep(
     nvtx: Annotated[bool, typer.Option(
         "--nvtx", help="NVTX ranges (cell, layer, prev/next/combined) around timed eager forwards, for nsys; "
                        "off by default: ~0.4 µs per range shows in short forwards.")] = False,
+    fused_order: FusedOrderOpt = "prev-next",
     model: ModelOpt = "gpt-oss-120b", model_config: ModelConfigOpt = None, layers: LayersOpt = None,
     heads: HeadsOpt = None, kv_heads: KvHeadsOpt = None, head_dim: HeadDimOpt = None, window: WindowOpt = None,
     sinks: SinksOpt = None, page_size: PageSizeOpt = None, device: DeviceOpt = None,
@@ -75,8 +92,14 @@ def sweep(
     """Measure fused vs two-call zigzag CP attention for every cell and rank; write a run directory."""
     dev = resolve_device(device)
     spec = resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
+    from cpbench.bench.tp import split_heads
+
+    spec = split_heads(spec, tp)
     cells = parse_cells(cp=cp, bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=ranks, default_bs="1,4,16",
                         default_seq="2048,8192,16384" if dev.type == "cuda" else "32,64")
+    mix = workload_batches(cells, lengths=lengths, trace=trace, prefix_hit=prefix_hit, batches=batches, seed=seed,
+                           seq_given=seq is not None)
+    longest = max(e + p for ext, pre in mix for e, p in zip(ext, pre)) if mix else cells.longest
     check_out(out, "runs/<timestamp>")
     if not math.isfinite(budget_ms) or not 0 <= seed < 2**63:
         raise CpbenchInputError("--budget-ms must be a finite number of ms and --seed an integer in [0, 2**63)")
@@ -91,17 +114,19 @@ def sweep(
         raise CpbenchInputError("--budget-ms must be > 0 and --warmup >= 0")
     if not 0 <= rel_ci < 1:  # NaN fails too
         raise CpbenchInputError(f"--rel-ci must be a fraction in [0, 1), e.g. 0.01 for 1 %, got {rel_ci}")
-    if context_len is not None and context_len < cells.longest:
+    if context_len is not None and context_len < longest:
         raise CpbenchInputError(f"--context-len {context_len} is shorter than the longest sequence "
-                                f"({cells.longest} tokens with prefix): raise it or drop it")
+                                f"({longest} tokens with prefix): raise it or drop it")
     dist = DistOptions(launch, nproc_per_node, gather, dist_backend, dist_timeout)
     dist.check(cells.ranks, cells.cp_sizes)
     kw = dict(model=spec, cp_sizes=cells.cp_sizes, bs_list=cells.bs_list, seq_list=cells.seq_list,
               extend_lens=cells.seq_lens, prefix=cells.prefix, ranks=cells.ranks,
               modes=choice_list(mode, ("two-call", "fused"), "--mode"), backend=backend.value, timings=timings,
               budget_ms=budget_ms, rel_ci=rel_ci or None, warmup=warmup, dtype=dtype.value, seed=seed, check=check,
-              context_len=context_len, device=dev, profile=profile, nvtx=nvtx, out=out, resume=resume,
-              report=report, allow_mismatch=allow_mismatch, console=console, gather=dist.gather_mode)
+              context_len=context_len, device=dev, profile=profile, nvtx=nvtx, out=out, resume=resume, tp_size=tp,
+              batches=mix, lengths=lengths, trace=trace, prefix_hit=prefix_hit,
+              report=report, allow_mismatch=allow_mismatch, console=console, gather=dist.gather_mode,
+              fused_order=check_fused_order(fused_order))
     if not dist.distributed:
         raise typer.Exit(run_sweep(**kw))
     if not under_torchrun():

@@ -39,7 +39,7 @@ def max_abs_error(work: RankWork, prepared: Prepared, rows_per_end: int = 64) ->
     """
     cell, model = work.cell, work.model
     worst = 0.0
-    for w, out in prepared.outputs.items():
+    for w, out in prepared.local_outputs().items():
         kv = cell.kv_buffers[cell.layer_buffer[model.last_layer(w)]]
         row0 = 0
         for seg in work.geometry.prev_segments() + work.geometry.next_segments():
@@ -58,5 +58,6 @@ def max_abs_error(work: RankWork, prepared: Prepared, rows_per_end: int = 64) ->
 
 def max_abs_diff(a: Prepared, b: Prepared) -> float:
     """Max |a - b| over the layer-kind outputs of two prepared forwards (e.g. fused vs two-call)."""
-    diffs = [(a.outputs[w].float() - b.outputs[w].float()).abs().max().item() for w in a.outputs]
+    oa, ob = a.local_outputs(), b.local_outputs()
+    diffs = [(oa[w].float() - ob[w].float()).abs().max().item() for w in oa]
     return float("nan") if any(d != d for d in diffs) else max(diffs)

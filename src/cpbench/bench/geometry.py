@@ -16,7 +16,7 @@ no "next" segments, and both modes issue the same single call per layer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Sequence
 
@@ -125,8 +125,8 @@ class RankGeometry:
         return max(self.kv_len_combined, default=0)
 
     # --- attention calls -------------------------------------------------------------------------
-    def prev_segments(self) -> list[Segment]:
-        return [Segment(s, self.q_start_prev[s], self.actual_seq_q_prev[s], self.kv_len_prev[s], s)
+    def prev_segments(self, table_offset: int = 0) -> list[Segment]:
+        return [Segment(s, self.q_start_prev[s], self.actual_seq_q_prev[s], self.kv_len_prev[s], table_offset + s)
                 for s in range(len(self.actual_seq_q_prev))]
 
     def next_segments(self, table_offset: int = 0) -> list[Segment]:
@@ -134,16 +134,20 @@ class RankGeometry:
                         table_offset + s, "next")
                 for s in range(len(self.actual_seq_q_next))]
 
-    def calls(self, mode: str) -> list[tuple[str, list[Segment]]]:
+    def calls(self, mode: str, fused_order: str = "prev-next") -> list[tuple[str, list[Segment]]]:
         """The attention calls of one layer: ``[(name, segments), ...]``.
 
         ``mode`` is ``"two-call"`` (``prev`` over table rows 0..bs-1, then ``next`` over the same rows)
-        or ``"fused"`` (one ``combined`` call over 2*bs segments; next segments read rows bs..2bs-1 of
-        the duplicated table). With ``cp_size == 1`` both modes are one ``combined`` call over bs
-        segments. Query rows of the calls are consecutive in local token order.
+        or ``"fused"`` (one ``combined`` call over 2*bs segments, segment ``i`` reading row ``i`` of the
+        duplicated table). ``fused_order`` orders the fused segments (:data:`FUSED_ORDERS`):
+        ``prev-next`` (SGLang PR #33137: prev ++ next, next segments read rows bs..2bs-1 of
+        ``cat(t, t)``), ``next-prev`` (next ++ prev) or ``interleaved`` (prev 0, next 0, prev 1, ...,
+        reading ``t.repeat_interleave(2, 0)``). With ``cp_size == 1`` both modes are one
+        ``combined`` call over bs segments. Two-call and prev-next query rows are consecutive in local
+        token order; other orders permute them (``Prepared.row_order``).
 
         Raises:
-            CpbenchInputError: unknown mode, or the batch is not CP-eligible.
+            CpbenchInputError: unknown mode or order, or the batch is not CP-eligible.
         """
         if not self.eligible:
             raise CpbenchInputError(f"rank {self.rank} is not CP-eligible: {self.reason}")
@@ -152,7 +156,7 @@ class RankGeometry:
         if mode == "two-call":
             return [("prev", self.prev_segments()), ("next", self.next_segments())]
         if mode == "fused":
-            return [("combined", self.prev_segments() + self.next_segments(table_offset=self.bs))]
+            return [("combined", fused_segment_order(self.prev_segments(), self.next_segments(), fused_order))]
         raise CpbenchInputError(f"unknown mode {mode!r}: use 'two-call' or 'fused'")
 
     def to_json(self) -> dict:
@@ -170,6 +174,27 @@ class RankGeometry:
             "cu_seqlens_kv_combined": self.cu_seqlens_kv_combined if ok else None,
             "max_seqlen_q_combined": self.max_seqlen_q_combined if ok else None,
         }
+
+
+FUSED_ORDERS = ("prev-next", "next-prev", "interleaved")
+
+
+def fused_segment_order(prev: list[Segment], nxt: list[Segment], fused_order: str = "prev-next") -> list[Segment]:
+    """The fused call's segments in ``fused_order``, each with ``table_row`` = its position (the row
+    it reads in the duplicated table, :func:`cpbench.bench.kv.duplicate_block_tables`).
+
+    Raises:
+        CpbenchInputError: an order not in :data:`FUSED_ORDERS`.
+    """
+    if fused_order == "prev-next":
+        segs = prev + nxt
+    elif fused_order == "next-prev":
+        segs = nxt + prev
+    elif fused_order == "interleaved":
+        segs = [s for pair in zip(prev, nxt) for s in pair]
+    else:
+        raise CpbenchInputError(f"unknown --fused-order {fused_order!r}: use one of {', '.join(FUSED_ORDERS)}")
+    return [replace(s, table_row=i) for i, s in enumerate(segs)]
 
 
 def block_sizes(extend_len: int, cp_size: int) -> list[int]:

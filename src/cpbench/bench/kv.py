@@ -64,8 +64,12 @@ def build_block_tables(seq_lens: Sequence[int], page_size: int, context_len: int
     return table.to(device), num_pages
 
 
-def duplicate_block_tables(block_tables: torch.Tensor) -> torch.Tensor:
-    """Row-duplicated page table of the fused call (SGLang PR #33137): ``cat(t, t)``, ``[2*bs, W]``."""
+def duplicate_block_tables(block_tables: torch.Tensor, fused_order: str = "prev-next") -> torch.Tensor:
+    """Row-duplicated page table of the fused call, ``[2*bs, W]``: ``cat(t, t)`` (SGLang PR #33137; also
+    ``next-prev``) or ``t.repeat_interleave(2, 0)`` for the ``interleaved`` order, so that segment
+    ``i`` of :meth:`RankGeometry.calls` reads row ``i``."""
+    if fused_order == "interleaved":
+        return block_tables.repeat_interleave(2, dim=0)
     return torch.cat([block_tables, block_tables], dim=0)
 
 

@@ -6,7 +6,8 @@ the cell on every rank, and no rank enters a collective the others will not reac
 prepare (metadata, page tables, plans; host-timed) -> first forward (JIT load, peak memory, enqueue
 time) -> checks (fp32 reference, fused vs two-call) -> kernel counts (torch.profiler) -> timing
 (eager and/or CUDA graph, ABBA, agreed repeat counts, a barrier before each sample) -> per-phase
-times (gather / KV write / attention, when the forward has communication steps).
+times (gather / KV write / attention, when the forward has communication steps) -> per-layer-kind times
+(window / full layers, for a model with both).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import torch
 from cpbench.bench import check as checks
 from cpbench.bench.backends.base import Backend, Prepared
 from cpbench.bench.env import sm_clock_mhz
-from cpbench.bench.geometry import attention_flops
+from cpbench.bench.flops import forward_flops
+from cpbench.bench.layer_kinds import has_both_kinds, layer_kind_times_us
 from cpbench.bench.memory import SetupMemory, memory_columns
 from cpbench.bench.phases import phase_times_us
 from cpbench.bench.ranks import RankGroup, Status
@@ -122,8 +124,7 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                     raise
                 raise StatusError(f"kernel count failed: {one_line(e)}") from e
         fail_open(count)
-    flops = sum(attention_flops(segs, work.model.num_q_heads, work.model.head_dim, w)
-                for w in work.model.window_left_per_layer for _, segs in work.geometry.calls("fused"))
+    flops = forward_flops(work.model, work.geometry)
     for timing in dict.fromkeys(t for _, t in job.todo):
         runnable = [m for m in modes if status[m] == OK and (m, timing) in job.todo]
         fns, graph_status = _timed_fns(job, work, prepared, runnable, timing, group)
@@ -145,6 +146,12 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                 {m: phase_times_us(prepared[m], job.clock, barrier=group.barrier) for m in samples}))
             if group.agree_status(st) != OK:  # phase times are extra columns: the rows stand without them
                 phases = {}
+        kinds: dict = {}
+        if samples and timing == "eager" and has_both_kinds(work.model.window_left_per_layer):
+            st = _attempt(lambda: kinds.update({m: layer_kind_times_us(
+                prepared[m], work.model.window_left_per_layer, job.clock, barrier=group.barrier) for m in samples}))
+            if group.agree_status(st) != OK:  # extra columns too: the rows stand without them
+                kinds = {}
         release_graphs()  # reset captured graphs before any later collective or teardown
         for m, t in job.todo:
             if t != timing:
@@ -152,10 +159,11 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
             st = status.get(m, OK) if status.get(m, OK) != OK else graph_status.get(m, OK)
             if st != OK or m not in samples:
                 st = st if st != OK else ("error", "not timed")
-                rows.append({**job.base, "rank": rank, "mode": m, "timing": t, "status": st[0], "reason": st[1]})
+                rows.append({**job.base, "fused_order": work.fused_order, "rank": rank, "mode": m, "timing": t,
+                             "status": st[0], "reason": st[1]})
                 continue
             rows.append(_measured_row(job, work, m, timing, samples[m], prepared[m], info[m], flops, clk0, clk1,
-                                      {**phases.get(m, {}), **stop.get(m, {})}))
+                                      {**phases.get(m, {}), **kinds.get(m, {}), **stop.get(m, {})}))
     return rows
 
 
@@ -239,7 +247,7 @@ def _measured_row(job: RankJob, work: RankWork, mode, timing, xs, prep: Prepared
     stats = summarize(xs)
     med = stats["latency_us_median"]
     fused_dup = mode == "fused" and g.cp_size > 1
-    row = {**job.base, "rank": g.rank, "mode": mode, "timing": timing, **stats,
+    row = {**job.base, "fused_order": work.fused_order, "rank": g.rank, "mode": mode, "timing": timing, **stats,
            "samples_us": [round(x, 3) for x in xs], "per_layer_us": med / model.num_layers, "flops": flops,
            "tflops": flops / (med * 1e-6) / 1e12 if med > 0 else math.nan, **job.shared,
            "page_table_dup_bytes": 2 * job.shared["page_table_bytes"] if fused_dup else 0,

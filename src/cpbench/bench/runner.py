@@ -18,7 +18,8 @@ import torch
 
 from cpbench.bench.backends import get_backend
 from cpbench.bench.derived import add_cell_columns
-from cpbench.bench.geometry import all_ranks, attention_flops, eligibility
+from cpbench.bench.flops import forward_flops
+from cpbench.bench.geometry import all_ranks, eligibility
 from cpbench.bench.kv import duplicate_block_tables, table_bytes
 from cpbench.bench.measure import DTYPES, RankJob, count_kernels, is_oom, measure_rank
 from cpbench.bench.models import ModelSpec
@@ -47,9 +48,7 @@ def cpu_tflop_limit() -> float:
 
 def cpu_refusal(model: ModelSpec, cell: CellSpec) -> str | None:
     """Why the CPU reference refuses ``cell`` (too many TFLOP per forward for rank 0), or None."""
-    g = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)[0]
-    tflop = sum(attention_flops(segs, model.num_q_heads, model.head_dim, w)
-                for w in model.window_left_per_layer for _, segs in g.calls("fused")) / 1e12
+    tflop = forward_flops(model, all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)[0]) / 1e12
     limit = cpu_tflop_limit()
     if tflop > limit:
         return (f"about {tflop:.3g} TFLOP per forward is too much for the CPU reference (limit {limit:g}, "
@@ -82,6 +81,13 @@ class SweepConfig:
     profile: bool = True
     nvtx: bool = False  # NVTX ranges (cell, layer, call) around timed eager forwards
     gather: str = "none"  # per-layer K|V all-gather of a torchrun launch: packed | separate | none
+    fused_order: str = "prev-next"  # segment order of the fused batch (geometry.FUSED_ORDERS)
+    tp_size: int = 1  # attention TP: ``model`` holds one GPU's heads (bench.tp.split_heads)
+    # a length mix or trace: every batch as [extend_lens, prefix_lens] (replaces bs x seq and extend_lens)
+    batches: list | None = None
+    lengths: str | None = None  # the --lengths, --trace and --prefix-hit they came from (manifest record)
+    trace: str | None = None
+    prefix_hit: float | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,7 @@ class CellSpec:
     cp_size: int
     extend_lens: tuple[int, ...]
     prefix_lens: tuple[int, ...]
+    batch: int = 0  # index in a length mix or trace
 
     @property
     def bs(self) -> int:
@@ -99,11 +106,15 @@ class CellSpec:
         return max(self.extend_lens)
 
     def label(self) -> str:
-        return f"cp{self.cp_size} bs{self.bs} seq{self.seq_len}"
+        return f"cp{self.cp_size} bs{self.bs} seq{self.seq_len}" + (f" b{self.batch}" if self.batch else "")
 
 
 def plan_cells(cfg: SweepConfig) -> list[CellSpec]:
-    """Every cell of the sweep, in cp, bs, seq order (or cp x the one explicit batch)."""
+    """Every cell of the sweep, in cp, bs, seq order (or cp x the one explicit batch, or cp x the batches
+    of a length mix or trace, ``batch`` numbering them)."""
+    if cfg.batches:
+        return [CellSpec(cp, tuple(ext), tuple(pre), i) for cp in cfg.cp_sizes
+                for i, (ext, pre) in enumerate(cfg.batches)]
     batches = ([tuple(cfg.extend_lens)] if cfg.extend_lens else
                [(seq,) * bs for bs in cfg.bs_list for seq in cfg.seq_list])
     return [CellSpec(cp, ext, (cfg.prefix,) * len(ext)) for cp in cfg.cp_sizes for ext in batches]
@@ -153,9 +164,11 @@ class Runner:
         """Columns shared by every row of ``cell`` (the key without rank, mode and timing)."""
         c, g = self.cfg, self.group
         return dict(schema_version=SCHEMA_VERSION, model=c.model.name, backend=c.backend, dtype=c.dtype,
-                    launch=g.launch, world_size=g.world_size, seed=c.seed, gather=c.gather,
-                    cp_size=cell.cp_size, bs=cell.bs, seq_len=cell.seq_len, prefix_len=c.prefix,
-                    extend_lens=",".join(map(str, cell.extend_lens)), page_size=c.model.page_size,
+                    launch=g.launch, world_size=g.world_size, seed=c.seed, gather=c.gather, tp_size=c.tp_size,
+                    fused_order=c.fused_order,
+                    cp_size=cell.cp_size, bs=cell.bs, seq_len=cell.seq_len, prefix_len=max(cell.prefix_lens),
+                    extend_lens=",".join(map(str, cell.extend_lens)), batch=cell.batch,
+                    prefix_lens=",".join(map(str, cell.prefix_lens)), page_size=c.model.page_size,
                     num_layers=c.model.num_layers)
 
     def ranks(self, cell: CellSpec) -> list[int]:
@@ -225,7 +238,7 @@ class Runner:
             geoms = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)
             for r in mine:
                 try:
-                    rows += measure_rank(self._job(cell, shared, todo[r]), rank_work(inputs, geoms[r]), g)
+                    rows += measure_rank(self._job(cell, shared, todo[r]), rank_work(inputs, geoms[r], self.cfg.fused_order), g)
                 except CpbenchInputError:
                     raise
                 except Exception as e:  # measure_rank records failures itself; this is a last resort

@@ -59,6 +59,8 @@ _COLUMNS = [
     _c("seed", "int", "", "seed of inputs and page-table permutation", "value", "seed"),
     _c("gather", "str", "packed | separate | none", "per-layer K|V all-gather (torchrun; none when simulated)",
        "run", "gather"),
+    _c("fused_order", "str", "prev-next | next-prev | interleaved", "segment order of the fused call's batch "
+       "(prev-next: SGLang PR #33137; two-call rows carry their run's value)", "run", "fused_order"),
     # -- cell -----------------------------------------------------------------------------------
     _c("timing", "str", " | ".join(TIMINGS), "eager launches or CUDA-graph replay", "cell"),
     _c("cp_size", "int", "ranks", "CP group size", "cell"),
@@ -154,6 +156,14 @@ _COLUMNS = [
     _c("bus_gbps", "float", "GB/s", "(n-1)/n * gather_bytes * num_layers / the cell's smallest gather_us: a lower "
        "bound of the link's bus bandwidth (the step includes packing and reordering)"),
     _c("critical_us_median", "float", "µs", "median over samples of the per-sample maximum over ranks"),
+    # -- workloads: tensor parallelism, length mixes and traces, per-layer-kind times -------------------
+    _c("tp_size", "int", "GPUs", "attention tensor parallelism: the row measures one GPU's heads "
+       "(q heads / tp_size, max(1, kv heads / tp_size))", "run", "tp_size"),
+    _c("batch", "int", "", "index of the batch in a --lengths mix or --trace (0 for a bs x seq grid)", "cell"),
+    _c("prefix_lens", "str", "tokens", "cached prefix of each request, comma-separated (prefix_len is the longest)"),
+    _c("window_layers_us", "float", "µs", "the sliding-window layers' share of an eager forward (median of 3 "
+       "forwards timed per layer, 1 on CPU; NaN for a model with one layer kind)"),
+    _c("full_layers_us", "float", "µs", "the full-attention layers' share of the same forwards"),
 ]
 COLUMNS: dict[str, Column] = {c.name: c for c in _COLUMNS}
 
@@ -162,7 +172,8 @@ CELL_COLUMNS = RUN_COLUMNS + tuple(c.name for c in _COLUMNS if c.role == "cell")
 KEY_COLUMNS = CELL_COLUMNS + tuple(c.name for c in _COLUMNS if c.role == "row")
 # sweep options a resumed sweep must keep: the run columns' options, plus options that change every
 # row's meaning without being a column of their own
-FIXED_ON_RESUME = tuple(c.option for c in _COLUMNS if c.option) + ("prefix", "context_len", "check")
+FIXED_ON_RESUME = tuple(c.option for c in _COLUMNS if c.option) + ("prefix", "context_len", "check", "batches",
+                                                                  "prefix_hit")
 
 
 def row_key(row: dict) -> tuple:
@@ -172,6 +183,8 @@ def row_key(row: dict) -> tuple:
 
 # -- migrations ------------------------------------------------------------------------------------
 V1_DEFAULTS = {"launch": "simulated", "world_size": 1, "gather": "none", "seed": 0}
+# columns added within schema 2: a stored row without one gets this value (no version bump; see add_defaults)
+V2_DEFAULTS = {"tp_size": 1, "batch": 0, "fused_order": "prev-next"}
 
 
 def migrate_row(row: dict) -> dict:
@@ -179,17 +192,34 @@ def migrate_row(row: dict) -> dict:
 
     v1 -> v2: ``seq_lens`` (extend lengths) is renamed ``extend_lens``; ``launch``, ``world_size``,
     ``gather`` and ``seed`` are added (v1 runs were simulated in one process; the v1 CLI's default seed
-    was 0 and is the only value committed runs used). Rows already at v2 are returned unchanged.
+    was 0 and is the only value committed runs used). Columns added later within v2 get their defaults
+    (:func:`add_defaults`).
     """
     version = row.get("schema_version", 1)
     if version == SCHEMA_VERSION:
-        return row
+        return add_defaults(row)
     if version != 1:
         return row  # the store refuses unknown versions with a message
     out = {("extend_lens" if k == "seq_lens" else k): v for k, v in row.items()}
     for k, v in V1_DEFAULTS.items():
         out.setdefault(k, v)
     out["schema_version"] = SCHEMA_VERSION
+    return add_defaults(out)
+
+
+def add_defaults(row: dict) -> dict:
+    """Fill the columns added within schema 2 that an older row lacks: ``tp_size`` 1, ``batch`` 0 (every
+    earlier run measured one GPU's heads at TP 1 on a bs x seq grid or one explicit batch), ``fused_order``
+    ``prev-next`` (the only order before the option existed) and
+    ``prefix_lens`` (``prefix_len`` repeated ``bs`` times). Returns ``row`` itself when nothing is missing."""
+    if all(k in row for k in V2_DEFAULTS) and "prefix_lens" in row:
+        return row
+    out = {**V2_DEFAULTS, **row}
+    if "prefix_lens" not in out:
+        try:
+            out["prefix_lens"] = ",".join([str(int(row["prefix_len"]))] * int(row["bs"]))
+        except (KeyError, TypeError, ValueError):  # a status row of a broken run: leave it unknown
+            out["prefix_lens"] = ""
     return out
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cpbench.bench.schema import SCHEMA_VERSION, migrate_row, row_key
+from cpbench.bench.schema import SCHEMA_VERSION, V2_DEFAULTS, migrate_row, row_key
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 
 GROWING = ("cp_sizes", "bs_list", "seq_list", "timings", "modes")  # config lists a resume may extend
@@ -246,9 +246,10 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
 
 
 def migrate_frame(df: pd.DataFrame, manifest: dict) -> pd.DataFrame:
-    """A results frame read from parquet, migrated row by row to the current schema."""
+    """A results frame read from parquet, migrated row by row to the current schema (a current-version
+    frame with every column added since, :data:`~cpbench.bench.schema.V2_DEFAULTS`, is returned as it is)."""
     raw = df.get("schema_version", pd.Series([manifest.get("schema_version", 1)] * len(df)))
-    if (pd.to_numeric(raw, errors="coerce") == SCHEMA_VERSION).all():
+    if (pd.to_numeric(raw, errors="coerce") == SCHEMA_VERSION).all() and {*V2_DEFAULTS, "prefix_lens"} <= set(df):
         return df
     return pd.DataFrame([migrate_row(r) for r in df.to_dict("records")])
 

@@ -152,8 +152,10 @@ def check_resume_config(run: RunDir, cfg: SweepConfig, group: RankGroup) -> None
     """Raise CpbenchInputError when --resume would mix rows measured under other options
     (:data:`~cpbench.bench.schema.FIXED_ON_RESUME`)."""
     old = run.read_manifest().get("config", {})
-    new = {"model": dataclasses.asdict(cfg.model), "launch": group.launch, "world_size": group.world_size,
-           **{k: getattr(cfg, k) for k in FIXED_ON_RESUME if k != "model" and hasattr(cfg, k)}}
+    # the model last: at another --tp its per-GPU heads differ too, and the message should name tp_size
+    new = {"launch": group.launch, "world_size": group.world_size,
+           **{k: getattr(cfg, k) for k in FIXED_ON_RESUME if k != "model" and hasattr(cfg, k)},
+           "model": dataclasses.asdict(cfg.model)}
     if isinstance(old.get("model"), dict):  # fields added to ModelSpec later (window_rule) are not in old runs
         new["model"] = {k: v for k, v in new["model"].items() if k in old["model"]}
     for key in new:

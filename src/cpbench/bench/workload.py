@@ -96,24 +96,32 @@ class RankWork:
 
     ``q``: ``[tokens_logical, Hq, D]`` in local order (prev blocks, then next blocks).
     ``token_index``: int64 ``[tokens_logical]``, row of ``cell.q_all`` for each local row.
+    ``fused_order``: segment order of the fused call (``RankGeometry.calls``), default SGLang's prev-next.
     """
 
     cell: CellInputs
     geometry: RankGeometry
     q: torch.Tensor
     token_index: torch.Tensor
+    fused_order: str = "prev-next"
 
     @property
     def model(self) -> ModelSpec:
         return self.cell.model
 
 
-def rank_work(cell: CellInputs, geometry: RankGeometry) -> RankWork:
-    """Gather one rank's query rows from the cell (the geometry must be CP-eligible)."""
+def rank_work(cell: CellInputs, geometry: RankGeometry, fused_order: str = "prev-next") -> RankWork:
+    """Gather one rank's query rows from the cell (the geometry must be CP-eligible); ``fused_order``
+    as in :meth:`RankGeometry.calls` (CpbenchInputError for an unknown one)."""
+    from cpbench.bench.geometry import FUSED_ORDERS
+    from cpbench.errors import CpbenchInputError
+
+    if fused_order not in FUSED_ORDERS:
+        raise CpbenchInputError(f"unknown --fused-order {fused_order!r}: use one of {', '.join(FUSED_ORDERS)}")
     idx: list[int] = []
     for segs in (geometry.prev_segments(), geometry.next_segments()):
         for s in segs:
             start = cell.q_offsets[s.request] + s.q_start
             idx.extend(range(start, start + s.q_len))
     token_index = torch.tensor(idx, dtype=torch.int64, device=cell.device)
-    return RankWork(cell, geometry, cell.q_all.index_select(0, token_index), token_index)
+    return RankWork(cell, geometry, cell.q_all.index_select(0, token_index), token_index, fused_order)

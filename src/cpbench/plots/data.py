@@ -54,7 +54,9 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     d["prefix_len"] = d["prefix_len"].fillna(0)
     d["world_size"] = pd.to_numeric(d["world_size"], errors="coerce").fillna(1)
     d["seed"] = pd.to_numeric(d["seed"], errors="coerce").fillna(0)
-    for c in ("cp_size", "bs", "seq_len", "prefix_len", "rank", "world_size", "seed"):
+    d["tp_size"] = pd.to_numeric(d["tp_size"], errors="coerce").fillna(1)
+    d["batch"] = pd.to_numeric(d["batch"], errors="coerce").fillna(0)
+    for c in ("cp_size", "bs", "seq_len", "prefix_len", "rank", "world_size", "seed", "tp_size", "batch"):
         d[c] = d[c].fillna(-1).astype(int)
     d.loc[d["launch"] == "", "launch"] = "simulated"
     d.loc[d["gather"] == "", "gather"] = "none"

@@ -101,10 +101,10 @@ def _norm(values: np.ndarray) -> TwoSlopeNorm:
 def speedup_heatmap(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
     """Speedup = two-call / fused on the critical path, bs (rows) x seq (columns), a panel per cp_size
     (rows) x timing (columns). Diverging colours centred on 1.0 (blue: fused faster), value in each cell
-    (font scaled to the cell width); a tie (:mod:`cpbench.bench.verdicts`: the speedup's 95 % interval contains 1)
-    is marked "≈" after the value; cells that did not run are grey, hatched and labelled with their status, and
-    cells measured on some ranks only (no critical path) with the ranks measured ("1/4 ranks"). Returns PNG and
-    SVG paths."""
+    (font scaled to the cell width); a tie (:mod:`cpbench.bench.verdicts`: the speedup's 95 % interval
+    contains 1) is marked "≈" after the value; cells that did not run are grey, hatched and labelled with
+    their status, and cells measured on some ranks only (no critical path) with the ranks measured
+    ("1/4 ranks"). Returns PNG and SVG paths."""
     if df.empty:
         return style.empty_chart(out_dir, name, title)
     timings, cps = _grid(df)

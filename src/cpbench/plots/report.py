@@ -24,8 +24,9 @@ from cpbench.plots.dist_data import sim_vs_real
 from cpbench.plots.dist_report import real_cp_section, sim_vs_real_section
 from cpbench.plots.resources import resources_section
 from cpbench.plots.style import human_tokens
-from cpbench.plots.tables import (cell_tables, cpu_summary_lines, kernel_lines, kernel_table, md_table, merge_lines,
-                                  summary_lines)
+from cpbench.plots.tables import (cell_tables, cpu_summary_lines, kernel_lines, kernel_table, md_table,
+                                  merge_lines, summary_lines)
+from cpbench.plots.workloads import workload_sections
 
 ENV_KEYS = (("gpu_name", "GPU"), ("compute_capability", "compute capability"), ("driver", "driver"),
             ("cuda", "CUDA"), ("torch", "torch"), ("flashinfer", "flashinfer"), ("python", "Python"),
@@ -112,7 +113,9 @@ def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
     cfg = manifest.get("config") or {}
     if not cfg.get("cp_sizes"):
         return []
-    if cfg.get("extend_lens"):
+    if cfg.get("batches"):  # a length mix or trace: (bs, longest extend) of every batch
+        batches = list(dict.fromkeys((len(e), max(e)) for e, _ in cfg["batches"]))
+    elif cfg.get("extend_lens"):
         batches = [(len(cfg["extend_lens"]), max(cfg["extend_lens"]))]
     else:
         batches = [(b, q) for b in cfg.get("bs_list", []) for q in cfg.get("seq_list", [])]
@@ -166,7 +169,8 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
     unit = "calls" if cpu else "kernels"
     parts += (cpu_summary_lines(view) if cpu else summary_lines(view)) + kernel_lines(counts, unit) + merge_lines(d)
-    parts += ["", "## Environment", "", environment_table(manifest, cpu), "", "## Reproduce", ""]
+    parts += [""] + (workload_sections(view, d) if not cpu else [])
+    parts += ["## Environment", "", environment_table(manifest, cpu), "", "## Reproduce", ""]
     parts += reproduce_lines(manifest)
     parts += ["## Results per cp size", "",
               "Latencies in ms (slowest rank per mode, CPU: a functional check)." if cpu else

@@ -169,3 +169,9 @@ def range_overhead_us(n: int = 1000, nvtx_on: bool = True, record_functions: boo
             samples.append((time.perf_counter() - t0) * 1e6 / n)
     samples.sort()
     return samples[len(samples) // 2]
+
+
+def nvtx_range(name: str, payload: dict | None = None) -> Range:
+    """A reusable NVTX push/pop range ``name`` in domain ``cpbench`` (no torch record_function), e.g.
+    around a CUDA-graph replay, whose kernels ``ncu --nvtx-include "cpbench@<name>/"`` then selects."""
+    return Range(name, _domain(), record=False, color=_COLORS["cell"], payload=payload)

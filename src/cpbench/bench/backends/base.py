@@ -46,6 +46,9 @@ class Prepared:
             table; ``metadata``: indptr/indices arrays; ``plan``: each wrapper's plan and int
             workspace; ``workspace``: the float workspace the calls use; ``outputs``); measured with
             ``torch.cuda.memory_allocated`` deltas (:class:`Stopwatch`); empty on CPU.
+        row_order: None when ``outputs`` rows are in local order; else int64 ``[tokens_logical]``, the
+            local row of each output row (a fused call in another segment order, :func:`call_rows`).
+            Read outputs through :meth:`local_outputs`.
     """
 
     layers: list[list[tuple[str, Call]]]
@@ -53,9 +56,17 @@ class Prepared:
     setup_us: dict[str, float] = field(default_factory=dict)
     kernel_patterns: tuple[str, ...] = ()
     setup_mem: dict[str, int] = field(default_factory=dict)
+    row_order: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         self.layers = [[s if isinstance(s, Step) else Step(*s) for s in steps] for steps in self.layers]
+
+    def local_outputs(self) -> dict[int, torch.Tensor]:
+        """``outputs`` with rows in local order (prev blocks, then next blocks): the buffers themselves,
+        or an un-permuted copy when ``row_order`` is set (outside any timed region)."""
+        if self.row_order is None:
+            return self.outputs
+        return {w: torch.empty_like(o).index_copy_(0, self.row_order, o) for w, o in self.outputs.items()}
 
     def forward(self) -> None:
         """Launch every step of every layer, in order."""
@@ -80,7 +91,8 @@ class Prepared:
         """This forward with ``steps_for_layer(i)`` (e.g. K|V all-gather, KV write) run before layer
         i's attention, as a CP layer does; outputs, setup and kernel patterns are shared."""
         layers = [[*steps_for_layer(i), *steps] for i, steps in enumerate(self.layers)]
-        return Prepared(layers, self.outputs, dict(self.setup_us), self.kernel_patterns, dict(self.setup_mem))
+        return Prepared(layers, self.outputs, dict(self.setup_us), self.kernel_patterns, dict(self.setup_mem),
+                        self.row_order)
 
 
 class Backend(Protocol):
@@ -142,9 +154,28 @@ def calls_and_table(work: RankWork, mode: str) -> tuple[list, torch.Tensor]:
     built here once per forward (SGLang PR #33137). Raises CpbenchInputError for an ineligible rank."""
     from cpbench.bench.kv import duplicate_block_tables
 
-    calls = work.geometry.calls(mode)
+    calls = work.geometry.calls(mode, work.fused_order)
     fused = mode == "fused" and work.geometry.cp_size > 1
-    return calls, duplicate_block_tables(work.cell.block_tables) if fused else work.cell.block_tables
+    return calls, duplicate_block_tables(work.cell.block_tables, work.fused_order) if fused else work.cell.block_tables
+
+
+def call_rows(work: RankWork, calls) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Queries in call order and their local rows: ``(q [tokens_logical, Hq, D], row_order)``.
+
+    ``row_order`` is None (and ``q`` is ``work.q``) when the calls' segments follow local order
+    (two-call, the prev-next fused call); otherwise int64 ``[tokens_logical]`` with the local row of
+    each call-order row, and ``q = work.q[row_order]`` (a copy made at prepare, outside timing)."""
+    g = work.geometry
+    start = {}
+    row = 0
+    for s in g.prev_segments() + g.next_segments():
+        start[(s.part, s.request)] = row
+        row += s.q_len
+    order = [start[(s.part, s.request)] + i for _, segs in calls for s in segs for i in range(s.q_len)]
+    if order == list(range(len(order))):
+        return work.q, None
+    idx = torch.tensor(order, dtype=torch.int64, device=work.q.device)
+    return work.q.index_select(0, idx), idx
 
 
 def row_ranges(calls) -> list[tuple[int, int]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from cpbench.bench.backends.base import Prepared, Stopwatch, calls_and_table, output_buffers, row_ranges
+from cpbench.bench.backends.base import Prepared, Stopwatch, call_rows, calls_and_table, output_buffers, row_ranges
 from cpbench.bench.backends.registry import capability_refusal, get_spec
 from cpbench.bench.kv import paged_kv_arrays
 from cpbench.bench.models import ModelSpec
@@ -106,6 +106,7 @@ class FlashInferBackend:
             calls, table = calls_and_table(work, mode)
         with sw("metadata"):
             ranges = row_ranges(calls)
+            q, row_order = call_rows(work, calls)
             arrays = []
             for (_, segs), (r0, r1) in zip(calls, ranges):
                 qo = torch.tensor([0, *torch.tensor([s.q_len for s in segs]).cumsum(0).tolist()],
@@ -127,9 +128,10 @@ class FlashInferBackend:
         layers = []
         for i, w in enumerate(m.window_left_per_layer):
             kv = cell.kv_buffers[cell.layer_buffer[i]]
-            layers.append([(name, _run(planned[(w, ci)], work.q[r0:r1], kv, cell.sinks, outputs[w][r0:r1]))
+            layers.append([(name, _run(planned[(w, ci)], q[r0:r1], kv, cell.sinks, outputs[w][r0:r1]))
                            for ci, ((name, _), (r0, r1)) in enumerate(zip(calls, ranges))])
-        return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec(self.name).kernel_patterns, setup_mem=sw.mem)
+        return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec(self.name).kernel_patterns, setup_mem=sw.mem,
+                        row_order=row_order)
 
 
 def _run(wrapper, q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], sinks: torch.Tensor | None,

@@ -20,7 +20,7 @@ from itertools import accumulate
 import torch
 import torch.nn.functional as F
 
-from cpbench.bench.backends.base import Prepared, Stopwatch, calls_and_table, output_buffers, row_ranges
+from cpbench.bench.backends.base import Prepared, Stopwatch, call_rows, calls_and_table, output_buffers, row_ranges
 from cpbench.bench.backends.registry import get_spec
 from cpbench.bench.geometry import Segment
 from cpbench.bench.kv import token_slots
@@ -190,8 +190,9 @@ def _groups(segments: list[Segment]) -> list[list[int]]:
 
 
 def _call_closure(work: RankWork, segments: list[Segment], slots: list[torch.Tensor], rows: tuple[int, int],
-                  window_left: int, kv: tuple[torch.Tensor, torch.Tensor], out: torch.Tensor):
-    """One attention call over ``segments``, writing local rows ``rows`` of ``out``.
+                  window_left: int, kv: tuple[torch.Tensor, torch.Tensor], out: torch.Tensor, q_all: torch.Tensor):
+    """One attention call over ``segments``, reading rows ``rows`` of ``q_all`` ``[tokens_logical, Hq, D]``
+    (queries in call order) and writing the same rows of ``out``.
     ``slots[i]``: int64 ``[kv_len_i]`` cache slots of segment i (built at prepare)."""
     k_flat = kv[0].view(-1, kv[0].shape[-2], kv[0].shape[-1])  # [num_pages*page_size, Hkv, D]
     v_flat = kv[1].view(-1, kv[1].shape[-2], kv[1].shape[-1])
@@ -206,7 +207,7 @@ def _call_closure(work: RankWork, segments: list[Segment], slots: list[torch.Ten
 
     def call() -> None:
         for lo, q_len, n, idx in plan:
-            q = work.q[lo:lo + n * q_len].view(n, q_len, hq, d)  # q: [n, q_len, Hq, D]
+            q = q_all[lo:lo + n * q_len].view(n, q_len, hq, d)  # q: [n, q_len, Hq, D]
             k = k_flat.index_select(0, idx).view(n, -1, *k_flat.shape[1:])  # k: [n, kv_len, Hkv, D]
             v = v_flat.index_select(0, idx).view(n, -1, *v_flat.shape[1:])
             attend(q, k, v, window_left, sinks, out[lo:lo + n * q_len].view(n, q_len, hq, d))
@@ -232,15 +233,17 @@ class TorchBackend:
             calls, table = calls_and_table(work, mode)
         with sw("metadata"):
             ranges = row_ranges(calls)
+            q_all, row_order = call_rows(work, calls)
             slots = [[token_slots(table[s.table_row], s.kv_len, ps) for s in segs] for _, segs in calls]
         with sw("outputs"):
             outputs = output_buffers(work)
         layers = []
         for i, w in enumerate(work.model.window_left_per_layer):
             kv = work.cell.kv_buffers[work.cell.layer_buffer[i]]
-            layers.append([(name, _call_closure(work, segs, sl, rr, w, kv, outputs[w]))
+            layers.append([(name, _call_closure(work, segs, sl, rr, w, kv, outputs[w], q_all))
                            for (name, segs), sl, rr in zip(calls, slots, ranges)])
-        return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec("torch").kernel_patterns, setup_mem=sw.mem)
+        return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec("torch").kernel_patterns, setup_mem=sw.mem,
+                        row_order=row_order)
 
 
 def sequence_reference(cell: CellInputs, request: int, layer: int) -> torch.Tensor:

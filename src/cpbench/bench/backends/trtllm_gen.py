@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from cpbench.bench.backends.base import Prepared, Stopwatch, calls_and_table, output_buffers, row_ranges
+from cpbench.bench.backends.base import Prepared, Stopwatch, call_rows, calls_and_table, output_buffers, row_ranges
 from cpbench.bench.backends.registry import capability_refusal, get_spec
 from cpbench.bench.models import ModelSpec
 from cpbench.bench.workload import RankWork
@@ -65,6 +65,7 @@ class TrtllmGenBackend:
             calls, table = calls_and_table(work, mode)
         with sw("metadata"):
             ranges = row_ranges(calls)
+            q, row_order = call_rows(work, calls)
             args = []
             for _, segs in calls:
                 rows = torch.tensor([s.table_row for s in segs], device=dev)
@@ -89,9 +90,10 @@ class TrtllmGenBackend:
             kv_hnd = (k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3))  # [num_pages, Hkv, page_size, D] views
             layer = []
             for (name, _), (r0, r1), a in zip(calls, ranges, args):
-                kw = dict(a, query=work.q[r0:r1], kv_cache=kv_hnd, workspace_buffer=ws,
+                kw = dict(a, query=q[r0:r1], kv_cache=kv_hnd, workspace_buffer=ws,
                           bmm1_scale=m.head_dim ** -0.5, bmm2_scale=1.0, window_left=w,
                           out=outputs[w][r0:r1], sinks=sinks, kv_layout="HND")
                 layer.append((name, lambda kw=kw: trtllm_batch_context_with_kv_cache(**kw)))
             layers.append(layer)
-        return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec(self.name).kernel_patterns, setup_mem=sw.mem)
+        return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec(self.name).kernel_patterns, setup_mem=sw.mem,
+                        row_order=row_order)

@@ -1,0 +1,82 @@
+"""Fused segment orders (--fused-order): every order gives two-call's outputs on the torch backend,
+with the geometry, the page table and the row permutation each order implies."""
+
+import pytest
+import torch
+
+from cpbench.bench.backends.base import call_rows
+from cpbench.bench.backends.torch_ref import TorchBackend, sequence_reference
+from cpbench.bench.check import max_abs_diff, max_abs_error
+from cpbench.bench.geometry import FUSED_ORDERS, all_ranks, rank_geometry
+from cpbench.bench.kv import duplicate_block_tables
+from cpbench.bench.models import get_preset, with_overrides
+from cpbench.bench.workload import build_cell, rank_work
+from cpbench.errors import CpbenchInputError
+
+MODEL = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, window=8)
+
+
+def test_geometry_orders_case_a():
+    # docs/design.md §1 case A, rank 0: q_prev [2, 2], q_next [1, 1], kv_prev [10, 16], kv_next [19, 27]
+    g = rank_geometry([11, 13], [8, 14], 4, 0)
+    want = {
+        "prev-next": [("prev", 0, 2, 10), ("prev", 1, 2, 16), ("next", 0, 1, 19), ("next", 1, 1, 27)],
+        "next-prev": [("next", 0, 1, 19), ("next", 1, 1, 27), ("prev", 0, 2, 10), ("prev", 1, 2, 16)],
+        "interleaved": [("prev", 0, 2, 10), ("next", 0, 1, 19), ("prev", 1, 2, 16), ("next", 1, 1, 27)],
+    }
+    for order, segs in want.items():
+        [(name, got)] = g.calls("fused", order)
+        assert name == "combined"
+        assert [(s.part, s.request, s.q_len, s.kv_len) for s in got] == segs
+        assert [s.table_row for s in got] == [0, 1, 2, 3]
+    with pytest.raises(CpbenchInputError, match="fused-order"):
+        g.calls("fused", "random")
+
+
+def test_duplicated_table_rows_follow_the_order():
+    t = torch.tensor([[1, 2], [3, 4]], dtype=torch.int32)
+    assert duplicate_block_tables(t).tolist() == [[1, 2], [3, 4], [1, 2], [3, 4]]
+    assert duplicate_block_tables(t, "next-prev").tolist() == [[1, 2], [3, 4], [1, 2], [3, 4]]
+    assert duplicate_block_tables(t, "interleaved").tolist() == [[1, 2], [1, 2], [3, 4], [3, 4]]
+
+
+def test_call_rows_permutation():
+    cell = build_cell(MODEL, [11, 13], [8, 14], page_size=4, dtype=torch.float32, device="cpu", seed=1)
+    g = rank_geometry([11, 13], [8, 14], 4, 0)  # local rows: prev0 0-1, prev1 2-3, next0 4, next1 5
+    for order, rows in {"prev-next": None, "next-prev": [4, 5, 0, 1, 2, 3],
+                        "interleaved": [0, 1, 4, 2, 3, 5]}.items():
+        work = rank_work(cell, g, order)
+        q, idx = call_rows(work, g.calls("fused", order))
+        if rows is None:
+            assert idx is None and q is work.q
+        else:
+            assert idx.tolist() == rows
+            assert torch.equal(q, work.q[rows])
+
+
+@pytest.mark.parametrize("order", FUSED_ORDERS)
+@pytest.mark.parametrize("cp", [2, 4])
+def test_every_order_equals_two_call_and_reference(order, cp):
+    ext, pre = [37, 64, 16], [5, 0, 20]
+    cell = build_cell(MODEL, ext, pre, page_size=16, dtype=torch.float32, device="cpu", seed=7)
+    truth = {w: torch.cat([sequence_reference(cell, s, MODEL.last_layer(w)) for s in range(len(ext))])
+             for w in MODEL.layer_kinds}
+    for g in all_ranks(ext, pre, cp):
+        work = rank_work(cell, g, order)
+        two = TorchBackend().prepare(work, "two-call")
+        fused = TorchBackend().prepare(work, "fused")
+        assert fused.calls_per_layer == 1 and two.calls_per_layer == 2  # one call per layer, any order
+        assert (fused.row_order is None) == (order == "prev-next")
+        two.forward()
+        fused.forward()
+        assert max_abs_diff(two, fused) < 2e-5
+        assert max_abs_error(work, fused) < 2e-5
+        for w in MODEL.layer_kinds:
+            err = (fused.local_outputs()[w] - truth[w][work.token_index]).abs().max().item()
+            assert err < 2e-5, (order, g.rank, w, err)
+
+
+def test_unknown_order_refused():
+    cell = build_cell(MODEL, [16], [0], page_size=4, dtype=torch.float32, device="cpu")
+    with pytest.raises(CpbenchInputError, match="prev-next, next-prev, interleaved"):
+        rank_work(cell, all_ranks([16], [0], 2)[0], "reverse")

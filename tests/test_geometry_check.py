@@ -1,0 +1,77 @@
+"""`cpbench geometry --check`: an engine's per-rank metadata dump against cpbench's (exit 0 / 1 / 2)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from clirun import cpbench
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sglang_cp_metadata_cp4.json"
+
+
+def _example() -> dict:
+    return json.loads(EXAMPLE.read_text())
+
+
+def test_shipped_example_matches():
+    r = cpbench("geometry", "--check", str(EXAMPLE))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "match: 28 field(s) agree" in r.stdout  # 4 ranks x 7 fields
+    assert "cp_size 4, extend [11, 13], prefix [8, 14]; ranks 0, 1, 2, 3" in r.stdout
+
+
+def test_a_mismatch_names_the_rank_and_the_field(tmp_path):
+    d = _example()
+    d["ranks"][1]["kv_len_prev"] = [12, 19]  # cpbench: [12, 18]
+    d["ranks"][3]["max_seqlen_q_combined"] = 1  # cpbench: 2
+    p = tmp_path / "dump.json"
+    p.write_text(json.dumps(d))
+    r = cpbench("geometry", "--check", str(p))
+    assert r.returncode == 1
+    assert "2 of 28 field(s) differ" in r.stdout
+    assert "rank 1 kv_len_prev: engine [12, 19], cpbench [12, 18]" in r.stdout
+    assert "rank 3 max_seqlen_q_combined: engine 1, cpbench 2" in r.stdout
+
+
+def test_the_list_form_takes_the_batch_from_the_options(tmp_path):
+    """The bare list `geometry --json` prints (every field, eligible and reason included) checks against the
+    batch of --cp/--extend/--prefix; a partial dump (one rank, two fields) is checked field by field."""
+    p = tmp_path / "list.json"
+    p.write_text(cpbench("geometry", "--cp", "2", "--extend", "9,4", "--prefix", "3,0", "--json").stdout)
+    ok = cpbench("geometry", "--check", str(p), "--cp", "2", "--extend", "9,4", "--prefix", "3,0")
+    assert ok.returncode == 0 and "match: 16 field(s) agree" in ok.stdout  # 2 ranks x 8 fields
+    bad = cpbench("geometry", "--check", str(p), "--cp", "2", "--extend", "9,4")  # prefixes differ
+    assert bad.returncode == 1 and "rank 0 kv_len_prev: engine [6, 1], cpbench [3, 1]" in bad.stdout
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps([{"rank": 1, "actual_seq_q_prev": [2, 1], "kv_len_next": [7, 3]}]))
+    r = cpbench("geometry", "--check", str(one), "--cp", "2", "--extend", "9,4")
+    assert r.returncode == 0 and "match: 2 field(s) agree" in r.stdout and "ranks 1" in r.stdout
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("{not json", "is not valid JSON"),
+    ("[]", "non-empty list of rank objects"),
+    ('[{"kv_len_prev": [1]}]', "integer 'rank'"),
+    ('[{"rank": 0, "kv_len_prev": [1]}, {"rank": 0}]', "rank 0 appears twice"),
+    ('[{"rank": 0, "kv_lens": [1]}]', "unknown field 'kv_lens'"),
+    ('[{"rank": 0, "kv_len_prev": "10,16"}]', "kv_len_prev must be a list of integers"),
+    ('[{"rank": 0, "reason": ""}]', "no field to compare"),
+    ('{"ranks": [{"rank": 0, "kv_len_prev": [1]}], "seq_lens": [3]}', "unknown key 'seq_lens'"),
+    ('{"cp_size": 2, "ranks": [{"rank": 0, "kv_len_prev": [1]}]}', "needs cp_size and extend_seq_lens"),
+    ('[{"rank": 7, "kv_len_prev": [1]}]', "rank 7, outside [0, cp_size=4)"),
+])
+def test_malformed_dump_exit_2(tmp_path, content, needle):
+    p = tmp_path / "bad.json"
+    p.write_text(content)
+    r = cpbench("geometry", "--check", str(p))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_options_that_clash_with_the_dump(tmp_path):
+    r = cpbench("geometry", "--check", str(EXAMPLE), "--cp", "4")
+    assert r.returncode == 2 and "gives the batch" in r.stderr
+    r = cpbench("geometry", "--check", str(EXAMPLE), "--json")
+    assert r.returncode == 2 and "drop --json and --rank" in r.stderr
+    r = cpbench("geometry", "--check", str(tmp_path / "missing.json"))
+    assert r.returncode == 2 and "cannot read --check" in r.stderr

@@ -1,0 +1,147 @@
+"""`cpbench sweep` with a trace, a length mix, a prefix hit and --tp, end to end on CPU (tiny model), and
+per-layer-kind times."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from cpbench.bench.backends.base import Prepared
+from cpbench.bench.flops import forward_flops
+from cpbench.bench.geometry import rank_geometry
+from cpbench.bench.layer_kinds import has_both_kinds, layer_kind_times_us
+from cpbench.bench.models import get_preset, with_overrides
+from cpbench.bench.store import load_run
+from cpbench.bench.tp import split_heads
+from clirun import cpbench
+
+# gpt-oss-120b's pattern on 2 layers (window 128, full), 8 q / 2 kv heads before --tp
+TINY = ["--layers", "2", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--page-size", "16", "--budget-ms", "5"]
+
+
+def test_trace_gives_its_batches_and_the_share_run_with_cp(tmp_path):
+    trace = tmp_path / "trace.csv"
+    # input_len,cached_len -> extend: 16, 3 | 32, 12 | 8  (cp 2: CP needs every extend >= 4)
+    trace.write_text("input_len,cached_len\n20,4\n10,7\n40,8\n12,0\n9,1\n")
+    out = tmp_path / "r"
+    r = cpbench("sweep", "--device", "cpu", "--cp", "2", "--bs", "2", "--trace", str(trace), "--tp", "2",
+                "--out", str(out), *TINY)
+    assert r.returncode == 0, r.stdout[-800:] + r.stderr[-800:]
+    df, manifest = load_run(out)
+    cells = df.drop_duplicates("batch").sort_values("batch")
+    assert list(cells["extend_lens"]) == ["16,3", "32,12", "8"]
+    assert list(cells["prefix_lens"]) == ["4,7", "8,0", "1"]
+    assert list(cells["prefix_len"]) == [7, 8, 1] and list(cells["seq_len"]) == [16, 32, 8]
+    assert list(cells["bs"]) == [2, 2, 1] and set(df["tp_size"]) == {2}
+    assert set(df.loc[df["batch"] == 0, "status"]) == {"ineligible"}
+    assert set(df.loc[df["batch"] > 0, "status"]) == {"ok"}
+    assert len(df) == 3 * 2 * 2  # batches x ranks x modes
+    assert manifest["config"]["model"]["num_q_heads"] == 4 and manifest["config"]["model"]["num_kv_heads"] == 1
+    # KV lengths, page tables and FLOPs follow the prefixes: batch 1 is extend (32, 12) + prefix (8, 0)
+    b1 = df[(df["batch"] == 1) & (df["rank"] == 0) & (df["mode"] == "fused")].iloc[0]
+    assert b1["context_len"] == 40 and b1["max_kv_len"] == 40  # rank 0's next block ends request 0: 8 + 32
+    assert b1["page_table_bytes"] == 2 * 3 * 4  # [bs 2, ceil(40 / 16) pages] int32
+    model = split_heads(with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16,
+                                       page_size=16), 2)
+    assert b1["flops"] == forward_flops(model, rank_geometry((32, 12), (8, 0), 2, 0))
+    report = (out / "report.md").read_text()
+    assert "3 of 5 requests (60 %) in 2 of 3 batch(es) ran with CP" in report
+    assert "## When to fuse" in report and "tp 2 · cp 2" in report
+    # per-layer-kind times: both kinds measured on every ok row, and the report compares them
+    ok = df[df["status"] == "ok"]
+    assert (ok["window_layers_us"] > 0).all() and (ok["full_layers_us"] > 0).all()
+    assert "## By layer kind" in report
+
+
+def test_lognormal_mix_with_prefix_hits_is_reproducible(tmp_path):
+    def run(name, seed):
+        out = tmp_path / name
+        r = cpbench("sweep", "--device", "cpu", "--cp", "2", "--bs", "1,2", "--lengths", "dist:lognormal:24:0.5",
+                    "--batches", "2", "--prefix-hit", "0.25", "--seed", str(seed), "--mode", "fused", "--no-check",
+                    "--no-profile", "--no-report", "--out", str(out), *TINY)
+        assert r.returncode == 0, r.stdout[-800:] + r.stderr[-800:]
+        df, manifest = load_run(out)
+        return manifest["config"]["batches"], df
+
+    a, df = run("a", 3)
+    assert a == run("b", 3)[0] and a != run("c", 4)[0]
+    assert [len(e) for e, _ in a] == [1, 1, 2, 2]
+    for ext, pre in a:  # prefix = floor(0.25 * prompt), extend = prompt - prefix
+        assert all(p == math.floor(0.25 * (e + p)) for e, p in zip(ext, pre))
+    assert sorted(set(df["batch"])) == [0, 1, 2, 3]
+
+
+def test_window_model_only_has_per_kind_times(tmp_path):
+    out = tmp_path / "full"
+    r = cpbench("sweep", "--device", "cpu", "--cp", "2", "--bs", "1", "--seq", "16", "--window", "0", "--no-report",
+                "--no-profile", "--out", str(out), *TINY)
+    assert r.returncode == 0, r.stderr[-800:]
+    df, _ = load_run(out)
+    assert "window_layers_us" not in df or df["window_layers_us"].isna().all()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--lengths", "10,20", "--trace", "t.csv"], "keep one"),
+    (["--lengths", "10,20", "--seq", "32"], "--seq and --seq-lens do not apply"),
+    (["--prefix-hit", "0.5", "--prefix", "8"], "keep one"),
+    (["--prefix-hit", "1.5"], "--prefix-hit must be a fraction in [0, 1)"),
+    (["--batches", "2"], "--batches applies to --lengths or --trace"),
+    (["--batches", "2", "--prefix-hit", "0.5"], "--batches applies to --lengths or --trace"),
+    (["--lengths", "dist:gamma:1:2"], "unknown distribution 'gamma'"),
+    (["--tp", "16"], "--tp 16 does not divide the model's 8 query heads"),
+])
+def test_bad_workload_options_exit_2(tmp_path, args, needle):
+    r = cpbench("sweep", "--device", "cpu", "--out", str(tmp_path / "r"), "--no-report", *TINY, *args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and needle in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+class _FakeClock:
+    cuda = False
+
+    def sync(self):
+        pass
+
+
+def test_layer_kind_times_sum_each_kind(monkeypatch):
+    """Layers 0, 2 slide (window_left 127), 1, 3 are full; each step advances a fake perf_counter by a known
+    amount, so the per-kind sums are exact: window 10 + 30 µs, full 20 + 40 (+ 5 for a second step) µs."""
+    import cpbench.bench.layer_kinds as lk
+
+    now = [0.0]
+    monkeypatch.setattr(lk.time, "perf_counter", lambda: now[0])
+    step = lambda us: (lambda: now.__setitem__(0, now[0] + us * 1e-6))
+    prep = Prepared([[("combined", step(10))], [("combined", step(20))], [("combined", step(30))],
+                     [("prev", step(40)), ("next", step(5))]], {})
+    for reps in (None, 3):  # one forward on CPU by default, or the median of three
+        got = layer_kind_times_us(prep, (127, -1, 127, -1), _FakeClock(), reps=reps)
+        assert got == pytest.approx({"window_layers_us": 40.0, "full_layers_us": 65.0})
+    assert has_both_kinds((127, -1)) and not has_both_kinds((-1, -1)) and not has_both_kinds((127, 127))
+    with pytest.raises(ValueError, match="3 window_left values for 4 layers"):
+        layer_kind_times_us(prep, (127, -1, 127), _FakeClock())
+
+
+def test_resume_keeps_the_batches_and_tp(tmp_path):
+    args = ["sweep", "--device", "cpu", "--cp", "2", "--bs", "2", "--lengths", "dist:uniform:8:24", "--batches", "1",
+            "--mode", "fused", "--no-check", "--no-profile", "--no-report", "--out", str(tmp_path / "r"), *TINY]
+    assert cpbench(*args).returncode == 0
+    rows = (tmp_path / "r" / "results.jsonl").read_text().splitlines()
+    again = cpbench(*args, "--resume")
+    assert again.returncode == 0 and (tmp_path / "r" / "results.jsonl").read_text().splitlines() == rows
+    tp = cpbench(*args, "--resume", "--tp", "2")
+    assert tp.returncode == 2 and "measured with a different tp_size (1)" in tp.stderr
+    other = cpbench(*args, "--resume", "--seed", "1")  # another seed draws other lengths
+    assert other.returncode == 2 and "different seed" in other.stderr
+
+
+def test_prefix_hit_on_the_grid(tmp_path):
+    out = tmp_path / "g"
+    r = cpbench("sweep", "--device", "cpu", "--cp", "2", "--bs", "1,2", "--seq", "64", "--prefix-hit", "0.25",
+                "--mode", "fused", "--no-check", "--no-profile", "--no-report", "--out", str(out), *TINY)
+    assert r.returncode == 0, r.stderr[-800:]
+    df, manifest = load_run(out)
+    assert manifest["config"]["batches"] == [[[48], [16]], [[48, 48], [16, 16]]]
+    cells = df.drop_duplicates("batch").sort_values("batch")
+    assert list(cells["extend_lens"]) == ["48", "48,48"] and list(cells["prefix_len"]) == [16, 16]
+    assert list(cells["seq_len"]) == [48, 48] and list(cells["context_len"]) == [64, 64]
