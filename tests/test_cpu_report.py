@@ -19,8 +19,9 @@ def fused_faster(*a):
 def cpu_rows():
     rows = make_rows(cp_sizes=(4,), bss=(1, 4), seqs=(32, 64), timings=("eager",), backends=("torch",),
                      latency=fused_faster, noise=0)
-    for r in rows:
-        r.update(launches=0, other_kernels=0)  # what a CPU records: calls, no kernels or launches
+    for r in rows:  # what a CPU records: calls, no kernels or launches, no allocator memory
+        r.update({k: None for k in r if k.startswith("setup_mem_")})
+        r.update(launches=0, other_kernels=0, mem_reason="needs CUDA", forward_mem_bytes=None, peak_mem_bytes=None)
     return rows
 
 
