@@ -84,3 +84,26 @@ def test_cpu_memory_is_nan_with_a_reason_never_zero():
         "setup_mem_bytes", "forward_mem_bytes", "peak_mem_bytes", "mem_reason"}
     assert all(math.isnan(v) for k, v in cols.items() if k != "mem_reason")
     assert cols["mem_reason"] == CPU_REASON == memory.CPU_REASON
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_setup_memory_by_part_is_measured():
+    """On a GPU the fused setup holds its duplicated page table (allocator-rounded) and the outputs, the
+    two-call setup no duplicate; every part is a measured, non-negative byte count."""
+    from cpbench.bench.backends.torch_ref import TorchBackend
+    from cpbench.bench.geometry import rank_geometry
+    from cpbench.bench.models import get_preset, with_overrides
+    from cpbench.bench.workload import build_cell, rank_work
+
+    model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=64, page_size=16)
+    cell = build_cell(model, [1000, 3000], [0, 0], page_size=16, dtype=torch.bfloat16, device="cuda")
+    work = rank_work(cell, rank_geometry([1000, 3000], [0, 0], 4, 1))
+    fused = TorchBackend().prepare(work, "fused").setup_mem
+    two = TorchBackend().prepare(work, "two-call").setup_mem
+    table = cell.block_tables.numel() * cell.block_tables.element_size()  # [bs, W] int32
+    assert fused["page_table"] == -(-2 * table // 512) * 512  # [2*bs, W], in 512-byte allocator blocks
+    assert two["page_table"] == 0
+    out_bytes = 2 * work.q.numel() * work.q.element_size()  # one output per layer kind (window, full)
+    assert fused["outputs"] == two["outputs"] >= out_bytes
+    assert all(v >= 0 for v in (*fused.values(), *two.values()))

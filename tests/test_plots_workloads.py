@@ -29,8 +29,8 @@ def test_when_to_fuse_grid():
     assert heading == "gpt-oss-120b · fa3 · eager · tp 1 · cp 2"
     assert table.splitlines() == [
         "| bs | 1K | 8K |", "| ---: | ---: | ---: |",
-        "| 1 | faster 2.00× | tie 1.00× |",
-        "| 4 | faster 2.00× | slower 0.67× |"]
+        "| 1 | faster 2.00× [2.00–2.00] | tie 1.00× [1.00–1.00] |",  # noise-free samples: zero-width intervals
+        "| 4 | faster 2.00× [2.00–2.00] | slower 0.67× [0.67–0.67] |"]
 
 
 def test_when_to_fuse_by_tp_and_an_ineligible_cell():
@@ -40,7 +40,7 @@ def test_when_to_fuse_by_tp_and_an_ineligible_cell():
     view = cells(prepare(pd.DataFrame(rows + tp8)))
     tables = dict(when_to_fuse(view))
     assert list(tables) == ["gpt-oss-120b · fa3 · eager · tp 1 · cp 2", "gpt-oss-120b · fa3 · eager · tp 8 · cp 2"]
-    assert "| 4 | no CP | slower 0.67× |" in tables["gpt-oss-120b · fa3 · eager · tp 8 · cp 2"]
+    assert "| 4 | no CP | slower 0.67× [0.67–0.67] |" in tables["gpt-oss-120b · fa3 · eager · tp 8 · cp 2"]
     # 1 + 1 + 4 requests ran with CP, the 4 of the ineligible batch did not
     assert cp_share_lines(view)[0].startswith("- gpt-oss-120b · tp 1 · cp 2: 6 of 10 requests (60 %) in 3 of 4 "
                                               "batch(es) ran with CP; the others are in batches with an extend")
@@ -57,7 +57,8 @@ def test_mixed_entries_and_length_bins():
                          "speedup_ci_high": [1.3, 1.4, 1.01, 1.1, 1.1, 1.1, 1.1]})
     ((_, table),) = when_to_fuse(view)
     assert table.splitlines()[0] == "| bs | ≤ 1K | ≤ 2K | ≤ 4K | ≤ 8K | ≤ 16K | ≤ 32K |"
-    assert table.splitlines()[2] == "| 4 | faster 1.20× | 1 faster · 1 tie | tie 1.00× | tie 1.00× | tie 1.00× | tie 1.00× |"
+    assert table.splitlines()[2] == ("| 4 | faster 1.20× [1.10–1.30] | 1 faster · 1 tie | tie 1.00× [0.90–1.10] "
+                                       "| tie 1.00× [0.90–1.10] | tie 1.00× [0.90–1.10] | tie 1.00× [0.90–1.10] |")
 
 
 def test_layer_kind_table():

@@ -9,7 +9,7 @@ import math
 import pandas as pd
 
 from cpbench.plots.style import human_tokens
-from cpbench.plots.tables import md_table, ms, times, verdict
+from cpbench.plots.tables import md_table, ms, times, times_ci, verdict
 
 MAX_LENGTH_COLUMNS = 6  # more distinct lengths than this (a length mix): columns become power-of-two bins
 
@@ -23,13 +23,16 @@ def _length_bins(lengths: list[int]) -> dict[int, str]:
 
 
 def _cell_text(cells: pd.DataFrame) -> str:
-    """One grid entry: ``faster 1.22×`` for one cell (``faster 1.1–1.3×`` for several that agree), else the
+    """One grid entry: ``faster 1.22× [1.20–1.25]`` for one cell (with its 95 % interval; ``faster 1.1–1.3×``
+    for several that agree), else the
     counts (``2 faster · 1 tie``); ``no CP`` when every batch is one SGLang runs without CP, ``—`` when no
     cell ran in both modes for another reason."""
     ok = cells[(cells["status"] == "ok") & cells["speedup"].map(lambda x: math.isfinite(float(x)))]
     if ok.empty:
         return "no CP" if len(cells) and (cells["status"] == "ineligible").all() else "—"
     verdicts = list(ok.apply(verdict, axis=1))
+    if len(ok) == 1:
+        return f"{verdicts[0]} {times_ci(ok.iloc[0])}"
     if len(set(verdicts)) == 1:
         lo, hi = float(ok["speedup"].min()), float(ok["speedup"].max())
         sp = times(lo) if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{times(hi)}"
