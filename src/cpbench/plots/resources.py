@@ -22,28 +22,40 @@ KEYS = ["model", "backend", "timing", "cp_size", "bs", "seq_len", "prefix_len", 
 def throughput_frame(df: pd.DataFrame) -> pd.DataFrame:
     """Per cell and mode (ok rows of a cell that ran on all its ranks): ``tflops`` = per-GPU throughput
     on the critical path, sum over ranks of the rank's attention FLOPs / (cp_size x the slowest rank's
-    median latency), in TFLOP/s; ``pct_peak`` = tflops / the run's measured matmul peak
+    median latency), in TFLOP/s, with ``tflops_low/high`` from that rank's 95 % CI of the median; ``pct_peak`` = tflops / the run's measured matmul peak
     (``gemm_peak_tflops``) x 100 (NaN without one)."""
     ok = df[df["status"] == "ok"].copy()
-    cols = KEYS + ["mode", "tflops", "pct_peak"]
+    cols = KEYS + ["mode", "tflops", "tflops_low", "tflops_high", "pct_peak"]
     if ok.empty:
         return pd.DataFrame(columns=cols)
-    for c in ("flops", "latency_us_median", "gemm_peak_tflops"):
+    for c in ("flops", "latency_us_median", "latency_us_ci_low", "latency_us_ci_high", "gemm_peak_tflops"):
         ok[c] = pd.to_numeric(ok[c], errors="coerce") if c in ok else np.nan
     out = []
     for key, g in ok.groupby(KEYS + ["mode"], sort=True):
         cp = int(key[KEYS.index("cp_size")])
         if sorted({int(r) for r in g["rank"]}) != list(range(cp)):
             continue  # a partial cell has no critical path
-        slowest = float(g["latency_us_median"].max())
-        tflops = float(g["flops"].sum()) / (cp * slowest * 1e-6) / 1e12 if slowest > 0 else math.nan
+        slow = g.loc[g["latency_us_median"].idxmax()]  # the slowest rank's median and its 95 % CI
+        work = float(g["flops"].sum()) / cp / 1e12
+
+        def rate(us: float) -> float:
+            return work / (us * 1e-6) if us > 0 else math.nan
+        tflops = rate(float(slow["latency_us_median"]))
         peak = float(g["gemm_peak_tflops"].max()) if g["gemm_peak_tflops"].notna().any() else math.nan
-        out.append([*key, tflops, 100.0 * tflops / peak if peak > 0 else math.nan])
+        out.append([*key, tflops, rate(float(slow["latency_us_ci_high"])), rate(float(slow["latency_us_ci_low"])),
+                    100.0 * tflops / peak if peak > 0 else math.nan])
     return pd.DataFrame(out, columns=cols)
 
 
 def _num(v: float, fmt: str) -> str:
     return format(v, fmt) if isinstance(v, (int, float)) and math.isfinite(v) else "—"
+
+
+def _rate(r) -> str:
+    """``97.6 [96.9–98.0]``: TFLOP/s with the interval from the slowest rank's latency CI."""
+    lo, hi = float(r["tflops_low"]), float(r["tflops_high"])
+    ci = f" [{lo:.1f}–{hi:.1f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
+    return _num(r["tflops"], ".1f") + ci
 
 
 def resources_section(df: pd.DataFrame, manifest: dict, cpu: bool = False) -> list[str]:
@@ -77,11 +89,10 @@ def resources_section(df: pd.DataFrame, manifest: dict, cpu: bool = False) -> li
             cell = [c["backend"], c["timing"], c["cp_size"], c["bs"], human_tokens(c["seq_len"])]
             for m in MODES:
                 r = by.get(m)
-                cell += [_num(r["tflops"], ".1f") if r is not None else "—",
-                         _num(r["pct_peak"], ".1f") if r is not None else "—"]
+                cell += [_rate(r) if r is not None else "—", _num(r["pct_peak"], ".1f") if r is not None else "—"]
             rows.append(cell)
-        out += [md_table(["backend", "timing", "cp>", "bs>", "tokens>", "two-call TFLOP/s>", "% peak>",
-                          "fused TFLOP/s>", "% peak>"], rows), ""]
+        out += [md_table(["backend", "timing", "cp>", "bs>", "tokens>", "two-call TFLOP/s [95% CI]>", "% peak>",
+                          "fused TFLOP/s [95% CI]>", "% peak>"], rows), ""]
     mem = setup_memory_frame(df)
     if mem.empty:
         reasons = sorted({str(r) for r in df.get("mem_reason", pd.Series(dtype=str)).dropna() if str(r)})
