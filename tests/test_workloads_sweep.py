@@ -111,14 +111,14 @@ class _FakeClock:
 def test_layer_kind_times_sum_each_kind(monkeypatch):
     """Layers 0, 2 slide (window_left 127), 1, 3 are full; each step advances a fake perf_counter by a known
     amount, so the per-kind sums are exact: window 10 + 30 µs, full 20 + 40 (+ 5 for a second step) µs."""
-    import cpbench.bench.layer_kinds as lk
+    import cpbench.bench.phases as phases  # the layer spans are timed by phases.span_times_us
 
     now = [0.0]
-    monkeypatch.setattr(lk.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(phases.time, "perf_counter", lambda: now[0])
     step = lambda us: (lambda: now.__setitem__(0, now[0] + us * 1e-6))
     prep = Prepared([[("combined", step(10))], [("combined", step(20))], [("combined", step(30))],
                      [("prev", step(40)), ("next", step(5))]], {})
-    for reps in (None, 3):  # one forward on CPU by default, or the median of three
+    for reps in (None, 3):  # one forward by default, or the median of three
         got = layer_kind_times_us(prep, (127, -1, 127, -1), _FakeClock(), reps=reps)
         assert got == pytest.approx({"window_layers_us": 40.0, "full_layers_us": 65.0})
     assert has_both_kinds((127, -1)) and not has_both_kinds((-1, -1)) and not has_both_kinds((127, 127))

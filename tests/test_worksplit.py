@@ -87,7 +87,7 @@ def test_fused_orders_and_bad_input():
     assert fused_segments([2, 2], [10, 16], [1, 1], [19, 27], "interleaved") == \
         ([2, 1, 2, 1], [10, 19, 16, 27], ["prev[0]", "next[0]", "prev[1]", "next[1]"])
     assert fused_segments([2], [10], [1], [19], "next-prev")[:2] == ([1, 2], [19, 10])
-    with pytest.raises(CpbenchInputError, match="unknown fused order"):
+    with pytest.raises(CpbenchInputError, match="unknown --fused-order"):
         fused_segments([1], [1], [1], [1], "x")
     with pytest.raises(CpbenchInputError, match="kv_len >= q_len"):
         split_launch("x", [5], [4], backend="fa3", num_q_heads=1, num_kv_heads=1, head_dim=64)

@@ -186,15 +186,24 @@ def fused_segment_order(prev: list[Segment], nxt: list[Segment], fused_order: st
     Raises:
         CpbenchInputError: an order not in :data:`FUSED_ORDERS`.
     """
+    return [replace(s, table_row=i) for i, s in enumerate(in_fused_order(prev, nxt, fused_order))]
+
+
+def in_fused_order(prev: list, nxt: list, fused_order: str = "prev-next") -> list:
+    """The items of the prev and next calls (segments, lengths, labels, ...) as the fused batch orders
+    them: ``prev-next`` (SGLang PR #33137's prev ++ next), ``next-prev``, or ``interleaved`` (prev 0,
+    next 0, prev 1, ...).
+
+    Raises:
+        CpbenchInputError: an order not in :data:`FUSED_ORDERS`.
+    """
     if fused_order == "prev-next":
-        segs = prev + nxt
-    elif fused_order == "next-prev":
-        segs = nxt + prev
-    elif fused_order == "interleaved":
-        segs = [s for pair in zip(prev, nxt) for s in pair]
-    else:
-        raise CpbenchInputError(f"unknown --fused-order {fused_order!r}: use one of {', '.join(FUSED_ORDERS)}")
-    return [replace(s, table_row=i) for i, s in enumerate(segs)]
+        return prev + nxt
+    if fused_order == "next-prev":
+        return nxt + prev
+    if fused_order == "interleaved":
+        return [x for pair in zip(prev, nxt) for x in pair]
+    raise CpbenchInputError(f"unknown --fused-order {fused_order!r}: use one of {', '.join(FUSED_ORDERS)}")
 
 
 def block_sizes(extend_len: int, cp_size: int) -> list[int]:

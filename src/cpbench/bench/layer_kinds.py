@@ -4,12 +4,10 @@ full-attention layers take, so fused vs two-call can be compared by layer kind (
 
 from __future__ import annotations
 
-import time
 from typing import Callable, Sequence
 
-import torch
-
 from cpbench.bench.backends.base import Prepared
+from cpbench.bench.phases import median_sums, span_times_us
 
 KIND_COLUMNS = {"window": "window_layers_us", "full": "full_layers_us"}
 
@@ -37,27 +35,8 @@ def layer_kind_times_us(prep: Prepared, window_left_per_layer: Sequence[int], cl
     kinds = ["window" if w >= 0 else "full" for w in window_left_per_layer]
     per_rep = []
     for _ in range(reps):
-        clock.sync()
-        if barrier is not None:
-            barrier()
-        if clock.cuda:
-            events = [torch.cuda.Event(enable_timing=True) for _ in range(len(prep.layers) + 1)]
-            events[0].record()
-            for steps, ev in zip(prep.layers, events[1:]):
-                for s in steps:
-                    s.fn()
-                ev.record()
-            events[-1].synchronize()
-            spans = [a.elapsed_time(b) * 1e3 for a, b in zip(events, events[1:])]
-        else:
-            spans = []
-            for steps in prep.layers:
-                t0 = time.perf_counter()
-                for s in steps:
-                    s.fn()
-                spans.append((time.perf_counter() - t0) * 1e6)
         sums = {col: 0.0 for col in KIND_COLUMNS.values()}
-        for kind, us in zip(kinds, spans):
+        for kind, us in zip(kinds, span_times_us(prep.layers, clock, barrier)):
             sums[KIND_COLUMNS[kind]] += us
         per_rep.append(sums)
-    return {col: sorted(r[col] for r in per_rep)[reps // 2] for col in KIND_COLUMNS.values()}
+    return median_sums(per_rep)

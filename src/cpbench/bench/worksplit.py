@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from cpbench.bench.geometry import in_fused_order
 from cpbench.bench.worksplit_plans import fa2_kv_chunk_pages, fa3_plan, list_schedule
 from cpbench.errors import CpbenchInputError
 
@@ -211,14 +212,7 @@ def fused_segments(q_prev: Sequence[int], kv_prev: Sequence[int], q_next: Sequen
     PR #33137's prev ++ next; ``next-prev``; ``interleaved``: prev 0, next 0, prev 1, ...)."""
     prev = [(q, k, f"prev[{s}]") for s, (q, k) in enumerate(zip(q_prev, kv_prev))]
     nxt = [(q, k, f"next[{s}]") for s, (q, k) in enumerate(zip(q_next, kv_next))]
-    if fused_order == "prev-next":
-        segs = prev + nxt
-    elif fused_order == "next-prev":
-        segs = nxt + prev
-    elif fused_order == "interleaved":
-        segs = [x for pair in zip(prev, nxt) for x in pair]
-    else:
-        raise CpbenchInputError(f"unknown fused order {fused_order!r}: use prev-next, next-prev or interleaved")
+    segs = in_fused_order(prev, nxt, fused_order)
     return [s[0] for s in segs], [s[1] for s in segs], [s[2] for s in segs]
 
 
