@@ -27,14 +27,12 @@ Assumptions about ``--csv --page raw`` (ncu 2023.x-2025.x):
 from __future__ import annotations
 
 import csv
-import glob
 import io
-import os
 import re
-import shutil
 from pathlib import Path
 
 from cpbench.profiles.kernels import ProfileError
+from cpbench.profiles.nsys import find_tool
 
 NCU_GLOBS = ("/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda/bin/ncu", "/usr/local/cuda-*/bin/ncu")
 
@@ -60,14 +58,7 @@ _TIME_TO_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond"
 def find_ncu() -> str | None:
     """Path of an ``ncu`` executable: ``$PATH`` first, then Nsight Compute / CUDA install folders
     (newest first); None when there is none."""
-    hit = shutil.which("ncu")
-    if hit:
-        return hit
-    for pattern in NCU_GLOBS:
-        for path in sorted(glob.glob(pattern), reverse=True):
-            if os.path.isfile(path) and os.access(path, os.X_OK):
-                return path
-    return None
+    return find_tool("ncu", NCU_GLOBS)
 
 
 def parse_ncu_version(text: str) -> str | None:

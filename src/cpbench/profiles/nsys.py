@@ -66,10 +66,16 @@ def find_nsys() -> str | None:
     <target>/nsys``), which can record but on some machines cannot turn the ``.qdstrm`` into a
     report (no QdstrmImporter beside it; see :func:`report_path`). Newest version first per pattern.
     """
-    hit = shutil.which("nsys")
+    return find_tool("nsys", NSYS_GLOBS)
+
+
+def find_tool(name: str, patterns) -> str | None:
+    """``name`` on ``$PATH``, else the first executable file matching ``patterns`` (glob patterns of
+    install folders, tried in order; the newest version first within a pattern); None when none."""
+    hit = shutil.which(name)
     if hit:
         return hit
-    for pattern in NSYS_GLOBS:
+    for pattern in patterns:
         for path in sorted(glob.glob(pattern), reverse=True):
             if os.path.isfile(path) and os.access(path, os.X_OK):
                 return path
