@@ -247,7 +247,8 @@ def test_ctrl_c_says_how_to_resume(tmp_path):
                              "--out", str(out), "--no-report", *TINY, "--budget-ms", "20"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, env=ENV)
     deadline = time.time() + 240
-    while time.time() < deadline and not (out / "results.jsonl").exists():
+    results = out / "results.jsonl"
+    while time.time() < deadline and not (results.exists() and results.stat().st_size > 0):  # a row is on disk
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)

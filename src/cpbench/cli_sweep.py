@@ -3,8 +3,6 @@ runner, final table, exit code. bench/ is imported when a sweep runs, so other c
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 import os
 from typing import Annotated, Optional
