@@ -54,8 +54,10 @@ def launch_lines(d: pd.DataFrame, manifest: dict) -> list[str]:
             f"- GPU topology: {topology_summary(manifest.get('gpu_topology'))}."]
 
 
-def real_cp_section(d: pd.DataFrame, manifest: dict) -> list[str]:
-    """The "Real CP (torchrun)" section of a prepared frame, [] when it holds no torchrun rows."""
+def real_cp_section(d: pd.DataFrame, manifest: dict, cpu: bool = False) -> list[str]:
+    """The "Real CP (torchrun)" section of a prepared frame, [] when it holds no torchrun rows. ``cpu``: a
+    gloo launch on a CPU, a functional check: the ratio column is not called a speedup, and no link-bandwidth
+    estimate is drawn from loopback timings."""
     t = torchrun_rows(d)
     if t.empty:
         return []
@@ -78,8 +80,13 @@ def real_cp_section(d: pd.DataFrame, manifest: dict) -> list[str]:
                          _pair(a, b, "share", pct), _pair(a, b, "wait_max_us", ms3),
                          _pair(a, b, "bus_gbps", gbps), status])
         out += [f"### {model} · {backend} · {timing} · cp {cp}", "", md_table(
-            ["bs>", "extend tokens>", "two-call ms>", "fused ms>", "speedup [95% CI]>", "gather share (two-call / fused)>",
+            ["bs>", "extend tokens>", "two-call ms>", "fused ms>",
+             "two-call / fused [95% CI]>" if cpu else "speedup [95% CI]>", "gather share (two-call / fused)>",
              "wait ms, max over ranks (two-call / fused)>", "bus GB/s (two-call / fused)>", "status"], rows), ""]
+    if cpu:
+        return out + ["On a CPU the phase times are host wall times of separately run forwards in which gloo "
+                      "collectives block the host, so their shares need not add up to the forward; no estimate at "
+                      "another link bandwidth is drawn from them.", ""]
     out += estimate_lines(s)
     return out
 

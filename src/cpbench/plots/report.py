@@ -180,7 +180,7 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
         parts += [f"### {heading}", "", table, ""]
     if view.empty:
         parts += ["_No result rows._", ""]
-    parts += real_cp_section(d, manifest)
+    parts += real_cp_section(d, manifest, cpu)
     sim = _simulated(d, sim_df)
     if sim is not None:
         parts += sim_vs_real_section(d, sim, sim_name or run_name, plot_dir)

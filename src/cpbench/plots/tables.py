@@ -163,7 +163,7 @@ def cell_tables(view: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str]]:
     for (model, backend, timing, cp), v in view.groupby(["model", "backend", "timing", "cp_size"], sort=True):
         prefix = bool((v["prefix_len"] > 0).any())
         partial = not v["all_ranks"].map(lambda x: x is True or x == 1).all()
-        heads = ["bs>", "extend tokens>"] + (["prefix>"] if prefix else []) + (["ranks measured"] if partial else []) + [
+        heads = ["bs>", "extend tokens>"] + (["prefix (longest)>"] if prefix else []) + (["ranks measured"] if partial else []) + [
             "two-call ms>", "fused ms>", "speedup [95% CI]>", "slowest rank (two-call / fused)>",
             "imbalance (two-call / fused)>", "status"]
         rows = []
