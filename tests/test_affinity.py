@@ -59,3 +59,8 @@ def test_sweep_pins_and_records_its_cores(tmp_path):
     assert manifest["cpu_affinity"] == {"requested": str(core), "cores": [core]}
     bad = cpbench("sweep", "--backend", "torch", "--device", "cpu", "--cpu-affinity", "3-1", "--out", str(tmp_path / "b"))
     assert bad.returncode == 2 and "--cpu-affinity '3-1'" in bad.stderr and not (tmp_path / "b").exists()
+
+
+def test_an_absurd_core_range_is_refused_before_it_is_expanded():
+    with pytest.raises(CpbenchInputError, match="core 99999999999999 is above 65535"):
+        parse_cpu_list("0-99999999999999")

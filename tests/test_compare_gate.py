@@ -26,14 +26,20 @@ def test_every_non_ok_status_in_new_fails_the_gate(tmp_path, status):
     new = make_run(tmp_path / "new", seed=1, status=mark, **SMALL)
     r = cpbench("compare", base, new)
     assert r.returncode == 1, r.stderr
-    assert r.stderr.strip() == (f"compare: gate failed: 1 row(s) ok in base were not measured in new (1 {status}); "
-                                "--allow-missing gates on latency only")
+    failed = status in ("mismatch", "error")  # a failed check or a crash: never excused by --allow-missing
+    expected = (f"1 row(s) ok in base failed in new (1 {status}): a correctness mismatch or an error fails the "
+                "gate even with --allow-missing" if failed else
+                f"1 row(s) ok in base were not measured in new (1 {status}); --allow-missing gates on latency only")
+    assert r.stderr.strip() == f"compare: gate failed: {expected}"
     assert "**Gate: FAIL** (exit 1)" in r.stdout
     assert "## Lost in new (1 rows ok in base; these fail the gate)" in r.stdout
     assert f"cp 2 · bs 4 · seq 1024: base ok, new {status} ({status} here)" in r.stdout
-    ok = cpbench("compare", base, new, "--allow-missing")
-    assert ok.returncode == 0 and ok.stderr == "" and "**Gate: pass.**" in ok.stdout
-    assert "not gated (--allow-missing)" in ok.stdout
+    allowed = cpbench("compare", base, new, "--allow-missing")
+    assert "only mismatches and errors are gated (--allow-missing)" in allowed.stdout
+    if failed:
+        assert allowed.returncode == 1 and allowed.stderr.strip() == f"compare: gate failed: {expected}"
+    else:
+        assert allowed.returncode == 0 and allowed.stderr == "" and "**Gate: pass.**" in allowed.stdout
 
 
 def test_a_row_missing_from_new_fails_the_gate(tmp_path):
@@ -75,7 +81,7 @@ def test_every_row_lost_is_a_gate_failure_not_an_empty_comparison(tmp_path):
     base = make_run(tmp_path / "base", seed=1, **SMALL)
     new = make_run(tmp_path / "new", seed=1, status=lambda *a: ("error", "boom"), **SMALL)
     r = cpbench("compare", base, new)
-    assert r.returncode == 1 and "8 row(s) ok in base were not measured in new (8 error)" in r.stderr
+    assert r.returncode == 1 and "8 row(s) ok in base failed in new (8 error)" in r.stderr
     r = cpbench("compare", base, new, "--allow-missing")  # then nothing at all was compared: bad input
     assert r.returncode == 2 and "nothing was compared" in r.stderr
 

@@ -8,6 +8,8 @@ import os
 
 from cpbench.errors import CpbenchInputError
 
+MAX_CORE = 65535  # no host has more; a longer range would only exhaust memory while expanding it
+
 
 def parse_cpu_list(text: str) -> list[int]:
     """Cores of a Linux CPU list (the ``taskset -c`` / cpuset syntax): ``"0-3,8,10-11"`` ->
@@ -21,6 +23,9 @@ def parse_cpu_list(text: str) -> list[int]:
         if not lo.isdigit() or (sep and not hi.isdigit()) or (sep and int(hi) < int(lo)):
             raise CpbenchInputError(f"--cpu-affinity {text!r}: expected a CPU list such as 0-7 or 0-3,8-11 "
                                     f"(bad item {item!r})")
+        if int(hi if sep else lo) > MAX_CORE:
+            raise CpbenchInputError(f"--cpu-affinity {text!r}: core {int(hi if sep else lo)} is above {MAX_CORE}; "
+                                    "give the cores of this machine, e.g. 0-7")
         cores.update(range(int(lo), int(hi if sep else lo) + 1))
     return sorted(cores)
 

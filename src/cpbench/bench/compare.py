@@ -43,6 +43,7 @@ from cpbench.bench.verdicts import ratio_verdict
 from cpbench.errors import CpbenchInputError
 
 MISSING = "missing"
+FAILED = ("mismatch", "error")  # NEW statuses that fail the gate whatever --allow-missing says
 """``new_status`` of a lost row that NEW does not hold at all."""
 
 
@@ -86,10 +87,16 @@ class CompareResult:
             out.append(f"{len(self.regressions)} row(s) slower by more than {self.fail_above:.1%} with the 95% CI "
                        "above 1")
         lost = self.lost if self.lost is not None else pd.DataFrame()
-        if len(lost) and not self.allow_missing:
-            kinds = lost["new_status"].value_counts()
-            what = ", ".join(f"{n} {st}" for st, n in sorted(kinds.items()))
-            out.append(f"{len(lost)} row(s) ok in base were not measured in new ({what}); "
+        failed = lost[lost["new_status"].isin(FAILED)] if len(lost) else lost
+        gone = lost[~lost["new_status"].isin(FAILED)] if len(lost) else lost
+
+        def kinds(df: pd.DataFrame) -> str:
+            return ", ".join(f"{n} {st}" for st, n in sorted(df["new_status"].value_counts().items()))
+        if len(failed):  # a failed check or a crash is never a missing cell
+            out.append(f"{len(failed)} row(s) ok in base failed in new ({kinds(failed)}): a correctness mismatch "
+                       "or an error fails the gate even with --allow-missing")
+        if len(gone) and not self.allow_missing:
+            out.append(f"{len(gone)} row(s) ok in base were not measured in new ({kinds(gone)}); "
                        "--allow-missing gates on latency only")
         return out
 

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cpbench.bench.geometry import rank_geometry, validate_batch
+from cpbench.bench.jsonfile import read_json
 from cpbench.errors import CpbenchInputError
 
 LIST_FIELDS = ("actual_seq_q_prev", "actual_seq_q_next", "kv_len_prev", "kv_len_next", "cu_seqlens_q_combined",
                "cu_seqlens_kv_combined")
 CHECKED_FIELDS = ("eligible", *LIST_FIELDS, "max_seqlen_q_combined")
 BATCH_KEYS = ("cp_size", "extend_seq_lens", "extend_prefix_lens")
+MAX_CP = 1024  # the bound of --cp
 
 
 @dataclass(frozen=True)
@@ -44,12 +46,7 @@ def load_dump(path: str | Path) -> Dump:
             (lists of ints, an int, a bool), or no field to compare.
     """
     p = Path(path)
-    try:
-        obj = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError) as e:
-        raise CpbenchInputError(f"cannot read --check {str(p)!r}: {getattr(e, 'strerror', None) or e}") from None
-    except json.JSONDecodeError as e:
-        raise CpbenchInputError(f"--check {str(p)!r} is not valid JSON (line {e.lineno})") from None
+    obj = read_json(p, "--check")
     batch: dict = {}
     if isinstance(obj, dict):
         unknown = sorted(set(obj) - {*BATCH_KEYS, "ranks"})
@@ -89,8 +86,8 @@ def load_dump(path: str | Path) -> Dump:
     for k in ("extend_seq_lens", "extend_prefix_lens"):
         if k in batch and not (isinstance(batch[k], list) and all(_is_int(x) for x in batch[k])):
             raise CpbenchInputError(f"--check {str(p)!r}: {k} must be a list of integers")
-    if "cp_size" in batch and not _is_int(batch["cp_size"]):
-        raise CpbenchInputError(f"--check {str(p)!r}: cp_size must be an integer")
+    if "cp_size" in batch and not (_is_int(batch["cp_size"]) and 1 <= batch["cp_size"] <= MAX_CP):
+        raise CpbenchInputError(f"--check {str(p)!r}: cp_size must be an integer in [1, {MAX_CP}]")
     return Dump(obj, batch.get("cp_size"), batch.get("extend_seq_lens"), batch.get("extend_prefix_lens"))
 
 

@@ -34,6 +34,7 @@ import json
 from pathlib import Path
 
 from cpbench.bench.models import ModelSpec, checked
+from cpbench.bench.jsonfile import read_json
 from cpbench.errors import CpbenchInputError
 
 REFUSED_KEYS = (
@@ -54,14 +55,7 @@ LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
 def _load(p: Path) -> dict:
-    try:
-        cfg = json.loads(p.read_text())
-    except OSError as e:
-        raise CpbenchInputError(f"cannot read model config {str(p)!r}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise CpbenchInputError(f"model config {str(p)!r} is not UTF-8 JSON") from None
-    except json.JSONDecodeError as e:
-        raise CpbenchInputError(f"model config {str(p)!r} is not valid JSON (line {e.lineno})") from None
+    cfg = read_json(p, "model config")
     if not isinstance(cfg, dict):
         raise CpbenchInputError(f"model config {str(p)!r} is not a JSON object")
     cfg = cfg.get("text_config", cfg) if "num_hidden_layers" not in cfg else cfg

@@ -70,7 +70,7 @@ def parse_lengths(text: str) -> LengthMix:
         raise CpbenchInputError(f"--lengths {text!r}: use dist:uniform:LO:HI or dist:lognormal:MEDIAN:SIGMA "
                                 "(numbers of tokens; SIGMA is the sd of the log)") from None
     if name == "uniform":
-        if a != int(a) or b != int(b) or a > b:
+        if not (math.isfinite(a) and math.isfinite(b)) or a != int(a) or b != int(b) or a > b:
             raise CpbenchInputError(f"--lengths {text!r}: LO and HI must be integers with LO <= HI")
         _check_range([int(a), int(b)], "--lengths")
         return LengthMix("uniform", (int(a), int(b)))

@@ -163,12 +163,16 @@ def _override_tag(spec: ModelSpec, out: ModelSpec) -> str:
     return tag
 
 
+MAX_SIZES = {"num_layers": 1024, "num_q_heads": 4096, "num_kv_heads": 4096, "head_dim": 4096}
+
+
 def checked(spec: ModelSpec) -> ModelSpec:
-    """``spec`` if its head counts and head_dim are >= 1 and q heads are a multiple of kv heads (GQA), else
-    CpbenchInputError."""
-    for key in ("num_q_heads", "num_kv_heads", "head_dim"):
-        if getattr(spec, key) < 1:
-            raise CpbenchInputError(f"{key} must be >= 1, got {getattr(spec, key)}")
+    """``spec`` if its layer and head counts and head_dim are in ``[1, MAX_SIZES[key]]`` (the bounds the
+    CLI overrides use) and q heads are a multiple of kv heads (GQA), else CpbenchInputError."""
+    for key, top in MAX_SIZES.items():
+        if not 1 <= getattr(spec, key) <= top:
+            raise CpbenchInputError(f"{key} must be in [1, {top}], got {getattr(spec, key)}: no model cpbench "
+                                    "can measure has that size")
     if spec.num_q_heads % spec.num_kv_heads:
         raise CpbenchInputError(
             f"q heads ({spec.num_q_heads}) must be a multiple of kv heads ({spec.num_kv_heads}) for GQA")

@@ -109,7 +109,8 @@ def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man
               f"samples. **tie** when the CI contains 1 (without a CI: within ±{TIE_BAND:.0%}); "
               f"**regression** when ratio > {1 + res.fail_above:.3f}, the CI lies entirely "
               f"above 1 and both rows hold ≥ {res.min_samples} samples; a row ok in base but not measured in new "
-              "fails the gate" + (" (not with --allow-missing)." if res.allow_missing else "."), ""]
+              "fails the gate" + (" (not with --allow-missing)" if res.allow_missing else "")
+              + ", and one that is a mismatch or an error in new always does.", ""]
     if len(t):
         geo = float(np.exp(np.log(ratios).mean())) if len(ratios) else math.nan
         parts.append(f"**{len(t)} rows compared: {counts['faster']} faster, {counts['slower']} slower, "
@@ -126,7 +127,8 @@ def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man
         parts += ["", "## Regressions", "", _rows_table(res.regressions)]
     lost = res.lost if res.lost is not None else t.iloc[0:0]
     if len(lost):
-        note = "not gated (--allow-missing)" if res.allow_missing else "these fail the gate"
+        note = ("only mismatches and errors are gated (--allow-missing)" if res.allow_missing
+                else "these fail the gate")
         parts += ["", f"## Lost in new ({len(lost)} rows ok in base; {note})", ""] + _listing(_lost_lines(lost))
     ungated = t[t["ungated"]] if len(t) else t
     if len(ungated):

@@ -1,0 +1,38 @@
+"""Reading a user's JSON file (a model config, an engine's metadata dump) so that no input can hang,
+exhaust memory or end in a traceback: one CpbenchInputError line for whatever is wrong with it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cpbench.errors import CpbenchInputError
+
+MAX_BYTES = 64 << 20  # far above any config or dump; a larger file is not what the option expects
+
+
+def read_json(path: str | Path, what: str):
+    """The parsed JSON of ``path``; ``what`` names it in errors (e.g. ``"model config"``, ``"--check"``).
+
+    Raises CpbenchInputError (one line) when it is not a regular file (a directory, a FIFO that would
+    block), is larger than :data:`MAX_BYTES`, cannot be read, is not UTF-8, is not JSON, nests too deep
+    for the parser, or holds an integer too long to convert.
+    """
+    p = Path(path)
+    try:
+        if p.exists() and not p.is_file():
+            raise CpbenchInputError(f"{what} {str(p)!r} is not a regular file: give the path of a JSON file")
+        if p.stat().st_size > MAX_BYTES:
+            raise CpbenchInputError(f"{what} {str(p)!r} is larger than {MAX_BYTES >> 20} MiB: not a JSON file of "
+                                    "the kind expected")
+        text = p.read_text()
+    except OSError as e:
+        raise CpbenchInputError(f"cannot read {what} {str(p)!r}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise CpbenchInputError(f"{what} {str(p)!r} is not UTF-8 JSON") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CpbenchInputError(f"{what} {str(p)!r} is not valid JSON (line {e.lineno})") from None
+    except (RecursionError, ValueError) as e:  # nesting too deep; an integer of thousands of digits
+        raise CpbenchInputError(f"{what} {str(p)!r} is not JSON cpbench can read: {type(e).__name__}") from None
