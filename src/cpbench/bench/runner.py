@@ -21,7 +21,8 @@ from cpbench.bench.derived import add_cell_columns
 from cpbench.bench.flops import forward_flops
 from cpbench.bench.geometry import all_ranks, eligibility
 from cpbench.bench.kv import duplicate_block_tables, table_bytes
-from cpbench.bench.measure import DTYPES, RankJob, count_kernels, is_oom, measure_rank
+from cpbench.bench.kernel_counts import count_kernels
+from cpbench.bench.measure import DTYPES, RankJob, is_oom, measure_rank
 from cpbench.bench.models import ModelSpec
 from cpbench.bench.ranks import LocalGroup, RankGroup
 from cpbench.bench.schema import SCHEMA_VERSION, row_key

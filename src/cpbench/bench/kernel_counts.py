@@ -1,0 +1,50 @@
+"""Kernel-count columns of one profiled eager forward (torch.profiler, through profiles.capture), checked
+against ``layers x attention calls per layer x kernels per call``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from cpbench.bench.backends.base import Prepared
+
+COUNT_COLUMNS = ("attn_kernels", "attn_calls", "comm_kernels", "merge_kernels", "fill_kernels", "copy_kernels",
+                 "other_kernels", "kernels", "launches", "gpu_busy_us")
+
+
+def count_kernels(prep: Prepared, label: str, device: torch.device, trace_dir: Path | None = None,
+                  kpc_cache: dict | None = None, kpc_key=None) -> dict:
+    """Kernel-count columns of one eager forward (profiles.capture), checked against
+    ``layers x attention calls per layer x kernels per call`` where kernels can be told apart by name.
+
+    ``attn_kernels`` is GPU attention-kernel executions, or for the torch reference (no single
+    attention kernel) the attention calls; collective kernels (``comm_kernels``) are counted apart.
+    Raises ProfileError when zero attention work is seen, RuntimeError when the count differs from
+    the expectation.
+    """
+    from cpbench.profiles.capture import expected_for, kernels_per_call, profile_prepared
+
+    slug = label.replace(" ", "_")
+    trace = trace_dir / f"{slug}.json.gz" if trace_dir is not None else None
+    c = profile_prepared(prep, f"{label} eager", device, trace_path=trace,
+                         steps_warmup=1 if device.type == "cuda" else 0)  # CPU: nothing to miss
+    by_kernel = device.type == "cuda" and bool(prep.kernel_patterns)
+    row = {"attn_kernels": c.attention if by_kernel else c.attention_calls, "attn_calls": c.attention_calls,
+           "comm_kernels": c.comm, "gpu_busy_us": c.gpu_busy_us if device.type == "cuda" else math.nan,
+           "merge_kernels": c.merge, "fill_kernels": c.fill, "copy_kernels": c.copy,
+           "other_kernels": c.other + c.merge + c.fill + c.copy, "kernels": c.kernels, "launches": c.launches}
+    kpc = (kpc_cache or {}).get(kpc_key)
+    if kpc is None:
+        kpc = kernels_per_call(prep.first_attention_call(), prep.kernel_patterns, device) if by_kernel else 1
+        if kpc_cache is not None:
+            kpc_cache[kpc_key] = kpc
+    row["kernels_per_call"] = kpc
+    row["attn_kernels_expected"] = expected_for(prep, kpc)
+    if row["attn_kernels"] != row["attn_kernels_expected"]:
+        raise RuntimeError(f"counted {row['attn_kernels']} attention kernels, expected "
+                           f"{row['attn_kernels_expected']} (layers x calls x kernels/call)")
+    if trace is not None:
+        row["trace"] = str(trace)
+    return row
