@@ -3,9 +3,10 @@ over ranks).
 
 Phases, each followed by an agreement over the cell's CP ranks (so a failing rank fails the mode or
 the cell on every rank, and no rank enters a collective the others will not reach):
-prepare (metadata, page tables, plans; host-timed) -> first forward (JIT load, peak memory, enqueue
-time) -> checks (fp32 reference, fused vs two-call) -> kernel counts (torch.profiler) -> timing
-(eager and/or CUDA graph, ABBA, agreed repeat counts, a barrier before each sample) -> per-phase
+prepare (metadata, page tables, plans; host-timed, device bytes by part) -> first forward (JIT load,
+transient memory peak) -> checks (fp32 reference, fused vs two-call) -> kernel counts (torch.profiler) -> timing
+(eager and/or CUDA graph, ABBA, agreed repeat counts, a barrier before each sample; host enqueue time
+inside the samples) -> per-phase
 times (gather / KV write / attention, when the forward has communication steps) -> per-layer-kind times
 (window / full layers, for a model with both).
 """
