@@ -64,7 +64,7 @@ def test_committed_v1_run_loads_migrated(name):
     assert len(ok) and (ok["latency_us_median"] > 0).all()
 
 
-@pytest.mark.parametrize("name", ["cpu-torch-default", "h200-fa3-cp2-cp8"])  # CPU and GPU, two cp sizes
+@pytest.mark.parametrize("name", ["cpu-torch-v1", "h200-fa3-cp2-cp8"])  # CPU and GPU, two cp sizes
 def test_report_and_compare_of_committed_v1_run(tmp_path, name):
     run = tmp_path / name  # report writes report.md into the run directory: work on a copy
     shutil.copytree(RUNS / name, run)
@@ -149,7 +149,7 @@ def test_lock_held_in_this_process_refuses_a_sweep(tmp_path):
 
 def test_resume_of_a_v1_run_is_refused_in_one_line(tmp_path):
     run = tmp_path / "v1"
-    shutil.copytree(RUNS / "cpu-torch-default", run)
+    shutil.copytree(RUNS / "cpu-torch-v1", run)
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
     r = cpbench(*_sweep(run, "--seq", "32", "--budget-ms", "5"), "--resume")
     assert r.returncode == 2, r.stderr[-1000:]
