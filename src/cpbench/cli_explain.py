@@ -22,8 +22,9 @@ from cpbench import cli_options as c
 from cpbench.cli_cells import backend_name, check_out, parse_cells
 from cpbench.errors import CpbenchInputError
 
-EXPLAIN_EPILOG = ("Examples:  cpbench explain --cp 4 --bs 1 --seq 2048 --rank 0 --backend fa3  |  "
-                  "cpbench explain --cp 4 --bs 1 --seq 2048 --rank 0 --backend fa2 --timing eager --json")
+EXPLAIN_EPILOG = ("Examples:  cpbench explain --cp 4 --bs 1 --extend-len 2048 --rank 0 --backend fa3  |  "
+                  "cpbench explain --cp 4 --bs 1 --extend-len 2048 --rank 0 --backend fa2 --timing eager --json")
+NCU_TIMEOUT_S = 1800  # one forward per mode under kernel replay: minutes at most; never wait forever
 NO_NCU = ("ncu (Nsight Compute) not found: install Nsight Compute or put ncu on PATH; "
           "`cpbench profile` counts and times kernels without it")
 
@@ -143,8 +144,13 @@ def run_under_ncu(exe: str, argv: list[str], run_dir: Path, spec, cell, rank: in
         stale.unlink(missing_ok=True)
     child = [sys.executable, "-m", "cpbench", *argv, "--explain-child"]
     ranges = [explain_label(cell, rank, m, timing) for m in MODES]
-    ver = subprocess.run([exe, "--version"], capture_output=True, text=True)
-    proc = subprocess.run(ncu_argv(exe, child, ranges, log), capture_output=True, text=True)
+    ver = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+    try:
+        proc = subprocess.run(ncu_argv(exe, child, ranges, log), capture_output=True, text=True,
+                              timeout=NCU_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise CpbenchInputError(f"ncu did not finish within {NCU_TIMEOUT_S} s: try a smaller cell (--layers, "
+                                "--extend-len) or `cpbench profile`") from None
     text = proc.stdout + proc.stderr + (log.read_text() if log.exists() else "")
     (run_dir / "ncu_output.txt").write_text(proc.stdout + proc.stderr)
     try:
