@@ -106,7 +106,7 @@ def _row(args, prefix_len, lat, st, n, noise, rng) -> dict:
            "workspace": 256 << 20, "outputs": bs * seq // cp * 64 * 64 * 2 * 2, "comm": 0, "other": 0}
     row.update({f"setup_mem_{k}": float(v) for k, v in mem.items()})
     row.update(setup_mem_bytes=float(sum(mem.values())), forward_mem_bytes=0.0, mem_reason="",
-               peak_mem_bytes=float(sum(mem.values())), gemm_peak_tflops=700.0, tflops_pct_peak=100 / 700)
+               peak_mem_bytes=float(sum(mem.values())), gemm_peak_tflops=700.0)
     return row
 
 

@@ -199,7 +199,6 @@ def _first_forward(job: RankJob, work: RankWork, prep: Prepared, setup_mem: dict
     job.clock.sync()
     forward_bytes = (torch.cuda.max_memory_allocated(dev) - before) if dev.type == "cuda" else math.nan
     out.update(memory_columns(setup_mem, forward_bytes))
-    out["host_launch_us"] = math.nan  # measured inside the timed samples (timing.time_interleaved's info)
     out["max_abs_err"] = checks.max_abs_error(work, prep) if job.check else math.nan
     return out
 

@@ -156,7 +156,6 @@ class Runner:
         self.done.add(row_key(row))
         if row.get("status") == "ok":
             row["gemm_peak_tflops"] = self.peak_tflops
-            row["tflops_pct_peak"] = 100.0 * row.get("tflops", math.nan) / self.peak_tflops
         if row.get("status") == "mismatch":
             self.mismatches += 1
         self._sink(row)

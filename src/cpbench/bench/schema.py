@@ -91,7 +91,6 @@ _COLUMNS = [
     _c("flops", "float", "FLOP", "per forward, from per-segment causal (windowed) areas"),
     _c("tflops", "float", "TFLOP/s", "flops / latency_us_median"),
     _c("gemm_peak_tflops", "float", "TFLOP/s", "the run's measured matmul peak (manifest gemm_peak: n×n×n matmuls, n = 8192 on a GPU)"),
-    _c("tflops_pct_peak", "float", "%", "tflops as a share of gemm_peak_tflops"),
     _c("host_launch_us", "float", "µs", "median host time to enqueue one forward inside the timed samples (graph: one replay; NaN on CPU)"),
     _c("setup_us_metadata", "float", "µs", "host setup: metadata"),
     _c("setup_us_page_table", "float", "µs", "host setup: page tables"),

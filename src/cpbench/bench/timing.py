@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import statistics
 import time
 from typing import Callable
 
@@ -170,7 +171,8 @@ def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, 
         take(order[i % len(order)])
     if info is not None:
         info.update({n: {"stop_reason": reason, "ci_rel_width": ci_rel_width(samples[n]),
-                         "host_launch_us": _median(enqueue[n]) if clock.cuda else math.nan} for n in names})
+                         "host_launch_us": statistics.median(enqueue[n]) if clock.cuda else math.nan}
+                     for n in names})
     return samples
 
 
@@ -179,11 +181,6 @@ def ci_rel_width(samples: list[float]) -> float:
     st = summarize(samples)
     med = st["latency_us_median"]
     return (st["latency_us_ci_high"] - st["latency_us_ci_low"]) / med if med and med > 0 else math.inf
-
-
-def _median(xs: list[float]) -> float:
-    ys = sorted(xs)
-    return ys[len(ys) // 2] if ys else math.nan
 
 
 def summarize(samples: list[float]) -> dict[str, float]:
