@@ -34,10 +34,8 @@ def explain(
     bs: Annotated[Optional[str], typer.Option("--bs", help="Batch size (requests). Default: 1.")] = None,
     seq: Annotated[Optional[str], typer.Option(
         "--extend-len", "--seq", help="Extend (new) tokens per request. Default: 2048.")] = None,
-    seq_lens: Annotated[Optional[str], typer.Option(
-        "--extend-lens", "--seq-lens", help="One explicit batch, one extend length per request, e.g. 3000,5000.")] = None,
-    prefix: Annotated[int, typer.Option(
-        "--prefix-len", "--prefix", help="Cached prefix tokens of every request.")] = 0,
+    seq_lens: c.ExtendLensOpt = None,
+    prefix: c.PrefixLenOpt = 0,
     rank: Annotated[int, typer.Option("--rank", help="The CP rank to explain.")] = 0,
     backend: Annotated[c.BackendName, typer.Option("--backend", help="fa2 or fa3 (auto: fa3 on Hopper).")] = c.BackendName.auto,
     timing: Annotated[str, typer.Option(

@@ -121,6 +121,10 @@ ModelConfigOpt = Annotated[Optional[Path], typer.Option(
 LayersOpt = Annotated[Optional[int], typer.Option("--layers", help="Override: attention layers.")]
 HeadsOpt = Annotated[Optional[int], typer.Option("--heads", help="Override: q heads per rank.")]
 KvHeadsOpt = Annotated[Optional[int], typer.Option("--kv-heads", help="Override: kv heads per rank.")]
+ExtendLensOpt = Annotated[Optional[str], typer.Option(
+    "--extend-lens", "--seq-lens", help="One explicit batch, one extend length per request (SGLang extend_lens), "
+                                       "instead of --bs x --extend-len, e.g. 3000,5000.")]
+PrefixLenOpt = Annotated[int, typer.Option("--prefix-len", "--prefix", help="Cached prefix tokens of every request.")]
 HeadDimOpt = Annotated[Optional[int], typer.Option("--head-dim", help="Override: head_dim.")]
 WindowOpt = Annotated[Optional[int], typer.Option(
     "--window", help="Override: sliding window in tokens (window_left = window-1); 0 = all layers full.")]

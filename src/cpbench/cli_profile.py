@@ -31,11 +31,8 @@ def profile(
     seq: Annotated[Optional[str], typer.Option(
         "--extend-len", "--seq", help="Extend (new) tokens per request, one cell per value. Default: 8192 on a "
                                       "GPU, 64 on CPU.")] = None,
-    seq_lens: Annotated[Optional[str], typer.Option(
-        "--extend-lens", "--seq-lens", help="One explicit batch, one extend length per request, e.g. "
-                                           "3000,5000.")] = None,
-    prefix: Annotated[int, typer.Option(
-        "--prefix-len", "--prefix", help="Cached prefix tokens of every request.")] = 0,
+    seq_lens: c.ExtendLensOpt = None,
+    prefix: c.PrefixLenOpt = 0,
     ranks: Annotated[str, typer.Option(
         "--ranks", "--rank", help="'all' or a list of ranks, e.g. 0,3.")] = "all",
     backend: Annotated[c.BackendName, typer.Option("--backend", help="Attention backend.")] = c.BackendName.auto,

@@ -16,8 +16,8 @@ from cpbench.bench.dist.launch import under_torchrun
 from cpbench.cli_cells import check_out, parse_cells, workload_batches
 from cpbench.cli_dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch, LaunchOpt,
                               NprocOpt, launch_torchrun, run_as_rank)
-from cpbench.cli_options import (BackendName, DeviceOpt, DType, FusedOrderOpt, HeadDimOpt, HeadsOpt, KvHeadsOpt,
-                                 LayersOpt, ModelConfigOpt, ModelOpt, PageSizeOpt, SinksOpt, WindowOpt,
+from cpbench.cli_options import (BackendName, DeviceOpt, DType, ExtendLensOpt, FusedOrderOpt, HeadDimOpt, HeadsOpt, KvHeadsOpt,
+                                 LayersOpt, ModelConfigOpt, ModelOpt, PageSizeOpt, PrefixLenOpt, SinksOpt, WindowOpt,
                                  check_fused_order, choice_list, console,
                                  err_console, resolve_device, resolve_model)
 from cpbench.errors import CpbenchInputError
@@ -35,11 +35,8 @@ def sweep(
     seq: Annotated[Optional[str], typer.Option(
         "--extend-len", "--seq", help="Extend (new) tokens per request, one cell per value. Default: 2048,8192,16384 "
                                       "on a GPU, 32,64 on CPU.")] = None,
-    seq_lens: Annotated[Optional[str], typer.Option(
-        "--extend-lens", "--seq-lens", help="One explicit batch, one extend length per request (SGLang "
-                                           "extend_lens), instead of --bs x --extend-len, e.g. 3000,5000.")] = None,
-    prefix: Annotated[int, typer.Option(
-        "--prefix-len", "--prefix", help="Cached prefix tokens of every request.")] = 0,
+    seq_lens: ExtendLensOpt = None,
+    prefix: PrefixLenOpt = 0,
     prefix_hit: Annotated[Optional[float], typer.Option(
         "--prefix-hit", help="Fraction of each request's tokens already cached (prefix = floor(RATE x tokens), "
                              "the rest are extend tokens), e.g. 0.5.")] = None,

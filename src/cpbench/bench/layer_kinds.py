@@ -20,8 +20,8 @@ def has_both_kinds(window_left_per_layer: Sequence[int]) -> bool:
 def layer_kind_times_us(prep: Prepared, window_left_per_layer: Sequence[int], clock,
                         barrier: Callable[[], None] | None = None, reps: int | None = None) -> dict:
     """Median over ``reps`` eager forwards (default 1: a breakdown of the timed latency, not a second
-    latency, so it costs the sweep one extra forward per rank and mode) of the time the window layers and the full layers take, each summed over
-    its layers, µs: ``{"window_layers_us", "full_layers_us"}``.
+    latency, so it costs the sweep one extra forward per rank and mode) of the time the window layers and
+    the full layers take, each summed over its layers, µs: ``{"window_layers_us", "full_layers_us"}``.
 
     On CUDA one event is recorded before the forward and one after each layer (no host sync inside the
     forward), so a layer's time is the device time from the end of the previous layer to its own end,

@@ -15,6 +15,7 @@ import math
 import torch
 
 from cpbench.bench.schema import SETUP_PARTS
+
 CPU_REASON = "not measured on CPU: the CPU allocator keeps no statistics"
 
 

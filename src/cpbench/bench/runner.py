@@ -238,7 +238,8 @@ class Runner:
             geoms = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)
             for r in mine:
                 try:
-                    rows += measure_rank(self._job(cell, shared, todo[r]), rank_work(inputs, geoms[r], self.cfg.fused_order), g)
+                    work = rank_work(inputs, geoms[r], self.cfg.fused_order)
+                    rows += measure_rank(self._job(cell, shared, todo[r]), work, g)
                 except CpbenchInputError:
                     raise
                 except Exception as e:  # measure_rank records failures itself; this is a last resort

@@ -16,7 +16,6 @@ from typing import Callable
 from cpbench.bench.backends import get_backend, resolve_auto
 from cpbench.bench.env import environment
 from cpbench.bench.geometry import eligibility
-from cpbench.bench.measure import DTYPES
 from cpbench.bench.peak import gemm_peak
 from cpbench.bench.ranks import LocalGroup, RankGroup
 from cpbench.bench.runner import DTYPES, CellSpec, Runner, SweepConfig, cpu_tflop_limit, plan_cells
