@@ -51,6 +51,12 @@ def _num(v: float, fmt: str) -> str:
     return format(v, fmt) if isinstance(v, (int, float)) and math.isfinite(v) else "—"
 
 
+def _rounds(peak: dict) -> str:
+    """``"5"``, or ``"5 (781.2–807.0 TFLOP/s)"`` when the manifest keeps every round's rate."""
+    rates = [x for x in peak.get("gemm_tflops_rounds") or [] if isinstance(x, (int, float))]
+    return f"{len(rates)} ({min(rates):.1f}–{max(rates):.1f} TFLOP/s)" if rates else "5"
+
+
 def _rate(r) -> str:
     """``97.6 [96.9–98.0]``: TFLOP/s with the interval from the slowest rank's latency CI."""
     lo, hi = float(r["tflops_low"]), float(r["tflops_high"])
@@ -71,7 +77,7 @@ def resources_section(df: pd.DataFrame, manifest: dict, cpu: bool = False) -> li
     if isinstance(peak.get("gemm_tflops"), (int, float)) and math.isfinite(peak["gemm_tflops"]):
         shape = "×".join(str(x) for x in peak.get("gemm_shape", []))
         out += [f"Matmul peak measured at the start of the run: **{peak['gemm_tflops']:.1f} TFLOP/s** "
-                f"({peak.get('gemm_dtype', '')} {shape}, best of 5 rounds of {peak.get('gemm_reps', '')} matmuls, "
+                f"({peak.get('gemm_dtype', '')} {shape}, best of {_rounds(peak)} rounds of {peak.get('gemm_reps', '')} matmuls, "
                 f"{peak.get('gemm_timer', '')}); attention TFLOP/s below are per GPU on the critical path "
                 "(all ranks' attention FLOPs / (cp_size × slowest rank's latency)).", ""]
     elif pd.to_numeric(df.get("gemm_peak_tflops", pd.Series(dtype=float)), errors="coerce").gt(0).any():
