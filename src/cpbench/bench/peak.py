@@ -20,7 +20,7 @@ def gemm_peak(device: torch.device, dtype: torch.dtype, reps: int = 20, rounds: 
     matmul is not what the reference uses).
 
     Returns ``{"gemm_tflops": float (TFLOP/s, 1e12 FLOP/s, 2*n^3 FLOP per matmul; the best round),
-    "gemm_tflops_rounds": [every round's TFLOP/s], "gemm_shape": [n, n, n],
+    "gemm_tflops_rounds": [the TFLOP/s of each round], "gemm_shape": [n, n, n],
     "gemm_dtype": str, "gemm_reps": reps, "gemm_timer": "CUDA events" | "time.perf_counter"}``; on any
     failure (e.g. out of memory) ``gemm_tflops`` is NaN and ``gemm_error`` says why, so a run never
     fails for its denominator.

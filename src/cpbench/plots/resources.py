@@ -52,7 +52,7 @@ def _num(v: float, fmt: str) -> str:
 
 
 def _rounds(peak: dict) -> str:
-    """``"5"``, or ``"5 (781.2–807.0 TFLOP/s)"`` when the manifest keeps every round's rate."""
+    """``"5"``, or ``"5 (781.2–807.0 TFLOP/s)"`` when the manifest keeps the rate of each round."""
     rates = [x for x in peak.get("gemm_tflops_rounds") or [] if isinstance(x, (int, float))]
     return f"{len(rates)} ({min(rates):.1f}–{max(rates):.1f} TFLOP/s)" if rates else "5"
 
