@@ -14,6 +14,7 @@ times (gather / KV write / attention, when the forward has communication steps) 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -30,6 +31,7 @@ from cpbench.bench.memory import SetupMemory, memory_columns
 from cpbench.bench.phases import phase_times_us
 from cpbench.bench.ranks import RankGroup, Status
 from cpbench.bench.timing import Clock, capture_graph, release_graphs, summarize, time_interleaved
+from cpbench.bench.walltime import PhaseTimes
 from cpbench.bench.workload import RankWork
 from cpbench.errors import CpbenchInputError, one_line
 
@@ -68,6 +70,7 @@ class RankJob:
     nvtx: bool = False
     trace_dir: Path | None = None
     kpc_cache: dict = field(default_factory=dict)
+    times: PhaseTimes = field(default_factory=PhaseTimes)  # harness wall time by phase (bench/walltime.py)
 
 
 def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
@@ -104,14 +107,17 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         info[m].update(exchange.columns if exchange is not None else {})
         setup_mem[m] = mem.finish(prep.setup_mem)
 
-    fail_open(prepare)
-    fail_open(lambda m: exchanges[m].check() if exchanges.get(m) is not None else None)
-    fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m], setup_mem.get(m))))
-    if job.check and all(status[m] == OK for m in ("two-call", "fused") if m in status) and len(prepared) == 2:
-        status_diff = _attempt(lambda: info["fused"].update(
-            diff_vs_two_call=checks.max_abs_diff(prepared["fused"], prepared["two-call"])))
-        if status_diff != OK:
-            status["fused"] = status_diff
+    times = job.times
+    with times("prepare"):
+        fail_open(prepare)
+    with times("check"):
+        fail_open(lambda m: exchanges[m].check() if exchanges.get(m) is not None else None)
+        fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m], setup_mem.get(m))))
+        if job.check and all(status[m] == OK for m in ("two-call", "fused") if m in status) and len(prepared) == 2:
+            status_diff = _attempt(lambda: info["fused"].update(
+                diff_vs_two_call=checks.max_abs_diff(prepared["fused"], prepared["two-call"])))
+            if status_diff != OK:
+                status["fused"] = status_diff
     for m in modes:  # the diff check is local; agree so every rank keeps the same modes
         status[m] = group.agree_status(status[m])
     if job.profile:  # after the checks: profiling reruns the forward
@@ -123,23 +129,26 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                 if is_oom(e):
                     raise
                 raise StatusError(f"kernel count failed: {one_line(e)}") from e
-        fail_open(count)
+        with times("profile"):
+            fail_open(count)
     flops = forward_flops(work.model, work.geometry)
     for timing in dict.fromkeys(t for _, t in job.todo):
         runnable = [m for m in modes if status[m] == OK and (m, timing) in job.todo]
-        fns, graph_status = _timed_fns(job, work, prepared, runnable, timing, group)
+        with times("capture"):
+            fns, graph_status = _timed_fns(job, work, prepared, runnable, timing, group)
         clk0 = sm_clock_mhz(job.device)
         samples, stop = {}, {}
         if fns:
             st = _attempt(lambda: samples.update(time_interleaved(
                 fns, job.clock, warmup=job.warmup, budget_ms=job.budget_ms,
                 min_reps=5 if job.clock.cuda else 3, agree=group.agree, barrier=group.barrier,
-                rel_ci=job.rel_ci, info=stop)))
+                rel_ci=job.rel_ci, info=stop, times=times)))
             st = group.agree_status(st)
             if st != OK:
                 graph_status.update({m: st for m in fns})
                 samples = {}
         clk1 = sm_clock_mhz(job.device)
+        t_extra = time.perf_counter()
         phases: dict = {}
         if samples and timing == "eager" and any(s.kind != "attention" for s in prepared[runnable[0]].layers[0]):
             st = _attempt(lambda: phases.update(
@@ -152,6 +161,7 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                 prepared[m], work.model.window_left_per_layer, job.clock, barrier=group.barrier) for m in samples}))
             if group.agree_status(st) != OK:  # extra columns too: the rows stand without them
                 kinds = {}
+        times.add("extra", time.perf_counter() - t_extra)
         release_graphs()  # reset captured graphs before any later collective or teardown
         for m, t in job.todo:
             if t != timing:
@@ -221,9 +231,10 @@ def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], t
                                            {"cp_size": g.cp_size, "bs": g.bs, "seq_len": job.base["seq_len"],
                                             "rank": g.rank}, nvtx_on=True, record_functions=False)
             continue
+        # no side-stream warm-up: the first forward ran this mode already (workspaces, JIT modules loaded)
         group.barrier()  # a collective inside the graph: every rank captures together
         holder = {}
-        st = _attempt(lambda: holder.update(fn=capture_graph(prep.forward)))
+        st = _attempt(lambda: holder.update(fn=capture_graph(prep.forward, warmup=0)))
         if st[0] == "error":
             st = ("error", f"CUDA graph capture failed: {st[1]}")
         st = group.agree_status(st)

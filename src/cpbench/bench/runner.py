@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -27,6 +28,7 @@ from cpbench.bench.models import ModelSpec
 from cpbench.bench.ranks import LocalGroup, RankGroup
 from cpbench.bench.schema import SCHEMA_VERSION, row_key
 from cpbench.bench.timing import Clock, time_op_us
+from cpbench.bench.walltime import PhaseTimes
 from cpbench.bench.workload import CellInputs, build_cell, rank_work
 from cpbench.errors import CpbenchInputError, one_line
 
@@ -89,6 +91,9 @@ class SweepConfig:
     lengths: str | None = None  # the --lengths, --trace and --prefix-hit they came from (manifest record)
     trace: str | None = None
     prefix_hit: float | None = None
+    # SGLang's max_prefill_tokens: a batch with more extend tokens than this is not run (status skipped);
+    # 0 = no cap
+    max_prefill_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,31 @@ def plan_cells(cfg: SweepConfig) -> list[CellSpec]:
     return [CellSpec(cp, ext, (cfg.prefix,) * len(ext)) for cp in cfg.cp_sizes for ext in batches]
 
 
+def over_token_budget(cell: CellSpec, max_prefill_tokens: int) -> tuple[str, str] | None:
+    """``("skipped", reason)`` when ``cell``'s batch holds more extend tokens (prefix tokens are cached, not
+    prefilled) than ``max_prefill_tokens`` (0: no cap), else None. SGLang's scheduler builds no prefill
+    batch over its ``--max-prefill-tokens`` (a single longer request runs alone), so such a cell is not a
+    batch an engine would run."""
+    tokens = sum(cell.extend_lens)
+    if not max_prefill_tokens or tokens <= max_prefill_tokens or cell.bs == 1:
+        return None
+    return "skipped", (f"{tokens} extend tokens in one batch > --max-prefill-tokens {max_prefill_tokens}: "
+                       "raise it (0 = no cap) to measure this cell")
+
+
+CPU_THREADS_MAX = 8  # more intra-op threads only spin on the reference's small ops
+
+
+def usable_cpus() -> int:
+    """Intra-op threads for a CPU sweep: the CPUs this process may run on (``os.sched_getaffinity``,
+    ``--cpu-affinity`` included), at most :data:`CPU_THREADS_MAX`."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        n = os.cpu_count() or 1
+    return max(1, min(CPU_THREADS_MAX, n))
+
+
 class Runner:
     """Runs cells, handing each row to ``emit(row)`` on the writer as soon as its cell is measured.
 
@@ -141,14 +171,16 @@ class Runner:
         self._kpc: dict = {}  # kernels per call, measured once per (cell, mode)
         self.cpu_threads: int | None = None
         if cfg.device.type == "cpu":
-            # the CPU reference runs many small ops: one intra-op thread is steadier (on 2 cores about
-            # as fast); several threads spin against any other load. OMP_NUM_THREADS overrides.
+            # the simulated launch is one process: let torch use the cores it may run on (up to
+            # CPU_THREADS_MAX; on 2 cores the default CPU sweep takes 38 s instead of 57 s). A torchrun
+            # launch sets OMP_NUM_THREADS=1 per rank; OMP_NUM_THREADS overrides either.
             if "OMP_NUM_THREADS" not in os.environ:
-                torch.set_num_threads(1)
+                torch.set_num_threads(usable_cpus())
             self.cpu_threads = torch.get_num_threads()
         self.backend = get_backend(cfg.backend)
         self.mismatches = 0
         self.peak_tflops = math.nan  # the run's measured GEMM peak (bench/peak.py), set by the sweep
+        self.times = PhaseTimes()  # where this process's wall time goes (bench/walltime.py)
 
     # -- rows ------------------------------------------------------------------------------------
     def emit(self, row: dict) -> None:
@@ -210,7 +242,8 @@ class Runner:
     def _measure_cell(self, cell: CellSpec, mine: list[int], todo: dict, on_rank) -> list[dict]:
         g = self.group
         ok, reason = eligibility(cell.extend_lens, cell.cp_size)
-        why = (None if ok else ("ineligible", reason)) or self._unsupported(cell)
+        why = (None if ok else ("ineligible", reason)) or over_token_budget(cell, self.cfg.max_prefill_tokens) \
+            or self._unsupported(cell)
         if why:
             for _ in mine:
                 on_rank()
@@ -221,10 +254,12 @@ class Runner:
             status, inputs, shared = ("ok", ""), None, {}
             if mine:
                 try:
+                    t_build = time.perf_counter()
                     inputs = build_cell(self.cfg.model, cell.extend_lens, cell.prefix_lens,
                                         page_size=self.cfg.model.page_size, dtype=DTYPES[self.cfg.dtype],
                                         device=self.cfg.device, seed=self.cfg.seed, context_len=self.cfg.context_len)
                     shared = self._cell_metrics(inputs)
+                    self.times.add("build", time.perf_counter() - t_build)
                 except CpbenchInputError:
                     raise
                 except Exception as e:
@@ -255,8 +290,8 @@ class Runner:
         c = self.cfg
         return RankJob(self.backend, self.clock, c.device, c.dtype, self.base(cell), shared, todo, cell.label(),
                        warmup=c.warmup, budget_ms=c.budget_ms, rel_ci=c.rel_ci, check=c.check, profile=c.profile,
-                       nvtx=c.nvtx,
-                       trace_dir=self.trace_dir, kpc_cache=self._kpc.setdefault(cell, {}))
+                       nvtx=c.nvtx, trace_dir=self.trace_dir, kpc_cache=self._kpc.setdefault(cell, {}),
+                       times=self.times)
 
     def _unsupported(self, cell: CellSpec) -> tuple[str, str] | None:
         reason = self.backend.supports(self.cfg.device, self.cfg.model, DTYPES[self.cfg.dtype])

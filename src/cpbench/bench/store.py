@@ -150,8 +150,9 @@ class RunDir:
         return list({row_key(r): r for r in self.rows()}.values())
 
     def done_keys(self) -> set:
-        """Keys of rows already measured (for --resume)."""
-        return {row_key(r) for r in self.rows()}
+        """Keys of rows already measured (for --resume); a cell skipped over the token cap is not
+        measured, so a resume with a larger ``--max-prefill-tokens`` runs it."""
+        return {row_key(r) for r in self.rows() if r.get("status") != "skipped"}
 
     def finalize(self) -> pd.DataFrame:
         """Deduplicate ``results.jsonl`` and write ``results.parquet`` / ``results.csv``; return the frame."""
@@ -190,15 +191,21 @@ class RunDir:
             manifest = {**old, "config": merged, "resumed_by": [*old.get("resumed_by", []), env.get("command")]}
         _write_json(self.manifest_path, manifest)
 
-    def record_wall_time(self, seconds: float, new_entry: bool = False) -> None:
+    def record_wall_time(self, seconds: float, new_entry: bool = False, phases: dict | None = None) -> None:
         """Record this invocation's wall time so far (s) in ``sweep_wall_s``: one entry per invocation;
-        ``new_entry`` starts it, later calls overwrite it (a killed sweep keeps the time it ran)."""
+        ``new_entry`` starts it, later calls overwrite it (a killed sweep keeps the time it ran).
+        ``phases`` (s per harness phase, bench/walltime.py) goes to the same entry of ``sweep_phase_s``."""
         manifest = self.read_manifest()
         walls = list(manifest.get("sweep_wall_s", []))
+        parts = list(manifest.get("sweep_phase_s", []))
         if new_entry or not walls:
             walls.append(0.0)
         walls[-1] = round(seconds, 1)
         manifest["sweep_wall_s"] = walls
+        if phases is not None:
+            parts += [{}] * (len(walls) - len(parts))
+            parts[len(walls) - 1] = phases
+            manifest["sweep_phase_s"] = parts
         _write_json(self.manifest_path, manifest)
 
     # -- reading -------------------------------------------------------------------------------------

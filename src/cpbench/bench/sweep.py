@@ -18,7 +18,8 @@ from cpbench.bench.env import environment
 from cpbench.bench.geometry import eligibility
 from cpbench.bench.peak import gemm_peak
 from cpbench.bench.ranks import LocalGroup, RankGroup
-from cpbench.bench.runner import DTYPES, CellSpec, Runner, SweepConfig, cpu_tflop_limit, plan_cells
+from cpbench.bench.runner import (DTYPES, CellSpec, Runner, SweepConfig, cpu_tflop_limit, over_token_budget,
+                                  plan_cells)
 from cpbench.bench.schema import FIXED_ON_RESUME
 from cpbench.bench.store import RunDir
 from cpbench.errors import CpbenchInputError
@@ -46,6 +47,9 @@ def check_cells(cfg: SweepConfig, cells: list[CellSpec]) -> None:
         c = cells[0]
         raise CpbenchInputError(f"no cell can run: {eligibility(c.extend_lens, c.cp_size)[1]} "
                                 f"(every batch needs extend lengths >= 2*cp_size)")
+    over = [over_token_budget(c, cfg.max_prefill_tokens) for c in cells]
+    if all(over):
+        raise CpbenchInputError(f"no cell can run: {over[0][1]}")
 
 
 class Sweep:
@@ -94,7 +98,8 @@ class Sweep:
             env.update(env_extra or {})
             env["timing_method"] = timing_method(cfg, runner.cpu_threads)
             run.write_manifest(env, config_dict(cfg, group))
-            run.record_wall_time(time.monotonic() - t0, new_entry=True)
+            runner.times.add("startup", time.monotonic() - t0)
+            run.record_wall_time(time.monotonic() - t0, new_entry=True, phases=runner.times.breakdown(0.0))
         return cls(cfg, cells, run, runner, len(done), t0)
 
     def total_ranks(self) -> int:
@@ -108,16 +113,20 @@ class Sweep:
         for c in self.cells:
             on_cell(c)
             self.runner.run_cell(c, on_rank=on_rank)
-            if self.run_dir is not None:
-                self.run_dir.record_wall_time(time.monotonic() - self._t0)
+            self._record_wall_time()
 
     def finish(self):
         """Write the final tables (writer); return the results frame (None on other processes)."""
         if self.run_dir is None:
             return None
         df = self.run_dir.finalize()
-        self.run_dir.record_wall_time(time.monotonic() - self._t0)
+        self._record_wall_time()
         return df
+
+    def _record_wall_time(self) -> None:
+        if self.run_dir is not None:
+            wall = time.monotonic() - self._t0
+            self.run_dir.record_wall_time(wall, phases=self.runner.times.breakdown(wall))
 
     def close(self) -> None:
         if self.run_dir is not None:

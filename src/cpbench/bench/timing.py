@@ -31,6 +31,7 @@ from typing import Callable
 import torch
 
 Fn = Callable[[], None]
+WARMUP_SHARE = 10  # warm-up forwards beyond the first take at most budget_ms / WARMUP_SHARE per variant
 MIN_STOP_SAMPLES = 20  # fewer samples give too wide a median CI for the stopping rule to mean anything
 
 
@@ -106,11 +107,11 @@ def repeats_for_budget(estimate_us: float, budget_ms: float, min_reps: int = 5, 
 def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms: float,
                      min_reps: int = 5, max_reps: int = 2000, agree: Callable[[float], float] = lambda x: x,
                      barrier: Fn | None = None, rel_ci: float | None = None,
-                     info: dict | None = None) -> dict[str, list[float]]:
+                     info: dict | None = None, times=None) -> dict[str, list[float]]:
     """Time each variant in ABBA order; return ``name -> raw samples (µs)``.
 
-    ``warmup`` untimed calls of each variant run first (only one when the rest would overrun
-    ``budget_ms``); one more timed call per variant estimates the cost, and the repeat count is chosen
+    Up to ``warmup`` untimed calls of each variant run first: one, then as many more as fit in
+    ``budget_ms / WARMUP_SHARE``; one more timed call per variant estimates the cost, and the repeat count is chosen
     so each variant gets about ``budget_ms`` of samples (at least ``min_reps``). Every timed sample is
     kept, the estimate included. ``agree`` turns this rank's warm-up and repeat counts into the ones
     every rank uses (max over ranks); ``barrier`` runs before every sample (see the module docstring).
@@ -122,9 +123,11 @@ def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms
     ``info`` (optional) receives ``name -> {stop_reason, ci_rel_width, host_launch_us}``: the stop reason
     (``precision``, ``time budget`` or ``max samples``), the achieved CI width, and the median host time
     to enqueue one call inside the timed samples (µs; NaN on CPU, where enqueueing is executing).
+    ``times`` (optional, bench/walltime.PhaseTimes) receives the wall time of the warm-up and the samples.
     """
     with _gc_paused():
-        return _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, barrier, rel_ci, info)
+        return _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, barrier, rel_ci, info,
+                                 times)
 
 
 @contextlib.contextmanager
@@ -141,15 +144,17 @@ def _gc_paused():
 
 
 def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, barrier, rel_ci,
-                      info) -> dict[str, list[float]]:
+                      info, times) -> dict[str, list[float]]:
+    t0 = time.perf_counter()
     names = list(fns)
-    for name in names:  # one untimed call each, then the rest of the warm-up if it fits the budget
+    for name in names:  # one untimed call each, then more while they fit a tenth of the budget
         if warmup:
             first = clock.sample_us(fns[name], barrier)
-            more = int(agree(warmup - 1 if first * (warmup - 1) < budget_ms * 1e3 else 0))
+            more = int(agree(min(warmup - 1, int(budget_ms * 1e3 / WARMUP_SHARE // max(first, 1e-3)))))
             for _ in range(more):
                 fns[name]()
     clock.sync()
+    t1 = time.perf_counter()
     samples: dict[str, list[float]] = {n: [] for n in names}
     enqueue: dict[str, list[float]] = {n: [] for n in names}
 
@@ -169,6 +174,9 @@ def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, 
                 reason = "precision"
                 break
         take(order[i % len(order)])
+    if times is not None:
+        times.add("warmup", t1 - t0)
+        times.add("samples", time.perf_counter() - t1)
     if info is not None:
         info.update({n: {"stop_reason": reason, "ci_rel_width": ci_rel_width(samples[n]),
                          "host_launch_us": statistics.median(enqueue[n]) if clock.cuda else math.nan}

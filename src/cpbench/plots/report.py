@@ -31,7 +31,8 @@ from cpbench.plots.workloads import cp_share_lines, workload_sections
 ENV_KEYS = (("gpu_name", "GPU"), ("compute_capability", "compute capability"), ("driver", "driver"),
             ("cuda", "CUDA"), ("torch", "torch"), ("flashinfer", "flashinfer"), ("python", "Python"),
             ("cpu", "CPU"), ("cpbench_version", "cpbench"), ("git_commit", "git commit"),
-            ("created", "created"), ("sweep_wall_s", "sweep wall time (s)"), ("timing_method", "timing method"),
+            ("created", "created"), ("sweep_wall_s", "sweep wall time (s)"),
+            ("sweep_phase_s", "where the time went (s)"), ("timing_method", "timing method"),
             ("schema_version", "results schema"))
 MAX_NOTES = 60
 
@@ -52,7 +53,12 @@ def environment_table(manifest: dict, cpu: bool = False) -> str:
             and all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in walls)):
         manifest = {**manifest, "sweep_wall_s": " + ".join(f"{w:g}" for w in walls)
                     + (f" = {sum(walls):g} (resumed)" if len(walls) > 1 else "")}
-    rows = [[label, _short(manifest.get(key, "—"))] for key, label in ENV_KEYS if not (cpu and key in GPU_KEYS)]
+    parts = manifest.get("sweep_phase_s")
+    if isinstance(parts, list) and parts and isinstance(parts[-1], dict):  # the last invocation's breakdown
+        manifest = {**manifest, "sweep_phase_s": ", ".join(
+            f"{k} {v:g}" for k, v in parts[-1].items() if isinstance(v, (int, float)) and not isinstance(v, bool))}
+    rows = [[label, _short(manifest.get(key, "—"))] for key, label in ENV_KEYS
+            if not (cpu and key in GPU_KEYS) and not (key == "sweep_phase_s" and key not in manifest)]
     # the launch's NCCL variables and GPU topology are summarised in the Real CP section
     known = {k for k, _ in ENV_KEYS} | {"command", "command_as_recorded", "gpu_topology", "nccl_env", "gemm_peak"}
     known |= {"flashinfer_cubin", "sm_count"} if cpu else set()

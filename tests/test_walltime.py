@@ -1,0 +1,76 @@
+"""Harness wall time by phase (bench/walltime.py) and the --max-prefill-tokens cap (runner.over_token_budget)."""
+
+import json
+
+import pytest
+
+from cpbench.bench.runner import CellSpec, over_token_budget, usable_cpus
+from cpbench.bench.walltime import PHASES, PhaseTimes
+from clirun import cpbench
+
+
+def test_phase_times_sum_and_other():
+    t = PhaseTimes()
+    t.add("samples", 2.0)
+    t.add("samples", 1.04)
+    t.add("warmup", 0.5)
+    got = t.breakdown(5.0)
+    assert got == {"warmup": 0.5, "samples": 3.0, "other": 1.5}
+    assert list(got) == [p for p in PHASES if p in got]  # PHASES order
+    assert t.breakdown(1.0)["other"] == 0.0  # never negative
+
+
+def test_phase_times_refuses_unknown_phase():
+    with pytest.raises(ValueError, match="unknown harness phase 'sampling'"):
+        PhaseTimes().add("sampling", 1.0)
+
+
+def test_token_cap_skips_batches_not_single_requests():
+    assert over_token_budget(CellSpec(4, (16384,) * 16, (0,) * 16), 131072) == (
+        "skipped", "262144 extend tokens in one batch > --max-prefill-tokens 131072: raise it (0 = no cap) "
+                   "to measure this cell")
+    assert over_token_budget(CellSpec(4, (8192,) * 16, (0,) * 16), 131072) is None  # exactly at the cap
+    assert over_token_budget(CellSpec(4, (262144,), (0,)), 131072) is None  # one request always runs
+    assert over_token_budget(CellSpec(4, (16384,) * 16, (0,) * 16), 0) is None  # 0: no cap
+    # prefix tokens are cached, not prefilled: only extend tokens count
+    assert over_token_budget(CellSpec(4, (4096,) * 16, (60000,) * 16), 65536) is None
+
+
+def test_usable_cpus_bounded():
+    assert 1 <= usable_cpus() <= 8
+
+
+def test_sweep_records_skipped_cells_and_phase_times(tmp_path):
+    out = tmp_path / "run"
+    r = cpbench("sweep", "--cp", "2", "--bs", "1,4", "--extend-len", "16", "--layers", "1", "--budget-ms", "5",
+                 "--max-prefill-tokens", "32", "--no-report", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    skipped = [x for x in rows if x["status"] == "skipped"]
+    assert {x["bs"] for x in skipped} == {4} and len(skipped) == 4  # 2 ranks x 2 modes
+    assert skipped[0]["reason"].startswith("64 extend tokens in one batch > --max-prefill-tokens 32")
+    assert {x["status"] for x in rows if x["bs"] == 1} == {"ok"}
+    m = json.loads((out / "manifest.json").read_text())
+    phases = m["sweep_phase_s"][-1]
+    assert set(phases) <= set(PHASES) and "samples" in phases and "startup" in phases
+    assert sum(phases.values()) == pytest.approx(m["sweep_wall_s"][-1], abs=0.1 * len(phases))
+    from cpbench.plots.report import environment_table
+
+    line = next(x for x in environment_table(m, cpu=True).splitlines() if "where the time went" in x)
+    assert f"samples {phases['samples']:g}" in line and f"startup {phases['startup']:g}" in line
+    # a resume with the cap lifted measures the skipped cell
+    r = cpbench("sweep", "--cp", "2", "--bs", "1,4", "--extend-len", "16", "--layers", "1", "--budget-ms", "5",
+                 "--max-prefill-tokens", "0", "--no-report", "--resume", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert {x["status"] for x in rows if x["bs"] == 4} >= {"ok"}
+
+
+def test_sweep_refuses_when_every_batch_is_over_the_cap(tmp_path):
+    r = cpbench("sweep", "--cp", "2", "--bs", "4", "--extend-len", "16", "--layers", "1",
+                 "--max-prefill-tokens", "32", "--out", str(tmp_path / "run"))
+    assert r.returncode == 2
+    assert "no cell can run: 64 extend tokens in one batch > --max-prefill-tokens 32" in r.stdout + r.stderr
+    assert not (tmp_path / "run").exists()
+    r = cpbench("sweep", "--max-prefill-tokens", "-1", "--out", str(tmp_path / "run2"))
+    assert r.returncode == 2 and "--max-prefill-tokens must be >= 0" in r.stdout + r.stderr
