@@ -62,6 +62,10 @@ def sweep(
     backend: Annotated[BackendName, typer.Option("--backend", help="Attention backend.")] = BackendName.auto,
     timing: Annotated[Optional[str], typer.Option(
         "--timing", help="eager, graph or both (default: both on CUDA, eager on CPU).")] = None,
+    max_prefill_tokens: Annotated[int, typer.Option(
+        "--max-prefill-tokens", help="Skip (status skipped) a batch of more than this many extend tokens, as "
+                                     "SGLang's scheduler never builds one; a single request always runs. "
+                                     "0: no cap.")] = 131072,
     budget_ms: Annotated[float, typer.Option("--budget-ms", help="Time budget per timed variant, ms (the cap).")] = 200.0,
     rel_ci: Annotated[float, typer.Option(
         "--rel-ci", help="Stop sampling a variant once the 95% CI of its median is within this fraction of the "
@@ -109,6 +113,8 @@ def sweep(
         raise CpbenchInputError(f"--timing {asked} needs a CUDA device (graph timing replays a CUDA graph): "
                                 "use --timing eager on CPU")
     warmup = (3 if dev.type == "cuda" else 1) if warmup is None else warmup
+    if max_prefill_tokens < 0:
+        raise CpbenchInputError(f"--max-prefill-tokens must be >= 0 (0: no cap), got {max_prefill_tokens}")
     if budget_ms <= 0 or warmup < 0:
         raise CpbenchInputError("--budget-ms must be > 0 and --warmup >= 0")
     if not 0 <= rel_ci < 1:  # NaN fails too
@@ -127,7 +133,7 @@ def sweep(
               modes=choice_list(mode, ("two-call", "fused"), "--mode"), backend=backend.value, timings=timings,
               budget_ms=budget_ms, rel_ci=rel_ci or None, warmup=warmup, dtype=dtype.value, seed=seed, check=check,
               context_len=context_len, device=dev, profile=profile, nvtx=nvtx, out=out, resume=resume, tp_size=tp,
-              batches=mix, lengths=lengths, trace=trace, prefix_hit=prefix_hit,
+              batches=mix, lengths=lengths, trace=trace, prefix_hit=prefix_hit, max_prefill_tokens=max_prefill_tokens,
               report=report, allow_mismatch=allow_mismatch, console=console, gather=dist.gather_mode,
               fused_order=check_fused_order(fused_order), cpu_affinity=cpu_affinity)
     if not dist.distributed:

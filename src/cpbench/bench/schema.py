@@ -14,7 +14,7 @@ SCHEMA_VERSION = 2
 MODES = ("two-call", "fused")
 TIMINGS = ("eager", "graph")
 LAUNCHES = ("simulated", "torchrun")
-STATUSES = ("ok", "ineligible", "unsupported", "oom", "mismatch", "error")
+STATUSES = ("ok", "ineligible", "skipped", "unsupported", "oom", "mismatch", "error")
 # kinds of device memory a mode's setup holds (setup_mem_<kind> columns, bench/memory.py), in chart order:
 # Prepared.setup_mem keys, the K|V all-gather buffers of a torchrun layer, and what lies outside those
 SETUP_PARTS = ("page_table", "metadata", "plan", "workspace", "outputs", "comm", "other")
