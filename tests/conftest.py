@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 
@@ -16,5 +18,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 # The CPU reference runs many small ops: one intra-op thread is faster and far steadier on small CI
-# machines, where several threads contend for 2 cores.
+# machines, where several threads contend for 2 cores (pytest-xdist runs 2 workers). A CPU sweep run in
+# a test keeps that one thread: the runner honours OMP_NUM_THREADS.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)

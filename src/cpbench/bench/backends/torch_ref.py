@@ -15,6 +15,7 @@ on CUDA).
 
 from __future__ import annotations
 
+import functools
 from itertools import accumulate
 
 import torch
@@ -99,20 +100,9 @@ def attend_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_l
     return out
 
 
-# enable_gqa (torch >= 2.5) lets SDPA read kv head h // (Hq // Hkv) without repeating K/V.
-_SDPA_GQA = torch.__version__ >= (2, 5)
 # CPU flash kernel that also returns the log-sum-exp (what F.scaled_dot_product_attention runs on CPU);
 # with it sinks are a cheap rescale instead of a per-head mask (which makes SDPA ~4x slower).
 _CPU_FLASH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-
-
-def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
-    """Public SDPA of ``q [n, Hq, m, D]`` over ``k, v [n, Hkv, kv, D]`` with GQA."""
-    if q.shape[1] != k.shape[1] and not _SDPA_GQA:
-        g = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
-    kw = {"enable_gqa": True} if q.shape[1] != k.shape[1] else {}
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **kw)
 
 
 def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_left: int = -1,
@@ -120,6 +110,9 @@ def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_left: 
     """:func:`attend_reference`'s attention (same arguments and result, to fp32 rounding) through fp32
     ``scaled_dot_product_attention`` with an additive 0 / -inf mask for causal + window.
 
+    GQA: the ``Hq / Hkv`` query heads that share a KV head are stacked along the query rows, so SDPA
+    sees ``Hkv`` heads of ``g * m`` rows (one larger matmul per KV head instead of ``g`` small ones; the
+    mask repeats per stacked head). Masks are built once per shape (:func:`_block_mask`, cached).
     Sinks: on CPU, where the flash kernel's log-sum-exp ``L`` is available, the sink-free output is
     rescaled by ``1 / (1 + exp(sink_h - L))`` (= adding ``exp(sink_h)`` to the denominator); elsewhere
     one extra zero-valued key/value is appended whose mask entry is the sink logit (its score is
@@ -132,6 +125,7 @@ def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_left: 
         return o[0]
     n, q_len, hq, d = q.shape
     kv_len, hkv = k.shape[1], k.shape[2]
+    g = hq // hkv
     scale = d ** -0.5
     if out is None:
         out = torch.empty_like(q)
@@ -139,33 +133,47 @@ def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_left: 
     kf = k[:, first:].float().transpose(1, 2)  # kf: [n, Hkv, kv', D] (strided view of one fp32 copy)
     vf = v[:, first:].float().transpose(1, 2)
     lse_op = _CPU_FLASH_LSE if q.device.type == "cpu" else None
-    sink = sinks.float().view(hq, 1, 1) if sinks is not None else None
-    step = max(1, SCORE_BLOCK_BYTES // (4 * (kv_len - first + 1)))
+    sink = sinks.float().view(hkv, g, 1, 1) if sinks is not None else None
+    step = max(1, SCORE_BLOCK_BYTES // (4 * g * (kv_len - first + 1)))
     for lo in range(0, q_len, step):
         hi = min(q_len, lo + step)
+        m = hi - lo
         p_lo, p_hi = kv_len - q_len + lo, kv_len - q_len + hi  # absolute positions of rows lo, hi
         a = max(first, p_lo - window_left) if window_left >= 0 else first  # keys [a, b) of this block
         b = p_hi
-        keys = torch.arange(a, b, device=q.device)
-        pos = torch.arange(p_lo, p_hi, device=q.device)[:, None]
-        allowed = keys[None, :] <= pos
-        if window_left >= 0:
-            allowed &= keys[None, :] >= pos - window_left
-        mask = torch.zeros(allowed.shape, device=q.device).masked_fill_(~allowed, float("-inf"))  # [m, kv'']
-        qf = q[:, lo:hi].float().transpose(1, 2)  # qf: [n, Hq, m, D]
+        mask = _block_mask(m, b - a, p_lo - a, window_left, g, q.device)  # [g * m, kv'']
+        # qf: [n, Hkv, g * m, D], row (j, i) = query i of head kv_head * g + j
+        qf = q[:, lo:hi].reshape(n, m, hkv, g, d).permute(0, 2, 3, 1, 4).float().reshape(n, hkv, g * m, d)
         kb, vb = kf[:, :, a - first:b - first], vf[:, :, a - first:b - first]
         if sink is None:
-            o = _sdpa(qf, kb, vb, mask, scale)
+            o = F.scaled_dot_product_attention(qf, kb, vb, attn_mask=mask, scale=scale)
         elif lse_op is not None:
-            o, lse = lse_op(qf, kb, vb, attn_mask=mask, scale=scale)  # lse: [n, Hq, m], natural log
-            o = o / (1 + torch.exp(sink - lse.unsqueeze(-1)))  # sum + exp(sink) = exp(lse) (1 + exp(sink - lse))
-        else:
+            o, lse = lse_op(qf, kb, vb, attn_mask=mask, scale=scale)  # lse: [n, Hkv, g * m], natural log
+            o = o.view(n, hkv, g, m, d) / (1 + torch.exp(sink - lse.view(n, hkv, g, m, 1)))
+        else:  # sum + exp(sink) = exp(lse) (1 + exp(sink - lse)) needs the LSE: use a zero key instead
             zero = kb.new_zeros(n, hkv, 1, d)
             kb, vb = torch.cat([kb, zero], dim=2), torch.cat([vb, zero], dim=2)
-            mask = torch.cat([mask.expand(hq, -1, -1), sink.expand(hq, hi - lo, 1)], dim=-1)  # [Hq, m, kv''+1]
-            o = _sdpa(qf, kb, vb, mask, scale)
-        out[:, lo:hi].copy_(o.transpose(1, 2))  # o: [n, Hq, m, D]
+            sink_col = sink.view(hkv, g, 1, 1).expand(hkv, g, m, 1).reshape(hkv, g * m, 1)
+            mask = torch.cat([mask.expand(hkv, -1, -1), sink_col], dim=-1)  # [Hkv, g * m, kv''+1]
+            o = F.scaled_dot_product_attention(qf, kb, vb, attn_mask=mask, scale=scale)
+        # o: [n, Hkv, g, m, D] -> rows [n, m, Hq, D]
+        out[:, lo:hi].copy_(o.reshape(n, hkv, g, m, d).permute(0, 3, 1, 2, 4).reshape(n, m, hq, d))
     return out
+
+
+@functools.lru_cache(maxsize=512)
+def _block_mask(rows: int, cols: int, offset: int, window_left: int, repeat: int,
+                device: torch.device) -> torch.Tensor:
+    """Additive fp32 mask ``[repeat * rows, cols]`` (0 = visible, -inf = masked) of query rows at
+    positions ``offset + i`` over keys ``0 .. cols - 1`` (causal, and ``window_left`` if >= 0),
+    stacked ``repeat`` times along the rows. Cached: a forward asks for the same few shapes every layer."""
+    keys = torch.arange(cols, device=device)
+    pos = torch.arange(offset, offset + rows, device=device)[:, None]
+    allowed = keys[None, :] <= pos
+    if window_left >= 0:
+        allowed &= keys[None, :] >= pos - window_left
+    mask = torch.zeros(allowed.shape, device=device).masked_fill_(~allowed, float("-inf"))
+    return mask.repeat(repeat, 1)
 
 
 def gather_kv(cache: torch.Tensor, block_row: torch.Tensor, kv_len: int, page_size: int) -> torch.Tensor:
