@@ -31,7 +31,6 @@ from typing import Callable
 import torch
 
 Fn = Callable[[], None]
-WARMUP_SHARE = 10  # warm-up forwards beyond the first take at most budget_ms / WARMUP_SHARE per variant
 MIN_STOP_SAMPLES = 20  # fewer samples give too wide a median CI for the stopping rule to mean anything
 
 
@@ -110,8 +109,9 @@ def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms
                      info: dict | None = None, times=None) -> dict[str, list[float]]:
     """Time each variant in ABBA order; return ``name -> raw samples (µs)``.
 
-    Up to ``warmup`` untimed calls of each variant run first: one, then as many more as fit in
-    ``budget_ms / WARMUP_SHARE``; one more timed call per variant estimates the cost, and the repeat count is chosen
+    ``warmup`` untimed calls of each variant run first (only one when the rest would overrun
+    ``budget_ms``; with fewer, fewer H200 rows reached a 1 % interval, docs/design.md §4); one more
+    timed call per variant estimates the cost, and the repeat count is chosen
     so each variant gets about ``budget_ms`` of samples (at least ``min_reps``). Every timed sample is
     kept, the estimate included. ``agree`` turns this rank's warm-up and repeat counts into the ones
     every rank uses (max over ranks); ``barrier`` runs before every sample (see the module docstring).
@@ -147,10 +147,10 @@ def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, 
                       info, times) -> dict[str, list[float]]:
     t0 = time.perf_counter()
     names = list(fns)
-    for name in names:  # one untimed call each, then more while they fit a tenth of the budget
+    for name in names:  # one untimed call each, then the rest of the warm-up if it fits the budget
         if warmup:
             first = clock.sample_us(fns[name], barrier)
-            more = int(agree(min(warmup - 1, int(budget_ms * 1e3 / WARMUP_SHARE // max(first, 1e-3)))))
+            more = int(agree(warmup - 1 if first * (warmup - 1) < budget_ms * 1e3 else 0))
             for _ in range(more):
                 fns[name]()
     clock.sync()
