@@ -66,7 +66,7 @@ def trace_events(fn: Callable[[], None], device: str | torch.device, steps_warmu
 
     Each step is ``fn()`` then (CUDA) a device synchronize, so every kernel of the step finishes
     inside it. The trace is written to ``gz_trace_path(trace_path)`` when given (else to a temporary
-    file that is removed). ``fn`` should already have run once outside (JIT compilation, autotuning).
+    uncompressed file that is removed). ``fn`` should already have run once outside (JIT compilation, autotuning).
     """
     if steps_warmup < 0:
         raise ValueError("steps_warmup must be >= 0")
@@ -77,7 +77,8 @@ def trace_events(fn: Callable[[], None], device: str | torch.device, steps_warmu
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = None
     else:
-        fd, tmp = tempfile.mkstemp(prefix="cpbench-trace-", suffix=".json.gz")
+        # not gzipped: torch writes a .gz line by line, which took half of a profiled forward's cost
+        fd, tmp = tempfile.mkstemp(prefix="cpbench-trace-", suffix=".json")
         os.close(fd)
         out = Path(tmp)
     exported: list[Path] = []
