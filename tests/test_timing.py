@@ -98,3 +98,28 @@ def test_host_launch_is_the_median_enqueue_time_inside_the_timed_samples():
     cpu = {}
     time_interleaved({"a": lambda: "a"}, FakeClock(lambda n: 5.0), warmup=0, budget_ms=1, min_reps=3, info=cpu)
     assert math.isnan(cpu["a"]["host_launch_us"])
+
+
+def test_clock_range_over_samples_and_unknown():
+    from cpbench.bench.timing import clock_range
+
+    assert clock_range([1980.0, 1830.0, math.nan, 1905.0]) == {"sm_clock_mhz_min": 1830.0, "sm_clock_mhz_max": 1980.0}
+    got = clock_range([math.nan, math.nan])
+    assert math.isnan(got["sm_clock_mhz_min"]) and math.isnan(got["sm_clock_mhz_max"])
+
+
+def test_sm_clock_read_after_each_sample_reaches_info():
+    reads = iter([1980.0, 1950.0, 1890.0, 1900.0, 1935.0, 1960.0, 1970.0, 1940.0, 1910.0, 1920.0])
+
+    class ReadingClock(FakeClock):
+        def sample_us(self, fn, barrier=None):
+            self.last_clock_mhz = next(reads)
+            return super().sample_us(fn, barrier)
+
+    info: dict = {}
+    time_interleaved({"a": lambda: "a", "b": lambda: "b"}, ReadingClock(lambda n: 5.0), warmup=0, budget_ms=1,
+                     min_reps=5, max_reps=5, info=info)
+    # one estimate each (a, b), then ABBA (a b b a a b b a): a takes reads 0, 2, 5, 6, 9; b 1, 3, 4, 7, 8
+    a, b = info["a"], info["b"]
+    assert (a["sm_clock_mhz_min"], a["sm_clock_mhz_max"]) == (1890.0, 1980.0)
+    assert (b["sm_clock_mhz_min"], b["sm_clock_mhz_max"]) == (1900.0, 1950.0)

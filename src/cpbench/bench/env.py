@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import functools
 import math
 import os
 import platform
@@ -67,7 +68,9 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+@functools.lru_cache(maxsize=None)
 def _nvml_handle(index: int):
+    """``(pynvml, handle)`` of GPU ``index``, initialised once (clocks are read per timed sample)."""
     try:
         import pynvml
 

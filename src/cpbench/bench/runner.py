@@ -19,6 +19,7 @@ import torch
 
 from cpbench.bench.backends import get_backend
 from cpbench.bench.derived import add_cell_columns
+from cpbench.bench.env import sm_clock_mhz
 from cpbench.bench.flops import forward_flops
 from cpbench.bench.geometry import all_ranks, eligibility
 from cpbench.bench.kv import duplicate_block_tables, table_bytes
@@ -166,7 +167,8 @@ class Runner:
         self._sink = emit
         self.done = done or set()
         self.trace_dir = trace_dir
-        self.clock = Clock(cfg.device)
+        cuda = cfg.device.type == "cuda"
+        self.clock = Clock(cfg.device, read_clock_mhz=(lambda: sm_clock_mhz(cfg.device)) if cuda else None)
         self.group = group if group is not None else LocalGroup(self.clock.sync)
         self._kpc: dict = {}  # kernels per call, measured once per (cell, mode)
         self.cpu_threads: int | None = None

@@ -128,6 +128,8 @@ _COLUMNS = [
     _c("sm_clock_mhz_before", "float", "MHz", "SM clock before timing (NaN: unknown)"),
     _c("sm_clock_mhz_after", "float", "MHz", "SM clock after timing"),
     _c("clock_drop", "bool", "", "SM clock fell by more than 10% while timing"),
+    _c("sm_clock_mhz_min", "float", "MHz", "lowest SM clock read after a timed sample (NaN: unknown)"),
+    _c("sm_clock_mhz_max", "float", "MHz", "highest SM clock read after a timed sample"),
     _c("attn_kernels", "float", "", "attention kernels per forward (GPU executions; torch backend: calls)"),
     _c("attn_kernels_expected", "float", "", "layers x attention calls per layer x kernels_per_call"),
     _c("kernels_per_call", "float", "", "attention kernels per attention call"),

@@ -37,9 +37,12 @@ MIN_STOP_SAMPLES = 20  # fewer samples give too wide a median CI for the stoppin
 class Clock:
     """Times single calls on one device (``"cuda"`` or ``"cpu"``)."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, read_clock_mhz: Callable[[], float] | None = None) -> None:
         self.cuda = device.type == "cuda"
         self.last_enqueue_us = math.nan  # host time of the last CUDA sample's call of fn (NaN on CPU)
+        # SM clock read after each CUDA sample, outside the timed region (NVML, bench.env.sm_clock_mhz)
+        self.read_clock_mhz = read_clock_mhz
+        self.last_clock_mhz = math.nan
 
     def sample_us(self, fn: Fn, barrier: Fn | None = None) -> float:
         """Time one call of ``fn``, µs (see the module docstring for what it includes); ``barrier``
@@ -60,6 +63,8 @@ class Clock:
         self.last_enqueue_us = (time.perf_counter() - t0) * 1e6  # enqueueing only: no sync inside fn
         end.record()
         end.synchronize()
+        if self.read_clock_mhz is not None:
+            self.last_clock_mhz = self.read_clock_mhz()
         return start.elapsed_time(end) * 1e3
 
     def sync(self) -> None:
@@ -120,9 +125,10 @@ def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms
     Stopping by noise (nvbench's criterion): with ``rel_ci``, sampling stops at the end of an ABBA cycle
     once every variant holds at least ``max(min_reps, MIN_STOP_SAMPLES)`` samples and the 95 % CI of its
     median is within ``rel_ci`` of the median (on every rank: agreed); ``budget_ms`` stays the cap.
-    ``info`` (optional) receives ``name -> {stop_reason, ci_rel_width, host_launch_us}``: the stop reason
-    (``precision``, ``time budget`` or ``max samples``), the achieved CI width, and the median host time
-    to enqueue one call inside the timed samples (µs; NaN on CPU, where enqueueing is executing).
+    ``info`` (optional) receives ``name -> {stop_reason, ci_rel_width, host_launch_us, sm_clock_mhz_min,
+    sm_clock_mhz_max}``: the stop reason (``precision``, ``time budget`` or ``max samples``), the achieved
+    CI width, the median host time to enqueue one call inside the timed samples (µs; NaN on CPU, where
+    enqueueing is executing), and the range of the SM clock read after each sample (MHz, NaN unknown).
     ``times`` (optional, bench/walltime.PhaseTimes) receives the wall time of the warm-up and the samples.
     """
     with _gc_paused():
@@ -157,10 +163,12 @@ def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, 
     t1 = time.perf_counter()
     samples: dict[str, list[float]] = {n: [] for n in names}
     enqueue: dict[str, list[float]] = {n: [] for n in names}
+    clocks: dict[str, list[float]] = {n: [] for n in names}
 
     def take(n: str) -> None:
         samples[n].append(clock.sample_us(fns[n], barrier))
         enqueue[n].append(clock.last_enqueue_us)
+        clocks[n].append(getattr(clock, "last_clock_mhz", math.nan))
 
     for n in names:
         take(n)
@@ -179,9 +187,18 @@ def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, 
         times.add("samples", time.perf_counter() - t1)
     if info is not None:
         info.update({n: {"stop_reason": reason, "ci_rel_width": ci_rel_width(samples[n]),
-                         "host_launch_us": statistics.median(enqueue[n]) if clock.cuda else math.nan}
+                         "host_launch_us": statistics.median(enqueue[n]) if clock.cuda else math.nan,
+                         **clock_range(clocks[n])}
                      for n in names})
     return samples
+
+
+def clock_range(clocks_mhz: list[float]) -> dict[str, float]:
+    """``sm_clock_mhz_min`` / ``sm_clock_mhz_max`` over the SM clocks read after each timed sample (MHz;
+    NaN when none was read: CPU, or NVML unavailable)."""
+    known = [c for c in clocks_mhz if c == c]
+    return {"sm_clock_mhz_min": min(known) if known else math.nan,
+            "sm_clock_mhz_max": max(known) if known else math.nan}
 
 
 def ci_rel_width(samples: list[float]) -> float:
