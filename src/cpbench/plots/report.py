@@ -22,6 +22,7 @@ from cpbench.errors import CpbenchInputError, CpbenchWarning
 from cpbench.plots.data import cells, groups, on_cpu, prepare, span_text
 from cpbench.plots.dist_data import sim_vs_real
 from cpbench.plots.dist_report import real_cp_section, sim_vs_real_section
+from cpbench.plots.precision import precision_section
 from cpbench.plots.resources import resources_section
 from cpbench.plots.style import human_tokens
 from cpbench.plots.tables import (cell_tables, cpu_summary_lines, kernel_lines, kernel_table, md_table,
@@ -186,6 +187,7 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
         parts += [f"### {heading}", "", table, ""]
     if view.empty:
         parts += ["_No result rows._", ""]
+    parts += precision_section(d, manifest, cpu)
     parts += real_cp_section(d, manifest, cpu)
     sim = _simulated(d, sim_df)
     if sim is not None:
