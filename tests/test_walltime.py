@@ -57,7 +57,7 @@ def test_sweep_records_skipped_cells_and_phase_times(tmp_path):
     from cpbench.plots.report import environment_table
 
     line = next(x for x in environment_table(m, cpu=True).splitlines() if "where the time went" in x)
-    assert f"samples {phases['samples']:g}" in line and f"startup {phases['startup']:g}" in line
+    assert f"samples {phases['samples']:.1f}" in line and f"startup {phases['startup']:.1f}" in line
     # a resume with the cap lifted measures the skipped cell
     r = cpbench("sweep", "--cp", "2", "--bs", "1,4", "--extend-len", "16", "--layers", "1", "--budget-ms", "5",
                  "--max-prefill-tokens", "0", "--no-report", "--resume", "--out", str(out))
@@ -72,5 +72,51 @@ def test_sweep_refuses_when_every_batch_is_over_the_cap(tmp_path):
     assert r.returncode == 2
     assert "no cell can run: 64 extend tokens in one batch > --max-prefill-tokens 32" in r.stdout + r.stderr
     assert not (tmp_path / "run").exists()
+    # every cell either not CP-eligible (extend 2 < 2 * cp_size) or over the cap: refused before any directory
+    r = cpbench("sweep", "--cp", "2", "--bs", "2,4", "--extend-len", "2,16", "--layers", "1",
+                "--max-prefill-tokens", "20", "--out", str(tmp_path / "mixed"))
+    assert r.returncode == 2 and "each is not CP-eligible or over the token cap" in r.stdout + r.stderr
+    assert not (tmp_path / "mixed").exists()
     r = cpbench("sweep", "--max-prefill-tokens", "-1", "--out", str(tmp_path / "run2"))
     assert r.returncode == 2 and "--max-prefill-tokens must be >= 0" in r.stdout + r.stderr
+
+
+def test_manifest_phase_times_summed_over_invocations_and_bad_entries_ignored(tmp_path):
+    from cpbench.bench.store import RunDir, read_manifest
+    from cpbench.plots.report import environment_table
+
+    m = {"sweep_wall_s": [4.0, 2.0], "sweep_phase_s": [{"samples": 2.5, "other": 1.5}, {"samples": 1.0, "x": "y",
+                                                        "startup": 10 ** 400, "check": float("nan")}]}
+    line = next(x for x in environment_table(m, cpu=True).splitlines() if "where the time went" in x)
+    assert "samples 3.5, other 1.5 (all invocations)" in line  # a string, a huge int and NaN are left out
+    path = tmp_path / "manifest.json"
+    path.write_text('{"sweep_phase_s": 5, "sweep_wall_s": [1.0]}')
+    assert read_manifest(path)["sweep_phase_s"] == []  # not a list: reset, as sweep_wall_s is
+    run = RunDir(tmp_path)
+    run.record_wall_time(2.0, phases={"samples": 1.0})
+    assert read_manifest(path)["sweep_phase_s"] == [{"samples": 1.0}]
+
+
+def test_deeply_nested_manifest_is_one_line_error(tmp_path):
+    from cpbench.bench.store import read_manifest
+    from cpbench.errors import CpbenchInputError
+
+    path = tmp_path / "manifest.json"
+    path.write_text('{"sweep_phase_s": ' + "[" * 100000 + "]" * 100000 + "}")
+    with pytest.raises(CpbenchInputError, match="is not a cpbench manifest"):
+        read_manifest(path)
+
+
+def test_resume_refuses_other_cpu_threads_or_affinity(tmp_path):
+    out = tmp_path / "run"
+    args = ["sweep", "--cp", "2", "--bs", "1", "--extend-len", "16", "--layers", "1", "--budget-ms", "5",
+            "--no-report", "--out", str(out)]
+    r = cpbench(*args, env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads((out / "manifest.json").read_text())["cpu_threads"] == 1
+    r = cpbench(*args, "--bs", "1,2", "--resume", env={"OMP_NUM_THREADS": "2"})
+    assert r.returncode == 2 and "was measured on 1 CPU thread(s), this sweep would use 2" in r.stdout + r.stderr
+    r = cpbench(*args, "--resume", "--cpu-affinity", "0", env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 2 and "was measured with --cpu-affinity (none), not 0" in r.stdout + r.stderr
+    r = cpbench(*args, "--resume", env={"OMP_NUM_THREADS": "1"})  # the same host options: resumes
+    assert r.returncode == 0, r.stdout + r.stderr

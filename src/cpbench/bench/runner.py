@@ -152,6 +152,15 @@ def usable_cpus() -> int:
     return max(1, min(CPU_THREADS_MAX, n))
 
 
+def omp_threads() -> int | None:
+    """``OMP_NUM_THREADS`` as a positive int, None when unset or not one (OpenMP ignores it then too)."""
+    try:
+        n = int(os.environ.get("OMP_NUM_THREADS", ""))
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
 class Runner:
     """Runs cells, handing each row to ``emit(row)`` on the writer as soon as its cell is measured.
 
@@ -176,8 +185,7 @@ class Runner:
             # the simulated launch is one process: let torch use the cores it may run on (up to
             # CPU_THREADS_MAX; on 2 cores the default CPU sweep takes 38 s instead of 57 s). A torchrun
             # launch sets OMP_NUM_THREADS=1 per rank; OMP_NUM_THREADS overrides either.
-            if "OMP_NUM_THREADS" not in os.environ:
-                torch.set_num_threads(usable_cpus())
+            torch.set_num_threads(omp_threads() or usable_cpus())
             self.cpu_threads = torch.get_num_threads()
         self.backend = get_backend(cfg.backend)
         self.mismatches = 0

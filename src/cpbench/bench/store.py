@@ -203,6 +203,7 @@ class RunDir:
         walls[-1] = round(seconds, 1)
         manifest["sweep_wall_s"] = walls
         if phases is not None:
+            parts = [p if isinstance(p, dict) else {} for p in parts[:len(walls)]]
             parts += [{}] * (len(walls) - len(parts))
             parts[len(walls) - 1] = phases
             manifest["sweep_phase_s"] = parts
@@ -291,7 +292,7 @@ def read_jsonl(path: Path) -> list[dict]:
     for i, line in enumerate(lines):
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError, ValueError):  # nesting too deep, a huge integer
             row = None
         if isinstance(row, dict):
             rows.append(row)
@@ -306,7 +307,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def read_manifest(path: Path) -> dict:
     """``manifest.json`` as a dict ({} when absent). A ``config`` that is not an object becomes {}, and a
-    ``resumed_by``/``sweep_wall_s`` that is not a list becomes [] (hand-edited files). A v1 config's
+    ``resumed_by``/``sweep_wall_s``/``sweep_phase_s`` that is not a list becomes [] (hand-edited files). A v1 config's
     ``seq_lens`` is read as ``extend_lens``.
 
     Raises:
@@ -316,7 +317,7 @@ def read_manifest(path: Path) -> dict:
         return {}
     try:
         manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):  # too deep, huge integers
         manifest = None
     if not isinstance(manifest, dict):
         raise CpbenchInputError(f"{str(path)!r} is not a cpbench manifest (a JSON object): restore it, or delete "
@@ -326,7 +327,7 @@ def read_manifest(path: Path) -> dict:
     cfg = manifest.get("config", {})
     if "seq_lens" in cfg and "extend_lens" not in cfg:
         cfg["extend_lens"] = cfg.pop("seq_lens")
-    for key in ("resumed_by", "sweep_wall_s"):
+    for key in ("resumed_by", "sweep_wall_s", "sweep_phase_s"):
         if key in manifest and not isinstance(manifest[key], list):
             manifest[key] = []
     return manifest

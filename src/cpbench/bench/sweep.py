@@ -48,8 +48,10 @@ def check_cells(cfg: SweepConfig, cells: list[CellSpec]) -> None:
         raise CpbenchInputError(f"no cell can run: {eligibility(c.extend_lens, c.cp_size)[1]} "
                                 f"(every batch needs extend lengths >= 2*cp_size)")
     over = [over_token_budget(c, cfg.max_prefill_tokens) for c in cells]
-    if all(over):
-        raise CpbenchInputError(f"no cell can run: {over[0][1]}")
+    if all(o or not eligibility(c.extend_lens, c.cp_size)[0] for o, c in zip(over, cells)):
+        first = next(o for o in over if o)[1]
+        raise CpbenchInputError(f"no cell can run: {first}" if all(over) else
+                                f"no cell can run: each is not CP-eligible or over the token cap ({first})")
 
 
 class Sweep:
@@ -90,6 +92,12 @@ class Sweep:
             raise CpbenchInputError(error)
         runner = Runner(cfg, run.append if run is not None else _no_writer, set(map(tuple, done)), group=group)
         if run is not None:
+            if resume and group.launch == "simulated":
+                try:
+                    check_resume_host(run, runner.cpu_threads, (env_extra or {}).get("cpu_affinity"))
+                except CpbenchInputError:
+                    run.unlock()
+                    raise
             peak = gemm_peak(cfg.device, DTYPES[cfg.dtype])
             runner.peak_tflops = peak["gemm_tflops"]
             env = environment(cfg.device)
@@ -97,6 +105,8 @@ class Sweep:
             env.update(getattr(group, "manifest_info", dict)())
             env.update(env_extra or {})
             env["timing_method"] = timing_method(cfg, runner.cpu_threads)
+            if runner.cpu_threads is not None:
+                env["cpu_threads"] = runner.cpu_threads
             run.write_manifest(env, config_dict(cfg, group))
             runner.times.add("startup", time.monotonic() - t0)
             run.record_wall_time(time.monotonic() - t0, new_entry=True, phases=runner.times.breakdown(0.0))
@@ -179,6 +189,22 @@ def check_resume_config(run: RunDir, cfg: SweepConfig, group: RankGroup) -> None
         if other:
             raise CpbenchInputError(f"--resume: {run} holds rows measured with {key} {other[0]!r}, not "
                                     f"{value!r}: resume with the same options or pick another --out")
+
+
+def check_resume_host(run: RunDir, cpu_threads: int | None, cpu_affinity: dict | None) -> None:
+    """Raise CpbenchInputError when a resumed CPU sweep would run on another number of intra-op threads,
+    or a sweep under another ``--cpu-affinity``, than the manifest records (its timing method would no
+    longer describe every row). Manifests without the record are not checked."""
+    old = run.read_manifest()
+    if cpu_threads is not None and isinstance(old.get("cpu_threads"), int) and old["cpu_threads"] != cpu_threads:
+        raise CpbenchInputError(f"--resume: {run} was measured on {old['cpu_threads']} CPU thread(s), this sweep "
+                                f"would use {cpu_threads}: set OMP_NUM_THREADS={old['cpu_threads']} (or the same "
+                                "--cpu-affinity) or pick another --out")
+    was = (old.get("cpu_affinity") or {}).get("requested") if isinstance(old.get("cpu_affinity"), dict) else None
+    now = (cpu_affinity or {}).get("requested")
+    if was != now and "timing_method" in old:
+        raise CpbenchInputError(f"--resume: {run} was measured with --cpu-affinity {was or '(none)'}, not "
+                                f"{now or '(none)'}: resume with the same option or pick another --out")
 
 
 def timing_method(cfg: SweepConfig, cpu_threads: int | None) -> str:

@@ -55,9 +55,14 @@ def environment_table(manifest: dict, cpu: bool = False) -> str:
         manifest = {**manifest, "sweep_wall_s": " + ".join(f"{w:g}" for w in walls)
                     + (f" = {sum(walls):g} (resumed)" if len(walls) > 1 else "")}
     parts = manifest.get("sweep_phase_s")
-    if isinstance(parts, list) and parts and isinstance(parts[-1], dict):  # the last invocation's breakdown
-        manifest = {**manifest, "sweep_phase_s": ", ".join(
-            f"{k} {v:g}" for k, v in parts[-1].items() if isinstance(v, (int, float)) and not isinstance(v, bool))}
+    if isinstance(parts, list) and parts:  # summed over invocations, like the wall time beside it
+        total: dict[str, float] = {}
+        for part in parts:
+            for k, v in (part.items() if isinstance(part, dict) else ()):
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) < 1e9 and v == v:
+                    total[str(k)] = total.get(str(k), 0.0) + float(v)  # hand-edited huge or NaN values: left out
+        manifest = {**manifest, "sweep_phase_s": ", ".join(f"{k} {v:.1f}" for k, v in total.items())
+                    + (" (all invocations)" if len(parts) > 1 else "")}
     rows = [[label, _short(manifest.get(key, "—"))] for key, label in ENV_KEYS
             if not (cpu and key in GPU_KEYS) and not (key == "sweep_phase_s" and key not in manifest)]
     # the launch's NCCL variables and GPU topology are summarised in the Real CP section

@@ -67,6 +67,13 @@ def cp_share_lines(view: pd.DataFrame) -> list[str]:
     out = []
     keys = ["model", "tp_size", "cp_size", "bs", "seq_len", "prefix_len", "extend_lens", "batch"]
     for (model, tp, cp), v in view.groupby(["model", "tp_size", "cp_size"], sort=True):
+        skipped = v.groupby(keys[3:], sort=False)["status"].agg(lambda s: (s == "skipped").all())
+        v = v[~v.set_index(keys[3:]).index.isin(skipped[skipped].index)]  # over --max-prefill-tokens: not run
+        note = (f" ({int(skipped.sum())} batch(es) over --max-prefill-tokens were not run and are not counted)"
+                if skipped.any() else "")
+        if v.empty:
+            out.append(f"- {model} · tp {tp} · cp {cp}: no batch ran{note}.")
+            continue
         batches = (v.groupby(keys[3:], sort=False)["status"].agg(lambda s: not (s == "ineligible").any())
                    .rename("with_cp").reset_index())
         total = int(batches["bs"].sum())
@@ -74,7 +81,7 @@ def cp_share_lines(view: pd.DataFrame) -> list[str]:
         out.append(f"- {model} · tp {tp} · cp {cp}: {with_cp} of {total} requests "
                    f"({100 * with_cp / total:.0f} %) in {int(batches['with_cp'].sum())} of {len(batches)} batch(es) "
                    "ran with CP" + ("" if with_cp == total else "; the others are in batches with an extend shorter "
-                                    "than 2 × cp_size, which SGLang runs without CP") + ".")
+                                    "than 2 × cp_size, which SGLang runs without CP") + note + ".")
     return out
 
 
