@@ -38,9 +38,10 @@ def test_speedup_verdicts_agree_per_cell(tmp_path):
     assert list(f["agree"]) == [True, True, False, False] * 2 and agreement(f) == (4, 8)
     r = cpbench("compare", base, new, "--allow-missing")
     assert "## Speedups (fused vs two-call, critical path)" in r.stdout
-    assert "**verdicts agree in 4 of 8 cells (50 %)**" in r.stdout
+    assert "**verdicts agree in 4 of 8 cells (50 %); the two intervals overlap in 4 of 8**" in r.stdout
+    assert list(f["overlap"]) == [True, True, False, False] * 2  # 1.2 vs 1.0 and 0.8: disjoint
     row = next(x for x in r.stdout.splitlines() if x.startswith("| graph | 4 | 4 | 8192 |"))
-    assert row.endswith("| slower | **no** |") and "| faster |" in row and "1.20× [" in row and "0.80× [" in row
+    assert row.endswith("| slower | **no** | **no** |") and "| faster |" in row and "1.20× [" in row and "0.80× [" in row
 
 
 def test_cells_that_did_not_run_are_listed_not_counted(tmp_path):
@@ -52,12 +53,23 @@ def test_cells_that_did_not_run_are_listed_not_counted(tmp_path):
     f = speedup_frame(load_run(base)[0], load_run(new)[0])
     assert len(f) == 8 and list(f["new_status"]).count("oom") == 4
     assert set(f.loc[f["new_status"] == "oom", "new_verdict"]) == {NO_VERDICT}
-    assert agreement(f) == (4, 4) and agreement_line(f) == "verdicts agree in 4 of 4 cells (100 %)"
+    assert agreement(f) == (4, 4)
+    assert agreement_line(f) == "verdicts agree in 4 of 4 cells (100 %); the two intervals overlap in 4 of 4"
     assert agreement_line(f.iloc[0:0]) == "no cell has a speedup verdict in both runs"
     r = cpbench("compare", base, new)
     assert r.returncode == 1  # the lost bs-4 cells fail the gate
-    assert any(x.startswith("| eager | 4 | 4 | 1024 |") and x.endswith("| — | oom | — |")
+    assert any(x.startswith("| eager | 4 | 4 | 1024 |") and x.endswith("| — | oom | — | — |")
                for x in r.stdout.splitlines())
+
+
+def test_overlap_tells_a_boundary_tie_from_a_contradiction():
+    from cpbench.bench.compare_speedup import _overlap
+
+    assert _overlap(0.94, 1.00, 0.93, 0.98) is True  # tie vs slower, the same speedup: no contradiction
+    assert _overlap(0.82, 1.12, 0.84, 0.88) is True
+    assert _overlap(1.01, 1.05, 0.90, 0.99) is False  # faster vs slower: always disjoint
+    assert _overlap(0.90, 0.92, 0.95, 0.97) is False  # both slower, yet the speedups differ
+    assert _overlap(math.nan, 1.0, 0.9, 1.1) is None  # no interval: not judged
 
 
 @pytest.mark.parametrize("sp, lo, hi, want", [

@@ -4,8 +4,10 @@ Each run's cells come from :func:`cpbench.bench.results.critical_path`: ``speedu
 on the critical path with its 95 % bootstrap interval (``speedup_ci_low/high``,
 :mod:`cpbench.bench.uncertainty`). Each speedup gets a verdict by the one tie rule of
 :mod:`cpbench.bench.verdicts` (faster when the interval lies above 1, slower when below, a tie when it
-contains 1); the two runs *agree* on a cell when both verdicts are the same. A cell without a verdict
-in either run (did not run, no usable speedup) is listed but not counted. No torch.
+contains 1); the two runs *agree* on a cell when both verdicts are the same. Beside it, *overlap*: the
+two intervals share a value, so neither run contradicts the other (a tie in one run and "slower" just
+below 1 in the other overlap; opposite verdicts never do). A cell without a verdict in either run (did
+not run, no usable speedup) is listed but not counted. No torch.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from cpbench.bench.schema import CELL_COLUMNS
 from cpbench.bench.verdicts import NO_VERDICT, speedup_verdict
 
 SIDE_COLUMNS = ("speedup", "ci_low", "ci_high", "verdict", "status")
-COLUMNS = (list(CELL_COLUMNS) + [f"{side}_{c}" for side in ("base", "new") for c in SIDE_COLUMNS] + ["agree"])
+COLUMNS = (list(CELL_COLUMNS) + [f"{side}_{c}" for side in ("base", "new") for c in SIDE_COLUMNS]
+           + ["agree", "overlap"])
 
 
 def _side(df: pd.DataFrame) -> pd.DataFrame:
@@ -56,7 +59,18 @@ def speedup_frame(base: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
             out[f"{side}_{c}"] = m[c + suf].to_numpy()
     out["agree"] = [None if NO_VERDICT in (x, y) else bool(x == y)
                     for x, y in zip(out["base_verdict"], out["new_verdict"])]
+    out["overlap"] = [None if a is None else _overlap(bl, bh, nl, nh)
+                      for a, bl, bh, nl, nh in zip(out["agree"], out["base_ci_low"], out["base_ci_high"],
+                                                   out["new_ci_low"], out["new_ci_high"])]
     return out.reset_index(drop=True)[COLUMNS]
+
+
+def _overlap(base_low: float, base_high: float, new_low: float, new_high: float) -> bool | None:
+    """Whether two intervals share a value; None when either is missing (no raw samples)."""
+    ends = (base_low, base_high, new_low, new_high)
+    if any(not isinstance(x, (int, float)) or not math.isfinite(x) for x in ends):
+        return None
+    return bool(max(base_low, new_low) <= min(base_high, new_high))
 
 
 def agreement(frame: pd.DataFrame) -> tuple[int, int]:
@@ -67,9 +81,20 @@ def agreement(frame: pd.DataFrame) -> tuple[int, int]:
     return sum(bool(a) for a in judged), len(judged)
 
 
+def overlaps(frame: pd.DataFrame) -> tuple[int, int]:
+    """``(K, N)``: cells whose two intervals overlap, of the cells with an interval in both runs."""
+    if frame is None or frame.empty or "overlap" not in frame:
+        return 0, 0
+    judged = [a for a in frame["overlap"] if a is not None and not (isinstance(a, float) and math.isnan(a))]
+    return sum(bool(a) for a in judged), len(judged)
+
+
 def agreement_line(frame: pd.DataFrame) -> str:
-    """``verdicts agree in K of N cells (P %)``; ``no cell has a speedup verdict in both runs`` when N = 0."""
+    """``verdicts agree in K of N cells (P %); the intervals overlap in J of M``; ``no cell has a speedup
+    verdict in both runs`` when N = 0."""
     k, n = agreement(frame)
     if not n:
         return "no cell has a speedup verdict in both runs"
-    return f"verdicts agree in {k} of {n} cells ({100.0 * k / n:.0f} %)"
+    j, m = overlaps(frame)
+    return (f"verdicts agree in {k} of {n} cells ({100.0 * k / n:.0f} %)"
+            + (f"; the two intervals overlap in {j} of {m}" if m else ""))

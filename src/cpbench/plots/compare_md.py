@@ -65,15 +65,17 @@ def _speedups_table(f) -> str:
     single = {c: f[c].iloc[0] for c in ("model", "backend") if f[c].nunique() == 1}
     cols = [c for c in ("model", "backend") if c not in single]
     heads = cols + ["timing", "cp>", "bs>", "seq>", "prefix>", "base speedup>", "base verdict", "new speedup>",
-                    "new verdict", "agree"]
+                    "new verdict", "agree", "overlap"]
     rows = []
     for _, r in f.iterrows():
         agree = "—" if r["agree"] is None else "yes" if r["agree"] else "**no**"
+        overlap = "—" if r.get("overlap") is None else "yes" if r["overlap"] else "**no**"
         rows.append([r[c] for c in cols] + [r["timing"], r["cp_size"], r["bs"], r["seq_len"], r["prefix_len"],
                                             _speedup(r["base_speedup"], r["base_ci_low"], r["base_ci_high"]),
                                             r["base_verdict"] if r["base_status"] == "ok" else r["base_status"],
                                             _speedup(r["new_speedup"], r["new_ci_low"], r["new_ci_high"]),
-                                            r["new_verdict"] if r["new_status"] == "ok" else r["new_status"], agree])
+                                            r["new_verdict"] if r["new_status"] == "ok" else r["new_status"], agree,
+                                            overlap])
     caption = ", ".join(f"{k} {v}" for k, v in single.items())
     return (f"_{caption}_\n\n" if caption else "") + md_table(heads, rows)
 
@@ -122,7 +124,8 @@ def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man
     if sp is not None and len(sp):
         parts += ["", "## Speedups (fused vs two-call, critical path)", "",
                   f"Each run's speedup two-call / fused with its 95 % interval; **{agreement_line(sp)}** "
-                  "(faster / slower / tie by interval).", "", _speedups_table(sp)]
+                  "(verdicts: faster / slower / tie by interval; overlap: the two intervals share a value, so "
+                  "neither run contradicts the other).", "", _speedups_table(sp)]
     if len(res.regressions):
         parts += ["", "## Regressions", "", _rows_table(res.regressions)]
     lost = res.lost if res.lost is not None else t.iloc[0:0]
