@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from cpbench.bench.runner import CellSpec, over_token_budget, usable_cpus
+from cpbench.bench.runner import CellSpec, omp_threads, over_token_budget
 from cpbench.bench.walltime import PHASES, PhaseTimes
 from clirun import cpbench
 
@@ -36,8 +36,10 @@ def test_token_cap_skips_batches_not_single_requests():
     assert over_token_budget(CellSpec(4, (4096,) * 16, (60000,) * 16), 65536) is None
 
 
-def test_usable_cpus_bounded():
-    assert 1 <= usable_cpus() <= 8
+@pytest.mark.parametrize("value, want", [("2", 2), ("1", 1), ("0", None), ("-3", None), ("abc", None), ("", None)])
+def test_omp_threads_reads_a_positive_int_only(monkeypatch, value, want):
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    assert omp_threads() == want
 
 
 def test_sweep_records_skipped_cells_and_phase_times(tmp_path):

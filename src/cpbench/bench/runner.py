@@ -139,19 +139,6 @@ def over_token_budget(cell: CellSpec, max_prefill_tokens: int) -> tuple[str, str
                        "raise it (0 = no cap) to measure this cell")
 
 
-CPU_THREADS_MAX = 8  # more intra-op threads only spin on the reference's small ops
-
-
-def usable_cpus() -> int:
-    """Intra-op threads for a CPU sweep: the CPUs this process may run on (``os.sched_getaffinity``,
-    ``--cpu-affinity`` included), at most :data:`CPU_THREADS_MAX`."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        n = os.cpu_count() or 1
-    return max(1, min(CPU_THREADS_MAX, n))
-
-
 def omp_threads() -> int | None:
     """``OMP_NUM_THREADS`` as a positive int, None when unset or not one (OpenMP ignores it then too)."""
     try:
@@ -182,10 +169,11 @@ class Runner:
         self._kpc: dict = {}  # kernels per call, measured once per (cell, mode)
         self.cpu_threads: int | None = None
         if cfg.device.type == "cpu":
-            # the simulated launch is one process: let torch use the cores it may run on (up to
-            # CPU_THREADS_MAX; on 2 cores the default CPU sweep takes 38 s instead of 57 s). A torchrun
-            # launch sets OMP_NUM_THREADS=1 per rank; OMP_NUM_THREADS overrides either.
-            torch.set_num_threads(omp_threads() or usable_cpus())
+            # one intra-op thread unless OMP_NUM_THREADS says otherwise: on an idle 2-core machine two
+            # threads run the default CPU sweep in 38 s instead of 57 s, but with another process busy on
+            # one core they made it 7x slower (OpenMP threads waiting on each other), and one thread is
+            # steady either way. A torchrun launch sets OMP_NUM_THREADS=1 per rank.
+            torch.set_num_threads(omp_threads() or 1)
             self.cpu_threads = torch.get_num_threads()
         self.backend = get_backend(cfg.backend)
         self.mismatches = 0
