@@ -103,3 +103,17 @@ def test_compare_frame_side_counts_match_the_report_summary():
     assert list(f["base_verdict"]) == list(f["new_verdict"])
     assert sorted(f["base_verdict"]) == sorted(view.apply(tables.verdict, axis=1))
     assert agreement(f) == (8, 8)
+
+
+
+
+def test_compare_names_differences_in_cpu_threads_and_token_cap(tmp_path):
+    run = lambda name, seed, over: make_run(tmp_path / name, seed=seed, latency=speedups(lambda bs, seq: 1.2),
+                                            manifest_over=over, **SMALL)
+    base = run("base", 1, {"cpu_threads": 1, "config": {"max_prefill_tokens": 131072}})
+    new = run("new", 2, {"cpu_threads": 2, "config": {"max_prefill_tokens": 131072}})
+    out = cpbench("compare", base, new).stdout
+    assert "- ⚠ different CPU threads (1 vs 2): the runs were not measured alike." in out
+    assert "different --max-prefill-tokens" not in out  # the same cap: nothing said
+    capped = run("capped", 3, {"cpu_threads": 1, "config": {"max_prefill_tokens": 0}})
+    assert "- ⚠ different --max-prefill-tokens (131072 vs 0)" in cpbench("compare", base, capped).stdout

@@ -65,7 +65,7 @@ _COLUMNS = [
     _c("timing", "str", " | ".join(TIMINGS), "eager launches or CUDA-graph replay", "cell"),
     _c("cp_size", "int", "ranks", "CP group size", "cell"),
     _c("bs", "int", "requests", "requests in the batch", "cell"),
-    _c("seq_len", "int", "tokens", "longest extend length in the batch (the --seq value)", "cell"),
+    _c("seq_len", "int", "tokens", "longest extend length in the batch (the --extend-len value; alias --seq)", "cell"),
     _c("prefix_len", "int", "tokens", "cached prefix per request", "cell"),
     _c("extend_lens", "str", "tokens", "extend (new-token) length of each request, comma-separated "
        "(SGLang's seq_lens would be prefix + extend)", "cell"),

@@ -103,6 +103,11 @@ def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man
     if base_man.get("gpu_name") and new_man.get("gpu_name") and base_man["gpu_name"] != new_man["gpu_name"]:
         parts.append(f"- ⚠ different GPUs ({base_man['gpu_name']} vs {new_man['gpu_name']}): ratios compare machines, "
                      "not code.")
+    for key, what in (("cpu_threads", "CPU threads"), ("max_prefill_tokens", "--max-prefill-tokens")):
+        a = base_man.get(key, (base_man.get("config") or {}).get(key))
+        b = new_man.get(key, (new_man.get("config") or {}).get(key))
+        if a is not None and b is not None and a != b:
+            parts.append(f"- ⚠ different {what} ({a} vs {b}): the runs were not measured alike.")
     if "cpu" in (base_man.get("device"), new_man.get("device")):
         parts.append("- ⚠ CPU run: CPU timings vary far more between runs than within one (the CI sees only the "
                      "latter); treat verdicts as indicative and gate on a GPU.")
