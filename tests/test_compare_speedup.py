@@ -41,7 +41,8 @@ def test_speedup_verdicts_agree_per_cell(tmp_path):
     assert "**verdicts agree in 4 of 8 cells (50 %); the two intervals overlap in 4 of 8**" in r.stdout
     assert list(f["overlap"]) == [True, True, False, False] * 2  # 1.2 vs 1.0 and 0.8: disjoint
     row = next(x for x in r.stdout.splitlines() if x.startswith("| graph | 4 | 4 | 8192 |"))
-    assert row.endswith("| slower | **no** | **no** |") and "| faster |" in row and "1.20× [" in row and "0.80× [" in row
+    assert row.endswith("| slower | **no** | **no** |") and "| faster |" in row
+    assert "1.20× [" in row and "0.80× [" in row
 
 
 def test_cells_that_did_not_run_are_listed_not_counted(tmp_path):

@@ -122,3 +122,21 @@ def test_resume_refuses_other_cpu_threads_or_affinity(tmp_path):
     assert r.returncode == 2 and "was measured with --cpu-affinity (none), not 0" in r.stdout + r.stderr
     r = cpbench(*args, "--resume", env={"OMP_NUM_THREADS": "1"})  # the same host options: resumes
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_cp_share_leaves_out_batches_skipped_over_the_cap():
+    import pandas as pd
+
+    from cpbench.plots.workloads import cp_share_lines
+
+    base = dict(model="m", tp_size=1, cp_size=2, prefix_len=0, batch=0)
+    view = pd.DataFrame([{**base, "bs": 1, "seq_len": 16, "extend_lens": "16", "status": "ok"},
+                         {**base, "bs": 4, "seq_len": 16, "extend_lens": "16,16,16,16", "status": "skipped"},
+                         {**base, "bs": 2, "seq_len": 2, "extend_lens": "2,2", "status": "ineligible"}])
+    (line,) = cp_share_lines(view)
+    assert line == ("- m · tp 1 · cp 2: 1 of 3 requests (33 %) in 1 of 2 batch(es) ran with CP; the others are in "
+                    "batches with an extend shorter than 2 × cp_size, which SGLang runs without CP (1 batch(es) "
+                    "over --max-prefill-tokens were not run and are not counted).")
+    (line,) = cp_share_lines(view[view["status"] == "skipped"])
+    assert line == ("- m · tp 1 · cp 2: no batch ran (1 batch(es) over --max-prefill-tokens were not run and are "
+                    "not counted).")

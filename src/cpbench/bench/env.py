@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import functools
+import hashlib
 import math
 import os
 import platform

@@ -6,7 +6,7 @@ The phases (host wall clock, ``time.perf_counter``; a phase that waits on the de
 * ``build``: a cell's inputs (KV cache, queries, page tables) and cell metrics;
 * ``prepare``: each mode's setup (metadata, page tables, plan) and its exchange;
 * ``check``: the first forward, the correctness gate and the fused-vs-two-call diff;
-* ``profile``: the profiled forward that counts kernels;
+* ``profile``: the profiled forwards that count kernels (a profiler warm-up step and the counted one);
 * ``capture``: CUDA graph capture;
 * ``warmup`` and ``samples``: the untimed and the timed forwards;
 * ``extra``: per-phase and per-layer-kind forwards;
