@@ -1,6 +1,8 @@
 """Fused segment orders (--fused-order): every order gives two-call's outputs on the torch backend,
 with the geometry, the page table and the row permutation each order implies."""
 
+import math
+
 import pytest
 import torch
 
@@ -80,3 +82,24 @@ def test_unknown_order_refused():
     cell = build_cell(MODEL, [16], [0], page_size=4, dtype=torch.float32, device="cpu")
     with pytest.raises(CpbenchInputError, match="prev-next, next-prev, interleaved"):
         rank_work(cell, all_ranks([16], [0], 2)[0], "reverse")
+
+
+def test_reference_rows_cached_across_modes_and_nan_never_hidden():
+    ext, pre = (40, 24), (0, 8)
+    cell = build_cell(MODEL, ext, pre, page_size=16, dtype=torch.float32, device="cpu", seed=3)
+    work = rank_work(cell, all_ranks(ext, pre, 2)[1], "prev-next")
+    two, fused = TorchBackend().prepare(work, "two-call"), TorchBackend().prepare(work, "fused")
+    two.forward()
+    fused.forward()
+    cache: dict = {}
+    e_two = max_abs_error(work, two, rows_per_end=4, cache=cache)
+    n_refs = len(cache)
+    # 2 layer kinds x (request 0: 10-row prev and next blocks, 2 spans each; request 1: 6-row blocks, 1 each)
+    assert n_refs == 2 * (2 + 2 + 1 + 1)
+    e_fused = max_abs_error(work, fused, rows_per_end=4, cache=cache)
+    assert len(cache) == n_refs  # the second mode computed no new reference
+    assert e_two == max_abs_error(work, two, rows_per_end=4) and e_fused == max_abs_error(work, fused, rows_per_end=4)
+    assert 0 < e_two < 2e-5 and 0 <= e_fused < 2e-5
+    w = next(iter(fused.outputs))
+    fused.outputs[w][0, 0, 0] = float("nan")  # a NaN in one sampled row
+    assert math.isnan(max_abs_error(work, fused, rows_per_end=4, cache=cache))

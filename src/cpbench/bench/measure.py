@@ -112,7 +112,9 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         fail_open(prepare)
     with times("check"):
         fail_open(lambda m: exchanges[m].check() if exchanges.get(m) is not None else None)
-        fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m], setup_mem.get(m))))
+        ref_cache: dict = {}  # the reference rows, computed for the first mode and reused by the second
+        fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m], setup_mem.get(m), ref_cache)))
+        ref_cache.clear()
         if job.check and all(status[m] == OK for m in ("two-call", "fused") if m in status) and len(prepared) == 2:
             status_diff = _attempt(lambda: info["fused"].update(
                 diff_vs_two_call=checks.max_abs_diff(prepared["fused"], prepared["two-call"])))
@@ -131,6 +133,8 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                 raise StatusError(f"kernel count failed: {one_line(e)}") from e
         with times("profile"):
             fail_open(count)
+    # forwards of each mode before timing: the first one, and the profiled ones (a warm-up step on CUDA)
+    ran_before = 1 + ((2 if job.device.type == "cuda" else 1) if job.profile else 0)
     flops = forward_flops(work.model, work.geometry)
     for timing in dict.fromkeys(t for _, t in job.todo):
         runnable = [m for m in modes if status[m] == OK and (m, timing) in job.todo]
@@ -139,8 +143,10 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         clk0 = sm_clock_mhz(job.device)
         samples, stop = {}, {}
         if fns:
+            # eager: the forwards each mode just ran (first forward, profiled forwards) count as warm-up
+            warm = max(1, job.warmup - ran_before) if timing == "eager" else job.warmup
             st = _attempt(lambda: samples.update(time_interleaved(
-                fns, job.clock, warmup=job.warmup, budget_ms=job.budget_ms,
+                fns, job.clock, warmup=warm, budget_ms=job.budget_ms,
                 min_reps=5 if job.clock.cuda else 3, agree=group.agree, barrier=group.barrier,
                 rel_ci=job.rel_ci, info=stop, times=times)))
             st = group.agree_status(st)
@@ -197,7 +203,8 @@ def _attempt(fn: Callable[[], None]) -> Status:
         return "error", one_line(e)
 
 
-def _first_forward(job: RankJob, work: RankWork, prep: Prepared, setup_mem: dict | None = None) -> dict:
+def _first_forward(job: RankJob, work: RankWork, prep: Prepared, setup_mem: dict | None = None,
+                   ref_cache: dict | None = None) -> dict:
     dev = job.device
     out: dict = {"setup_us_" + k: v for k, v in prep.setup_us.items()}
     out["setup_us_total"] = sum(prep.setup_us.values())
@@ -209,7 +216,7 @@ def _first_forward(job: RankJob, work: RankWork, prep: Prepared, setup_mem: dict
     job.clock.sync()
     forward_bytes = (torch.cuda.max_memory_allocated(dev) - before) if dev.type == "cuda" else math.nan
     out.update(memory_columns(setup_mem, forward_bytes))
-    out["max_abs_err"] = checks.max_abs_error(work, prep) if job.check else math.nan
+    out["max_abs_err"] = checks.max_abs_error(work, prep, cache=ref_cache) if job.check else math.nan
     return out
 
 
