@@ -133,8 +133,6 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                 raise StatusError(f"kernel count failed: {one_line(e)}") from e
         with times("profile"):
             fail_open(count)
-    # forwards of each mode before timing: the first one, and the profiled ones (a warm-up step on CUDA)
-    ran_before = 1 + ((2 if job.device.type == "cuda" else 1) if job.profile else 0)
     flops = forward_flops(work.model, work.geometry)
     for timing in dict.fromkeys(t for _, t in job.todo):
         runnable = [m for m in modes if status[m] == OK and (m, timing) in job.todo]
@@ -143,10 +141,8 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         clk0 = sm_clock_mhz(job.device)
         samples, stop = {}, {}
         if fns:
-            # eager: the forwards each mode just ran (first forward, profiled forwards) count as warm-up
-            warm = max(1, job.warmup - ran_before) if timing == "eager" else job.warmup
             st = _attempt(lambda: samples.update(time_interleaved(
-                fns, job.clock, warmup=warm, budget_ms=job.budget_ms,
+                fns, job.clock, warmup=job.warmup, budget_ms=job.budget_ms,
                 min_reps=5 if job.clock.cuda else 3, agree=group.agree, barrier=group.barrier,
                 rel_ci=job.rel_ci, info=stop, times=times)))
             st = group.agree_status(st)
