@@ -179,3 +179,17 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.mark.timeout(150)
+def test_torchrun_resume_refuses_another_thread_count(tmp_path):
+    out = tmp_path / "tr"
+    args = ["--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1", "--extend-len", "16",
+            *SMALL, "--out", out]
+    first = sweep(*args)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert json.loads((out / "manifest.json").read_text())["cpu_threads"] == 1
+    again = sweep(*args, "--bs", "1,2", "--resume", env=_env(OMP_NUM_THREADS="2"))
+    assert again.returncode == 2, again.stderr[-2000:]
+    assert "was measured on 1 CPU thread(s), this sweep would use 2" in again.stdout + again.stderr
+    assert {r["bs"] for r in RunDir(out).rows()} == {1}  # nothing measured on the other thread count

@@ -8,7 +8,7 @@ from cpbench.plots.precision import clock_swing, precision_section
 
 
 def _rows():
-    return pd.DataFrame([
+    rows = pd.DataFrame([
         # precise rows: clock steady
         dict(status="ok", host_bound=False, ci_rel_width=0.004, sm_clock_mhz_min=1970.0, sm_clock_mhz_max=1980.0),
         dict(status="ok", host_bound=False, ci_rel_width=0.009, sm_clock_mhz_min=1960.0, sm_clock_mhz_max=1980.0),
@@ -20,6 +20,8 @@ def _rows():
         dict(status="skipped", host_bound=None, ci_rel_width=math.nan, sm_clock_mhz_min=math.nan,
              sm_clock_mhz_max=math.nan),
     ])
+    rows["gpu_busy_us"] = 1000.0  # a GPU run's eager rows carry their GPU busy time
+    return rows
 
 
 def test_clock_swing_fraction_and_unknown():
@@ -41,3 +43,16 @@ def test_precision_section_uses_the_runs_target_and_is_empty_on_cpu():
     assert "within 5.0 % of it" in text and "**4 of 4**" in text and "The other" not in text
     assert precision_section(_rows(), {}, cpu=True) == []
     assert precision_section(pd.DataFrame({"status": ["ok"]}), {}) == []  # no ci_rel_width column
+
+
+def test_precision_section_without_a_target_or_gpu_time_and_with_hand_edited_values():
+    text = "\n".join(precision_section(_rows(), {"config": {"rel_ci": None}}))  # --rel-ci 0
+    assert "No `--rel-ci` target was set" in text and "4 rows that are not host-bound are 1.9 % wide" in text
+    cpu_like = _rows().assign(gpu_busy_us=math.nan)  # a CPU run whose manifest was deleted
+    assert precision_section(cpu_like, {}) == []
+    odd = _rows()
+    odd.loc[3, ["sm_clock_mhz_min", "sm_clock_mhz_max"]] = [1980.0, 100.0]  # min > max: unknown swing
+    odd.loc[0, "ci_rel_width"] = -0.5  # a negative width is left out, not counted as met
+    text = "\n".join(precision_section(odd, {"config": {"rel_ci": 0.01}}))
+    assert "**1 of 3**" in text and "nan" not in text
+    assert "moved by 9.1 % (median; at most 9.1 %), against 1.0 % in the rows that met the target." in text

@@ -140,3 +140,16 @@ def test_cp_share_leaves_out_batches_skipped_over_the_cap():
     (line,) = cp_share_lines(view[view["status"] == "skipped"])
     assert line == ("- m · tp 1 · cp 2: no batch ran (1 batch(es) over --max-prefill-tokens were not run and are "
                     "not counted).")
+
+
+def test_resume_compares_affinity_as_cores_and_refuses_non_ascii_digits(tmp_path):
+    out = tmp_path / "run"
+    args = ["sweep", "--cp", "2", "--bs", "1", "--extend-len", "16", "--layers", "1", "--budget-ms", "5",
+            "--no-report", "--out", str(out)]
+    r = cpbench(*args, "--cpu-affinity", "0", env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = cpbench(*args, "--resume", "--cpu-affinity", "0-0", env={"OMP_NUM_THREADS": "1"})  # the same core
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = cpbench(*args, "--cpu-affinity", "\u00b2", env={"OMP_NUM_THREADS": "1"})  # '²'.isdigit() is True
+    assert r.returncode == 2 and "expected a CPU list such as 0-7" in r.stdout + r.stderr
+    assert "Traceback" not in r.stdout + r.stderr

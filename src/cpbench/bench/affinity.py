@@ -5,6 +5,7 @@ only (``os.sched_setaffinity``)."""
 from __future__ import annotations
 
 import os
+import re
 
 from cpbench.errors import CpbenchInputError
 
@@ -20,7 +21,8 @@ def parse_cpu_list(text: str) -> list[int]:
     cores: set[int] = set()
     for item in text.replace(" ", "").split(","):
         lo, sep, hi = item.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()) or (sep and int(hi) < int(lo)):
+        digits = lambda t: bool(re.fullmatch(r"[0-9]+", t))  # ASCII only: "²".isdigit() is True
+        if not digits(lo) or (sep and not digits(hi)) or (sep and int(hi) < int(lo)):
             raise CpbenchInputError(f"--cpu-affinity {text!r}: expected a CPU list such as 0-7 or 0-3,8-11 "
                                     f"(bad item {item!r})")
         if int(hi if sep else lo) > MAX_CORE:

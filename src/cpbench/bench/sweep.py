@@ -13,13 +13,14 @@ import json
 import time
 from typing import Callable
 
+from cpbench.bench.affinity import parse_cpu_list
 from cpbench.bench.backends import get_backend, resolve_auto
 from cpbench.bench.env import environment
 from cpbench.bench.geometry import eligibility
 from cpbench.bench.peak import gemm_peak
 from cpbench.bench.ranks import LocalGroup, RankGroup
-from cpbench.bench.runner import (DTYPES, CellSpec, Runner, SweepConfig, cpu_tflop_limit, over_token_budget,
-                                  plan_cells)
+from cpbench.bench.runner import (DTYPES, CellSpec, Runner, SweepConfig, cpu_tflop_limit, omp_threads,
+                                  over_token_budget, plan_cells)
 from cpbench.bench.schema import FIXED_ON_RESUME
 from cpbench.bench.store import RunDir
 from cpbench.errors import CpbenchInputError
@@ -82,6 +83,8 @@ class Sweep:
                 run = RunDir.create(out, resume)
                 if resume:
                     check_resume_config(run, cfg, group)
+                    threads = (omp_threads() or 1) if cfg.device.type == "cpu" else None
+                    check_resume_host(run, threads, (env_extra or {}).get("cpu_affinity"))
                 done = run.done_keys()
             except CpbenchInputError as e:
                 error = str(e)
@@ -92,12 +95,6 @@ class Sweep:
             raise CpbenchInputError(error)
         runner = Runner(cfg, run.append if run is not None else _no_writer, set(map(tuple, done)), group=group)
         if run is not None:
-            if resume and group.launch == "simulated":
-                try:
-                    check_resume_host(run, runner.cpu_threads, (env_extra or {}).get("cpu_affinity"))
-                except CpbenchInputError:
-                    run.unlock()
-                    raise
             peak = gemm_peak(cfg.device, DTYPES[cfg.dtype])
             runner.peak_tflops = peak["gemm_tflops"]
             env = environment(cfg.device)
@@ -196,15 +193,26 @@ def check_resume_host(run: RunDir, cpu_threads: int | None, cpu_affinity: dict |
     or a sweep under another ``--cpu-affinity``, than the manifest records (its timing method would no
     longer describe every row). Manifests without the record are not checked."""
     old = run.read_manifest()
-    if cpu_threads is not None and isinstance(old.get("cpu_threads"), int) and old["cpu_threads"] != cpu_threads:
-        raise CpbenchInputError(f"--resume: {run} was measured on {old['cpu_threads']} CPU thread(s), this sweep "
-                                f"would use {cpu_threads}: set OMP_NUM_THREADS={old['cpu_threads']} (or the same "
-                                "--cpu-affinity) or pick another --out")
-    was = (old.get("cpu_affinity") or {}).get("requested") if isinstance(old.get("cpu_affinity"), dict) else None
+    was_threads = old.get("cpu_threads")
+    if (cpu_threads is not None and isinstance(was_threads, int) and not isinstance(was_threads, bool)
+            and was_threads > 0 and was_threads != cpu_threads):
+        raise CpbenchInputError(f"--resume: {run} was measured on {was_threads} CPU thread(s), this sweep would "
+                                f"use {cpu_threads}: set OMP_NUM_THREADS={was_threads} or pick another --out")
+    was = old["cpu_affinity"].get("requested") if isinstance(old.get("cpu_affinity"), dict) else None
     now = (cpu_affinity or {}).get("requested")
-    if was != now and "timing_method" in old:
+    if "timing_method" in old and _cores(was) != _cores(now):
         raise CpbenchInputError(f"--resume: {run} was measured with --cpu-affinity {was or '(none)'}, not "
                                 f"{now or '(none)'}: resume with the same option or pick another --out")
+
+
+def _cores(cpu_list) -> tuple | None:
+    """The cores of a recorded ``--cpu-affinity`` list (None: none given, or unreadable as a list)."""
+    if not isinstance(cpu_list, str) or not cpu_list.strip():
+        return None
+    try:
+        return tuple(parse_cpu_list(cpu_list))
+    except CpbenchInputError:
+        return (cpu_list,)  # a hand-edited value: compared as written
 
 
 def timing_method(cfg: SweepConfig, cpu_threads: int | None) -> str:

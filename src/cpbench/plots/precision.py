@@ -21,7 +21,8 @@ def clock_swing(rows: pd.DataFrame) -> pd.Series:
     clocks were not read (older runs, CPU, NVML unavailable)."""
     lo = pd.to_numeric(rows.get("sm_clock_mhz_min", pd.Series(math.nan, index=rows.index)), errors="coerce")
     hi = pd.to_numeric(rows.get("sm_clock_mhz_max", pd.Series(math.nan, index=rows.index)), errors="coerce")
-    return (hi - lo) / hi.where(hi > 0)
+    sane = (lo > 0) & (hi >= lo) & (hi < 1e6)  # hand-edited or broken values: unknown
+    return ((hi - lo) / hi).where(sane)
 
 
 def precision_section(df: pd.DataFrame, manifest: dict, cpu: bool = False) -> list[str]:
@@ -31,15 +32,20 @@ def precision_section(df: pd.DataFrame, manifest: dict, cpu: bool = False) -> li
     if cpu or "ci_rel_width" not in df:
         return []
     ok = df[df["status"] == "ok"]
+    if not pd.to_numeric(ok.get("gpu_busy_us", pd.Series(dtype=float)), errors="coerce").notna().any():
+        return []  # no GPU time in any row: a CPU run (its manifest may be gone), or an older run
     host = ok["host_bound"].map(_bool) if "host_bound" in ok else pd.Series(False, index=ok.index)
     rows = ok[~host]
     width = pd.to_numeric(rows["ci_rel_width"], errors="coerce")
-    rows, width = rows[width.notna()], width[width.notna()]
+    known = width.notna() & (width >= 0) & (width < 1e6)  # a hand-edited width is left out
+    rows, width = rows[known], width[known]
     if rows.empty:
         return []
     target = (manifest.get("config") or {}).get("rel_ci")
-    target = float(target) if isinstance(target, (int, float)) and not isinstance(target, bool) and target > 0 \
-        else 0.01
+    if not (isinstance(target, (int, float)) and not isinstance(target, bool) and 0 < target < 1):
+        return ["## Precision", "", f"No `--rel-ci` target was set: every variant used its whole time budget. "
+                f"The 95 % intervals of the medians of the {len(rows)} rows that are not host-bound are "
+                f"{_pct(width.median())} wide (median; at most {_pct(width.max())}).", ""]
     met = width <= target
     out = ["## Precision", "",
            f"Each variant was sampled until the 95 % interval of its median was within {_pct(target)} of it, "
@@ -52,10 +58,9 @@ def precision_section(df: pd.DataFrame, manifest: dict, cpu: bool = False) -> li
         out[-1] += (f" The other {int((~met).sum())} stopped at the budget with intervals of {_pct(w.median())} "
                     f"(median) to {_pct(w.max())} of their median.")
         swing = clock_swing(rows)
-        if swing.notna().any():
+        if swing[~met].notna().any():
             out[-1] += (f" The SM clock read after each of their samples moved by {_pct(swing[~met].median())} "
-                        f"(median; at most {_pct(swing[~met].max())}), against {_pct(swing[met].median())} "
-                        "in the rows that met the target." if met.any() and swing[met].notna().any() else
-                        f" The SM clock read after each of their samples moved by {_pct(swing[~met].median())} "
-                        f"(median; at most {_pct(swing[~met].max())}).")
+                        f"(median; at most {_pct(swing[~met].max())})"
+                        + (f", against {_pct(swing[met].median())} in the rows that met the target"
+                           if met.any() and swing[met].notna().any() else "") + ".")
     return out + [""]
