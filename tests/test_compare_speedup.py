@@ -10,7 +10,7 @@ from cpbench.bench.compare_speedup import agreement, agreement_line, speedup_fra
 from cpbench.bench.verdicts import NO_VERDICT, TIE_BAND, is_tie, ratio_verdict, speedup_verdict
 from cpbench.plots import tables
 from clirun import cpbench
-from runfactory import make_rows, make_run
+from runfactory import make_rows, make_run, write_run
 
 SMALL = dict(cp_sizes=(4,), bss=(1, 4), seqs=(1024, 8192), timings=("eager", "graph"), n_samples=40,
              noise=0.005)
@@ -118,3 +118,19 @@ def test_compare_names_differences_in_cpu_threads_and_token_cap(tmp_path):
     assert "different --max-prefill-tokens" not in out  # the same cap: nothing said
     capped = run("capped", 3, {"cpu_threads": 1, "config": {"max_prefill_tokens": 0}})
     assert "- ⚠ different --max-prefill-tokens (131072 vs 0)" in cpbench("compare", base, capped).stdout
+
+
+def test_regressions_name_host_bound_rows(tmp_path):
+    base_rows = make_rows(latency=speedups(lambda bs, seq: 1.0), seed=1, **SMALL)
+    new_rows = make_rows(latency=speedups(lambda bs, seq: 1.0), seed=2, **SMALL)
+    for r in new_rows:
+        if r["bs"] == 1 and r["mode"] == "two-call" and r["timing"] == "eager":
+            r["samples_us"] = [1.2 * x for x in r["samples_us"]]  # the host launched 20 % slower
+            r["latency_us_median"] *= 1.2
+            r["host_bound"] = r["rank"] == 0  # rank 0's eager two-call forward waits for the host
+    out = cpbench("compare", write_run(tmp_path / "b", base_rows), write_run(tmp_path / "n", new_rows)).stdout
+    regress = out[out.index("## Regressions"):out.index("## All rows")]
+    rank0 = [x for x in regress.splitlines() if x.startswith("| eager | 4 | 1 |") and "| 0 | two-call |" in x]
+    rank1 = [x for x in regress.splitlines() if x.startswith("| eager | 4 | 1 |") and "| 1 | two-call |" in x]
+    assert rank0 and all(x.endswith("⚠ regression (host-bound: the launching CPU's time) |") for x in rank0)
+    assert rank1 and all(x.endswith("⚠ regression |") for x in rank1)

@@ -194,6 +194,12 @@ def _fallback_ci(b: pd.Series, n: pd.Series) -> tuple[float, float]:
     return math.nan, math.nan
 
 
+def _is_true(v) -> bool:
+    """A ``host_bound`` cell as written (bool, 0/1, "true"); anything else (NaN, None, older runs) is False."""
+    return v is True or (isinstance(v, (int, float)) and not isinstance(v, bool) and v == 1) or \
+        str(v).lower() == "true"
+
+
 def _n_samples(row: pd.Series, samples: np.ndarray) -> int:
     if len(samples):
         return len(samples)
@@ -233,9 +239,10 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, fail_above: float = 0.
         slow = ratio > 1 + fail_above and (not math.isfinite(lo) or lo > 1.0)
         recs.append({**{c: br[c] for c in keys}, "base_us": bm, "new_us": nm, "ratio": ratio, "ci_low": lo,
                      "ci_high": hi, "verdict": ratio_verdict(ratio, lo, hi), "regression": bool(slow and enough),
-                     "ungated": bool(slow and not enough)})
+                     "ungated": bool(slow and not enough),
+                     "host_bound": _is_true(br.get("host_bound")) or _is_true(nr.get("host_bound"))})
     table = pd.DataFrame(recs, columns=keys + ["base_us", "new_us", "ratio", "ci_low", "ci_high", "verdict",
-                                               "regression", "ungated"])
+                                               "regression", "ungated", "host_bound"])
     table = table.sort_values(keys, key=numeric_first, kind="stable").reset_index(drop=True) if recs else table
     bad = [k for k in sorted(both) if k not in set(ok)]
     nc = pd.DataFrame([{**{c: b.at[k, c] for c in keys}, "base_status": b.at[k, "status"],
