@@ -253,3 +253,13 @@ def test_cli_hand_edited_runs_one_line_exit_2(tmp_path, edit):
     r = cpbench(*cmd)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-800:]
     assert len(r.stderr.strip().splitlines()) == 1 and str(run) in r.stderr
+
+
+def test_cpu_speedup_chart_says_ratio_not_speedup_on_its_colour_bar(tmp_path):
+    df = pd.DataFrame(make_rows(cp_sizes=(2,), bss=(1, 4), seqs=(1024,), timings=("eager",)))
+    render_frame(df, tmp_path / "cpu", cpu=True)
+    render_frame(df, tmp_path / "gpu")
+    cpu_svg = (tmp_path / "cpu" / "speedup.svg").read_text()
+    gpu_svg = (tmp_path / "gpu" / "speedup.svg").read_text()
+    assert "latency ratio (CPU: not a speedup)" in cpu_svg and "&gt;1: fused faster" not in cpu_svg
+    assert "&gt;1: fused faster" in gpu_svg

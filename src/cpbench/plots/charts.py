@@ -67,7 +67,8 @@ CPU_CHARTS = {
     "latency": (latency_chart, "forward latency, slowest rank (CPU: a functional check, not a benchmark)",
                 "Forward latency on the slowest rank per mode (ms, log scale); CPU timings move by tens of percent "
                 "between runs: a functional check, not a benchmark."),
-    "speedup": (speedup_heatmap, "two-call / fused latency ratio (CPU: not a speedup)",
+    "speedup": (partial(speedup_heatmap, bar_label="latency ratio (CPU: not a speedup)"),
+                "two-call / fused latency ratio (CPU: not a speedup)",
                 "two-call / fused latency of the slowest rank on a CPU: noise around 1, not a speedup claim; grey: "
                 "did not run."),
     "kernels": (partial(kernels_chart, calls=True), "attention calls per forward, per rank",

@@ -98,13 +98,14 @@ def _norm(values: np.ndarray) -> TwoSlopeNorm:
 
 
 @style.styled
-def speedup_heatmap(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
+def speedup_heatmap(df: pd.DataFrame, out_dir: Path, name: str, title: str,
+                    bar_label: str = "speedup two-call / fused (>1: fused faster)") -> list[Path]:
     """Speedup = two-call / fused on the critical path, bs (rows) x seq (columns), a panel per cp_size
     (rows) x timing (columns). Diverging colours centred on 1.0 (blue: fused faster), value in each cell
     (font scaled to the cell width); a tie (:mod:`cpbench.bench.verdicts`: the speedup's 95 % interval
     contains 1) is marked "≈" after the value; cells that did not run are grey, hatched and labelled with
     their status, and cells measured on some ranks only (no critical path) with the ranks measured
-    ("1/4 ranks"). Returns PNG and SVG paths."""
+    ("1/4 ranks"). ``bar_label``: the colour bar's label. Returns PNG and SVG paths."""
     if df.empty:
         return style.empty_chart(out_dir, name, title)
     timings, cps = _grid(df)
@@ -125,7 +126,7 @@ def speedup_heatmap(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> l
             ax.set_title(f"cp {cp} · {timing}")
     if image is not None and np.isfinite(view["speedup"].to_numpy(float)).any():
         cb = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, pad=0.02)
-        cb.set_label("speedup two-call / fused (>1: fused faster)")
+        cb.set_label(bar_label)
     return style.save(fig, out_dir, name)
 
 
