@@ -134,3 +134,15 @@ def test_regressions_name_host_bound_rows(tmp_path):
     rank1 = [x for x in regress.splitlines() if x.startswith("| eager | 4 | 1 |") and "| 1 | two-call |" in x]
     assert rank0 and all(x.endswith("⚠ regression (host-bound: the launching CPU's time) |") for x in rank0)
     assert rank1 and all(x.endswith("⚠ regression |") for x in rank1)
+
+
+def test_agreement_says_when_one_run_has_no_interval(tmp_path):
+    base_rows = make_rows(latency=speedups(lambda bs, seq: 1.2), seed=1, **SMALL)
+    new_rows = make_rows(latency=speedups(lambda bs, seq: 1.2), seed=2, **SMALL)
+    for r in new_rows:
+        r["samples_us"] = None  # an older run without raw samples: its verdicts use the ±2 % band
+    out = cpbench("compare", write_run(tmp_path / "b", base_rows), write_run(tmp_path / "n", new_rows)).stdout
+    row = next(x for x in out.splitlines() if x.startswith("| eager | 4 | 1 | 1024 |"))
+    assert "| yes (one run has no interval) |" in row
+    same = cpbench("compare", write_run(tmp_path / "b2", base_rows), write_run(tmp_path / "n2", base_rows)).stdout
+    assert "(one run has no interval)" not in same

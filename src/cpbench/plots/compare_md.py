@@ -70,6 +70,10 @@ def _speedups_table(f) -> str:
     rows = []
     for _, r in f.iterrows():
         agree = "—" if r["agree"] is None else "yes" if r["agree"] else "**no**"
+        one_band = sum(math.isfinite(r[f"{side}_ci_low"]) and math.isfinite(r[f"{side}_ci_high"])
+                       for side in ("base", "new")) == 1
+        if r["agree"] is not None and one_band:  # one verdict from an interval, the other from the ±2 % band
+            agree += " (one run has no interval)"
         overlap = "—" if r.get("overlap") is None else "yes" if r["overlap"] else "**no**"
         rows.append([r[c] for c in cols] + [r["timing"], r["cp_size"], r["bs"], r["seq_len"], r["prefix_len"],
                                             _speedup(r["base_speedup"], r["base_ci_low"], r["base_ci_high"]),
