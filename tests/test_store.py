@@ -102,7 +102,9 @@ def test_second_sweep_into_a_locked_out_exits_2_naming_the_holder(tmp_path):
                             stderr=subprocess.DEVNULL, env=ENV)
     try:
         deadline = time.time() + 240
-        while time.time() < deadline and not (out / "results.jsonl").exists() and proc.poll() is None:
+        rows = out / "results.jsonl"
+        # wait for a row, not just the file (the run directory creates it empty before its first cell)
+        while time.time() < deadline and not (rows.exists() and rows.stat().st_size) and proc.poll() is None:
             time.sleep(0.05)
         assert proc.poll() is None, "the first sweep ended before the test could race it"
         proc.send_signal(signal.SIGSTOP)  # keep its lock, freeze its file
