@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from cpbench.bench.results import flags
 from cpbench.bench.schema import CELL_COLUMNS, KEY_COLUMNS, RUN_COLUMNS
 from cpbench.bench.store import load_run
 from cpbench.bench.verdicts import ratio_verdict
@@ -194,12 +195,6 @@ def _fallback_ci(b: pd.Series, n: pd.Series) -> tuple[float, float]:
     return math.nan, math.nan
 
 
-def _is_true(v) -> bool:
-    """A ``host_bound`` cell as written (bool, 0/1, "true"); anything else (NaN, None, older runs) is False."""
-    return v is True or (isinstance(v, (int, float)) and not isinstance(v, bool) and v == 1) or \
-        str(v).lower() == "true"
-
-
 def _n_samples(row: pd.Series, samples: np.ndarray) -> int:
     if len(samples):
         return len(samples)
@@ -240,7 +235,7 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, fail_above: float = 0.
         recs.append({**{c: br[c] for c in keys}, "base_us": bm, "new_us": nm, "ratio": ratio, "ci_low": lo,
                      "ci_high": hi, "verdict": ratio_verdict(ratio, lo, hi), "regression": bool(slow and enough),
                      "ungated": bool(slow and not enough),
-                     "host_bound": _is_true(br.get("host_bound")) or _is_true(nr.get("host_bound"))})
+                     "host_bound": bool(flags(pd.Series([br.get("host_bound"), nr.get("host_bound")])).any())})
     table = pd.DataFrame(recs, columns=keys + ["base_us", "new_us", "ratio", "ci_low", "ci_high", "verdict",
                                                "regression", "ungated", "host_bound"])
     table = table.sort_values(keys, key=numeric_first, kind="stable").reset_index(drop=True) if recs else table

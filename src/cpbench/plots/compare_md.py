@@ -40,7 +40,7 @@ def _rows_table(t) -> str:
     for _, r in t.iterrows():
         v = r["verdict"] if r["verdict"] == "tie" else f"**{r['verdict']}**"
         v += " ⚠ regression" if r["regression"] else ""
-        v += " (host-bound: the launching CPU's time)" if str(r.get("host_bound")) == "True" else ""
+        v += " (host-bound: the launching CPU's time)" if bool(r.get("host_bound", False)) else ""
         rows.append([r[c] for c in cols] + [r["timing"], r["cp_size"], r["bs"], r["seq_len"], r["prefix_len"],
                                             r["rank"], r["mode"], ms(r["base_us"]), ms(r["new_us"]),
                                             f"{r['ratio']:.3f}" if math.isfinite(r["ratio"]) else "—",

@@ -7,13 +7,11 @@ import math
 
 import pandas as pd
 
+from cpbench.bench.results import flags
+
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
-
-
-def _bool(v) -> bool:
-    return v is True or v == 1 or str(v).lower() == "true"
 
 
 def clock_swing(rows: pd.DataFrame) -> pd.Series:
@@ -34,7 +32,7 @@ def precision_section(df: pd.DataFrame, manifest: dict, cpu: bool = False) -> li
     ok = df[df["status"] == "ok"]
     if not pd.to_numeric(ok.get("gpu_busy_us", pd.Series(dtype=float)), errors="coerce").notna().any():
         return []  # no GPU time in any row: a CPU run (its manifest may be gone), or an older run
-    host = ok["host_bound"].map(_bool) if "host_bound" in ok else pd.Series(False, index=ok.index)
+    host = flags(ok["host_bound"]) if "host_bound" in ok else pd.Series(False, index=ok.index)
     rows = ok[~host]
     width = pd.to_numeric(rows["ci_rel_width"], errors="coerce")
     known = width.notna() & (width >= 0) & (width < 1e6)  # a hand-edited width is left out
