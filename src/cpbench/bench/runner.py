@@ -170,9 +170,9 @@ class Runner:
         self.cpu_threads: int | None = None
         if cfg.device.type == "cpu":
             # one intra-op thread unless OMP_NUM_THREADS says otherwise: on an idle 2-core machine two
-            # threads run the default CPU sweep in 38 s instead of 57 s, but with another process busy on
-            # one core they made it 7x slower (OpenMP threads waiting on each other), and one thread is
-            # steady either way. A torchrun launch sets OMP_NUM_THREADS=1 per rank.
+            # threads ran the default CPU sweep about 1.5x faster, but with another process busy on one
+            # core about 7x slower (OpenMP threads waiting on each other); one thread is steady either way.
+            # A torchrun launch sets OMP_NUM_THREADS=1 per rank.
             torch.set_num_threads(omp_threads() or 1)
             self.cpu_threads = torch.get_num_threads()
         self.backend = get_backend(cfg.backend)

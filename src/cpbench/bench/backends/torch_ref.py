@@ -8,9 +8,9 @@ denominator. Scale ``head_dim ** -0.5``.
 Two implementations of the same math: :func:`attend_reference` (explicit fp32 matmul / mask / exp,
 the correctness gate's ground truth, src/cpbench/bench/check.py) and :func:`attend_sdpa` (fp32
 ``scaled_dot_product_attention`` with an additive causal/window mask). :func:`attend` picks one:
-SDPA on CPU (3-8x faster per segment and 1.6-3.5x per forward, measured with
-benchmarks/cpu_reference.py on a shared 2-core machine), the reference elsewhere (SDPA is not measured
-on CUDA).
+SDPA on CPU (2.5-3.8x faster per forward on one thread at cp 4, bs 1, 512 tokens of gpt-oss-120b,
+measured with benchmarks/cpu_reference.py on a 2-core machine: docs/evidence/cpu-reference.jsonl), the
+reference elsewhere (SDPA is not measured on CUDA).
 """
 
 from __future__ import annotations
