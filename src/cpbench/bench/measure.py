@@ -234,10 +234,13 @@ def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], t
                                            {"cp_size": g.cp_size, "bs": g.bs, "seq_len": job.base["seq_len"],
                                             "rank": g.rank}, nvtx_on=True, record_functions=False)
             continue
-        # no side-stream warm-up: the first forward ran this mode already (workspaces, JIT modules loaded)
+        # attention only: no side-stream warm-up, the first forward ran this mode already (workspaces, JIT
+        # modules loaded; verified on the H200). A forward with a collective keeps torch's side-stream
+        # warm-up: capture without it was not run on 2 GPUs.
+        warm = 1 if any(s.kind != "attention" for s in prep.layers[0]) else 0
         group.barrier()  # a collective inside the graph: every rank captures together
         holder = {}
-        st = _attempt(lambda: holder.update(fn=capture_graph(prep.forward, warmup=0)))
+        st = _attempt(lambda: holder.update(fn=capture_graph(prep.forward, warmup=warm)))
         if st[0] == "error":
             st = ("error", f"CUDA graph capture failed: {st[1]}")
         st = group.agree_status(st)
