@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from cpbench.bench.backends.registry import kernel_patterns
+from cpbench.bench.models import get_preset
 from cpbench.bench.results import critical_path
 from cpbench.bench.store import load_run
 from cpbench.plots.report import render_report
@@ -30,6 +31,36 @@ def test_gpu_busy_time_of_the_h200_traces_matches_the_graph_latency(mode):
                & (df.timing == "graph")]["latency_us_median"].iloc[0]
     # one forward's kernels back to back: the GPU busy time is what a CUDA-graph replay takes
     assert c.gpu_busy_us == pytest.approx(graph, rel=0.02)
+
+
+def test_layer_times_follow_the_launch_into_its_layer_range():
+    """Each GPU activity is charged to the layer range that holds its launch call (by correlation id), its
+    time counted once where kernels overlap; a kernel launched outside every layer counts in no layer;
+    without GPU activity (CPU) a layer's time is its range's host duration."""
+    def ev(cat, name, ts, dur, corr=None):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur,
+                **({"args": {"correlation": corr}} if corr is not None else {})}
+    events = [ev("user_annotation", "layer0", 0, 10), ev("user_annotation", "layer1", 10, 10),
+              ev("cuda_runtime", "cudaLaunchKernel", 2, 1, 7), ev("cuda_runtime", "cudaLaunchKernel", 4, 1, 8),
+              ev("cuda_runtime", "cudaLaunchKernel", 12, 1, 9), ev("cuda_runtime", "cudaLaunchKernel", 25, 1, 10),
+              ev("kernel", "attn", 100, 30, 7), ev("kernel", "attn", 120, 30, 8),  # overlap: 50 µs busy
+              ev("kernel", "attn", 200, 12, 9), ev("kernel", "tail", 300, 99, 10)]
+    assert count_events(events, ("attn",)).layer_us == {0: 50.0, 1: 12.0}
+    cpu = count_events(events[:2] + [ev("user_annotation", "layer10", 20, 4), ev("user_annotation", "prev", 1, 2)])
+    assert cpu.layer_us == {0: 10.0, 1: 10.0, 10: 4.0} and cpu.attention_calls == 1
+
+
+@pytest.mark.parametrize("mode", ["two-call", "fused"])
+def test_layer_times_of_the_h200_traces_add_up_to_the_gpu_busy_time(mode):
+    """On a real fa3 forward (36 layers, GPT-OSS alternates window and full layers) every kernel runs in a layer:
+    the per-layer GPU times add up to the forward's GPU busy time, and a full layer at 8K tokens takes longer
+    than a 128-token window layer."""
+    c = count_events(load_trace(FIX / f"h200_fa3_cp4_bs1_seq8192_r0_{mode}.json.gz"), kernel_patterns("fa3"))
+    assert sorted(c.layer_us) == list(range(36))
+    assert sum(c.layer_us.values()) == pytest.approx(c.gpu_busy_us, rel=1e-6)
+    window = [w >= 0 for w in get_preset("gpt-oss-120b").window_left_per_layer]
+    assert min(us for i, us in c.layer_us.items() if not window[i]) > max(
+        us for i, us in c.layer_us.items() if window[i])
 
 
 def test_host_bound_cells_are_named_with_their_gpu_time_speedup():

@@ -7,10 +7,9 @@ import math
 import pandas as pd
 import pytest
 
-from cpbench.bench.backends.base import Prepared
 from cpbench.bench.flops import forward_flops
 from cpbench.bench.geometry import rank_geometry
-from cpbench.bench.layer_kinds import has_both_kinds, layer_kind_times_us
+from cpbench.bench.layer_kinds import has_both_kinds, layer_kind_sums
 from cpbench.bench.models import get_preset, with_overrides
 from cpbench.bench.store import load_run
 from cpbench.bench.tp import split_heads
@@ -79,7 +78,7 @@ def test_lognormal_mix_with_prefix_hits_is_reproducible(tmp_path):
 def test_window_model_only_has_per_kind_times(tmp_path):
     out = tmp_path / "full"
     r = cpbench("sweep", "--device", "cpu", "--cp", "2", "--bs", "1", "--seq", "16", "--window", "0", "--no-report",
-                "--no-profile", "--out", str(out), *TINY)
+                "--out", str(out), *TINY)
     assert r.returncode == 0, r.stderr[-800:]
     df, _ = load_run(out)
     assert "window_layers_us" not in df or df["window_layers_us"].isna().all()
@@ -101,29 +100,14 @@ def test_bad_workload_options_exit_2(tmp_path, args, needle):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-class _FakeClock:
-    cuda = False
-
-    def sync(self):
-        pass
-
-
-def test_layer_kind_times_sum_each_kind(monkeypatch):
-    """Layers 0, 2 slide (window_left 127), 1, 3 are full; each step advances a fake perf_counter by a known
-    amount, so the per-kind sums are exact: window 10 + 30 µs, full 20 + 40 (+ 5 for a second step) µs."""
-    import cpbench.bench.phases as phases  # the layer spans are timed by phases.span_times_us
-
-    now = [0.0]
-    monkeypatch.setattr(phases.time, "perf_counter", lambda: now[0])
-    step = lambda us: (lambda: now.__setitem__(0, now[0] + us * 1e-6))
-    prep = Prepared([[("combined", step(10))], [("combined", step(20))], [("combined", step(30))],
-                     [("prev", step(40)), ("next", step(5))]], {})
-    for reps in (None, 3):  # one forward by default, or the median of three
-        got = layer_kind_times_us(prep, (127, -1, 127, -1), _FakeClock(), reps=reps)
-        assert got == pytest.approx({"window_layers_us": 40.0, "full_layers_us": 65.0})
+def test_layer_kind_sums_each_kind():
+    """Layers 0, 2 slide (window_left 127), 1, 3 are full: the per-kind sums are exact, and a profile that
+    lost a layer gives no partial sum."""
+    layer_us = {0: 10.0, 1: 20.0, 2: 30.0, 3: 45.0}
+    assert layer_kind_sums(layer_us, (127, -1, 127, -1)) == {"window_layers_us": 40.0, "full_layers_us": 65.0}
     assert has_both_kinds((127, -1)) and not has_both_kinds((-1, -1)) and not has_both_kinds((127, 127))
-    with pytest.raises(ValueError, match="3 window_left values for 4 layers"):
-        layer_kind_times_us(prep, (127, -1, 127), _FakeClock())
+    with pytest.raises(ValueError, match="per-layer times for 3 layers, the model has 4"):
+        layer_kind_sums({0: 1.0, 1: 2.0, 3: 4.0}, (127, -1, 127, -1))
 
 
 def test_resume_keeps_the_batches_and_tp(tmp_path):

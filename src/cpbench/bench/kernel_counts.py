@@ -5,22 +5,28 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
 from cpbench.bench.backends.base import Prepared
+from cpbench.bench.layer_kinds import has_both_kinds, layer_kind_sums
 
 COUNT_COLUMNS = ("attn_kernels", "attn_calls", "comm_kernels", "merge_kernels", "fill_kernels", "copy_kernels",
                  "other_kernels", "kernels", "launches", "gpu_busy_us")
 
 
 def count_kernels(prep: Prepared, label: str, device: torch.device, trace_dir: Path | None = None,
-                  kpc_cache: dict | None = None, kpc_key=None) -> dict:
+                  kpc_cache: dict | None = None, kpc_key=None,
+                  window_left_per_layer: Sequence[int] | None = None) -> dict:
     """Kernel-count columns of one eager forward (profiles.capture), checked against
     ``layers x attention calls per layer x kernels per call`` where kernels can be told apart by name.
 
     ``attn_kernels`` is GPU attention-kernel executions, or for the torch reference (no single
     attention kernel) the attention calls; collective kernels (``comm_kernels``) are counted apart.
+    With ``window_left_per_layer`` (one entry per layer, ``-1`` full) of a model with both layer kinds,
+    the same profiled forward also gives ``window_layers_us`` / ``full_layers_us`` (bench.layer_kinds).
+    On CUDA the profiler's warm-up step is one attention call (it absorbs the profiler's start-up).
     Raises ProfileError when zero attention work is seen, RuntimeError when the count differs from
     the expectation.
     """
@@ -28,8 +34,10 @@ def count_kernels(prep: Prepared, label: str, device: torch.device, trace_dir: P
 
     slug = label.replace(" ", "_")
     trace = trace_dir / f"{slug}.json.gz" if trace_dir is not None else None
+    cuda = device.type == "cuda"
     c = profile_prepared(prep, f"{label} eager", device, trace_path=trace,
-                         steps_warmup=1 if device.type == "cuda" else 0)  # CPU: nothing to miss
+                         steps_warmup=1 if cuda else 0,  # CPU: nothing to miss
+                         warmup_fn=prep.first_attention_call() if cuda else None)
     by_kernel = device.type == "cuda" and bool(prep.kernel_patterns)
     row = {"attn_kernels": c.attention if by_kernel else c.attention_calls, "attn_calls": c.attention_calls,
            "comm_kernels": c.comm, "gpu_busy_us": c.gpu_busy_us if device.type == "cuda" else math.nan,
@@ -45,6 +53,11 @@ def count_kernels(prep: Prepared, label: str, device: torch.device, trace_dir: P
     if row["attn_kernels"] != row["attn_kernels_expected"]:
         raise RuntimeError(f"counted {row['attn_kernels']} attention kernels, expected "
                            f"{row['attn_kernels_expected']} (layers x calls x kernels/call)")
+    if window_left_per_layer is not None and has_both_kinds(window_left_per_layer):
+        try:
+            row.update(layer_kind_sums(c.layer_us, window_left_per_layer))
+        except ValueError:  # extra columns: a trace without every layer range leaves them out, not the row
+            pass
     if trace is not None:
         row["trace"] = str(trace)
     return row

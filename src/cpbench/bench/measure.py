@@ -4,11 +4,12 @@ over ranks).
 Phases, each followed by an agreement over the cell's CP ranks (so a failing rank fails the mode or
 the cell on every rank, and no rank enters a collective the others will not reach):
 prepare (metadata, page tables, plans; host-timed, device bytes by part) -> first forward (JIT load,
-transient memory peak) -> checks (fp32 reference, fused vs two-call) -> kernel counts (torch.profiler) -> timing
+transient memory peak) -> checks (fp32 reference, fused vs two-call) -> kernel counts and per-layer
+times (torch.profiler) -> timing
 (eager and/or CUDA graph, ABBA, agreed repeat counts, a barrier before each sample; host enqueue time
 inside the samples) -> per-phase
-times (gather / KV write / attention, when the forward has communication steps) -> per-layer-kind times
-(window / full layers, for a model with both).
+times (gather / KV write / attention, when the forward has communication steps). Per-layer-kind times
+(window / full layers, for a model with both) come from the profiled forward.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from cpbench.bench.backends.base import Backend, Prepared
 from cpbench.bench.env import sm_clock_mhz
 from cpbench.bench.flops import forward_flops
 from cpbench.bench.kernel_counts import COUNT_COLUMNS, count_kernels
-from cpbench.bench.layer_kinds import has_both_kinds, layer_kind_times_us
 from cpbench.bench.memory import SetupMemory, memory_columns
 from cpbench.bench.phases import phase_times_us
 from cpbench.bench.ranks import RankGroup, Status
@@ -126,7 +126,7 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         def count(m: str) -> None:
             try:
                 info[m].update(count_kernels(prepared[m], f"{job.label} r{rank} {m}", job.device,
-                                             job.trace_dir, job.kpc_cache, m))
+                                             job.trace_dir, job.kpc_cache, m, work.model.window_left_per_layer))
             except Exception as e:
                 if is_oom(e):
                     raise
@@ -157,12 +157,6 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                 {m: phase_times_us(prepared[m], job.clock, barrier=group.barrier) for m in samples}))
             if group.agree_status(st) != OK:  # phase times are extra columns: the rows stand without them
                 phases = {}
-        kinds: dict = {}
-        if samples and timing == "eager" and has_both_kinds(work.model.window_left_per_layer):
-            st = _attempt(lambda: kinds.update({m: layer_kind_times_us(
-                prepared[m], work.model.window_left_per_layer, job.clock, barrier=group.barrier) for m in samples}))
-            if group.agree_status(st) != OK:  # extra columns too: the rows stand without them
-                kinds = {}
         times.add("extra", time.perf_counter() - t_extra)
         release_graphs()  # reset captured graphs before any later collective or teardown
         for m, t in job.todo:
@@ -175,7 +169,7 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                              "status": st[0], "reason": st[1]})
                 continue
             rows.append(_measured_row(job, work, m, timing, samples[m], prepared[m], info[m], flops, clk0, clk1,
-                                      {**phases.get(m, {}), **kinds.get(m, {}), **stop.get(m, {})}))
+                                      {**phases.get(m, {}), **stop.get(m, {})}))
     return rows
 
 

@@ -130,7 +130,8 @@ def workload_sections(view: pd.DataFrame, d: pd.DataFrame) -> list[str]:
     table = layer_kind_table(d)
     if table:
         parts += ["## By layer kind", "",
-                  "Eager forwards timed layer by layer (median of 3 per rank and mode, 1 on CPU; slowest rank per mode): the "
-                  "sliding-window layers and the full-attention layers, each summed over its layers, and two-call / "
-                  "fused for each kind (> 1: fusion gains on that kind).", "", table, ""]
+                  "From the profiled eager forward of each rank and mode (slowest rank per mode): the GPU busy time "
+                  "of the sliding-window layers and of the full-attention layers (CPU: their host time), each summed "
+                  "over its layers, and two-call / fused for each kind (> 1: fusion gains on that kind).", "",
+                  table, ""]
     return parts

@@ -1,8 +1,9 @@
 """torch.profiler capture of one forward: kernel and launch counts, and a Perfetto-ready trace.
 
-Method (docs/design.md §4): profile ``steps_warmup`` forwards as profiler warm-up steps (the first
-profiled step can miss kernels while CUPTI starts), then exactly one active step; count only that
-step, from the same Chrome trace a user opens in Perfetto (``trace.json.gz``).
+Method (docs/design.md §4): ``steps_warmup`` profiler warm-up steps (the first profiled step can miss
+kernels while CUPTI starts; a sweep's warm-up step is one attention call, not a whole forward), then
+exactly one active step; count only that step, from the same Chrome trace a user opens in Perfetto
+(``trace.json.gz``).
 
 What is counted depends on the device:
 
@@ -61,12 +62,15 @@ def _is_cuda(device) -> bool:
 
 
 def trace_events(fn: Callable[[], None], device: str | torch.device, steps_warmup: int = 1,
-                 trace_path: Path | str | None = None) -> list[dict]:
-    """Run ``fn`` ``steps_warmup + 1`` times under torch.profiler; return the active step's events.
+                 trace_path: Path | str | None = None, warmup_fn: Callable[[], None] | None = None) -> list[dict]:
+    """Run ``steps_warmup`` warm-up steps and one active step of ``fn`` under torch.profiler; return the
+    active step's events.
 
-    Each step is ``fn()`` then (CUDA) a device synchronize, so every kernel of the step finishes
-    inside it. The trace is written to ``gz_trace_path(trace_path)`` when given (else to a temporary
-    uncompressed file that is removed). ``fn`` should already have run once outside (JIT compilation, autotuning).
+    Each step is a call then (CUDA) a device synchronize, so every kernel of the step finishes inside
+    it. A warm-up step calls ``warmup_fn`` when given (e.g. one attention call: the profiler's start-up
+    is what the step absorbs, so it need not be a whole forward), else ``fn``. The trace is written to
+    ``gz_trace_path(trace_path)`` when given (else to a temporary uncompressed file that is removed).
+    ``fn`` should already have run once outside (JIT compilation, autotuning).
     """
     if steps_warmup < 0:
         raise ValueError("steps_warmup must be >= 0")
@@ -95,8 +99,8 @@ def trace_events(fn: Callable[[], None], device: str | torch.device, steps_warmu
             warnings.filterwarnings("ignore", message=".*won't be using warmup.*")
             sched = schedule(wait=0, warmup=steps_warmup, active=1, repeat=1)
             with profile(activities=activities, schedule=sched, on_trace_ready=ready) as prof:
-                for _ in range(steps_warmup + 1):
-                    fn()
+                for step in range(steps_warmup + 1):
+                    (fn if step == steps_warmup or warmup_fn is None else warmup_fn)()
                     if cuda:
                         torch.cuda.synchronize(device)
                     prof.step()
@@ -110,7 +114,7 @@ def trace_events(fn: Callable[[], None], device: str | torch.device, steps_warmu
 
 def profile_forward(forward: Callable[[], None], attention_patterns: tuple[str, ...] | list[str],
                     device: str | torch.device, trace_path: Path | None = None,
-                    steps_warmup: int = 1) -> KernelCounts:
+                    steps_warmup: int = 1, warmup_fn: Callable[[], None] | None = None) -> KernelCounts:
     """Counts of ONE forward, from the active step of a torch.profiler run (see module doc).
 
     Args:
@@ -121,14 +125,15 @@ def profile_forward(forward: Callable[[], None], attention_patterns: tuple[str, 
             torch reference.
         device: where the forward runs (``"cpu"``, ``"cuda"``, ``"cuda:1"`` ...).
         trace_path: where to write the Chrome trace (made to end in ``.json.gz``), or None.
-        steps_warmup: profiled warm-up forwards before the counted one (>= 0; 1 recommended).
+        steps_warmup: profiled warm-up steps before the counted one (>= 0; 1 recommended).
+        warmup_fn: what a warm-up step runs (default: ``forward``); see :func:`trace_events`.
     Returns:
         KernelCounts of one forward (on CPU only ``attention_calls`` is non-zero).
     Raises:
         ProfileError: CUDA and no GPU activity at all (CUPTI not recording); CUDA with patterns and
             no attention kernel; no patterns (or CPU) and no attention call range.
     """
-    events = trace_events(forward, device, steps_warmup, trace_path)
+    events = trace_events(forward, device, steps_warmup, trace_path, warmup_fn)
     counts = count_events(events, attention_patterns)
     if _is_cuda(device):
         if counts.kernels == 0:
@@ -144,11 +149,12 @@ def profile_forward(forward: Callable[[], None], attention_patterns: tuple[str, 
 
 def profile_prepared(prepared: ForwardLike, cell_label: str, device: str | torch.device,
                      trace_path: Path | None = None, payload: dict | None = None,
-                     steps_warmup: int = 1, nvtx_on: bool = False) -> KernelCounts:
+                     steps_warmup: int = 1, nvtx_on: bool = False,
+                     warmup_fn: Callable[[], None] | None = None) -> KernelCounts:
     """:func:`profile_forward` of ``prepared`` with its own ``kernel_patterns``, wrapped in
     :func:`~cpbench.profiles.ranges.annotated_forward` (record_function labels on; NVTX optional)."""
     fwd = annotated_forward(prepared, cell_label, payload, nvtx_on=nvtx_on)
-    return profile_forward(fwd, prepared.kernel_patterns, device, trace_path, steps_warmup)
+    return profile_forward(fwd, prepared.kernel_patterns, device, trace_path, steps_warmup, warmup_fn)
 
 
 def measure_call(call: Callable[[], None], attention_patterns: tuple[str, ...] | list[str],

@@ -20,6 +20,7 @@ Classes (checked in this order, on the lower-cased name):
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 
@@ -45,6 +46,7 @@ MEMCPY_CATS = ("gpu_memcpy",)
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 ANNOTATION_CAT = "user_annotation"  # CPU record_function ranges ("gpu_user_annotation" is their GPU copy)
 CALL_NAMES = ("prev", "next", "combined")
+_LAYER_RANGE = re.compile(r"layer(\d+)")  # profiles.ranges.annotated_forward's per-layer range names
 
 
 class ProfileError(RuntimeError):
@@ -94,6 +96,9 @@ class KernelCounts:
         kernel_names: GPU activity name -> executions.
         gpu_busy_us: time the GPU was executing any of them (the union of their intervals), µs; 0 when
             the trace carries no GPU activity (CPU) or no timestamps.
+        layer_us: per ``layer{i}`` range, ``i -> µs``: with GPU activity, the GPU busy time (union of
+            intervals) of the activities launched inside the range (matched by the launch call's
+            correlation id and host timestamp); without (CPU), the range's own host duration.
     """
 
     attention: int = 0
@@ -106,6 +111,7 @@ class KernelCounts:
     attention_calls: int = 0
     kernel_names: dict[str, int] = field(default_factory=dict)
     gpu_busy_us: float = 0.0
+    layer_us: dict[int, float] = field(default_factory=dict)
 
     @property
     def kernels(self) -> int:
@@ -143,7 +149,8 @@ def count_events(events: list[dict], attention_patterns: tuple[str, ...] | list[
     Counted: complete events (``ph`` "X" or missing) with ``cat`` ``kernel`` / ``gpu_memset`` /
     ``gpu_memcpy`` (GPU executions, classified by name), ``cuda_runtime`` / ``cuda_driver`` launch
     calls, and ``user_annotation`` ranges named ``prev``/``next``/``combined``. ``ts``/``dur`` (µs) of
-    GPU activities give ``gpu_busy_us`` and are otherwise not needed (0 or missing is fine); events
+    GPU activities give ``gpu_busy_us``, and with the ``layer{i}`` ranges and the launch calls'
+    ``args.correlation`` the per-layer ``layer_us``; they are otherwise not needed (0 or missing is fine); events
     without ``name`` or ``cat`` are skipped; ``cat`` matching is case-insensitive (older torch wrote
     ``Kernel``).
 
@@ -152,6 +159,9 @@ def count_events(events: list[dict], attention_patterns: tuple[str, ...] | list[
     """
     out = KernelCounts()
     spans = []
+    gpu: list[tuple[object, float, float]] = []  # (correlation id, start, end) of each GPU activity
+    launched_at: dict = {}  # correlation id -> host timestamp of the launch call
+    layers: list[tuple[float, float, int]] = []  # (start, end, layer index) of each layer{i} range
     for ev in events:
         if not isinstance(ev, dict) or ev.get("ph", "X") != "X":
             continue
@@ -163,6 +173,7 @@ def count_events(events: list[dict], attention_patterns: tuple[str, ...] | list[
             ts, dur = ev.get("ts"), ev.get("dur")
             if isinstance(ts, (int, float)) and isinstance(dur, (int, float)) and dur > 0:
                 spans.append((float(ts), float(ts) + float(dur)))
+                gpu.append((_correlation(ev), float(ts), float(ts) + float(dur)))
         if cat in KERNEL_CATS:
             out.add(name, classify(name, attention_patterns))
         elif cat in MEMSET_CATS:
@@ -171,12 +182,44 @@ def count_events(events: list[dict], attention_patterns: tuple[str, ...] | list[
             out.add(name, "copy")
         elif cat in LAUNCH_CATS:
             out.launches += is_launch_api(name)
+            if isinstance(ev.get("ts"), (int, float)) and _correlation(ev) is not None:
+                launched_at[_correlation(ev)] = float(ev["ts"])
         elif cat == ANNOTATION_CAT and name in CALL_NAMES:
             out.attention_calls += 1
+        elif cat == ANNOTATION_CAT and _LAYER_RANGE.fullmatch(name):
+            ts, dur = ev.get("ts"), ev.get("dur")
+            if isinstance(ts, (int, float)) and isinstance(dur, (int, float)):
+                layers.append((float(ts), float(ts) + float(dur), int(name[5:])))
     out.gpu_busy_us = union_length(spans)
+    out.layer_us = _layer_times(layers, gpu, launched_at)
     if require_attention:
         out.require_attention("the trace")
     return out
+
+
+def _correlation(ev: dict):
+    """The CUPTI correlation id linking a launch call to its GPU activity (``args.correlation``), or None."""
+    args = ev.get("args")
+    return args.get("correlation") if isinstance(args, dict) else None
+
+
+def _layer_times(layers: list[tuple[float, float, int]], gpu: list[tuple[object, float, float]],
+                 launched_at: dict) -> dict[int, float]:
+    """``layer index -> µs`` (see ``KernelCounts.layer_us``): each GPU activity goes to the layer range
+    whose host interval holds its launch call; without GPU activity, the ranges' host durations."""
+    if not layers:
+        return {}
+    if not gpu:
+        return {i: sum(b - a for a, b, j in layers if j == i) for i in sorted({j for _, _, j in layers})}
+    layers = sorted(layers)
+    starts = [a for a, _, _ in layers]
+    spans: dict[int, list[tuple[float, float]]] = {i: [] for _, _, i in layers}
+    for corr, a, b in gpu:
+        t = launched_at.get(corr)
+        k = bisect.bisect_right(starts, t) - 1 if t is not None else -1
+        if k >= 0 and t <= layers[k][1]:
+            spans[layers[k][2]].append((a, b))
+    return {i: union_length(s) for i, s in sorted(spans.items())}
 
 
 def union_length(spans: list[tuple[float, float]]) -> float:
