@@ -115,3 +115,25 @@ def test_partly_matched_runs_name_the_backend_of_the_unmatched_rows(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "Unmatched rows differ in backend: torch in base, fa2 in new." in r.stdout
     assert cpbench("compare", base, new).returncode == 1  # the torch rows are not in new
+
+
+def test_a_cell_skipped_in_both_runs_is_counted_not_listed_as_not_comparable(tmp_path):
+    """A cell over --max-prefill-tokens in both runs is no failure: one line counts it, outside the not-comparable
+    list (which still names a cell not ok in base); skipped in new only, it is lost, as before."""
+    dims = dict(SMALL, seqs=(1024, 2048))
+    over = ("skipped", "8192 extend tokens in one batch > --max-prefill-tokens 4096: raise it (0 = no cap)")
+    skip = lambda *a: over if a[4] == 4 and a[5] == 2048 else None
+    new = make_run(tmp_path / "new", seed=1, status=skip, **dims)
+    r = cpbench("compare", make_run(tmp_path / "base", seed=1, status=skip, **dims), new)
+    assert r.returncode == 0 and "**Gate: pass.**" in r.stdout, r.stderr
+    assert "## Not comparable" not in r.stdout and "base skipped" not in r.stdout
+    assert "\n1 cell skipped in both runs (over --max-prefill-tokens): not compared, not a failure.\n" in r.stdout
+    oom_or_skip = lambda *a: ("oom", "out of memory") if a[4] == 1 and a[5] == 1024 else skip(*a)
+    mixed = cpbench("compare", make_run(tmp_path / "mixed", seed=1, status=oom_or_skip, **dims), new)
+    assert "## Not comparable (not ok in base)\n\n- gpt-oss-120b · fa3 · eager · cp 2 · bs 1 · seq 1024: base oom, " \
+           "new ok\n" in mixed.stdout and "base skipped" not in mixed.stdout
+    assert mixed.returncode == 0 and "1 cell skipped in both runs" in mixed.stdout
+    lost = cpbench("compare", make_run(tmp_path / "ok", seed=1, **dims), new)  # ok in base, skipped in new
+    assert lost.returncode == 1 and "4 row(s) ok in base were not measured in new (4 skipped)" in lost.stderr
+    assert "cp 2 · bs 4 · seq 2048: base ok, new skipped (8192 extend tokens" in lost.stdout
+    assert "skipped in both" not in lost.stdout

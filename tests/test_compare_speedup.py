@@ -146,3 +146,17 @@ def test_agreement_says_when_one_run_has_no_interval(tmp_path):
     assert "| yes (one run has no interval) |" in row
     same = cpbench("compare", write_run(tmp_path / "b2", base_rows), write_run(tmp_path / "n2", base_rows)).stdout
     assert "(one run has no interval)" not in same
+
+
+@pytest.mark.parametrize("base_over,new_over", [({"device": "cpu"}, {"device": "cpu"}),
+                                                ({}, {"config": {"device": "cpu"}})])
+def test_cpu_runs_get_no_speedup_verdicts(tmp_path, base_over, new_over):
+    """Either run on a CPU (the report's own predicate, ``data.on_cpu``): one line says why the speedups are
+    not compared, with no verdicts or agreement counts; the latency rows and their gate stay."""
+    fast_then_slow = (lambda bs, seq: 1.2), (lambda bs, seq: 0.8)
+    base, new = (make_run(tmp_path / name, seed=seed, latency=speedups(sp), manifest_over=over, **SMALL)
+                 for name, seed, sp, over in zip(("base", "new"), (1, 2), fast_then_slow, (base_over, new_over)))
+    r = cpbench("compare", base, new)
+    assert "## Speedups" not in r.stdout and "verdicts agree" not in r.stdout and "| slower |" not in r.stdout
+    assert r.stdout.count("makes no speedup claim") == 1 and "⚠ CPU run" in r.stdout
+    assert "## Regressions" in r.stdout and r.returncode == 1  # fused 1.5x slower in new: the latency gate

@@ -60,3 +60,14 @@ def test_gpu_report_keeps_its_speedup_headline(tmp_path):
     rows = make_rows(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",), latency=fused_faster, noise=0)
     text = write_report(write_run(tmp_path / "run", rows)).read_text()
     assert "fused is faster in 1 of 1 cell" in text and "functional check" not in text
+
+
+def test_cpu_summary_says_first_that_it_makes_no_speedup_claim(tmp_path):
+    """The CPU note opens the summary, before the latency and speedup definitions; a GPU report has no note."""
+    text = write_report(write_run(tmp_path / "run", cpu_rows(), manifest_over=CPU)).read_text()
+    summary = text.split("## Summary\n\n", 1)[1]
+    assert summary.startswith("**A CPU run: a functional check, not a benchmark.**")
+    assert summary.index("makes no speedup claim") < summary.index("Latency is one whole forward")
+    rows = make_rows(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",), latency=fused_faster, noise=0)
+    gpu = write_report(write_run(tmp_path / "gpu", rows)).read_text().split("## Summary\n\n", 1)[1]
+    assert gpu.startswith("Latency is one whole forward") and "makes no speedup claim" not in gpu

@@ -18,6 +18,8 @@ Rule (``fail_above`` default 0.05):
     (another process, clocks, a CPU machine) is not in it, so gate on a quiet GPU.
   * lost: a row ``ok`` in BASE that is not ok in NEW (unsupported, error, oom, mismatch, ineligible,
     no usable latency) or missing from NEW.
+  * skipped in both: a row ``skipped`` (over --max-prefill-tokens) in BASE and NEW is not comparable but no
+    failure (``CompareResult.skipped_both``); ok in BASE and skipped in NEW, it is lost.
   Exit code 1 (the gate fails) on any regression, and on any lost row unless ``allow_missing``.
   Without raw samples the CI falls back to [new_ci_low / base_ci_high, new_ci_high / base_ci_low]
   from the rows' own median CIs; with neither, the CI is unknown and the tie band decides.
@@ -46,6 +48,7 @@ from cpbench.errors import CpbenchInputError
 MISSING = "missing"
 FAILED = ("mismatch", "error")  # NEW statuses that fail the gate whatever --allow-missing says
 """``new_status`` of a lost row that NEW does not hold at all."""
+SKIPPED = "skipped"  # the status of a cell over --max-prefill-tokens (runner.over_token_budget)
 
 
 @dataclass
@@ -58,7 +61,7 @@ class CompareResult:
             beyond ``fail_above`` with the CI above 1, but with fewer than ``min_samples`` samples).
         only_base / only_new: key columns (+ ``status``) of rows present in one run only.
         not_comparable: keys present in both where either is not ok (``base_status``, ``new_status``,
-            ``new_reason``).
+            ``new_reason``); :attr:`skipped_both` is its part skipped in both runs.
         lost: key columns, ``base_status`` (ok), ``new_status`` (a status, ``no latency`` or
             ``missing``) and ``new_reason`` of rows ok in BASE that NEW did not measure.
         fail_above: the regression threshold (fraction, e.g. 0.05); min_samples: the sample floor;
@@ -80,6 +83,12 @@ class CompareResult:
     @property
     def regressions(self) -> pd.DataFrame:
         return self.table[self.table["regression"]] if len(self.table) else self.table
+
+    @property
+    def skipped_both(self) -> pd.DataFrame:
+        """The ``not_comparable`` rows skipped in both runs (over --max-prefill-tokens): not a failure."""
+        nc = self.not_comparable
+        return nc[(nc["base_status"] == SKIPPED) & (nc["new_status"] == SKIPPED)]
 
     def gate_reasons(self) -> list[str]:
         """Why the gate fails, one line per kind (empty: it passes)."""

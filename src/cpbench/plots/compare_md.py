@@ -1,5 +1,6 @@
 """Markdown for ``cpbench compare``: header (what was compared, the rule, the gate), the speedups of both
-runs per cell, regressions, rows lost in NEW, every row, unmatched cells."""
+runs per cell (not for a CPU run, which makes no speedup claim: one line says so), regressions, rows lost in
+NEW, every row, not-comparable and unmatched cells."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from cpbench.bench.compare import CompareResult, cells_of, run_difference
 from cpbench.bench.compare_speedup import agreement_line
 from cpbench.bench.schema import CELL_COLUMNS
 from cpbench.bench.verdicts import TIE_BAND
-from cpbench.plots.tables import md_table, ms, times
+from cpbench.plots.data import on_cpu
+from cpbench.plots.tables import md_table, ms, plural, times
 
 MAX_LISTED = 40
 
@@ -94,10 +96,12 @@ def _lost_lines(lost) -> list[str]:
 def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man: dict | None = None,
                      new_man: dict | None = None) -> str:
     """The comparison as GitHub markdown: header (BASE before NEW), gate verdict with its reasons, the
-    rule, counts, the two runs' critical-path speedups per cell with their verdicts' agreement,
-    regressions, rows lost in NEW, every compared row, not-comparable and unmatched cells (with the key
-    that tells the runs apart)."""
+    rule, counts, the two runs' critical-path speedups per cell with their verdicts' agreement (when
+    either run is on a CPU, ``data.on_cpu`` as in the report: one line saying why not), regressions, rows
+    lost in NEW, every compared row, not-comparable cells (those skipped in both runs counted in one line,
+    not listed) and unmatched cells (with the key that tells the runs apart)."""
     base_man, new_man = base_man or {}, new_man or {}
+    cpu = on_cpu(base_man) or on_cpu(new_man)
     t = res.table
     counts = {v: int((t["verdict"] == v).sum()) for v in ("faster", "slower", "tie")}
     ratios = t["ratio"].to_numpy(float)
@@ -114,7 +118,7 @@ def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man
         ints = all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2 ** 31 for x in (a, b))
         if ints and a != b:  # hand-edited values that are not counts are not compared
             parts.append(f"- ⚠ different {what} ({a} vs {b}): the runs were not measured alike.")
-    if "cpu" in (base_man.get("device"), new_man.get("device")):
+    if cpu:
         parts.append("- ⚠ CPU run: CPU timings vary far more between runs than within one (the CI sees only the "
                      "latter); treat verdicts as indicative and gate on a GPU.")
     parts += ["", ("**Gate: FAIL** (exit 1): " + "; ".join(reasons) + ".") if reasons else "**Gate: pass.**", ""]
@@ -132,7 +136,10 @@ def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man
     else:
         parts.append("**No rows ran (status ok) in both runs: nothing to compare.**")
     sp = res.speedups
-    if sp is not None and len(sp):
+    if sp is not None and len(sp) and cpu:
+        parts += ["", "Speedups (fused vs two-call) not compared: a CPU run makes no speedup claim (the torch "
+                  "reference on a CPU is a correctness check; its timings move by tens of percent between runs)."]
+    elif sp is not None and len(sp):
         parts += ["", "## Speedups (fused vs two-call, critical path)", "",
                   f"Each run's speedup two-call / fused with its 95 % interval; **{agreement_line(sp)}** "
                   "(verdicts: faster / slower / tie by interval; overlap: the two intervals share a value, so "
@@ -150,11 +157,15 @@ def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man
                   "Raise `--budget-ms` in both sweeps to gate these rows.", "", _rows_table(ungated)]
     if len(t):
         parts += ["", "## All rows", "", _rows_table(t)]
-    other = res.not_comparable[res.not_comparable["base_status"] != "ok"]
+    skipped = res.skipped_both
+    other = res.not_comparable[res.not_comparable["base_status"] != "ok"].drop(index=skipped.index)
     if len(other):
         dedup = other.drop_duplicates(list(CELL_COLUMNS))
         lines = [f"{c}: base {r.base_status}, new {r.new_status}" for c, r in zip(cells_of(dedup), dedup.itertuples())]
         parts += ["", "## Not comparable (not ok in base)", ""] + _listing(lines)
+    if len(skipped):
+        parts += ["", f"{plural(len(cells_of(skipped)), 'cell')} skipped in both runs (over --max-prefill-tokens): "
+                  "not compared, not a failure."]
     if len(res.only_base) and len(res.only_new):
         parts += ["", f"Unmatched rows differ in {run_difference(res.only_base, res.only_new)}."]
     for title, rows in (("Only in base", res.only_base), ("Only in new", res.only_new)):

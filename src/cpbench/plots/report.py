@@ -1,6 +1,7 @@
 """``RUN/report.md``: a GitHub-renderable report of one run (no torch; reads only the run directory).
 
-Sections: summary (computed on the critical path), environment (manifest), exact repro command,
+Sections: summary (computed on the critical path; a CPU run's opens with why it makes no speedup claim,
+:data:`CPU_NOTE`), environment (manifest), exact repro command,
 results tables per cp_size, kernel counts, charts (relative ``plots/*.png``), notes on cells that did
 not run, clock drops and other caveats.
 """
@@ -105,8 +106,9 @@ def notes(df: pd.DataFrame) -> list[str]:
         modes = [m for m in MODES if m in set(g["mode"])]
         ranks = sorted({int(r) for r in g["rank"].dropna()})
         if len(modes) < len(MODES) or ranks != list(range(int(c["cp_size"]))):
-            partial.append(f"cp {c['cp_size']} · bs {c['bs']} · {human_tokens(c['seq_len'])} tokens · {c['timing']}: "
-                           f"{', '.join(modes)} on rank{'s' if len(ranks) > 1 else ''} {span_text(ranks)}")
+            partial.append(f"cp {c['cp_size']} · bs {c['bs']} · {human_tokens(c['seq_len'])} tokens · "
+                           f"{c['timing']}: {', '.join(modes)} on rank{'s' if len(ranks) > 1 else ''} "
+                           f"{span_text(ranks)}")
     if partial:
         out.append(f"- {len(partial)} cell(s) measured only some ranks or modes (`--ranks`/`--mode`), so they have no "
                    f"critical-path speedup: e.g. {partial[0]}.")
@@ -167,17 +169,15 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     d = prepare(df)
     view = cells(d)
     layers = sorted({int(x) for x in d["num_layers"].dropna()})
-    parts = [f"# cpbench: fused vs two-call zigzag CP prefill attention — `{run_name}`", "",
-             "## Summary", "",
-             "Latency is one whole forward (all " + (f"{'/'.join(map(str, layers))} " if layers else "")
-             + "attention layers), median of the timed samples, "
-             "on the **critical path**: the slowest rank of each mode, since every CP rank waits for the "
-             f"slowest. Speedup = two-call / fused (> 1: fused faster), with a 95 % bootstrap interval that resamples "
-             "each rank's raw samples and recomputes the critical path; a cell whose interval contains 1 is a tie "
-             f"(without raw samples: within ±{TIE_BAND:.0%}).", ""]
     cpu = on_cpu(manifest)
-    if cpu:
-        parts += [CPU_NOTE, ""]
+    parts = [f"# cpbench: fused vs two-call zigzag CP prefill attention — `{run_name}`", "", "## Summary", ""]
+    parts += [CPU_NOTE, ""] if cpu else []  # a CPU report says first that it makes no speedup claim
+    parts += ["Latency is one whole forward (all " + (f"{'/'.join(map(str, layers))} " if layers else "")
+              + "attention layers), median of the timed samples, "
+              "on the **critical path**: the slowest rank of each mode, since every CP rank waits for the "
+              f"slowest. Speedup = two-call / fused (> 1: fused faster), with a 95 % bootstrap interval that resamples "
+              "each rank's raw samples and recomputes the critical path; a cell whose interval contains 1 is a tie "
+              f"(without raw samples: within ±{TIE_BAND:.0%}).", ""]
     counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
     unit = "calls" if cpu else "kernels"
     parts += (cpu_summary_lines(view) if cpu else summary_lines(view)) + kernel_lines(counts, unit) + merge_lines(d)
