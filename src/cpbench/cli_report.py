@@ -103,7 +103,8 @@ def compare(
     prefix, extend lengths, rank, mode) and are compared when both ran.
 
     Ratio = new/base median, 95% CI by bootstrap of the raw samples; tie: the CI contains 1 (the rule of the
-    report). Per cell, the two runs' speedup verdicts (faster / slower / tie by interval) and whether they agree (GPU runs: a CPU run makes no speedup claim).
+    report). Per cell, the two runs' speedup verdicts (faster / slower / tie by interval) and whether they agree
+    (GPU runs: a CPU run makes no speedup claim).
 
     Prints markdown. Exit 1 (the gate fails, with a reason line on stderr) if a row with >= --min-samples
     samples is slower by more than --fail-above with its CI above 1, or a row ok in BASE is not ok or missing
