@@ -178,6 +178,18 @@ def test_doctor_json_on_cpu_exits_0_with_reasons(monkeypatch):
         assert "none is in use" in info["backends"][name]
 
 
+def test_doctor_without_flashinfer_says_so_for_the_jit_cache(monkeypatch):
+    import importlib.util
+
+    from cpbench.bench.doctor import diagnose
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flashinfer" else real(name, *a))
+    assert diagnose()["environment"]["flashinfer_jit_cache"] == "- (flashinfer is not installed)"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "flashinfer" else real(name, *a))
+    assert "flashinfer is not installed" not in diagnose()["environment"]["flashinfer_jit_cache"]
+
+
 def test_doctor_says_when_the_jit_cache_will_rebuild(tmp_path):
     from cpbench.bench.doctor import jit_cache
 

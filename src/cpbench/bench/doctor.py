@@ -86,7 +86,11 @@ def diagnose() -> dict:
     when torch cannot be imported, says so and lists what it can without torch."""
     from cpbench.profiles.nsys import find_nsys
 
-    tools = {"nvcc": _safe(nvcc_version), "flashinfer_jit_cache": _safe(jit_cache),
+    import importlib.util
+
+    has_flashinfer = importlib.util.find_spec("flashinfer") is not None
+    tools = {"nvcc": _safe(nvcc_version),  # the JIT cache only matters where flashinfer compiles into it
+             "flashinfer_jit_cache": _safe(jit_cache) if has_flashinfer else "- (flashinfer is not installed)",
              "nsys": _safe(lambda: find_nsys() or "not found")}
     try:
         import torch
