@@ -7,7 +7,9 @@ on the critical path with its 95 % bootstrap interval (``speedup_ci_low/high``,
 contains 1); the two runs *agree* on a cell when both verdicts are the same. Beside it, *overlap*: the
 two intervals share a value, so neither run contradicts the other (a tie in one run and "slower" just
 below 1 in the other overlap; opposite verdicts never do). A cell without a verdict in either run (did
-not run, no usable speedup) is listed but not counted. No torch.
+not run, no usable speedup) is listed but not counted. A cell host-bound in either run (its eager
+speedup measures the launching CPU, ``critical_path``'s ``host_bound``) is counted, and the agreement
+among the other cells is given beside it. No torch.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from cpbench.bench.results import critical_path
 from cpbench.bench.schema import CELL_COLUMNS
 from cpbench.bench.verdicts import NO_VERDICT, speedup_verdict
 
-SIDE_COLUMNS = ("speedup", "ci_low", "ci_high", "verdict", "status")
+SIDE_COLUMNS = ("speedup", "ci_low", "ci_high", "verdict", "status", "host_bound")
 COLUMNS = (list(CELL_COLUMNS) + [f"{side}_{c}" for side in ("base", "new") for c in SIDE_COLUMNS]
            + ["agree", "overlap"])
 
@@ -39,6 +41,7 @@ def _side(df: pd.DataFrame) -> pd.DataFrame:
     out["ci_low"] = pd.to_numeric(view["speedup_ci_low"], errors="coerce")
     out["ci_high"] = pd.to_numeric(view["speedup_ci_high"], errors="coerce")
     out["status"] = view["status"].astype(str)
+    out["host_bound"] = view["host_bound"].astype(bool) if "host_bound" in view else False
     out["verdict"] = [speedup_verdict(s, lo, hi) if st == "ok" else NO_VERDICT
                       for s, lo, hi, st in zip(out["speedup"], out["ci_low"], out["ci_high"], out["status"])]
     return out.drop_duplicates("_key", keep="last")
@@ -46,8 +49,8 @@ def _side(df: pd.DataFrame) -> pd.DataFrame:
 
 def speedup_frame(base: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     """Per cell present in both runs: ``base_speedup, base_ci_low, base_ci_high, base_verdict,
-    base_status`` and the same for ``new_``, and ``agree`` (True / False, or None when either run has
-    no verdict for the cell). Speedups are ratios (two-call µs / fused µs); cells sorted by key."""
+    base_status, base_host_bound`` and the same for ``new_``, and ``agree`` (True / False, or None when
+    either run has no verdict for the cell). Speedups are ratios (two-call µs / fused µs); cells sorted by key."""
     b, n = _side(base), _side(new)
     if b.empty or n.empty:
         return pd.DataFrame(columns=COLUMNS)
@@ -73,10 +76,13 @@ def _overlap(base_low: float, base_high: float, new_low: float, new_high: float)
     return bool(max(base_low, new_low) <= min(base_high, new_high))
 
 
-def agreement(frame: pd.DataFrame) -> tuple[int, int]:
-    """``(K, N)``: cells whose verdicts agree, of the cells with a verdict in both runs."""
+def agreement(frame: pd.DataFrame, gpu_bound_only: bool = False) -> tuple[int, int]:
+    """``(K, N)``: cells whose verdicts agree, of the cells with a verdict in both runs (with
+    ``gpu_bound_only``: of those host-bound in neither run)."""
     if frame is None or frame.empty:
         return 0, 0
+    if gpu_bound_only and "base_host_bound" in frame:
+        frame = frame[~(frame["base_host_bound"].astype(bool) | frame["new_host_bound"].astype(bool))]
     judged = [a for a in frame["agree"] if a is not None and not (isinstance(a, float) and math.isnan(a))]
     return sum(bool(a) for a in judged), len(judged)
 
@@ -90,11 +96,14 @@ def overlaps(frame: pd.DataFrame) -> tuple[int, int]:
 
 
 def agreement_line(frame: pd.DataFrame) -> str:
-    """``verdicts agree in K of N cells (P %); the intervals overlap in J of M``; ``no cell has a speedup
-    verdict in both runs`` when N = 0."""
+    """``verdicts agree in K of N cells (P %; K' of N' not host-bound); the intervals overlap in J of M``
+    (the part in brackets only when some cell is host-bound); ``no cell has a speedup verdict in both
+    runs`` when N = 0."""
     k, n = agreement(frame)
     if not n:
         return "no cell has a speedup verdict in both runs"
     j, m = overlaps(frame)
-    return (f"verdicts agree in {k} of {n} cells ({100.0 * k / n:.0f} %)"
+    kg, ng = agreement(frame, gpu_bound_only=True)
+    gpu = f"; {kg} of {ng} not host-bound" if ng < n else ""
+    return (f"verdicts agree in {k} of {n} cells ({100.0 * k / n:.0f} %{gpu})"
             + (f"; the two intervals overlap in {j} of {m}" if m else ""))
