@@ -53,13 +53,29 @@ def test_windows_gqa_batched(window_left, q_len, kv_len, sink_path):
         assert err < TOL, (hq, hkv, err)
 
 
-def test_query_row_blocks(monkeypatch):
-    """Blocks of query rows (each reading only its visible keys) give the unblocked result."""
-    q, k, v, s = _case(8, 2, 16, 50, 90, True)
-    whole = attend_sdpa(q, k, v, 7, s)
-    monkeypatch.setattr(torch_ref, "SCORE_BLOCK_BYTES", 4 * 91 * 8)  # 8 rows per block
-    assert (attend_sdpa(q, k, v, 7, s) - whole).abs().max().item() < TOL
-    assert (attend_sdpa(q, k, v, -1, s) - attend_reference(q, k, v, -1, s)).abs().max().item() < TOL
+@pytest.mark.parametrize("row_block,key_align", [(1, 1), (8, 16), (16, 16), (64, 1), (64, 32)])
+def test_query_row_blocks(row_block, key_align, monkeypatch, sink_path):
+    """Any row-block size / key alignment (each block reads only its visible keys, widened to the alignment)
+    gives the reference; window 0 and 3 < block - 1 leave blocks with no key visible to all their rows."""
+    monkeypatch.setattr(torch_ref, "SDPA_ROW_BLOCK", row_block)
+    monkeypatch.setattr(torch_ref, "SDPA_KEY_ALIGN", key_align)
+    for q_len, kv_len in ((50, 90), (37, 37), (5, 200)):
+        for window_left in (-1, 0, 3, 7, 40):
+            for sinks in (True, False):
+                q, k, v, s = _case(8, 2, 16, q_len, kv_len, sinks)
+                err = (attend_sdpa(q, k, v, window_left, s) - attend_reference(q, k, v, window_left, s)).abs().max()
+                assert err.item() < TOL, (q_len, kv_len, window_left, sinks, err)
+
+
+@pytest.mark.parametrize("window_left", [-1, 0, 5])
+def test_block_mask(window_left):
+    """The cached right-aligned mask, cut to ``cols`` columns, is the explicit causal / window mask."""
+    for rows, cols, right in ((1, 1, 1), (4, 9, 4), (16, 144, 16), (3, 70, 40), (16, 512, 20)):
+        pos = torch.arange(cols - right, cols - right + rows)[:, None]
+        keys = torch.arange(cols)[None, :]
+        allowed = (keys <= pos) & ((keys >= pos - window_left) if window_left >= 0 else True)
+        want = torch.zeros(rows, cols).masked_fill(~allowed, float("-inf")).repeat(2, 1)
+        assert torch.equal(torch_ref._block_mask(rows, cols, right, window_left, 2, torch.device("cpu")), want)
 
 
 def test_out_dtype_and_method():

@@ -8,9 +8,10 @@ denominator. Scale ``head_dim ** -0.5``.
 Two implementations of the same math: :func:`attend_reference` (explicit fp32 matmul / mask / exp,
 the correctness gate's ground truth, src/cpbench/bench/check.py) and :func:`attend_sdpa` (fp32
 ``scaled_dot_product_attention`` with an additive causal/window mask). :func:`attend` picks one:
-SDPA on CPU (2.5-3.8x faster per forward on one thread at cp 4, bs 1, 512 tokens of gpt-oss-120b,
-measured with benchmarks/cpu_reference.py on a 2-core machine: docs/evidence/cpu-reference.jsonl), the
-reference elsewhere (SDPA is not measured on CUDA).
+SDPA on CPU (0.25-0.27 s against 0.67-1.09 s per forward on one thread, 2.5-4.2x, at cp 4, bs 1, 512
+tokens of gpt-oss-120b, measured with benchmarks/cpu_reference.py on a 2-core machine:
+docs/evidence/cpu-reference.jsonl; the explicit path's time varies most between runs), the reference
+elsewhere (SDPA is not measured on CUDA).
 """
 
 from __future__ import annotations
@@ -28,8 +29,14 @@ from cpbench.bench.kv import token_slots
 from cpbench.bench.models import ModelSpec
 from cpbench.bench.workload import CellInputs, RankWork
 
-# Bound on one fp32 score block (bytes); larger segments are split along the query rows.
+# Bound on one fp32 score block (bytes) of attend_reference; larger segments are split along the query rows.
 SCORE_BLOCK_BYTES = 256 << 20
+# attend_sdpa: query rows per SDPA call (each call reads only the keys its rows see, so a smaller block computes
+# less of the causal / window triangle and then masks it: per forward at cp 4, 512 tokens of gpt-oss-120b, one
+# thread, 16 and 32 measured equal, 8 ~4% and 64 ~10% slower), and the multiple its key count is rounded up to
+# (the CPU flash kernel measured up to ~20% slower per key on other counts, e.g. 143 keys vs 144; ~5% per forward).
+SDPA_ROW_BLOCK = 16
+SDPA_KEY_ALIGN = 16
 
 
 METHODS = ("auto", "sdpa", "reference")
@@ -110,15 +117,17 @@ def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_left: 
     """:func:`attend_reference`'s attention (same arguments and result, to fp32 rounding) through fp32
     ``scaled_dot_product_attention`` with an additive 0 / -inf mask for causal + window.
 
-    GQA: the ``Hq / Hkv`` query heads that share a KV head are stacked along the query rows, so SDPA
-    sees ``Hkv`` heads of ``g * m`` rows (one larger matmul per KV head instead of ``g`` small ones; the
-    mask repeats per stacked head). Masks are built once per shape (:func:`_block_mask`, cached).
+    Query rows are taken in blocks of ``SDPA_ROW_BLOCK`` and each block reads only the keys its rows
+    can see (``[pos_lo - window_left, pos_hi]``), so little of the causal / window triangle is computed
+    and then masked; the key range is widened to a multiple of ``SDPA_KEY_ALIGN`` (extra keys masked).
+    GQA: the ``g = Hq / Hkv`` query heads that share a KV head are stacked along the query rows, so SDPA
+    sees ``Hkv`` heads of ``g * rows`` rows (the mask repeats per stacked head; :func:`_block_mask`).
+    K / V are converted to fp32 once per call, q block by block, each in one copy.
     Sinks: on CPU, where the flash kernel's log-sum-exp ``L`` is available, the sink-free output is
-    rescaled by ``1 / (1 + exp(sink_h - L))`` (= adding ``exp(sink_h)`` to the denominator); elsewhere
-    one extra zero-valued key/value is appended whose mask entry is the sink logit (its score is
-    ``0 + sink_h``, so it adds ``exp(sink_h)`` to the denominator and nothing to the numerator).
-    Query rows are taken in blocks (mask <= ``SCORE_BLOCK_BYTES``) and each block reads only the keys
-    it can see (``[pos_lo - window_left, pos_hi]``).
+    rescaled by ``1 / (1 + exp(sink_h - L)) = sigmoid(L - sink_h)`` (= adding ``exp(sink_h)`` to the
+    denominator); elsewhere one extra zero-valued key/value is appended whose mask entry is the sink
+    logit (its score is ``0 + sink_h``, so it adds ``exp(sink_h)`` to the denominator and nothing to the
+    numerator).
     """
     if q.dim() == 3:
         o = attend_sdpa(q[None], k[None], v[None], window_left, sinks, None if out is None else out[None])
@@ -129,46 +138,60 @@ def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_left: 
     scale = d ** -0.5
     if out is None:
         out = torch.empty_like(q)
-    first = max(0, kv_len - q_len - window_left) if window_left >= 0 else 0  # keys before it are masked
-    kf = k[:, first:].float().transpose(1, 2)  # kf: [n, Hkv, kv', D] (strided view of one fp32 copy)
-    vf = v[:, first:].float().transpose(1, 2)
+    align = SDPA_KEY_ALIGN
+    # keys before `first` are never read (visible ones start at kv_len - q_len - window_left; widening adds < align)
+    first = max(0, kv_len - q_len - window_left - (align - 1)) if window_left >= 0 else 0
+    # kf, vf: [n, Hkv, kv_len - first, D] fp32, contiguous (one converting copy each)
+    kf = k[:, first:].transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format)
+    vf = v[:, first:].transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format)
+    q_heads = q.view(n, q_len, hkv, g, d).permute(0, 2, 3, 1, 4)  # [n, Hkv, g, q_len, D] views
+    out_heads = out.view(n, q_len, hkv, g, d).permute(0, 2, 3, 1, 4)
     lse_op = _CPU_FLASH_LSE if q.device.type == "cpu" else None
     sink = sinks.float().view(hkv, g, 1, 1) if sinks is not None else None
-    step = max(1, SCORE_BLOCK_BYTES // (4 * g * (kv_len - first + 1)))
-    for lo in range(0, q_len, step):
-        hi = min(q_len, lo + step)
+    for lo in range(0, q_len, SDPA_ROW_BLOCK):
+        hi = min(q_len, lo + SDPA_ROW_BLOCK)
         m = hi - lo
         p_lo, p_hi = kv_len - q_len + lo, kv_len - q_len + hi  # absolute positions of rows lo, hi
-        a = max(first, p_lo - window_left) if window_left >= 0 else first  # keys [a, b) of this block
-        b = p_hi
-        mask = _block_mask(m, b - a, p_lo - a, window_left, g, q.device)  # [g * m, kv'']
-        # qf: [n, Hkv, g * m, D], row (j, i) = query i of head kv_head * g + j
-        qf = q[:, lo:hi].reshape(n, m, hkv, g, d).permute(0, 2, 3, 1, 4).float().reshape(n, hkv, g * m, d)
+        a = max(0, p_lo - window_left) if window_left >= 0 else 0  # first key a row of the block sees
+        width = -(-(p_hi - a) // align) * align
+        a = max(0, p_hi - width)  # keys [a, b): widened to the left, else to the right (masked either way)
+        b = min(kv_len, a + width)
+        mask = _block_mask(m, b - a, b - p_lo, window_left, g, q.device)  # [g * m, b - a]
+        # qf: [n, Hkv, g * m, D] fp32, row (j, i) = query lo + i of head kv_head * g + j
+        qf = q.new_empty((n, hkv, g, m, d), dtype=torch.float32).copy_(q_heads[:, :, :, lo:hi]).view(n, hkv, g * m, d)
         kb, vb = kf[:, :, a - first:b - first], vf[:, :, a - first:b - first]
         if sink is None:
             o = F.scaled_dot_product_attention(qf, kb, vb, attn_mask=mask, scale=scale)
         elif lse_op is not None:
             o, lse = lse_op(qf, kb, vb, attn_mask=mask, scale=scale)  # lse: [n, Hkv, g * m], natural log
-            o = o.view(n, hkv, g, m, d) / (1 + torch.exp(sink - lse.view(n, hkv, g, m, 1)))
+            o.view(n, hkv, g, m, d).mul_(torch.sigmoid(lse.view(n, hkv, g, m, 1) - sink))
         else:  # sum + exp(sink) = exp(lse) (1 + exp(sink - lse)) needs the LSE: use a zero key instead
             zero = kb.new_zeros(n, hkv, 1, d)
             kb, vb = torch.cat([kb, zero], dim=2), torch.cat([vb, zero], dim=2)
             sink_col = sink.view(hkv, g, 1, 1).expand(hkv, g, m, 1).reshape(hkv, g * m, 1)
-            mask = torch.cat([mask.expand(hkv, -1, -1), sink_col], dim=-1)  # [Hkv, g * m, kv''+1]
+            mask = torch.cat([mask.expand(hkv, -1, -1), sink_col], dim=-1)  # [Hkv, g * m, b - a + 1]
             o = F.scaled_dot_product_attention(qf, kb, vb, attn_mask=mask, scale=scale)
-        # o: [n, Hkv, g, m, D] -> rows [n, m, Hq, D]
-        out[:, lo:hi].copy_(o.reshape(n, hkv, g, m, d).permute(0, 3, 1, 2, 4).reshape(n, m, hq, d))
+        out_heads[:, :, :, lo:hi].copy_(o.view(n, hkv, g, m, d))  # o: [n, Hkv, g * m, D] -> rows lo:hi of out
     return out
 
 
-@functools.lru_cache(maxsize=512)
-def _block_mask(rows: int, cols: int, offset: int, window_left: int, repeat: int,
+def _block_mask(rows: int, cols: int, right: int, window_left: int, repeat: int,
                 device: torch.device) -> torch.Tensor:
-    """Additive fp32 mask ``[repeat * rows, cols]`` (0 = visible, -inf = masked) of query rows at
-    positions ``offset + i`` over keys ``0 .. cols - 1`` (causal, and ``window_left`` if >= 0),
-    stacked ``repeat`` times along the rows. Cached: a forward asks for the same few shapes every layer."""
+    """Additive fp32 mask ``[repeat * rows, cols]`` (0 = visible, -inf = masked) of query rows at key
+    positions ``cols - right + i`` over keys ``0 .. cols - 1`` (causal, and ``window_left`` if >= 0),
+    stacked ``repeat`` times along the rows. The mask depends on a key only through its distance
+    from the last key, so it is the last ``cols`` columns of a cached mask of a power-of-two width
+    (a strided view; SDPA reads its strides): a forward asks for few distinct ``(rows, right)``."""
+    width = max(64, 1 << (cols - 1).bit_length())
+    return _right_aligned_mask(rows, width, right, window_left, repeat, device)[:, width - cols:]
+
+
+@functools.lru_cache(maxsize=256)
+def _right_aligned_mask(rows: int, cols: int, right: int, window_left: int, repeat: int,
+                        device: torch.device) -> torch.Tensor:
+    """:func:`_block_mask` of exactly ``cols`` columns (contiguous, cached)."""
     keys = torch.arange(cols, device=device)
-    pos = torch.arange(offset, offset + rows, device=device)[:, None]
+    pos = torch.arange(cols - right, cols - right + rows, device=device)[:, None]
     allowed = keys[None, :] <= pos
     if window_left >= 0:
         allowed &= keys[None, :] >= pos - window_left
