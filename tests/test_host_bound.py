@@ -78,3 +78,14 @@ def test_host_bound_cells_are_named_with_their_gpu_time_speedup():
     text = render_report(df, {}, "hb")
     bullet = next(ln for ln in text.splitlines() if "Host-bound" in ln)
     assert "1 cell(s)" in bullet and "cp 4, bs 1, 1K tokens" in bullet and f"{small['gpu_speedup']:.2f}× GPU time" in bullet
+
+
+def test_layer_times_ignore_correlation_ids_that_are_not_ints():
+    """A hand-made trace whose correlation ids are lists or strings charges nothing to a layer, never raises."""
+    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 2, "dur": 1}
+    events = [{"ph": "X", "cat": "user_annotation", "name": "layer0", "ts": 0, "dur": 10},
+              {**launch, "args": {"correlation": [1]}},
+              {"ph": "X", "cat": "kernel", "name": "k", "ts": 5, "dur": 3, "args": {"correlation": [1]}},
+              {"ph": "X", "cat": "kernel", "name": "k", "ts": 9, "dur": 3, "args": {"correlation": "1"}}]
+    c = count_events(events)
+    assert c.layer_us == {0: 0.0} and c.gpu_busy_us == 6.0

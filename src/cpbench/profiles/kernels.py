@@ -150,9 +150,9 @@ def count_events(events: list[dict], attention_patterns: tuple[str, ...] | list[
     ``gpu_memcpy`` (GPU executions, classified by name), ``cuda_runtime`` / ``cuda_driver`` launch
     calls, and ``user_annotation`` ranges named ``prev``/``next``/``combined``. ``ts``/``dur`` (µs) of
     GPU activities give ``gpu_busy_us``, and with the ``layer{i}`` ranges and the launch calls'
-    ``args.correlation`` the per-layer ``layer_us``; they are otherwise not needed (0 or missing is fine); events
-    without ``name`` or ``cat`` are skipped; ``cat`` matching is case-insensitive (older torch wrote
-    ``Kernel``).
+    ``args.correlation`` the per-layer ``layer_us``; they are otherwise not needed (0 or missing is
+    fine); events without ``name`` or ``cat`` are skipped; ``cat`` matching is case-insensitive (older
+    torch wrote ``Kernel``).
 
     Raises:
         ProfileError: ``require_attention`` and no attention kernel was seen.
@@ -198,9 +198,11 @@ def count_events(events: list[dict], attention_patterns: tuple[str, ...] | list[
 
 
 def _correlation(ev: dict):
-    """The CUPTI correlation id linking a launch call to its GPU activity (``args.correlation``), or None."""
+    """The CUPTI correlation id linking a launch call to its GPU activity (``args.correlation``, an int),
+    or None (missing, or not an int: a hand-made trace)."""
     args = ev.get("args")
-    return args.get("correlation") if isinstance(args, dict) else None
+    corr = args.get("correlation") if isinstance(args, dict) else None
+    return corr if isinstance(corr, int) and not isinstance(corr, bool) else None
 
 
 def _layer_times(layers: list[tuple[float, float, int]], gpu: list[tuple[object, float, float]],
