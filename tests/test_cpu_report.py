@@ -63,11 +63,14 @@ def test_gpu_report_keeps_its_speedup_headline(tmp_path):
 
 
 def test_cpu_summary_says_first_that_it_makes_no_speedup_claim(tmp_path):
-    """The CPU note opens the summary, before the latency and speedup definitions; a GPU report has no note."""
+    """The CPU note opens the summary, before the latency definition, and a CPU summary defines no speedup; a
+    GPU report has no note and defines the speedup."""
     text = write_report(write_run(tmp_path / "run", cpu_rows(), manifest_over=CPU)).read_text()
-    summary = text.split("## Summary\n\n", 1)[1]
+    summary = text.split("## Summary\n\n", 1)[1].split("\n## ", 1)[0]
     assert summary.startswith("**A CPU run: a functional check, not a benchmark.**")
     assert summary.index("makes no speedup claim") < summary.index("Latency is one whole forward")
+    assert "Speedup = two-call / fused" not in summary
     rows = make_rows(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",), latency=fused_faster, noise=0)
     gpu = write_report(write_run(tmp_path / "gpu", rows)).read_text().split("## Summary\n\n", 1)[1]
     assert gpu.startswith("Latency is one whole forward") and "makes no speedup claim" not in gpu
+    assert "Speedup = two-call / fused" in gpu

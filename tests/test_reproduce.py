@@ -3,6 +3,7 @@ resumed run; `cpbench report runs/` (a directory of runs) takes the latest and s
 
 import json
 import os
+import shutil
 import time
 
 import pytest
@@ -62,6 +63,9 @@ def test_report_of_a_directory_of_runs_takes_the_latest(tmp_path):
     assert r.returncode == 0, r.stderr
     assert (new / "report.md").exists() and not (old / "report.md").exists()
     assert "holds 2 runs" in r.stderr and "using the latest" in r.stderr and "others, newest first: a" in r.stderr
+    shutil.rmtree(old)  # one run left: no list of others to choose from
+    r = cpbench("report", str(runs))
+    assert r.returncode == 0 and f"holds 1 run, not results of its own: using it, {new}" in r.stderr.replace("\n", "")
     empty = tmp_path / "empty"
     empty.mkdir()
     r = cpbench("report", str(empty))

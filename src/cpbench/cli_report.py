@@ -45,11 +45,12 @@ def latest_run(run: Path) -> Path:
     if not inside:
         return run
     latest = inside[-1].path
-    others = ", ".join(r.path.name for r in reversed(inside[:-1][-5:])) or "none"
+    others = ", ".join(r.path.name for r in reversed(inside[:-1][-5:]))
     more = f" and {len(inside) - 6} more" if len(inside) > 6 else ""
+    which = (f"using the latest, {latest} (others, newest first: {others}{more}; name one to use it)" if others
+             else f"using it, {latest}")
     err_console.print(escape(f"note: {run} holds {len(inside)} run{'s' if len(inside) != 1 else ''}, not results "
-                             f"of its own: using the latest, {latest} (others, newest first: {others}{more}; "
-                             "name one to use it)"), highlight=False, soft_wrap=True)
+                             f"of its own: {which}"), highlight=False, soft_wrap=True)
     return latest
 
 

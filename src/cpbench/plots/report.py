@@ -172,12 +172,13 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     cpu = on_cpu(manifest)
     parts = [f"# cpbench: fused vs two-call zigzag CP prefill attention — `{run_name}`", "", "## Summary", ""]
     parts += [CPU_NOTE, ""] if cpu else []  # a CPU report says first that it makes no speedup claim
-    parts += ["Latency is one whole forward (all " + (f"{'/'.join(map(str, layers))} " if layers else "")
-              + "attention layers), median of the timed samples, "
-              "on the **critical path**: the slowest rank of each mode, since every CP rank waits for the "
-              f"slowest. Speedup = two-call / fused (> 1: fused faster), with a 95 % bootstrap interval that resamples "
-              "each rank's raw samples and recomputes the critical path; a cell whose interval contains 1 is a tie "
-              f"(without raw samples: within ±{TIE_BAND:.0%}).", ""]
+    latency = ("Latency is one whole forward (all " + (f"{'/'.join(map(str, layers))} " if layers else "")
+               + "attention layers), median of the timed samples, on the **critical path**: the slowest rank of "
+               "each mode, since every CP rank waits for the slowest.")
+    parts += [latency if cpu else  # a CPU report defines no speedup: it makes no claim with one
+              latency + " Speedup = two-call / fused (> 1: fused faster), with a 95 % bootstrap interval that "
+              "resamples each rank's raw samples and recomputes the critical path; a cell whose interval contains 1 "
+              f"is a tie (without raw samples: within ±{TIE_BAND:.0%}).", ""]
     counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
     unit = "calls" if cpu else "kernels"
     parts += (cpu_summary_lines(view) if cpu else summary_lines(view)) + kernel_lines(counts, unit) + merge_lines(d)
