@@ -88,4 +88,7 @@ def test_layer_times_ignore_correlation_ids_that_are_not_ints():
               {"ph": "X", "cat": "kernel", "name": "k", "ts": 5, "dur": 3, "args": {"correlation": [1]}},
               {"ph": "X", "cat": "kernel", "name": "k", "ts": 9, "dur": 3, "args": {"correlation": "1"}}]
     c = count_events(events)
-    assert c.layer_us == {0: 0.0} and c.gpu_busy_us == 6.0
+    assert c.layer_us == {} and c.gpu_busy_us == 6.0  # no kernel tied to a layer: unknown, not 0
+    ranges = [{"ph": "X", "cat": "user_annotation", "name": n, "ts": 0, "dur": 1}
+              for n in ("layer" + "9" * 5000, "layerX")]
+    assert count_events(ranges).layer_us == {}  # not layer ranges of a forward: ignored, no error

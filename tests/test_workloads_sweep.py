@@ -51,10 +51,10 @@ def test_trace_gives_its_batches_and_the_share_run_with_cp(tmp_path):
     from cpbench.plots.report import render_report
     as_gpu = render_report(df, {**manifest, "device": "cuda:0", "config": {**manifest["config"], "device": "cuda:0"}}, "r")
     assert "## When to fuse" in as_gpu and "tp 2 · cp 2" in as_gpu
-    # per-layer-kind times: both kinds measured on every ok row, and the report compares them
-    ok = df[df["status"] == "ok"]
-    assert (ok["window_layers_us"] > 0).all() and (ok["full_layers_us"] > 0).all()
-    assert "## By layer kind" in as_gpu
+    # per-layer-kind times are GPU kernel time: a CPU run leaves them out (its profiled host times carry the
+    # profiler's own cost), and a report shows no layer-kind table without them
+    assert "window_layers_us" not in df or df["window_layers_us"].isna().all()
+    assert "## By layer kind" not in as_gpu
 
 
 def test_lognormal_mix_with_prefix_hits_is_reproducible(tmp_path):

@@ -3,9 +3,10 @@ full-attention layers take, so fused vs two-call can be compared by layer kind (
 128-token window with full attention).
 
 The per-layer times come from the profiled eager forward that counts kernels
-(:func:`cpbench.bench.kernel_counts.count_kernels`), so they cost no forward of their own: on CUDA a
-layer's time is the GPU busy time of the work launched inside its ``layer{i}`` range (every step of
-the layer: attention, and in a torchrun launch the gather and KV write), on CPU the range's host time.
+(:func:`cpbench.bench.kernel_counts.count_kernels`), so they cost no forward of their own: a layer's
+time is the GPU busy time of the work launched inside its ``layer{i}`` range (every step of the layer:
+attention, and in a torchrun launch the gather and KV write). CUDA only: on CPU the profiled forward's
+host times include the profiler's own cost, so the columns are left out there.
 """
 
 from __future__ import annotations

@@ -163,8 +163,8 @@ _COLUMNS = [
     _c("batch", "int", "", "index of the batch in a --lengths mix or --trace (0 for a bs x seq grid)", "cell"),
     _c("prefix_lens", "str", "tokens", "cached prefix of each request, comma-separated (prefix_len is the longest)"),
     _c("window_layers_us", "float", "µs", "the sliding-window layers' share of the profiled eager forward: "
-       "GPU busy time of the work launched in those layers (CPU: their host time); NaN for a model with one "
-       "layer kind or with --no-profile"),
+       "GPU busy time of the work launched in those layers; NaN on CPU, for a model with one layer kind and "
+       "with --no-profile"),
     _c("full_layers_us", "float", "µs", "the full-attention layers' share of the same forward"),
 ]
 COLUMNS: dict[str, Column] = {c.name: c for c in _COLUMNS}

@@ -87,7 +87,7 @@ def cp_share_lines(view: pd.DataFrame) -> list[str]:
 
 def layer_kind_table(d: pd.DataFrame) -> str:
     """Fused vs two-call by layer kind, from the eager rows' ``window_layers_us`` / ``full_layers_us``: per
-    cell and kind the slowest rank's time per mode (ms) and two-call / fused. Empty string when no row has
+    cell, kind and mode the largest time over ranks (ms), and two-call / fused. Empty string when no row has
     them (a model with one layer kind, or an older run)."""
     ok = d[(d["status"] == "ok") & (d["timing"] == "eager")]
     if ok.empty or not pd.to_numeric(ok["window_layers_us"], errors="coerce").notna().any():
@@ -130,8 +130,8 @@ def workload_sections(view: pd.DataFrame, d: pd.DataFrame) -> list[str]:
     table = layer_kind_table(d)
     if table:
         parts += ["## By layer kind", "",
-                  "From the profiled eager forward of each rank and mode (slowest rank per mode): the GPU busy time "
-                  "of the sliding-window layers and of the full-attention layers (CPU: their host time), each summed "
-                  "over its layers, and two-call / fused for each kind (> 1: fusion gains on that kind).", "",
+                  "From the profiled eager forward of each rank and mode: the GPU busy time of the sliding-window "
+                  "layers and of the full-attention layers, each summed over its layers (the largest over ranks, "
+                  "per kind and mode), and two-call / fused for each kind (> 1: fusion gains on that kind).", "",
                   table, ""]
     return parts

@@ -46,7 +46,7 @@ MEMCPY_CATS = ("gpu_memcpy",)
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 ANNOTATION_CAT = "user_annotation"  # CPU record_function ranges ("gpu_user_annotation" is their GPU copy)
 CALL_NAMES = ("prev", "next", "combined")
-_LAYER_RANGE = re.compile(r"layer(\d+)")  # profiles.ranges.annotated_forward's per-layer range names
+_LAYER_RANGE = re.compile(r"layer(\d{1,9})")  # profiles.ranges.annotated_forward's per-layer range names
 
 
 class ProfileError(RuntimeError):
@@ -98,7 +98,8 @@ class KernelCounts:
             the trace carries no GPU activity (CPU) or no timestamps.
         layer_us: per ``layer{i}`` range, ``i -> µs``: with GPU activity, the GPU busy time (union of
             intervals) of the activities launched inside the range (matched by the launch call's
-            correlation id and host timestamp); without (CPU), the range's own host duration.
+            correlation id and host timestamp; empty when none can be matched); without (CPU), the
+            range's own host duration (which includes the profiler's cost).
     """
 
     attention: int = 0
@@ -208,7 +209,9 @@ def _correlation(ev: dict):
 def _layer_times(layers: list[tuple[float, float, int]], gpu: list[tuple[object, float, float]],
                  launched_at: dict) -> dict[int, float]:
     """``layer index -> µs`` (see ``KernelCounts.layer_us``): each GPU activity goes to the layer range
-    whose host interval holds its launch call; without GPU activity, the ranges' host durations."""
+    whose host interval holds its launch call; without GPU activity, the ranges' host durations. Empty
+    when GPU activity exists but none of it can be tied to a layer (no launch calls or correlation ids):
+    unknown, not 0."""
     if not layers:
         return {}
     if not gpu:
@@ -221,6 +224,8 @@ def _layer_times(layers: list[tuple[float, float, int]], gpu: list[tuple[object,
         k = bisect.bisect_right(starts, t) - 1 if t is not None else -1
         if k >= 0 and t <= layers[k][1]:
             spans[layers[k][2]].append((a, b))
+    if not any(spans.values()):
+        return {}
     return {i: union_length(s) for i, s in sorted(spans.items())}
 
 
