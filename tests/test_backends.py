@@ -178,16 +178,16 @@ def test_doctor_json_on_cpu_exits_0_with_reasons(monkeypatch):
         assert "none is in use" in info["backends"][name]
 
 
-def test_doctor_without_flashinfer_says_so_for_the_jit_cache(monkeypatch):
-    import importlib.util
+def test_doctor_without_flashinfer_says_so_for_the_jit_cache(monkeypatch, tmp_path):
+    from cpbench.bench import doctor
 
-    from cpbench.bench.doctor import diagnose
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flashinfer" else real(name, *a))
-    assert diagnose()["environment"]["flashinfer_jit_cache"] == "- (flashinfer is not installed)"
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "flashinfer" else real(name, *a))
-    assert "flashinfer is not installed" not in diagnose()["environment"]["flashinfer_jit_cache"]
+    (tmp_path / "flashinfer").mkdir()  # a directory named flashinfer is not an installed flashinfer
+    monkeypatch.syspath_prepend(str(tmp_path))
+    real = doctor.pkg_version
+    monkeypatch.setattr(doctor, "pkg_version", lambda name: None if name == "flashinfer-python" else real(name))
+    assert doctor.diagnose()["environment"]["flashinfer_jit_cache"] == "- (flashinfer is not installed)"
+    monkeypatch.setattr(doctor, "pkg_version", lambda name: "0.7.2" if name == "flashinfer-python" else real(name))
+    assert "flashinfer is not installed" not in doctor.diagnose()["environment"]["flashinfer_jit_cache"]
 
 
 def test_doctor_says_when_the_jit_cache_will_rebuild(tmp_path):

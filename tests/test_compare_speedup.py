@@ -148,7 +148,7 @@ def test_agreement_says_when_one_run_has_no_interval(tmp_path):
     assert "(one run has no interval)" not in same
 
 
-@pytest.mark.parametrize("base_over,new_over", [({"device": "cpu"}, {"device": "cpu"}),
+@pytest.mark.parametrize("base_over,new_over", [({"device": "cpu"}, {"device": "CPU"}),
                                                 ({}, {"config": {"device": "cpu"}})])
 def test_cpu_runs_get_no_speedup_verdicts(tmp_path, base_over, new_over):
     """Either run on a CPU (the report's own predicate, ``data.on_cpu``): one line says why the speedups are
@@ -160,6 +160,8 @@ def test_cpu_runs_get_no_speedup_verdicts(tmp_path, base_over, new_over):
     assert "## Speedups" not in r.stdout and "verdicts agree" not in r.stdout and "| slower |" not in r.stdout
     assert r.stdout.count("makes no speedup claim") == 1 and "⚠ CPU run" in r.stdout
     assert "## Regressions" in r.stdout and r.returncode == 1  # fused 1.5x slower in new: the latency gate
+    mixed = "⚠ one run is on a CPU and the other on a GPU: the ratios compare devices, not code." in r.stdout
+    assert mixed == (base_over == {})  # the default manifest is a GPU run's
 
 
 def test_agreement_among_cells_host_bound_in_neither_run():
@@ -176,3 +178,5 @@ def test_agreement_among_cells_host_bound_in_neither_run():
     assert agreement(f) == (13, 16) and agreement(f, gpu_bound_only=True) == (13, 15)
     assert agreement_line(f) == ("verdicts agree in 13 of 16 cells (81 %; 13 of 15 not host-bound); "
                                  "the two intervals overlap in 13 of 16")
+    every = f.assign(base_host_bound=True)
+    assert agreement_line(every).startswith("verdicts agree in 13 of 16 cells (81 %; every cell host-bound)")

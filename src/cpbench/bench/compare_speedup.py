@@ -104,6 +104,6 @@ def agreement_line(frame: pd.DataFrame) -> str:
         return "no cell has a speedup verdict in both runs"
     j, m = overlaps(frame)
     kg, ng = agreement(frame, gpu_bound_only=True)
-    gpu = f"; {kg} of {ng} not host-bound" if ng < n else ""
+    gpu = "; every cell host-bound" if not ng else f"; {kg} of {ng} not host-bound" if ng < n else ""
     return (f"verdicts agree in {k} of {n} cells ({100.0 * k / n:.0f} %{gpu})"
             + (f"; the two intervals overlap in {j} of {m}" if m else ""))

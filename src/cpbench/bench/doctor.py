@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from cpbench.bench.backends.registry import BACKEND_NAMES
-from cpbench.bench.env import environment
+from cpbench.bench.env import environment, pkg_version
 
 
 def nvcc_version() -> str | None:
@@ -86,9 +86,7 @@ def diagnose() -> dict:
     when torch cannot be imported, says so and lists what it can without torch."""
     from cpbench.profiles.nsys import find_nsys
 
-    import importlib.util
-
-    has_flashinfer = importlib.util.find_spec("flashinfer") is not None
+    has_flashinfer = pkg_version("flashinfer-python") is not None  # what the flashinfer row shows
     tools = {"nvcc": _safe(nvcc_version),  # the JIT cache only matters where flashinfer compiles into it
              "flashinfer_jit_cache": _safe(jit_cache) if has_flashinfer else "- (flashinfer is not installed)",
              "nsys": _safe(lambda: find_nsys() or "not found")}

@@ -118,6 +118,8 @@ def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man
         ints = all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2 ** 31 for x in (a, b))
         if ints and a != b:  # hand-edited values that are not counts are not compared
             parts.append(f"- ⚠ different {what} ({a} vs {b}): the runs were not measured alike.")
+    if on_cpu(base_man) != on_cpu(new_man) and base_man and new_man:
+        parts.append("- ⚠ one run is on a CPU and the other on a GPU: the ratios compare devices, not code.")
     if cpu:
         parts.append("- ⚠ CPU run: CPU timings vary far more between runs than within one (the CI sees only the "
                      "latter); treat verdicts as indicative and gate on a GPU.")

@@ -76,8 +76,9 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
 def on_cpu(manifest: dict) -> bool:
     """True when the run's manifest says it ran on a CPU (``device`` ``cpu``, or the config's): a functional
     check of the torch reference, not a benchmark."""
-    device = manifest.get("device") or (manifest.get("config") or {}).get("device") or ""
-    return str(device).startswith("cpu")
+    config = manifest.get("config")
+    device = manifest.get("device") or (config.get("device") if isinstance(config, dict) else "") or ""
+    return str(device).strip().lower().startswith("cpu")
 
 
 def uniform(extend_lens: str) -> bool:
