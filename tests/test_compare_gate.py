@@ -138,3 +138,7 @@ def test_a_cell_skipped_in_both_runs_is_counted_not_listed_as_not_comparable(tmp
     assert lost.returncode == 1 and "4 row(s) ok in base were not measured in new (4 skipped)" in lost.stderr
     assert "cp 2 · bs 4 · seq 2048: base ok, new skipped (8192 extend tokens" in lost.stdout
     assert "skipped in both" not in lost.stdout
+    every = make_run(tmp_path / "all-skipped", seed=1, status=lambda *a: over, **dims)
+    r = cpbench("compare", every, every)  # the same rows, none of them ran: say so, not "different cells"
+    assert r.returncode == 2 and r.stderr.strip() == ("error: no row ran (status ok) in both runs, so nothing was "
+                                                      "compared (16 skipped in base): compare runs whose cells ran")

@@ -131,6 +131,10 @@ def compare(
         text = compare_markdown(res, str(base), str(new), bman, nman)
     measured_lost = res.lost is not None and bool((res.lost["new_status"] != MISSING).any())
     if res.table.empty and (allow_missing or not measured_lost):  # a gate must not pass on an empty comparison
+        if len(res.not_comparable):  # the runs hold the same rows, and none of them ran in both
+            why = ", ".join(f"{n} {s} in base" for s, n in res.not_comparable["base_status"].value_counts().items())
+            raise CpbenchInputError(f"no row ran (status ok) in both runs, so nothing was compared ({why}): "
+                                    "compare runs whose cells ran")
         raise CpbenchInputError(f"no row ran (status ok) in both runs, so nothing was compared "
                                 f"({run_difference(res.only_base, res.only_new)}): compare runs of the same "
                                 "model, backend, dtype, launch and cells")
