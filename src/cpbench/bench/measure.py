@@ -27,6 +27,7 @@ from cpbench.bench.backends.base import Backend, Prepared
 from cpbench.bench.env import sm_clock_mhz
 from cpbench.bench.flops import forward_flops
 from cpbench.bench.kernel_counts import COUNT_COLUMNS, count_kernels
+from cpbench.bench.layer_kinds import KIND_COLUMNS
 from cpbench.bench.memory import SetupMemory, memory_columns
 from cpbench.bench.phases import phase_times_us
 from cpbench.bench.ranks import RankGroup, Status
@@ -266,9 +267,11 @@ def _measured_row(job: RankJob, work: RankWork, mode, timing, xs, prep: Prepared
            "calls_per_layer": prep.calls_per_layer, "steps_per_layer": prep.steps_per_layer,
            "sm_clock_mhz_before": clk0, "sm_clock_mhz_after": clk1,
            "clock_drop": bool(clk0 > 0 and clk1 < 0.9 * clk0), **info, **phases}
-    if timing == "graph":  # kernels are counted from eager forwards only (not per range in a graph)
+    if timing == "graph":  # kernels and layer times come from the profiled eager forward (no ranges in a graph)
         for k in COUNT_COLUMNS:
             row[k] = math.nan
+        for k in KIND_COLUMNS.values():
+            row.pop(k, None)
     busy = row.get("gpu_busy_us", math.nan)
     row["host_bound"] = bool(timing == "eager" and busy > 0 and med > HOST_BOUND_RATIO * busy)
     tol = checks.TOLERANCE[DTYPES[job.dtype]]
