@@ -1,3 +1,3 @@
-from cpbench.cli import main
+from cpbench.cli import entry
 
-main()
+entry()
