@@ -10,6 +10,7 @@ import re
 from cpbench.errors import CpbenchInputError
 
 MAX_CORE = 65535  # no host has more; a longer range would only exhaust memory while expanding it
+_DIGITS = re.compile(r"[0-9]+")  # ASCII digits only: "²".isdigit() is True
 
 
 def parse_cpu_list(text: str) -> list[int]:
@@ -21,8 +22,7 @@ def parse_cpu_list(text: str) -> list[int]:
     cores: set[int] = set()
     for item in text.replace(" ", "").split(","):
         lo, sep, hi = item.partition("-")
-        digits = lambda t: bool(re.fullmatch(r"[0-9]+", t))  # ASCII only: "²".isdigit() is True
-        if not digits(lo) or (sep and not digits(hi)) or (sep and int(hi) < int(lo)):
+        if not _DIGITS.fullmatch(lo) or (sep and not _DIGITS.fullmatch(hi)) or (sep and int(hi) < int(lo)):
             raise CpbenchInputError(f"--cpu-affinity {text!r}: expected a CPU list such as 0-7 or 0-3,8-11 "
                                     f"(bad item {item!r})")
         if int(hi if sep else lo) > MAX_CORE:

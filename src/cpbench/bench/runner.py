@@ -148,6 +148,14 @@ def omp_threads() -> int | None:
     return n if n > 0 else None
 
 
+def cpu_sweep_threads() -> int:
+    """Intra-op threads a CPU sweep uses: ``OMP_NUM_THREADS`` when set, else 1. On an idle 2-core machine
+    two threads ran the default CPU sweep about 1.5x faster, but with another process busy on one core
+    about 7x slower (OpenMP threads waiting on each other); one thread is steady either way. A torchrun
+    launch sets OMP_NUM_THREADS=1 per rank."""
+    return omp_threads() or 1
+
+
 class Runner:
     """Runs cells, handing each row to ``emit(row)`` on the writer as soon as its cell is measured.
 
@@ -169,11 +177,7 @@ class Runner:
         self._kpc: dict = {}  # kernels per call, measured once per (cell, mode)
         self.cpu_threads: int | None = None
         if cfg.device.type == "cpu":
-            # one intra-op thread unless OMP_NUM_THREADS says otherwise: on an idle 2-core machine two
-            # threads ran the default CPU sweep about 1.5x faster, but with another process busy on one
-            # core about 7x slower (OpenMP threads waiting on each other); one thread is steady either way.
-            # A torchrun launch sets OMP_NUM_THREADS=1 per rank.
-            torch.set_num_threads(omp_threads() or 1)
+            torch.set_num_threads(cpu_sweep_threads())
             self.cpu_threads = torch.get_num_threads()
         self.backend = get_backend(cfg.backend)
         self.mismatches = 0

@@ -19,7 +19,7 @@ from cpbench.bench.env import environment
 from cpbench.bench.geometry import eligibility
 from cpbench.bench.peak import gemm_peak
 from cpbench.bench.ranks import LocalGroup, RankGroup
-from cpbench.bench.runner import (DTYPES, CellSpec, Runner, SweepConfig, cpu_tflop_limit, omp_threads,
+from cpbench.bench.runner import (DTYPES, CellSpec, Runner, SweepConfig, cpu_sweep_threads, cpu_tflop_limit,
                                   over_token_budget, plan_cells)
 from cpbench.bench.schema import FIXED_ON_RESUME
 from cpbench.bench.store import RunDir
@@ -83,7 +83,7 @@ class Sweep:
                 run = RunDir.create(out, resume)
                 if resume:
                     check_resume_config(run, cfg, group)
-                    threads = (omp_threads() or 1) if cfg.device.type == "cpu" else None
+                    threads = cpu_sweep_threads() if cfg.device.type == "cpu" else None
                     check_resume_host(run, threads, (env_extra or {}).get("cpu_affinity"))
                 done = run.done_keys()
             except CpbenchInputError as e:

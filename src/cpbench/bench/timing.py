@@ -117,8 +117,7 @@ def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms
     ``warmup`` untimed calls of each variant run first (only one when the rest would overrun
     ``budget_ms``; docs/design.md §4 says why not fewer); one more timed call per variant estimates the
     cost, and the repeat count is chosen so each variant gets about ``budget_ms`` of samples (at least
-    ``min_reps``). Every timed sample is
-    kept, the estimate included. ``agree`` turns this rank's warm-up and repeat counts into the ones
+    ``min_reps``). Every timed sample is kept, the estimate included. ``agree`` turns this rank's warm-up and repeat counts into the ones
     every rank uses (max over ranks); ``barrier`` runs before every sample (see the module docstring).
     The garbage collector is paused meanwhile.
 

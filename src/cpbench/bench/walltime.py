@@ -9,7 +9,7 @@ The phases (host wall clock, ``time.perf_counter``; a phase that waits on the de
 * ``profile``: the profiled forwards that count kernels (a profiler warm-up step and the counted one);
 * ``capture``: CUDA graph capture;
 * ``warmup`` and ``samples``: the untimed and the timed forwards;
-* ``extra``: per-phase and per-layer-kind forwards;
+* ``extra``: per-phase forwards (gather / KV write / attention, for forwards with communication steps);
 * ``other``: whatever is left of the sweep's wall time (rows, tables, progress).
 
 The manifest keeps them per invocation in ``sweep_phase_s`` (next to ``sweep_wall_s``).
