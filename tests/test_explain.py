@@ -102,7 +102,7 @@ def test_counter_permission_says_so(tmp_path, as_gpu):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--backend", "torch"], "fa2 and fa3"),
+    (["--backend", "torch"], "fa2, fa3, trtllm-fmha-v2, not torch"),
     (["--timing", "both"], "unknown --timing"),
     (["--fused-order", "reverse"], "unknown --fused-order"),
     (["--seq", "2048,4096"], "one cell"),

@@ -35,8 +35,8 @@ def exact_latency(model, backend, timing, cp, bs, seq, rank, mode):
 
 def test_render_all_writes_every_chart(tmp_path):
     run = make_run(tmp_path / "run")
-    paths = render_all(run)
-    assert sorted(p.name for p in paths) == sorted(f"{s}.{e}" for s in STEMS for e in ("png", "svg"))
+    paths = render_all(run)  # three batch sizes at each length: the run-wide segments chart too
+    assert sorted(p.name for p in paths) == sorted(f"{s}.{e}" for s in [*STEMS, "segments"] for e in ("png", "svg"))
     for p in paths:
         assert p.parent == run / "plots" and p.stat().st_size > 10_000, p
         if p.suffix == ".png":
@@ -52,6 +52,21 @@ def test_two_models_get_suffixed_chart_sets(tmp_path):
     names = {p.name for p in paths}
     assert {"latency_gpt-oss-120b_fa2.png", "latency_gpt-oss-120b_fa3.png", "kernels_gpt-oss-120b_fa3.svg"} <= names
     assert len(paths) == 2 * 2 * len(STEMS)
+
+
+def test_segments_chart_needs_a_batch_size_axis_and_spans_backends(tmp_path):
+    from cpbench.plots.charts import chart_stems
+    from cpbench.plots.segments import segment_axes
+
+    rows = make_rows(cp_sizes=(4,), bss=(1, 4, 16, 64), seqs=(256,), timings=("graph",), backends=("fa3", "trtllm-fmha-v2"))
+    d = prepare(pd.DataFrame(rows))
+    axis = segment_axes(cells(d))
+    assert sorted(set(axis["segments"])) == [2, 8, 32, 128] and set(axis["backend"]) == {"fa3", "trtllm-fmha-v2"}
+    assert [s for s, *_ in chart_stems(d)].count("segments") == 1  # one chart for the whole run
+    assert {p.name for p in render_frame(pd.DataFrame(rows), tmp_path)} >= {"segments.png", "segments.svg"}
+    two = prepare(pd.DataFrame(make_rows(cp_sizes=(4,), bss=(1, 4), seqs=(256,), timings=("graph",))))
+    assert segment_axes(cells(two)).empty and "segments" not in [s for s, *_ in chart_stems(two)]
+    assert "segments" not in [s for s, *_ in chart_stems(d, cpu=True)]  # no speedup chart from CPU timings
 
 
 def _nan_latencies():

@@ -22,13 +22,16 @@ FA3 = ("void flashinfer::PrefillWithKVCacheKernel<flashinfer::SparseCollectiveMa
        "flashinfer::AttentionKernelTraits<false, 64, 64, 192, 96, 2, cutlass::bfloat16_t, cutlass::bfloat16_t, "
        "cutlass::bfloat16_t, int, AttentionSink>, true, false>, flashinfer::CollectiveEpilogue<...>, ...>(...)")
 TRTLLM = "fmhaSm100Kernel_QkvBfloat16OBfloat16H64PagedKvCausalP64VarSeqQ128Kv128PersistentContext"
+# FMHAv2 on Hopper, as torch.profiler named them on the H200 (window and full layers of gpt-oss-120b)
+FMHA_V2 = "fmha_v2_flash_attention_bf16_64_256_S_q_paged_kv_64_causal_output_bf16_tma_ws_sm90_kernel"
+FMHA_V2_SWA = "fmha_v2_flash_attention_bf16_64_256_S_q_paged_kv_64_sliding_or_chunked_causal_output_bf16_tma_ws_sm90_kernel"
 NCCL = ["ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
         "ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)",
         "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"]
 
 
 def test_names_are_the_cli_choices_minus_auto():
-    assert BACKEND_NAMES == ("torch", "fa2", "fa3", "trtllm-gen")
+    assert BACKEND_NAMES == ("torch", "fa2", "fa3", "trtllm-fmha-v2", "trtllm-gen")
     assert [m.value for m in BackendName] == ["auto", *BACKEND_NAMES]
     assert BackendName.trtllm_gen.value == "trtllm-gen" and isinstance(BackendName.auto, str)
 
@@ -40,8 +43,9 @@ def test_doctor_lists_exactly_the_registry_backends():
 
 
 @pytest.mark.parametrize("where,expect", [
-    ((10, 0), "trtllm-gen"), ((10, 3), "trtllm-gen"), ((9, 0), "fa3"), ((8, 0), "fa2"), ((8, 9), "fa2"),
-    ((12, 0), "fa2"), ((7, 5), "torch"), (None, "torch"), ("cpu", "torch")])
+    ((10, 0), "trtllm-gen"), ((10, 3), "trtllm-gen"), ((9, 0), "trtllm-fmha-v2"), ((8, 0), "fa2"), ((8, 9), "fa2"),
+    ((12, 0), "trtllm-fmha-v2"), ((12, 1), "trtllm-fmha-v2"), ((11, 0), "fa2"), ((7, 5), "torch"), (None, "torch"),
+    ("cpu", "torch")])
 def test_resolve_auto_by_capability(where, expect):
     assert resolve_auto(where) == expect
 
@@ -51,7 +55,7 @@ def test_resolve_auto_by_torch_device(monkeypatch):
 
     assert resolve_auto(torch.device("cpu")) == "torch"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    assert resolve_auto(torch.device("cuda:0")) == "fa3"
+    assert resolve_auto(torch.device("cuda:0")) == "trtllm-fmha-v2"
     with pytest.raises(CpbenchInputError, match="compute capability"):
         resolve_auto("mps")
 
@@ -59,7 +63,9 @@ def test_resolve_auto_by_torch_device(monkeypatch):
 @pytest.mark.parametrize("name,cc,ok", [
     ("fa3", (9, 0), True), ("fa3", (10, 0), False), ("fa3", (8, 0), False), ("trtllm-gen", (10, 0), True),
     ("trtllm-gen", (9, 0), False), ("trtllm-gen", (12, 0), False), ("fa2", (8, 0), True), ("fa2", (7, 5), False),
-    ("torch", (7, 0), True), ("torch", None, True), ("fa2", None, False)])
+    ("torch", (7, 0), True), ("torch", None, True), ("fa2", None, False), ("trtllm-fmha-v2", (9, 0), True),
+    ("trtllm-fmha-v2", (12, 0), True), ("trtllm-fmha-v2", (10, 0), False), ("trtllm-fmha-v2", (8, 0), False),
+    ("trtllm-fmha-v2", None, False)])
 def test_capabilities(name, cc, ok):
     assert registry.BACKENDS[name].runs_on(cc) is ok
 
@@ -68,22 +74,26 @@ def test_capability_refusal_names_where_and_the_alternative():
     assert capability_refusal("fa3", (9, 0)) is None
     assert capability_refusal("fa3", (8, 0)) == \
         "fa3 runs only on compute capability 9.0; this GPU is 8.0: use fa2 (or --backend auto)"
-    assert capability_refusal("trtllm-gen", (9, 0)).endswith("10.x; this GPU is 9.0: use fa3 (or --backend auto)")
+    assert capability_refusal("trtllm-gen", (9, 0)).endswith("10.x; this GPU is 9.0: use trtllm-fmha-v2 (or --backend auto)")
+    assert capability_refusal("trtllm-fmha-v2", (10, 0)) == ("trtllm-fmha-v2 runs only on compute capability 9.x/12.x; "
+                                                             "this GPU is 10.0: use trtllm-gen (or --backend auto)")
 
 
 @pytest.mark.parametrize("name,kind", [(FA2, "attention"), (FA3, "attention"), (TRTLLM, "attention"),
+                                       (FMHA_V2, "attention"), (FMHA_V2_SWA, "attention"), ("Memset (Device)", "fill"),
                                        *[(n, "comm") for n in NCCL]])
 def test_classify_real_names_with_known_patterns(name, kind):
     assert classify(name, known_attention_patterns()) == kind
 
 
 def test_each_backend_matches_only_its_own_kernel():
-    own = {"fa2": FA2, "fa3": FA3, "trtllm-gen": TRTLLM}
+    own = {"fa2": FA2, "fa3": FA3, "trtllm-fmha-v2": FMHA_V2, "trtllm-gen": TRTLLM}
     for backend, kernel in own.items():
         for other in own:
             assert (classify(kernel, kernel_patterns(other)) == "attention") is (other == backend), (backend, other)
     assert kernel_patterns("torch") == ()
-    assert known_attention_patterns() == ("batchprefillwithpagedkvcachekernel", "prefillwithkvcachekernel", "fmha")
+    assert known_attention_patterns() == ("batchprefillwithpagedkvcachekernel", "prefillwithkvcachekernel",
+                                          "fmha_v2_flash_attention", "fmhasm")
 
 
 def test_get_backend_builds_the_named_class():
@@ -96,4 +106,5 @@ def test_registry_and_cli_choices_import_without_torch():
     code = ("import sys; import cpbench.bench.backends.registry as r; import cpbench.bench.backends; "
             "import json; print(json.dumps(['torch' in sys.modules, r.resolve_auto((9, 0)), list(r.CHOICES)]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert json.loads(out.stdout) == [False, "fa3", ["auto", "torch", "fa2", "fa3", "trtllm-gen"]]
+    assert json.loads(out.stdout) == [False, "trtllm-fmha-v2",
+                                      ["auto", "torch", "fa2", "fa3", "trtllm-fmha-v2", "trtllm-gen"]]

@@ -23,7 +23,10 @@ from cpbench.cli_cells import backend_name, check_out, parse_cells
 from cpbench.errors import CpbenchInputError
 
 EXPLAIN_EPILOG = ("Examples:  cpbench explain --cp 4 --bs 1 --extend-len 2048 --rank 0 --backend fa3  |  "
+                  "cpbench explain --cp 4 --bs 16 --extend-len 2048 --rank 0 --backend trtllm-fmha-v2  |  "
                   "cpbench explain --cp 4 --bs 1 --extend-len 2048 --rank 0 --backend fa2 --timing eager --json")
+EXPLAINED = ("fa2", "fa3", "trtllm-fmha-v2")  # backends whose kernels explain groups into calls (ncu metrics)
+WORK_SPLIT = ("fa2", "fa3")  # ... and those with a work-split model (bench/worksplit.py) beside the metrics
 NCU_TIMEOUT_S = 1800  # one forward per mode under kernel replay: minutes at most; never wait forever
 NO_NCU = ("ncu (Nsight Compute) not found: install Nsight Compute or put ncu on PATH; "
           "`cpbench profile` counts and times kernels without it")
@@ -37,7 +40,8 @@ def explain(
     seq_lens: c.ExtendLensOpt = None,
     prefix: c.PrefixLenOpt = 0,
     rank: Annotated[int, typer.Option("--rank", help="The CP rank to explain.")] = 0,
-    backend: Annotated[c.BackendName, typer.Option("--backend", help="fa2 or fa3 (auto: fa3 on Hopper).")] = c.BackendName.auto,
+    backend: Annotated[c.BackendName, typer.Option(
+        "--backend", help="fa2, fa3 or trtllm-fmha-v2 (auto: trtllm-fmha-v2 on Hopper).")] = c.BackendName.auto,
     timing: Annotated[str, typer.Option(
         "--timing", help="eager or graph (one CUDA-graph replay per mode); ncu profiles kernels one at a time, so "
                          "this changes how the forward is launched, not the kernels' metrics.")] = "eager",
@@ -68,9 +72,9 @@ def explain(
         spec = c.resolve_model(model, model_config, len(spec.layer_kinds), heads, kv_heads, head_dim, window, sinks,
                                page_size)
     name = backend_name(backend.value, dev)
-    if name not in ("fa2", "fa3"):
-        raise CpbenchInputError(f"cpbench explain models FlashInfer's fa2 and fa3 kernels, not {name}: use --backend "
-                                "fa2 or fa3 (`cpbench profile` counts any backend's kernels)")
+    if name not in EXPLAINED:
+        raise CpbenchInputError(f"cpbench explain reads the kernels of {', '.join(EXPLAINED)}, not {name}: use one of "
+                                "them (`cpbench profile` counts any backend's kernels)")
     if cp < 2:
         raise CpbenchInputError(f"--cp {cp}: explain compares two-call with fused, which needs cp_size >= 2")
     cells = parse_cells(cp=str(cp), bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=str(rank),
@@ -173,7 +177,7 @@ def run_under_ncu(exe: str, argv: list[str], run_dir: Path, spec, cell, rank: in
     sms = next((r["sms"] for r in rows if r.get("sms")), None)
     g = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)[rank]
     splits = {}
-    for w in spec.layer_kinds:  # tile sizes as the profiled kernels' names carry them (first layer of the kind)
+    for w in (spec.layer_kinds if backend in WORK_SPLIT else ()):  # tile sizes as the profiled kernels' names carry them (first layer of the kind)
         layer = min(r["layer"] for r in rows if r["window_left"] == w)
         named = {("fused" if r["call"] == "combined" else r["call"]): tiles_from_kernel_name(r["kernel"])
                  for r in rows if r["layer"] == layer}

@@ -152,14 +152,15 @@ def resolve_device(device: Optional[str]):
     return resolve(device)
 
 
-def choice_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
-    """Parse ``"a,b"`` (or ``"both"`` for every allowed value) into a list of allowed choices.
+def choice_list(text: str, allowed: tuple[str, ...], what: str, both: bool = True) -> list[str]:
+    """Parse ``"a,b"`` (or, with ``both``, ``"both"`` for every allowed value) into a list of allowed
+    choices, duplicates dropped.
 
-    Raises CpbenchInputError naming every valid choice (``both`` included)."""
-    if text.strip() == "both":
+    Raises CpbenchInputError naming every valid choice."""
+    if both and text.strip() == "both":
         return list(allowed)
     items = [t.strip() for t in text.split(",") if t.strip()]
-    choices = f"{', '.join(allowed)}, a comma-separated list of them, or both"
+    choices = f"{', '.join(allowed)}, a comma-separated list of them" + (", or both" if both else "")
     if not items:
         raise CpbenchInputError(f"{what} is empty: use {choices}")
     for t in items:

@@ -16,7 +16,7 @@ from cpbench.bench.dist.launch import under_torchrun
 from cpbench.cli_cells import check_out, parse_cells, workload_batches
 from cpbench.cli_dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch, LaunchOpt,
                               NprocOpt, launch_torchrun, run_as_rank)
-from cpbench.cli_options import (BackendName, DeviceOpt, DType, ExtendLensOpt, FusedOrderOpt, HeadDimOpt, HeadsOpt, KvHeadsOpt,
+from cpbench.cli_options import (BACKEND_CHOICES, DeviceOpt, DType, ExtendLensOpt, FusedOrderOpt, HeadDimOpt, HeadsOpt, KvHeadsOpt,
                                  LayersOpt, ModelConfigOpt, ModelOpt, PageSizeOpt, PrefixLenOpt, SinksOpt, WindowOpt,
                                  check_fused_order, choice_list, console,
                                  err_console, resolve_device, resolve_model)
@@ -59,7 +59,10 @@ def sweep(
         "--ranks", "--rank", help="'all' or a list of ranks, e.g. 0,3 (a cell measured on some ranks has no "
                                   "critical path).")] = "all",
     mode: Annotated[str, typer.Option("--mode", help="two-call, fused, or both.")] = "two-call,fused",
-    backend: Annotated[BackendName, typer.Option("--backend", help="Attention backend.")] = BackendName.auto,
+    backend: Annotated[str, typer.Option(
+        "--backend", help=f"Attention backend(s), one or a list measured on the same cells, e.g. trtllm-fmha-v2,fa3: "
+                          f"{', '.join(BACKEND_CHOICES)} (auto: the TRT-LLM kernel SGLang PR #33137 fuses where one "
+                          "runs, fa2/fa3 on other GPUs, torch on CPU).")] = "auto",
     timing: Annotated[Optional[str], typer.Option(
         "--timing", help="eager, graph or both (default: both on CUDA, eager on CPU).")] = None,
     max_prefill_tokens: Annotated[int, typer.Option(
@@ -130,7 +133,8 @@ def sweep(
     dist.check(cells.ranks, cells.cp_sizes)
     kw = dict(model=spec, cp_sizes=cells.cp_sizes, bs_list=cells.bs_list, seq_list=cells.seq_list,
               extend_lens=cells.seq_lens, prefix=cells.prefix, ranks=cells.ranks,
-              modes=choice_list(mode, ("two-call", "fused"), "--mode"), backend=backend.value, timings=timings,
+              modes=choice_list(mode, ("two-call", "fused"), "--mode"), backend=",".join(choice_list(backend, BACKEND_CHOICES, "--backend", both=False)),
+              timings=timings,
               budget_ms=budget_ms, rel_ci=rel_ci or None, warmup=warmup, dtype=dtype.value, seed=seed, check=check,
               context_len=context_len, device=dev, profile=profile, nvtx=nvtx, out=out, resume=resume, tp_size=tp,
               batches=mix, lengths=lengths, trace=trace, prefix_hit=prefix_hit, max_prefill_tokens=max_prefill_tokens,
@@ -139,7 +143,7 @@ def sweep(
     if not dist.distributed:
         raise typer.Exit(run_sweep(**kw))
     if not under_torchrun():
-        raise typer.Exit(launch_torchrun(dist, cells.cp_sizes, dev, backend.value, out, "%Y%m%d-%H%M%S"))
+        raise typer.Exit(launch_torchrun(dist, cells.cp_sizes, dev, kw["backend"], out, "%Y%m%d-%H%M%S"))
     raise typer.Exit(run_as_rank(dist, dev, lambda group, device: run_sweep(**{**kw, "device": device}, group=group)))
 
 
@@ -175,8 +179,14 @@ def _run(sweep, console: Console, report: bool, allow_mismatch: bool) -> int:
         env = run_dir.read_manifest()
         launch = sweep.runner.group
         console.print(f"[bold]cpbench sweep[/] {cfg.model.name} on {env.get('gpu_name') or env.get('cpu')} "
-                      f"backend [cyan]{cfg.backend}[/], {launch.launch} x{launch.world_size} -> {run_dir}"
+                      f"backend [cyan]{', '.join(cfg.backends)}[/], {launch.launch} x{launch.world_size} -> {run_dir}"
                       + (f" (resuming, {sweep.resumed_rows} row{'' if sweep.resumed_rows == 1 else 's'} on disk)" if sweep.resumed_rows else ""))
+        from cpbench.bench.runner import DTYPES
+
+        for backend in sweep.runner.backends.values():
+            note = getattr(backend, "first_use_note", lambda dtype: None)(DTYPES[cfg.dtype])
+            if note:
+                console.print(f"[yellow]{escape(note)}[/]")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, transient=False, disable=not writer) as bar:
         task = bar.add_task("ranks", total=sweep.total_ranks())

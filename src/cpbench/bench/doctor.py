@@ -103,6 +103,10 @@ def diagnose() -> dict:
     env = _safe(lambda: environment(dev))
     env = {**(_without_run_keys(env) if isinstance(env, dict) else {"environment": env}), **tools}
     env["auto_backend"] = resolve_auto(dev)
+    if has_flashinfer:
+        from cpbench.bench.backends.trtllm import fmha_v2_jit_state
+
+        env["trtllm_fmha_v2_jit"] = _safe(fmha_v2_jit_state)
     backends = {}
     for name in BACKEND_NAMES:
         try:

@@ -82,12 +82,23 @@ def allocate_kv_cache(num_pages: int, page_size: int, num_kv_heads: int, head_di
                       dtype: torch.dtype, device: torch.device | str, seed: int = 0
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """Random K and V caches, each ``[num_pages, page_size, num_kv_heads, head_dim]`` of ``dtype``
-    (standard normal, seeded). Raises torch.OutOfMemoryError when the device is full."""
+    (standard normal, seeded), as the two contiguous halves of one allocation ``[2, num_pages, ...]``:
+    V starts ``num_pages`` blocks after K, which TRT-LLM's FMHAv2 paged kernel needs to address both
+    from one base pointer (:func:`kv_block_offsets`). Raises torch.OutOfMemoryError when the device is full."""
     gen = torch.Generator(device=device).manual_seed(seed)
     shape = (num_pages, page_size, num_kv_heads, head_dim)
-    k = torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
-    v = torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
-    return k, v
+    kv = torch.empty((2, *shape), device=device, dtype=dtype)  # kv: [2, num_pages, page_size, Hkv, D]
+    for half in kv:  # K, then V: the same values as two separate seeded draws
+        half.copy_(torch.randn(shape, generator=gen, device=device, dtype=torch.float32))
+    return kv[0], kv[1]
+
+
+def kv_block_offsets(block_tables: torch.Tensor, num_pages: int) -> torch.Tensor:
+    """Pre-expanded K/V block offsets ``[rows, 2, W]`` int32 of a page table ``[rows, W]`` for a cache
+    made by :func:`allocate_kv_cache`: ``[:, 0]`` = the page (K block), ``[:, 1]`` = page + ``num_pages``
+    (V block), both in blocks from K's base pointer (flashinfer ``trtllm_fmha_v2_prefill``, separate
+    K/V form). Unused columns (page 0) are never read."""
+    return torch.stack([block_tables, block_tables + num_pages], dim=1)
 
 
 def paged_kv_arrays(segments: Sequence[Segment], block_tables: torch.Tensor, page_size: int

@@ -68,7 +68,7 @@ class SweepConfig:
     cp_sizes: list[int]
     bs_list: list[int]
     seq_list: list[int]
-    backend: str
+    backend: str  # one backend, or a comma-separated list measured on the same cells (see ``backends``)
     device: torch.device
     extend_lens: list[int] | None = None  # one explicit (heterogeneous) batch instead of bs x seq
     prefix: int = 0
@@ -95,6 +95,12 @@ class SweepConfig:
     # SGLang's max_prefill_tokens: a batch with more extend tokens than this is not run (status skipped);
     # 0 = no cap
     max_prefill_tokens: int = 0
+
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The backends this sweep measures, in order (``backend`` split at commas)."""
+        return tuple(b for b in self.backend.split(",") if b)
 
 
 @dataclass(frozen=True)
@@ -174,12 +180,13 @@ class Runner:
         cuda = cfg.device.type == "cuda"
         self.clock = Clock(cfg.device, read_clock_mhz=(lambda: sm_clock_mhz(cfg.device)) if cuda else None)
         self.group = group if group is not None else LocalGroup(self.clock.sync)
-        self._kpc: dict = {}  # kernels per call, measured once per (cell, mode)
+        self._kpc: dict = {}  # kernels per call, measured once per (cell, backend, mode)
+        self._inputs: tuple[CellInputs, dict] | None = None  # the current cell's, shared by its backends
         self.cpu_threads: int | None = None
         if cfg.device.type == "cpu":
             torch.set_num_threads(cpu_sweep_threads())
             self.cpu_threads = torch.get_num_threads()
-        self.backend = get_backend(cfg.backend)
+        self.backends = {name: get_backend(name) for name in cfg.backends}
         self.mismatches = 0
         self.peak_tflops = math.nan  # the run's measured GEMM peak (bench/peak.py), set by the sweep
         self.times = PhaseTimes()  # where this process's wall time goes (bench/walltime.py)
@@ -194,10 +201,10 @@ class Runner:
             self.mismatches += 1
         self._sink(row)
 
-    def base(self, cell: CellSpec) -> dict:
-        """Columns shared by every row of ``cell`` (the key without rank, mode and timing)."""
+    def base(self, cell: CellSpec, backend: str) -> dict:
+        """Columns shared by every row of ``cell`` on ``backend`` (the key without rank, mode and timing)."""
         c, g = self.cfg, self.group
-        return dict(schema_version=SCHEMA_VERSION, model=c.model.name, backend=c.backend, dtype=c.dtype,
+        return dict(schema_version=SCHEMA_VERSION, model=c.model.name, backend=backend, dtype=c.dtype,
                     launch=g.launch, world_size=g.world_size, seed=c.seed, gather=c.gather, tp_size=c.tp_size,
                     fused_order=c.fused_order,
                     cp_size=cell.cp_size, bs=cell.bs, seq_len=cell.seq_len, prefix_len=max(cell.prefix_lens),
@@ -209,94 +216,107 @@ class Runner:
         """The CP ranks of ``cell`` this sweep measures (``--ranks``, or all)."""
         return [r for r in (self.cfg.ranks if self.cfg.ranks is not None else range(cell.cp_size)) if r < cell.cp_size]
 
-    def todo(self, cell: CellSpec, rank: int) -> list[tuple[str, str]]:
-        """``(mode, timing)`` pairs of ``rank`` not yet on disk."""
-        base = self.base(cell)
+    def todo(self, cell: CellSpec, rank: int, backend: str) -> list[tuple[str, str]]:
+        """``(mode, timing)`` pairs of ``rank`` on ``backend`` not yet on disk."""
+        base = self.base(cell, backend)
         return [(m, t) for m in self.cfg.modes for t in self.cfg.timings
                 if row_key({**base, "rank": rank, "mode": m, "timing": t}) not in self.done]
 
-    def _status_rows(self, cell: CellSpec, ranks: list[int], status: str, reason: str,
+    def _status_rows(self, cell: CellSpec, backend: str, ranks: list[int], status: str, reason: str,
                      todo: dict[int, list]) -> list[dict]:
-        base = self.base(cell)
+        base = self.base(cell, backend)
         return [{**base, "rank": r, "mode": m, "timing": t, "status": status, "reason": reason}
                 for r in ranks for m, t in todo[r]]
 
     # -- cells -----------------------------------------------------------------------------------
     def run_cell(self, cell: CellSpec, on_rank: Callable[[], None] = lambda: None) -> None:
-        """Measure every missing row of one cell on the ranks this process owns; the writer emits every
-        process's rows. Never raises for a cell that cannot run (CpbenchInputError propagates)."""
+        """Measure every missing row of one cell, on every backend of the sweep in turn (the cell's
+        inputs built once), on the ranks this process owns; the writer emits every process's rows.
+        Never raises for a cell that cannot run (CpbenchInputError propagates)."""
+        self.group.begin_cell(cell.label(), cell.cp_size)
+        self._inputs = None
+        try:
+            for backend in self.backends:
+                self._run_cell_on(cell, backend, on_rank)
+        finally:
+            self._inputs = None
+            if self.cfg.device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    def _run_cell_on(self, cell: CellSpec, backend: str, on_rank: Callable[[], None]) -> None:
         g = self.group
-        g.begin_cell(cell.label(), cell.cp_size)
         ranks = self.ranks(cell)
-        todo = {r: self.todo(cell, r) for r in ranks}
+        todo = {r: self.todo(cell, r, backend) for r in ranks}
         if g.launch != "simulated":  # ranks time together: every rank measures what any rank lacks
             union = list(dict.fromkeys(x for r in ranks for x in todo[r]))
             todo = {r: union for r in ranks}
         mine = [r for r in g.local_ranks(cell.cp_size, ranks) if todo[r]]
         rows: list[dict] = []
         if any(todo.values()):
-            rows = self._measure_cell(cell, mine, todo, on_rank)
+            rows = self._measure_cell(cell, backend, mine, todo, on_rank)
         for row in add_cell_columns(g.collect(rows)):
             self.emit(row)
         for _ in range(len(ranks) - len(mine) if g.launch == "simulated" else 0):
             on_rank()  # ranks already on disk
 
-    def _measure_cell(self, cell: CellSpec, mine: list[int], todo: dict, on_rank) -> list[dict]:
+    def _measure_cell(self, cell: CellSpec, backend: str, mine: list[int], todo: dict, on_rank) -> list[dict]:
         g = self.group
         ok, reason = eligibility(cell.extend_lens, cell.cp_size)
         why = (None if ok else ("ineligible", reason)) or over_token_budget(cell, self.cfg.max_prefill_tokens) \
-            or self._unsupported(cell)
+            or self._unsupported(cell, backend)
         if why:
             for _ in mine:
                 on_rank()
-            return self._status_rows(cell, mine, *why, todo)
-        inputs = None
+            return self._status_rows(cell, backend, mine, *why, todo)
         rows: list[dict] = []
-        try:
-            status, inputs, shared = ("ok", ""), None, {}
-            if mine:
-                try:
-                    t_build = time.perf_counter()
-                    inputs = build_cell(self.cfg.model, cell.extend_lens, cell.prefix_lens,
-                                        page_size=self.cfg.model.page_size, dtype=DTYPES[self.cfg.dtype],
-                                        device=self.cfg.device, seed=self.cfg.seed, context_len=self.cfg.context_len)
-                    shared = self._cell_metrics(inputs)
-                    self.times.add("build", time.perf_counter() - t_build)
-                except CpbenchInputError:
-                    raise
-                except Exception as e:
-                    status = ("oom", f"out of memory building or running the cell: {one_line(e)}") if is_oom(e) \
-                        else ("error", one_line(e))
-            status = g.agree_status(status)
-            if status != ("ok", ""):
-                for _ in mine:
-                    on_rank()
-                return self._status_rows(cell, mine, *status, todo)
-            geoms = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)
-            for r in mine:
-                try:
-                    work = rank_work(inputs, geoms[r], self.cfg.fused_order)
-                    rows += measure_rank(self._job(cell, shared, todo[r]), work, g)
-                except CpbenchInputError:
-                    raise
-                except Exception as e:  # measure_rank records failures itself; this is a last resort
-                    rows += self._status_rows(cell, [r], "oom" if is_oom(e) else "error", one_line(e), todo)
+        status, (inputs, shared) = ("ok", ""), (None, {})
+        if mine:
+            try:
+                inputs, shared = self._cell_inputs(cell)
+            except CpbenchInputError:
+                raise
+            except Exception as e:
+                status = ("oom", f"out of memory building or running the cell: {one_line(e)}") if is_oom(e) \
+                    else ("error", one_line(e))
+        status = g.agree_status(status)
+        if status != ("ok", ""):
+            for _ in mine:
                 on_rank()
-        finally:
-            del inputs
-            if self.cfg.device.type == "cuda":
-                torch.cuda.empty_cache()
+            return self._status_rows(cell, backend, mine, *status, todo)
+        geoms = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)
+        for r in mine:
+            try:
+                work = rank_work(inputs, geoms[r], self.cfg.fused_order)
+                rows += measure_rank(self._job(cell, backend, shared, todo[r]), work, g)
+            except CpbenchInputError:
+                raise
+            except Exception as e:  # measure_rank records failures itself; this is a last resort
+                rows += self._status_rows(cell, backend, [r], "oom" if is_oom(e) else "error", one_line(e), todo)
+            on_rank()
         return rows
 
-    def _job(self, cell: CellSpec, shared: dict, todo: list) -> RankJob:
+    def _cell_inputs(self, cell: CellSpec) -> tuple[CellInputs, dict]:
+        """The cell's inputs and cell-wide metrics, built on first use and kept for the cell's other
+        backends (dropped by :meth:`run_cell`). Raises what building raises (OOM included)."""
+        if self._inputs is None:
+            t_build = time.perf_counter()
+            inputs = build_cell(self.cfg.model, cell.extend_lens, cell.prefix_lens,
+                                page_size=self.cfg.model.page_size, dtype=DTYPES[self.cfg.dtype],
+                                device=self.cfg.device, seed=self.cfg.seed, context_len=self.cfg.context_len)
+            self._inputs = (inputs, self._cell_metrics(inputs))
+            self.times.add("build", time.perf_counter() - t_build)
+        return self._inputs
+
+    def _job(self, cell: CellSpec, backend: str, shared: dict, todo: list) -> RankJob:
         c = self.cfg
-        return RankJob(self.backend, self.clock, c.device, c.dtype, self.base(cell), shared, todo, cell.label(),
+        return RankJob(self.backends[backend], self.clock, c.device, c.dtype, self.base(cell, backend), shared, todo,
+                       cell.label(),
                        warmup=c.warmup, budget_ms=c.budget_ms, rel_ci=c.rel_ci, check=c.check, profile=c.profile,
-                       nvtx=c.nvtx, trace_dir=self.trace_dir, kpc_cache=self._kpc.setdefault(cell, {}),
+                       nvtx=c.nvtx, trace_dir=self.trace_dir, kpc_cache=self._kpc.setdefault((cell, backend), {}),
                        times=self.times)
 
-    def _unsupported(self, cell: CellSpec) -> tuple[str, str] | None:
-        reason = self.backend.supports(self.cfg.device, self.cfg.model, DTYPES[self.cfg.dtype])
+    def _unsupported(self, cell: CellSpec, backend: str) -> tuple[str, str] | None:
+        reason = self.backends[backend].supports(self.cfg.device, self.cfg.model, DTYPES[self.cfg.dtype])
         if reason:
             return "unsupported", reason
         if self.cfg.device.type == "cpu":  # the reference on a CPU: refuse what would run for hours

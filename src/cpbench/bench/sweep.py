@@ -27,21 +27,24 @@ from cpbench.errors import CpbenchInputError
 
 
 def make_config(backend: str, **kw) -> SweepConfig:
-    """A SweepConfig with ``auto`` resolved for ``kw["device"]``. Raises CpbenchInputError for an
-    unknown backend."""
-    name = resolve_auto(kw["device"]) if backend == "auto" else backend
-    get_backend(name)  # unknown names fail here, before a directory is made
-    return SweepConfig(backend=name, **kw)
+    """A SweepConfig with ``auto`` resolved for ``kw["device"]``; ``backend`` is one name or a
+    comma-separated list (measured on the same cells, in that order; duplicates dropped). Raises
+    CpbenchInputError for an unknown backend."""
+    names = [resolve_auto(kw["device"]) if b == "auto" else b for b in backend.split(",") if b.strip()]
+    for name in names:
+        get_backend(name)  # unknown names fail here, before a directory is made
+    return SweepConfig(backend=",".join(dict.fromkeys(names)), **kw)
 
 
 def check_cells(cfg: SweepConfig, cells: list[CellSpec]) -> None:
     """Raise CpbenchInputError, before a run directory is made, when no cell could run: the backend cannot
     run on this device, model and dtype (what ``cpbench doctor`` reports), or no batch is CP-eligible; or
     when the CPU TFLOP limit is not a number."""
-    why = get_backend(cfg.backend).supports(cfg.device, cfg.model, DTYPES[cfg.dtype])
-    if why:
-        raise CpbenchInputError(f"backend {cfg.backend} cannot run here: {why} (`cpbench doctor` lists the "
-                                "backends this machine can run)")
+    for name in cfg.backends:
+        why = get_backend(name).supports(cfg.device, cfg.model, DTYPES[cfg.dtype])
+        if why:
+            raise CpbenchInputError(f"backend {name} cannot run here: {why} (`cpbench doctor` lists the "
+                                    "backends this machine can run)")
     if cfg.device.type == "cpu":
         cpu_tflop_limit()
     if not any(eligibility(c.extend_lens, c.cp_size)[0] for c in cells):
@@ -112,7 +115,7 @@ class Sweep:
     def total_ranks(self) -> int:
         """Rank measurements this process makes in the plan (for a progress bar)."""
         g = self.runner.group
-        return sum(len(g.local_ranks(c.cp_size, self.runner.ranks(c))) for c in self.cells)
+        return len(self.cfg.backends) * sum(len(g.local_ranks(c.cp_size, self.runner.ranks(c))) for c in self.cells)
 
     def run(self, on_cell: Callable[[CellSpec], None] = lambda c: None,
             on_rank: Callable[[], None] = lambda: None) -> None:
@@ -181,11 +184,11 @@ def check_resume_config(run: RunDir, cfg: SweepConfig, group: RankGroup) -> None
     # The rows themselves, in case the manifest was lost or edited: model (its name carries overrides),
     # backend and dtype must match.
     rows = run.rows()
-    for key, value in (("model", cfg.model.name), ("backend", cfg.backend), ("dtype", cfg.dtype)):
-        other = sorted({str(r.get(key)) for r in rows} - {value})
+    for key, values in (("model", {cfg.model.name}), ("backend", set(cfg.backends)), ("dtype", {cfg.dtype})):
+        other = sorted({str(r.get(key)) for r in rows} - values)
         if other:
             raise CpbenchInputError(f"--resume: {run} holds rows measured with {key} {other[0]!r}, not "
-                                    f"{value!r}: resume with the same options or pick another --out")
+                                    f"{', '.join(sorted(values))!r}: resume with the same options or pick another --out")
 
 
 def check_resume_host(run: RunDir, cpu_threads: int | None, cpu_affinity: dict | None) -> None:

@@ -18,6 +18,7 @@ from cpbench.plots.memory import setup_memory_chart
 from cpbench.plots.overhead import balance_chart, overhead_chart
 from cpbench.plots.phases import phases_chart, timeline_chart
 from cpbench.plots.resources import throughput_chart
+from cpbench.plots.segments import has_segment_axis, segments_chart
 
 # file stem, function, title, one-line caption for the report
 CHARTS = (
@@ -53,6 +54,20 @@ DIST_CHARTS = (
     ("gather_share", gather_share_chart, "all-gather share of the forward (eager, torchrun)",
      "gather_us / forward latency per rank (median over ranks, bars min..max over ranks) vs tokens."),
 )
+
+
+# run-wide charts (every backend in one figure): stem, function, title, caption; drawn on a GPU run only when
+# the run holds the axis they need
+RUN_CHARTS = (
+    ("segments", segments_chart, "fusion vs the fused call's segment count",
+     "Two-call / fused speedup (95 % interval) and the fused forward's latency per segment against the fused "
+     "call's segments (2·bs), a colour per backend, graph solid / eager dashed: where fusion stops paying."),
+)
+
+
+def run_charts(df: pd.DataFrame, cpu: bool = False) -> tuple:
+    """The run-wide charts a prepared frame gets (none on a CPU, where no speedup is claimed)."""
+    return () if cpu or df.empty or not has_segment_axis(df) else RUN_CHARTS
 
 
 def cpu_balance_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
@@ -96,8 +111,9 @@ def charts_for(rows: pd.DataFrame, cpu: bool = False) -> tuple:
 
 def chart_stems(df: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str, str, str]]:
     """``[(stem, model, backend, caption)]`` for a prepared frame, in render order."""
-    return [(f"{name}{suffix}", model, backend, caption)
-            for model, backend, suffix, rows in groups(df) for name, _, _, caption in charts_for(rows, cpu)]
+    per_group = [(f"{name}{suffix}", model, backend, caption)
+                 for model, backend, suffix, rows in groups(df) for name, _, _, caption in charts_for(rows, cpu)]
+    return [(name, "", "", caption) for name, _, _, caption in run_charts(df, cpu)] + per_group
 
 
 def render_frame(df: pd.DataFrame, out_dir: Path, cpu: bool = False) -> list[Path]:
@@ -114,6 +130,8 @@ def render_frame(df: pd.DataFrame, out_dir: Path, cpu: bool = False) -> list[Pat
         head = f"{model} · {backend}: " if model or backend else ""
         for name, fn, title, _ in charts_for(rows, cpu):
             out += fn(rows, Path(out_dir), f"{name}{suffix}", head + title)
+    for name, fn, title, _ in run_charts(d, cpu):
+        out += fn(d, Path(out_dir), name, title)
     return out
 
 

@@ -129,7 +129,9 @@ def explain_markdown(rep: dict) -> str:
         lines.append(f"| {r['layer']} ({kind}) | {r['mode']} | {r['call']} | {_f(r['duration'])} | {_f(r['merge_us'])} "
                      f"| {_f(r['grid'], 0)} | {_f(r['block'], 0)} | {_f(r['waves'], 2)} | {_pct(r['occupancy_pct'])} "
                      f"| {_pct(r['sm_pct'])} | {_pct(r['dram_pct'])} | {_f(r['regs'], 0)} | {smem:.0f} |")
-    lines += ["", "Work split (model, docs/design.md §9): work items are CTAs (fa2) or (head, query tile) items "
+    if not rep["work_split"]:
+        lines += ["", f"No work-split model for {rep['backend']}: its grid and waves above are what ncu measured."]
+    lines += [] if not rep["work_split"] else ["", "Work split (model, docs/design.md §9): work items are CTAs (fa2) or (head, query tile) items "
                   "that fa3's persistent CTAs, one per SM, walk (its ncu grid is the SM count); waves = items / (SMs x "
                   "CTAs per SM); KV tiles per busiest SM are the model's time.", "",
               "| layer | launch | segments (q, kv) | tile q x kv | split KV | work items | ncu grid | waves | last wave "
@@ -146,8 +148,8 @@ def explain_markdown(rep: dict) -> str:
             lines.append(f"| {kind} | {name} | {segs} | {c['cta_tile_q']} x {c['cta_tile_kv']} | {chunk} | {s['ctas']} | "
                          f"{_f(grid.get((int(w), name)), 0)} | {s['waves']:.2f} | {s['tail_fill']:.0%} | {s['tile_work']} | "
                          f"{s['makespan_tiles']} |")
-    lines += ["", "| layer | launch | segment | q tiles | KV tiles per q tile | work items | KV tiles |",
-              "|---|---|---|---:|---|---:|---:|"]
+    lines += [] if not rep["work_split"] else ["", "| layer | launch | segment | q tiles | KV tiles per q tile | "
+                                                   "work items | KV tiles |", "|---|---|---|---:|---|---:|---:|"]
     for w, launches in rep["work_split"].items():
         kind = "full" if int(w) < 0 else f"window {int(w) + 1}"
         for name, s in launches.items():

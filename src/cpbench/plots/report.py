@@ -17,6 +17,7 @@ import pandas as pd
 from cpbench.bench.schema import CELL_COLUMNS, MODES
 from cpbench.bench.store import RunDir, load_run
 from cpbench.bench.verdicts import TIE_BAND
+from cpbench.plots.backend_answer import backend_answer
 from cpbench.plots.charts import chart_stems, render_frame
 from cpbench.plots.costs import kernel_counts
 from cpbench.errors import CpbenchInputError, CpbenchWarning
@@ -171,7 +172,8 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     layers = sorted({int(x) for x in d["num_layers"].dropna()})
     cpu = on_cpu(manifest)
     parts = [f"# cpbench: fused vs two-call zigzag CP prefill attention — `{run_name}`", "", "## Summary", ""]
-    parts += [CPU_NOTE, ""] if cpu else []  # a CPU report says first that it makes no speedup claim
+    # a CPU report says first that it makes no speedup claim; a GPU report opens with the per-backend answer
+    parts += [CPU_NOTE, ""] if cpu else backend_answer(view)
     latency = ("Latency is one whole forward (all " + (f"{'/'.join(map(str, layers))} " if layers else "")
                + "attention layers), median of the timed samples, on the **critical path**: the slowest rank of "
                "each mode, since every CP rank waits for the slowest.")

@@ -1,7 +1,8 @@
 """Attention backends: the registry (:mod:`cpbench.bench.backends.registry`, no torch) and the
 backend contract (:mod:`cpbench.bench.backends.base`, loaded lazily: it imports torch).
 
-``auto``: compute capability 10.x -> trtllm-gen, 9.0 -> fa3, other >= 8.0 -> fa2, no CUDA -> torch.
+``auto``: the TRT-LLM kernel family SGLang PR #33137 fuses where one runs (10.x -> trtllm-gen, 9.x/12.x ->
+trtllm-fmha-v2), other >= 8.0 -> fa2, no CUDA -> torch.
 """
 
 from __future__ import annotations

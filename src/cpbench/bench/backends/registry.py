@@ -94,8 +94,16 @@ BACKENDS: dict[str, BackendSpec] = {s.name: s for s in (
         cuda_exact=((9, 0),),
         description="FlashInfer paged prefill, backend='fa3' (Hopper, compute capability 9.0 only)"),
     BackendSpec(
-        "trtllm-gen", "cpbench.bench.backends.trtllm_gen:TrtllmGenBackend",
-        kernel_patterns=("fmha",),  # fmhaSm100Kernel_QkvBfloat16OBfloat16H64PagedKvCausal...
+        "trtllm-fmha-v2", "cpbench.bench.backends.trtllm:TrtllmFmhaV2Backend",
+        # fmha_v2_flash_attention_bf16_64_256_S_q_paged_kv_64_causal_output_bf16_tma_ws_sm90_kernel (and
+        # ..._sliding_or_chunked_causal_...); each call also launches one device memset (not attention)
+        kernel_patterns=("fmha_v2_flash_attention",),
+        cuda_majors=(9, 12),
+        description="FlashInfer trtllm_fmha_v2_prefill, TRT-LLM's FMHAv2 context kernels (Hopper 9.x, 12.x)"),
+    BackendSpec(
+        "trtllm-gen", "cpbench.bench.backends.trtllm:TrtllmGenBackend",
+        # fmhaSm100Kernel_QkvBfloat16OBfloat16H64PagedKvCausal... ("fmhasm": not FMHAv2's fmha_v2_...)
+        kernel_patterns=("fmhasm",),
         cuda_majors=(10,),
         description="FlashInfer trtllm_batch_context_with_kv_cache, SGLang's TRT-LLM MHA path (Blackwell 10.x)"),
 )}
@@ -162,8 +170,9 @@ def device_capability(device) -> Capability | None:
 
 def resolve_auto(device) -> str:
     """The backend ``auto`` picks: the most specialised (last) of :data:`BACKEND_NAMES` that runs on
-    ``device`` (see :func:`device_capability` for what it may be). 10.x -> trtllm-gen, 9.0 -> fa3,
-    other >= 8.0 -> fa2, CPU (or CUDA below 8.0) -> torch."""
+    ``device`` (see :func:`device_capability` for what it may be): the TRT-LLM kernel family SGLang PR
+    #33137 fuses where one runs (10.x -> trtllm-gen, 9.x and 12.x -> trtllm-fmha-v2), other >= 8.0 ->
+    fa2, CPU (or CUDA below 8.0) -> torch."""
     cc = device_capability(device)
     return next(n for n, s in reversed(BACKENDS.items()) if s.runs_on(cc))
 

@@ -67,8 +67,9 @@ def check_launch(nproc: int, cp_sizes: Sequence[int], device_type: str, visible_
                                 "on the first C ranks, so C must divide --nproc-per-node")
     if dist_backend == "nccl" and device_type != "cuda":
         raise CpbenchInputError("--dist-backend nccl needs CUDA GPUs: use --dist-backend gloo (or auto) on CPU")
-    if device_type != "cuda" and backend not in ("auto", "torch"):
-        raise CpbenchInputError(f"--backend {backend} runs on GPUs only, and this launch is on CPU: use "
+    gpu_only = [b for b in backend.split(",") if b not in ("auto", "torch")]
+    if device_type != "cuda" and gpu_only:
+        raise CpbenchInputError(f"--backend {gpu_only[0]} runs on GPUs only, and this launch is on CPU: use "
                                 "--backend torch, or a CUDA device")
 
 
