@@ -1,0 +1,93 @@
+"""Several backends in one sweep (`--backend a,b`): every backend measures the same cells, rows are keyed by
+backend, a resume keeps the backend list, and the report's first table answers per backend.
+
+On a CPU only the torch reference runs, so a second CPU backend is registered for these tests under another
+name (the same class: its rows must equal the first backend's in everything but the name and timings)."""
+
+import dataclasses
+
+import pandas as pd
+import pytest
+import torch
+
+from cpbench.bench.backends import registry
+from cpbench.bench.models import get_preset, with_overrides
+from cpbench.bench.store import read_jsonl
+from cpbench.bench.sweep import make_config
+from cpbench.cli_options import console
+from cpbench.cli_sweep import run_sweep
+from cpbench.errors import CpbenchInputError
+from cpbench.plots.backend_answer import backend_answer, best_of
+from clirun import cpbench
+
+MODEL = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=16)
+KW = dict(model=MODEL, cp_sizes=[2], bs_list=[1, 2], seq_list=[64], extend_lens=None, prefix=0, ranks=None,
+          modes=["two-call", "fused"], timings=["eager"], budget_ms=5, warmup=0, dtype="fp32", seed=0,
+          check=True, context_len=None, device=torch.device("cpu"), profile=False)
+
+
+@pytest.fixture
+def twin(monkeypatch):
+    """A second CPU backend, ``torch-twin`` (the torch reference under another name)."""
+    spec = dataclasses.replace(registry.BACKENDS["torch"], name="torch-twin")
+    monkeypatch.setitem(registry.BACKENDS, "torch-twin", spec)
+    return "torch-twin"
+
+
+def test_each_backend_measures_every_cell(tmp_path, twin):
+    out = tmp_path / "run"
+    assert run_sweep(out=out, resume=False, report=True, allow_mismatch=False, console=console,
+                     backend=f"torch,{twin}", **KW) == 0
+    rows = pd.DataFrame(read_jsonl(out / "results.jsonl"))
+    assert len(rows) == 2 * 2 * 2 * 2  # backends x bs x ranks x modes
+    for backend, g in rows.groupby("backend"):
+        assert sorted(zip(g["bs"], g["rank"], g["mode"])) == sorted(
+            (bs, r, m) for bs in (1, 2) for r in (0, 1) for m in ("two-call", "fused")), backend
+    assert set(rows["status"]) == {"ok"} and set(rows["backend"]) == {"torch", twin}
+    a, b = (rows[rows["backend"] == n].sort_values(["bs", "rank", "mode"]).reset_index(drop=True) for n in ("torch", twin))
+    assert (a["max_abs_err"] == b["max_abs_err"]).all()  # the same inputs: one cell's tensors serve both
+    report = (out / "report.md").read_text()
+    assert "torch-twin" in report and "torch" in report
+
+
+def test_resume_with_another_backend_list_is_refused(tmp_path, twin):
+    out = tmp_path / "run"
+    assert run_sweep(out=out, resume=False, report=False, allow_mismatch=False, console=console, backend="torch",
+                     **KW) == 0
+    with pytest.raises(CpbenchInputError, match="different backend"):  # the manifest names one backend
+        run_sweep(out=out, resume=True, report=False, allow_mismatch=False, console=console,
+                  backend=f"torch,{twin}", **KW)
+
+
+def test_make_config_keeps_order_and_drops_duplicates(twin):
+    cfg = make_config("torch,torch-twin,torch", **KW)
+    assert cfg.backends == ("torch", "torch-twin") and cfg.backend == "torch,torch-twin"
+    assert make_config("auto", **KW).backends == (registry.resolve_auto("cpu"),)
+    with pytest.raises(CpbenchInputError, match="unknown backend 'fa9'"):
+        make_config("torch,fa9", **KW)
+
+
+def test_cli_refuses_a_gpu_backend_in_the_list_on_cpu(tmp_path):
+    r = cpbench("sweep", "--backend", "torch,fa3", "--cp", "2", "--bs", "1", "--layers", "1", "--out",
+                str(tmp_path / "r"), "--device", "cpu")
+    assert r.returncode == 2 and "backend fa3 cannot run here" in r.stderr and "Traceback" not in r.stderr
+    r = cpbench("sweep", "--backend", "torch,fa9", "--cp", "2", "--out", str(tmp_path / "s"))
+    assert r.returncode == 2 and "unknown --backend 'fa9'" in r.stderr and "or both" not in r.stderr
+
+
+def test_backend_answer_names_the_fastest_backend():
+    base = dict(model="m", cp_size=4, bs=1, seq_len=2048, prefix_len=0, extend_lens="2048", timing="graph",
+                status="ok", host_bound=False, p10_two_call_us=float("nan"), p90_two_call_us=float("nan"),
+                p10_fused_us=90.0, p90_fused_us=110.0)
+    view = pd.DataFrame([
+        {**base, "backend": "fa3", "two_call_us": 1000.0, "fused_us": 1250.0, "speedup": 0.8,
+         "speedup_ci_low": 0.78, "speedup_ci_high": 0.82},
+        {**base, "backend": "trtllm-fmha-v2", "two_call_us": 1000.0, "fused_us": 800.0, "speedup": 1.25,
+         "speedup_ci_low": 0.99, "speedup_ci_high": 1.3}])
+    assert best_of(view.iloc[0])[:2] == (1000.0, "two-call") and best_of(view.iloc[1])[:2] == (800.0, "fused")
+    lines = backend_answer(view)
+    row = next(ln for ln in "\n".join(lines).splitlines() if ln.startswith("| 4 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4] == "slower 0.80× [0.78–0.82]" and cells[5] == "1.000 two-call"
+    assert cells[6] == "tie 1.25× [0.99–1.30]"  # the interval contains 1
+    assert cells[7] == "0.800 [0.090–0.110] fused" and cells[8] == "trtllm-fmha-v2 (1.25× vs fa3)"
