@@ -25,7 +25,7 @@ def test_shipped_sglang_dump_directory_agrees():
     state: listed, not refused)."""
     r = cpbench("geometry", "--check", str(DUMP))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "all 136 fields agree (cp_size 4, extend [11, 13], prefix [8, 14]; ranks 0, 1, 2, 3)" in r.stdout
+    assert "all 136 fields agree (cp_size 4, extend [11, 13], prefix [8, 14]; ranks 0, 1, 2, 3; rule pr" in r.stdout
     assert "not checked (engine state, not a function of the batch): pending_mla_kv_materializations" in r.stdout
 
 

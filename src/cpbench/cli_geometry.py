@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from cpbench.cli_options import console, int_list
+from cpbench.cli_options import CpMinExtendOpt, CpMinTokensOpt, console, int_list
 from cpbench.cli_tables import Col, print_table
 from cpbench.errors import CpbenchInputError
 
@@ -32,16 +32,20 @@ def geometry(
     rank: Annotated[Optional[str], typer.Option(
         "--ranks", "--rank", help="Only these ranks, e.g. 0 or 0,3 (default: every rank).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list, one object per rank.")] = False,
+    cp_min_extend: CpMinExtendOpt = "pr",
+    cp_min_tokens: CpMinTokensOpt = 0,
     check: Annotated[Optional[Path], typer.Option(
         "--check", help="An engine's CP metadata dump: SGLang's ZigzagContextParallelMetadata as one rank's "
                         "JSON, a directory of them, or the list --json prints (docs/sglang-dump.md). Prints "
                         "'all N fields agree' or the first difference (exit 1).")] = None,
 ) -> None:
     """Print each rank's zigzag metadata (SGLang field names) for a batch, to check an engine's own."""
+    from cpbench.bench.eligibility import parse_rule
     from cpbench.bench.geometry import rank_geometry, validate_batch
 
+    rule = parse_rule(cp_min_extend, cp_min_tokens)
     if check is not None:
-        raise typer.Exit(_check(check, cp, extend, prefix, rank, as_json))
+        raise typer.Exit(_check(check, cp, extend, prefix, rank, as_json, rule))
     cp = 4 if cp is None else cp
     ext = int_list("11,13" if extend is None else extend, "--extend-lens")
     pre = int_list(prefix, "--prefix-lens", minimum=0) if prefix is not None else None
@@ -51,11 +55,14 @@ def geometry(
     ranks = int_list(rank, "--ranks", minimum=0) if rank is not None else list(range(cp))
     for r in ranks:
         validate_batch(ext, pre, cp, r)
-    geoms = [rank_geometry(ext, pre, cp, r) for r in ranks]
+    geoms = [rank_geometry(ext, pre, cp, r, rule) for r in ranks]
     if as_json:
         print(json.dumps([g.to_json() for g in geoms]))
         return
     g0 = geoms[0]
+    if cp == 1:
+        console.print(f"[yellow]{escape(g0.reason)}[/]")
+        return
     if not g0.eligible:
         console.print(f"[yellow]not CP-eligible:[/] {escape(g0.reason)}")
         return
@@ -69,7 +76,7 @@ def geometry(
 
 
 def _check(path: Path, cp: Optional[int], extend: Optional[str], prefix: Optional[str], rank: Optional[str],
-           as_json: bool) -> int:
+           as_json: bool, rule) -> int:
     """``geometry --check``: 0 when every compared field of the dump agrees ("all N fields agree"), 1 on a
     difference (the first one, its value in both, and how many differ); CpbenchInputError (exit 2) for a
     malformed dump, a missing input (the prefix lengths) or options that clash with it."""
@@ -81,11 +88,12 @@ def _check(path: Path, cp: Optional[int], extend: Optional[str], prefix: Optiona
     batch = resolve_batch(dump, int_list(str(cp), "--cp")[0] if cp is not None else None,
                           int_list(extend, "--extend-lens") if extend is not None else None,
                           int_list(prefix, "--prefix-lens", minimum=0) if prefix is not None else None)
-    res = diff_dump(dump, batch)
+    res = diff_dump(dump, batch, rule)
     ranks = ", ".join(str(r["rank"]) for r in sorted(dump.ranks, key=lambda r: r["rank"]))
     head = (f"cp_size {batch.cp_size}, extend {batch.extend_lens}"
             + (f" (the last padded by {batch.padded_by} of num_tokens)" if batch.padded_by else "")
-            + f", prefix {batch.prefix_lens if batch.prefix_lens is not None else 'not given'}; ranks {ranks}")
+            + f", prefix {batch.prefix_lens if batch.prefix_lens is not None else 'not given'}; ranks {ranks}; "
+            + rule.describe())
     if res.not_checked:
         by_why: dict[str, list[str]] = {}
         for k, why in res.not_checked.items():

@@ -25,6 +25,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cpbench.bench.eligibility import CpRule
 from cpbench.bench.geometry import rank_geometry, validate_batch
 from cpbench.bench.jsonfile import read_json
 from cpbench.bench.sglang_fields import (BATCH_KEYS, ENGINE_ONLY, NEEDS_PREFIX, RANK_KEYS, TABLES, canonical,
@@ -214,8 +215,9 @@ def _dump_prefix(b: dict, ext: list[int], source: str) -> list[int] | None:
     return list(given) if given is not None else from_seq
 
 
-def diff_dump(dump: Dump, batch: Batch) -> CheckResult:
-    """Compare every field of every rank object of ``dump`` with cpbench's for ``batch``.
+def diff_dump(dump: Dump, batch: Batch, rule: CpRule | None = None) -> CheckResult:
+    """Compare every field of every rank object of ``dump`` with cpbench's for ``batch``; ``rule`` decides
+    whether the batch runs with CP (default PR #33137's, :mod:`cpbench.bench.eligibility`).
 
     Returns:
         :class:`CheckResult`; a difference reads ``rank 1 kv_len_prev_list: engine [12, 19], cpbench [12, 18]``.
@@ -226,7 +228,7 @@ def diff_dump(dump: Dump, batch: Batch) -> CheckResult:
     for r in sorted(dump.ranks, key=lambda r: r["rank"]):
         if r["rank"] >= batch.cp_size:
             raise CpbenchInputError(f"the dump holds rank {r['rank']}, outside [0, cp_size={batch.cp_size})")
-        g = rank_geometry(batch.extend_lens, batch.prefix_lens, batch.cp_size, r["rank"])
+        g = rank_geometry(batch.extend_lens, batch.prefix_lens, batch.cp_size, r["rank"], rule)
         want = expected_fields(g, padded=r.get("per_rank_logical_token") is not None)
         tables = table_expectations(g, {k: r[k] for k in TABLES if r.get(k) is not None})
         if not want["eligible"] and "eligible" not in r and any(
@@ -241,6 +243,9 @@ def diff_dump(dump: Dump, batch: Batch) -> CheckResult:
                 skipped[k] = "engine state, not a function of the batch" if k in ENGINE_ONLY else "not a field cpbench knows"
                 continue
             if name in TABLES:
+                if v is not None and name.startswith("zigzag") and not want["eligible"]:
+                    skipped[k] = "no fused call: the batch runs without CP under the rule"
+                    continue
                 if v is None or tables.get(name) is None:
                     skipped[k] = "null in the dump" if v is None else "its source table is not in the dump"
                     continue

@@ -19,6 +19,7 @@ import torch
 
 from cpbench.bench.backends import get_backend
 from cpbench.bench.derived import add_cell_columns
+from cpbench.bench.eligibility import CpRule, parse_rule
 from cpbench.bench.env import sm_clock_mhz
 from cpbench.bench.flops import forward_flops
 from cpbench.bench.geometry import all_ranks, eligibility
@@ -95,6 +96,13 @@ class SweepConfig:
     # SGLang's max_prefill_tokens: a batch with more extend tokens than this is not run (status skipped);
     # 0 = no cap
     max_prefill_tokens: int = 0
+    # which batches SGLang runs with CP (bench.eligibility): pr | upstream | a number; a total-token minimum
+    cp_min_extend: str = "pr"
+    cp_min_tokens: int = 0
+
+    @property
+    def cp_rule(self) -> CpRule:
+        return parse_rule(self.cp_min_extend, self.cp_min_tokens)
 
 
 @dataclass(frozen=True)
@@ -243,7 +251,7 @@ class Runner:
 
     def _measure_cell(self, cell: CellSpec, mine: list[int], todo: dict, on_rank) -> list[dict]:
         g = self.group
-        ok, reason = eligibility(cell.extend_lens, cell.cp_size)
+        ok, reason = eligibility(cell.extend_lens, cell.cp_size, self.cfg.cp_rule)
         why = (None if ok else ("ineligible", reason)) or over_token_budget(cell, self.cfg.max_prefill_tokens) \
             or self._unsupported(cell)
         if why:

@@ -175,7 +175,7 @@ KEY_COLUMNS = CELL_COLUMNS + tuple(c.name for c in _COLUMNS if c.role == "row")
 # sweep options a resumed sweep must keep: the run columns' options, plus options that change every
 # row's meaning without being a column of their own
 FIXED_ON_RESUME = tuple(c.option for c in _COLUMNS if c.option) + ("prefix", "context_len", "check", "batches",
-                                                                  "prefix_hit")
+                                                                  "prefix_hit", "cp_min_extend", "cp_min_tokens")
 
 
 def row_key(row: dict) -> tuple:
