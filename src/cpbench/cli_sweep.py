@@ -68,6 +68,10 @@ def sweep(
                                      "0: no cap.")] = 131072,
     cp_min_extend: CpMinExtendOpt = "pr",
     cp_min_tokens: CpMinTokensOpt = 0,
+    swa_pool: Annotated[bool, typer.Option(
+        "--swa-pool", help="A separate sliding-window KV pool (SGLang's hybrid SWA memory, GPT-OSS): window layers "
+                           "have their own page table [bs, W] and the fused call duplicates it too; page-table "
+                           "bytes, duplicate bytes, copy time and memory count both tables.")] = False,
     budget_ms: Annotated[float, typer.Option("--budget-ms", help="Time budget per timed variant, ms (the cap).")] = 200.0,
     rel_ci: Annotated[float, typer.Option(
         "--rel-ci", help="Stop sampling a variant once the 95% CI of its median is within this fraction of the "
@@ -120,6 +124,9 @@ def sweep(
     from cpbench.bench.eligibility import parse_rule
 
     rule = parse_rule(cp_min_extend, cp_min_tokens)
+    if swa_pool and spec.sliding_window is None:
+        raise CpbenchInputError(f"--swa-pool needs a model with sliding-window layers; {spec.name} has none "
+                                "(gpt-oss presets have them, or give --window)")
     if budget_ms <= 0 or warmup < 0:
         raise CpbenchInputError("--budget-ms must be > 0 and --warmup >= 0")
     if not 0 <= rel_ci < 1:  # NaN fails too
@@ -139,7 +146,7 @@ def sweep(
               budget_ms=budget_ms, rel_ci=rel_ci or None, warmup=warmup, dtype=dtype.value, seed=seed, check=check,
               context_len=context_len, device=dev, profile=profile, nvtx=nvtx, out=out, resume=resume, tp_size=tp,
               batches=mix, lengths=lengths, trace=trace, prefix_hit=prefix_hit, max_prefill_tokens=max_prefill_tokens,
-              cp_min_extend=rule.min_extend, cp_min_tokens=rule.min_tokens,
+              cp_min_extend=rule.min_extend, cp_min_tokens=rule.min_tokens, swa_pool=swa_pool,
               report=report, allow_mismatch=allow_mismatch, console=console, gather=dist.gather_mode,
               fused_order=check_fused_order(fused_order), cpu_affinity=cpu_affinity)
     if not dist.distributed:

@@ -14,7 +14,8 @@ import os
 
 import torch
 
-from cpbench.bench.backends.base import Prepared, Stopwatch, call_rows, calls_and_table, output_buffers, row_ranges
+from cpbench.bench.backends.base import (Prepared, Stopwatch, call_rows, calls_and_table, output_buffers,
+                                         row_ranges, swa_table)
 from cpbench.bench.backends.registry import capability_refusal, get_spec
 from cpbench.bench.models import ModelSpec
 from cpbench.bench.workload import RankWork
@@ -63,6 +64,7 @@ class TrtllmGenBackend:
         cell, m, dev = work.cell, work.model, work.q.device
         with sw("page_table"):
             calls, table = calls_and_table(work, mode)
+        held = swa_table(work, mode, sw)
         with sw("metadata"):
             ranges = row_ranges(calls)
             q, row_order = call_rows(work, calls)
@@ -96,4 +98,4 @@ class TrtllmGenBackend:
                 layer.append((name, lambda kw=kw: trtllm_batch_context_with_kv_cache(**kw)))
             layers.append(layer)
         return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec(self.name).kernel_patterns, setup_mem=sw.mem,
-                        row_order=row_order)
+                        row_order=row_order, held=held)
