@@ -16,7 +16,7 @@ def _example() -> dict:
 def test_shipped_example_matches():
     r = cpbench("geometry", "--check", str(EXAMPLE))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "match: 28 field(s) agree" in r.stdout  # 4 ranks x 7 fields
+    assert "all 28 fields agree" in r.stdout  # 4 ranks x 7 fields
     assert "cp_size 4, extend [11, 13], prefix [8, 14]; ranks 0, 1, 2, 3" in r.stdout
 
 
@@ -28,9 +28,8 @@ def test_a_mismatch_names_the_rank_and_the_field(tmp_path):
     p.write_text(json.dumps(d))
     r = cpbench("geometry", "--check", str(p))
     assert r.returncode == 1
-    assert "2 of 28 field(s) differ" in r.stdout
-    assert "rank 1 kv_len_prev: engine [12, 19], cpbench [12, 18]" in r.stdout
-    assert "rank 3 max_seqlen_q_combined: engine 1, cpbench 2" in r.stdout
+    assert "first difference: rank 1 kv_len_prev: engine [12, 19], cpbench [12, 18]" in r.stdout
+    assert "2 of 28 fields differ" in r.stdout
 
 
 def test_the_list_form_takes_the_batch_from_the_options(tmp_path):
@@ -39,26 +38,31 @@ def test_the_list_form_takes_the_batch_from_the_options(tmp_path):
     p = tmp_path / "list.json"
     p.write_text(cpbench("geometry", "--cp", "2", "--extend", "9,4", "--prefix", "3,0", "--json").stdout)
     ok = cpbench("geometry", "--check", str(p), "--cp", "2", "--extend", "9,4", "--prefix", "3,0")
-    assert ok.returncode == 0 and "match: 16 field(s) agree" in ok.stdout  # 2 ranks x 8 fields
-    bad = cpbench("geometry", "--check", str(p), "--cp", "2", "--extend", "9,4")  # prefixes differ
+    assert ok.returncode == 0 and "all 16 fields agree" in ok.stdout  # 2 ranks x 8 fields
+    bad = cpbench("geometry", "--check", str(p), "--cp", "2", "--extend", "9,4", "--prefix", "0")  # prefixes differ
     assert bad.returncode == 1 and "rank 0 kv_len_prev: engine [6, 1], cpbench [3, 1]" in bad.stdout
     one = tmp_path / "one.json"
     one.write_text(json.dumps([{"rank": 1, "actual_seq_q_prev": [2, 1], "kv_len_next": [7, 3]}]))
-    r = cpbench("geometry", "--check", str(one), "--cp", "2", "--extend", "9,4")
-    assert r.returncode == 0 and "match: 2 field(s) agree" in r.stdout and "ranks 1" in r.stdout
+    r = cpbench("geometry", "--check", str(one), "--cp", "2", "--extend", "9,4", "--prefix", "0")
+    assert r.returncode == 0 and "all 2 fields agree" in r.stdout and "ranks 1" in r.stdout
+    r = cpbench("geometry", "--check", str(one), "--cp", "2", "--extend", "9,4")  # kv_len_next needs the prefix
+    assert r.returncode == 2 and "no prefix lengths, and kv_len_next depends on them" in r.stderr
 
 
 @pytest.mark.parametrize("content,needle", [
     ("{not json", "is not valid JSON"),
     ("[]", "non-empty list of rank objects"),
-    ('[{"kv_len_prev": [1]}]', "integer 'rank'"),
+    ('[{"kv_len_prev": [1]}]', "one integer rank >= 0"),
+    ('[{"rank": 0, "cp_rank": 0, "bs": 1}]', "one integer rank >= 0"),
     ('[{"rank": 0, "kv_len_prev": [1]}, {"rank": 0}]', "rank 0 appears twice"),
-    ('[{"rank": 0, "kv_lens": [1]}]', "unknown field 'kv_lens'"),
+    ('[{"rank": 0, "kv_lens": [1]}]', "no field to compare"),
+    ('[{"rank": 0, "page_table": [1, 2]}]', "page_table must be a list of rows of integers"),
     ('[{"rank": 0, "kv_len_prev": "10,16"}]', "kv_len_prev must be a list of integers"),
     ('[{"rank": 0, "reason": ""}]', "no field to compare"),
-    ('{"ranks": [{"rank": 0, "kv_len_prev": [1]}], "seq_lens": [3]}', "unknown key 'seq_lens'"),
+    ('{"ranks": [{"rank": 0, "kv_len_prev": [1]}], "seq": [3]}', "unknown key 'seq'"),
     ('{"cp_size": 2, "ranks": [{"rank": 0, "kv_len_prev": [1]}]}', "needs cp_size and extend_seq_lens"),
-    ('[{"rank": 7, "kv_len_prev": [1]}]', "rank 7, outside [0, cp_size=4)"),
+    ('[{"rank": 7, "actual_seq_q_prev": [1]}]', "rank 7, outside [0, cp_size=4)"),
+    ('{"cp_size": 1, "extend_seq_lens": [5], "ranks": [{"rank": 0, "bs": 1}]}', "builds no CP strategy"),
 ])
 def test_malformed_dump_exit_2(tmp_path, content, needle):
     p = tmp_path / "bad.json"

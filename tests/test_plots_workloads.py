@@ -43,7 +43,8 @@ def test_when_to_fuse_by_tp_and_an_ineligible_cell():
     assert "| 4 | no CP | slower 0.67× [0.67–0.67] |" in tables["gpt-oss-120b · fa3 · eager · tp 8 · cp 2"]
     # 1 + 1 + 4 requests ran with CP, the 4 of the ineligible batch did not
     assert cp_share_lines(view)[0].startswith("- gpt-oss-120b · tp 1 · cp 2: 6 of 10 requests (60 %) in 3 of 4 "
-                                              "batch(es) ran with CP; the others are in batches with an extend")
+                                              "batch(es) ran with CP; the others are in batches SGLang runs without "
+                                              "CP under rule pr: every extend >= 2*cp_size = 4")
 
 
 def test_mixed_entries_and_length_bins():

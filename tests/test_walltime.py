@@ -135,7 +135,7 @@ def test_cp_share_leaves_out_batches_skipped_over_the_cap():
                          {**base, "bs": 2, "seq_len": 2, "extend_lens": "2,2", "status": "ineligible"}])
     (line,) = cp_share_lines(view)
     assert line == ("- m · tp 1 · cp 2: 1 of 3 requests (33 %) in 1 of 2 batch(es) ran with CP; the others are in "
-                    "batches with an extend shorter than 2 × cp_size, which SGLang runs without CP (1 batch(es) "
+                    "batches SGLang runs without CP under rule pr: every extend >= 2*cp_size = 4 (1 batch(es) "
                     "over --max-prefill-tokens were not run and are not counted).")
     (line,) = cp_share_lines(view[view["status"] == "skipped"])
     assert line == ("- m · tp 1 · cp 2: no batch ran (1 batch(es) over --max-prefill-tokens were not run and are "

@@ -10,13 +10,13 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from cpbench.cli_options import console, int_list
+from cpbench.cli_options import CpMinExtendOpt, CpMinTokensOpt, console, int_list
 from cpbench.cli_tables import Col, print_table
 from cpbench.errors import CpbenchInputError
 
 GEOMETRY_EPILOG = ("Examples:  cpbench geometry --cp 4 --extend-lens 11,13 --prefix-lens 8,14  |  "
                    "cpbench geometry --cp 8 --extend-lens 4096 --ranks 0 --json  |  "
-                   "cpbench geometry --check examples/sglang_cp_metadata_cp4.json")
+                   "cpbench geometry --check examples/sglang_dump_cp4")
 MODELS_EPILOG = "Examples:  cpbench models  |  cpbench models --tp 8"
 COLUMNS_EPILOG = "Examples:  cpbench columns  |  cpbench columns --json"
 
@@ -32,15 +32,20 @@ def geometry(
     rank: Annotated[Optional[str], typer.Option(
         "--ranks", "--rank", help="Only these ranks, e.g. 0 or 0,3 (default: every rank).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list, one object per rank.")] = False,
+    cp_min_extend: CpMinExtendOpt = "pr",
+    cp_min_tokens: CpMinTokensOpt = 0,
     check: Annotated[Optional[Path], typer.Option(
-        "--check", help="An engine's per-rank metadata dump (JSON as --json prints it): print a field-by-field "
-                        "diff against cpbench's; exit 1 on a difference.")] = None,
+        "--check", help="An engine's CP metadata dump: SGLang's ZigzagContextParallelMetadata as one rank's "
+                        "JSON, a directory of them, or the list --json prints (docs/sglang-dump.md). Prints "
+                        "'all N fields agree' or the first difference (exit 1).")] = None,
 ) -> None:
     """Print each rank's zigzag metadata (SGLang field names) for a batch, to check an engine's own."""
+    from cpbench.bench.eligibility import parse_rule
     from cpbench.bench.geometry import rank_geometry, validate_batch
 
+    rule = parse_rule(cp_min_extend, cp_min_tokens)
     if check is not None:
-        raise typer.Exit(_check(check, cp, extend, prefix, rank, as_json))
+        raise typer.Exit(_check(check, cp, extend, prefix, rank, as_json, rule))
     cp = 4 if cp is None else cp
     ext = int_list("11,13" if extend is None else extend, "--extend-lens")
     pre = int_list(prefix, "--prefix-lens", minimum=0) if prefix is not None else None
@@ -50,11 +55,14 @@ def geometry(
     ranks = int_list(rank, "--ranks", minimum=0) if rank is not None else list(range(cp))
     for r in ranks:
         validate_batch(ext, pre, cp, r)
-    geoms = [rank_geometry(ext, pre, cp, r) for r in ranks]
+    geoms = [rank_geometry(ext, pre, cp, r, rule) for r in ranks]
     if as_json:
         print(json.dumps([g.to_json() for g in geoms]))
         return
     g0 = geoms[0]
+    if cp == 1:
+        console.print(f"[yellow]{escape(g0.reason)}[/]")
+        return
     if not g0.eligible:
         console.print(f"[yellow]not CP-eligible:[/] {escape(g0.reason)}")
         return
@@ -68,34 +76,35 @@ def geometry(
 
 
 def _check(path: Path, cp: Optional[int], extend: Optional[str], prefix: Optional[str], rank: Optional[str],
-           as_json: bool) -> int:
-    """``geometry --check``: 0 when every field of the dump matches, 1 on a difference (CpbenchInputError,
-    exit 2, for a malformed dump or options that clash with it)."""
-    from cpbench.bench.geometry_check import diff_dump, load_dump
+           as_json: bool, rule) -> int:
+    """``geometry --check``: 0 when every compared field of the dump agrees ("all N fields agree"), 1 on a
+    difference (the first one, its value in both, and how many differ); CpbenchInputError (exit 2) for a
+    malformed dump, a missing input (the prefix lengths) or options that clash with it."""
+    from cpbench.bench.geometry_check import diff_dump, load_dump, resolve_batch
 
     if as_json or rank is not None:
         raise CpbenchInputError("--check compares every rank of the dump and prints a diff: drop --json and --ranks")
     dump = load_dump(path)
-    if dump.cp_size is not None:
-        if cp is not None or extend is not None or prefix is not None:
-            raise CpbenchInputError(f"{str(path)!r} gives the batch (cp_size, extend_seq_lens): drop --cp, --extend-lens "
-                                    "and --prefix-lens")
-        cp, ext, pre = dump.cp_size, dump.extend_lens, dump.prefix_lens
-    else:
-        cp = 4 if cp is None else int_list(str(cp), "--cp")[0]
-        ext = int_list("11,13" if extend is None else extend, "--extend-lens")
-        pre = int_list(prefix, "--prefix-lens", minimum=0) if prefix is not None else None
-        if pre is not None and len(pre) == 1 and len(ext) > 1:
-            pre = pre * len(ext)
-    diffs, n = diff_dump(dump, ext, pre, cp)
+    batch = resolve_batch(dump, int_list(str(cp), "--cp")[0] if cp is not None else None,
+                          int_list(extend, "--extend-lens") if extend is not None else None,
+                          int_list(prefix, "--prefix-lens", minimum=0) if prefix is not None else None)
+    res = diff_dump(dump, batch, rule)
     ranks = ", ".join(str(r["rank"]) for r in sorted(dump.ranks, key=lambda r: r["rank"]))
-    head = f"cp_size {cp}, extend {list(ext)}, prefix {list(pre) if pre else [0] * len(ext)}; ranks {ranks}"
-    if not diffs:
-        console.print(f"match: {n} field(s) agree ({escape(head)})", soft_wrap=True)
+    head = (f"cp_size {batch.cp_size}, extend {batch.extend_lens}"
+            + (f" (the last padded by {batch.padded_by} of num_tokens)" if batch.padded_by else "")
+            + f", prefix {batch.prefix_lens if batch.prefix_lens is not None else 'not given'}; ranks {ranks}; "
+            + rule.describe())
+    if res.not_checked:
+        by_why: dict[str, list[str]] = {}
+        for k, why in res.not_checked.items():
+            by_why.setdefault(why, []).append(k)
+        for why, keys in by_why.items():
+            console.print(f"not checked ({why}): {escape(', '.join(keys))}", soft_wrap=True)
+    if not res.differences:
+        console.print(f"all {res.compared} fields agree ({escape(head)})", soft_wrap=True)
         return 0
-    console.print(f"[red]{len(diffs)} of {n} field(s) differ[/] ({escape(head)}):")
-    for line in diffs:
-        console.print("  " + escape(line), soft_wrap=True)
+    console.print(f"[red]first difference:[/] {escape(res.differences[0])}", soft_wrap=True)
+    console.print(f"{len(res.differences)} of {res.compared} fields differ ({escape(head)})", soft_wrap=True)
     return 1
 
 

@@ -171,6 +171,12 @@ def choice_list(text: str, allowed: tuple[str, ...], what: str, both: bool = Tru
 
 
 
+CpMinExtendOpt = Annotated[str, typer.Option(
+    "--cp-min-extend", help="Which batches SGLang runs with CP: pr (SGLang PR #33137: every extend >= 2*cp_size), "
+                            "upstream (every extend >= max(128, 2*cp_size)) or a number N (>= max(N, 2*cp_size)).")]
+CpMinTokensOpt = Annotated[int, typer.Option(
+    "--cp-min-tokens", help="And a total-token minimum: a batch with fewer extend tokens runs without CP (forks; "
+                            "0: none).")]
 FusedOrderOpt = Annotated[str, typer.Option(
     "--fused-order", help="Segment order of the fused batch: prev-next (SGLang PR #33137), next-prev or "
                           "interleaved (prev/next per request); outputs are un-permuted and checked as usual.")]

@@ -16,7 +16,8 @@ from cpbench.bench.dist.launch import under_torchrun
 from cpbench.cli_cells import check_out, parse_cells, workload_batches
 from cpbench.cli_dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch, LaunchOpt,
                               NprocOpt, launch_torchrun, run_as_rank)
-from cpbench.cli_options import (BACKEND_CHOICES, DeviceOpt, DType, ExtendLensOpt, FusedOrderOpt, HeadDimOpt, HeadsOpt, KvHeadsOpt,
+from cpbench.cli_options import (BACKEND_CHOICES, CpMinExtendOpt, CpMinTokensOpt, DeviceOpt, DType, ExtendLensOpt,
+                                 FusedOrderOpt, HeadDimOpt, HeadsOpt, KvHeadsOpt,
                                  LayersOpt, ModelConfigOpt, ModelOpt, PageSizeOpt, PrefixLenOpt, SinksOpt, WindowOpt,
                                  check_fused_order, choice_list, console,
                                  err_console, resolve_device, resolve_model)
@@ -69,6 +70,12 @@ def sweep(
         "--max-prefill-tokens", help="Skip (status skipped) a batch of more than this many extend tokens, as "
                                      "SGLang's scheduler never builds one; a single request always runs. "
                                      "0: no cap.")] = 131072,
+    cp_min_extend: CpMinExtendOpt = "pr",
+    cp_min_tokens: CpMinTokensOpt = 0,
+    swa_pool: Annotated[bool, typer.Option(
+        "--swa-pool", help="A separate sliding-window KV pool (SGLang's hybrid SWA memory, GPT-OSS): window layers "
+                           "have their own page table [bs, W] and the fused call duplicates it too; page-table "
+                           "bytes, duplicate bytes, copy time and memory count both tables.")] = False,
     budget_ms: Annotated[float, typer.Option("--budget-ms", help="Time budget per timed variant, ms (the cap).")] = 200.0,
     rel_ci: Annotated[float, typer.Option(
         "--rel-ci", help="Stop sampling a variant once the 95% CI of its median is within this fraction of the "
@@ -118,6 +125,12 @@ def sweep(
     warmup = (3 if dev.type == "cuda" else 1) if warmup is None else warmup
     if max_prefill_tokens < 0:
         raise CpbenchInputError(f"--max-prefill-tokens must be >= 0 (0: no cap), got {max_prefill_tokens}")
+    from cpbench.bench.eligibility import parse_rule
+
+    rule = parse_rule(cp_min_extend, cp_min_tokens)
+    if swa_pool and spec.sliding_window is None:
+        raise CpbenchInputError(f"--swa-pool needs a model with sliding-window layers; {spec.name} has none "
+                                "(gpt-oss presets have them, or give --window)")
     if budget_ms <= 0 or warmup < 0:
         raise CpbenchInputError("--budget-ms must be > 0 and --warmup >= 0")
     if not 0 <= rel_ci < 1:  # NaN fails too
@@ -138,6 +151,7 @@ def sweep(
               budget_ms=budget_ms, rel_ci=rel_ci or None, warmup=warmup, dtype=dtype.value, seed=seed, check=check,
               context_len=context_len, device=dev, profile=profile, nvtx=nvtx, out=out, resume=resume, tp_size=tp,
               batches=mix, lengths=lengths, trace=trace, prefix_hit=prefix_hit, max_prefill_tokens=max_prefill_tokens,
+              cp_min_extend=rule.min_extend, cp_min_tokens=rule.min_tokens, swa_pool=swa_pool,
               report=report, allow_mismatch=allow_mismatch, console=console, gather=dist.gather_mode,
               fused_order=check_fused_order(fused_order), cpu_affinity=cpu_affinity)
     if not dist.distributed:

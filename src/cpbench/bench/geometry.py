@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Sequence
 
+from cpbench.bench.eligibility import DEFAULT_RULE, CpRule
 from cpbench.errors import CpbenchInputError
 
 
@@ -160,8 +161,10 @@ class RankGeometry:
         raise CpbenchInputError(f"unknown mode {mode!r}: use 'two-call' or 'fused'")
 
     def to_json(self) -> dict:
-        """The `cpbench geometry --json` object for this rank (a fixed key set: tools parse it)."""
-        ok = self.eligible
+        """The `cpbench geometry --json` object for this rank (a fixed key set: tools parse it).
+        ``eligible`` says whether SGLang runs the batch with CP: false at ``cp_size == 1`` ("no CP": SGLang
+        builds no CP strategy), with every metadata field null."""
+        ok = self.eligible and self.cp_size > 1
         return {
             "rank": self.rank,
             "eligible": ok,
@@ -240,21 +243,15 @@ def validate_batch(extend_lens: Sequence[int], prefix_lens: Sequence[int] | None
     return ext, pre
 
 
-def eligibility(extend_lens: Sequence[int], cp_size: int) -> tuple[bool, str]:
-    """Whether SGLang would run this batch with CP, and why (SGLang cp_utils: every extend length
-    must be >= 2 * cp_size; ``cp_size == 1`` is a plain non-CP run)."""
-    if cp_size == 1:
-        return True, "no CP (cp_size 1): one segment per request"
-    need = 2 * cp_size
-    for s, n in enumerate(extend_lens):
-        if n < need:
-            return False, (f"request {s} has {n} extend tokens < 2*cp_size = {need}; "
-                           "SGLang runs this batch without CP")
-    return True, ""
+def eligibility(extend_lens: Sequence[int], cp_size: int, rule: CpRule | None = None) -> tuple[bool, str]:
+    """Whether SGLang would run this batch with CP under ``rule`` (default: PR #33137's, every extend
+    length >= 2 * cp_size; :mod:`cpbench.bench.eligibility`), and why not. ``cp_size == 1`` is
+    ``(True, "no CP ...")``: a plain prefill, one segment per request."""
+    return (rule or DEFAULT_RULE).check(extend_lens, cp_size)
 
 
 def rank_geometry(extend_lens: Sequence[int], prefix_lens: Sequence[int] | None, cp_size: int,
-                  rank: int) -> RankGeometry:
+                  rank: int, rule: CpRule | None = None) -> RankGeometry:
     """Zigzag metadata of one rank (SGLang zigzag.py build_metadata; docs/design.md §1).
 
     Args:
@@ -262,6 +259,7 @@ def rank_geometry(extend_lens: Sequence[int], prefix_lens: Sequence[int] | None,
         prefix_lens: cached prefix tokens per request (``seq_len - extend_len``), or None for 0s.
         cp_size: CP size C >= 1.
         rank: 0 <= rank < C.
+        rule: the eligibility rule (default PR #33137's, :func:`eligibility`).
     Returns:
         RankGeometry; ``tokens_padded`` is SGLang's per-rank padded row count,
         ``ceil(max_r tokens_r / 2C) * 2C`` (pad_logical_token_to_physical).
@@ -269,7 +267,7 @@ def rank_geometry(extend_lens: Sequence[int], prefix_lens: Sequence[int] | None,
         CpbenchInputError: see :func:`validate_batch`.
     """
     ext, pre = validate_batch(extend_lens, prefix_lens, cp_size, rank)
-    ok, reason = eligibility(ext, cp_size)
+    ok, reason = eligibility(ext, cp_size, rule)
     base = dict(cp_size=cp_size, rank=rank, eligible=ok, reason=reason, extend_lens=ext, prefix_lens=pre)
     if not ok:
         return RankGeometry(**base)
@@ -309,9 +307,9 @@ def padded_tokens_per_rank(extend_lens: Sequence[int], cp_size: int) -> int:
 
 
 def all_ranks(extend_lens: Sequence[int], prefix_lens: Sequence[int] | None,
-              cp_size: int) -> list[RankGeometry]:
+              cp_size: int, rule: CpRule | None = None) -> list[RankGeometry]:
     """:func:`rank_geometry` for every rank ``0..cp_size-1``."""
-    return [rank_geometry(extend_lens, prefix_lens, cp_size, r) for r in range(cp_size)]
+    return [rank_geometry(extend_lens, prefix_lens, cp_size, r, rule) for r in range(cp_size)]
 
 
 def attended_pairs(q_len: int, kv_len: int, window_left: int = -1) -> int:

@@ -64,6 +64,26 @@ def build_block_tables(seq_lens: Sequence[int], page_size: int, context_len: int
     return table.to(device), num_pages
 
 
+def build_swa_block_tables(block_tables: torch.Tensor, seq_lens: Sequence[int], page_size: int,
+                           seed: int = 0) -> torch.Tensor:
+    """The SWA pool's page table of a model with a separate sliding-window KV pool (SGLang SWAKVPool).
+
+    SGLang translates the full table's entries into SWA-pool page ids and keeps the result in a table of the
+    same shape (trtllm_mha_backend.py: ``swa_page_table`` is built like ``page_table``, ``[bs, W]`` int32).
+    Here the SWA pool's pages are a seeded permutation of ``0..sum(pages)-1`` of its own (another layout
+    than the full table's), zero past each request's pages; ``block_tables`` gives the shape and device.
+    """
+    need = [pages_for(n, page_size) for n in seq_lens]
+    perm = torch.randperm(sum(need), generator=torch.Generator().manual_seed(seed + 7919),
+                          dtype=torch.int64).to(torch.int32)
+    table = torch.zeros(tuple(block_tables.shape), dtype=torch.int32)  # swa_page_table: [bs, W] int32
+    start = 0
+    for s, n in enumerate(need):
+        table[s, :n] = perm[start:start + n]
+        start += n
+    return table.to(block_tables.device)
+
+
 def duplicate_block_tables(block_tables: torch.Tensor, fused_order: str = "prev-next") -> torch.Tensor:
     """Row-duplicated page table of the fused call, ``[2*bs, W]``: ``cat(t, t)`` (SGLang PR #33137; also
     ``next-prev``) or ``t.repeat_interleave(2, 0)`` for the ``interleaved`` order, so that segment

@@ -19,6 +19,7 @@ import torch
 
 from cpbench.bench.backends import get_backend
 from cpbench.bench.derived import add_cell_columns
+from cpbench.bench.eligibility import CpRule, parse_rule
 from cpbench.bench.env import sm_clock_mhz
 from cpbench.bench.flops import forward_flops
 from cpbench.bench.geometry import all_ranks, eligibility
@@ -95,6 +96,15 @@ class SweepConfig:
     # SGLang's max_prefill_tokens: a batch with more extend tokens than this is not run (status skipped);
     # 0 = no cap
     max_prefill_tokens: int = 0
+    # which batches SGLang runs with CP (bench.eligibility): pr | upstream | a number; a total-token minimum
+    cp_min_extend: str = "pr"
+    cp_min_tokens: int = 0
+    # a separate sliding-window KV pool (SGLang SWAKVPool): window layers' own page table, duplicated too
+    swa_pool: bool = False
+
+    @property
+    def cp_rule(self) -> CpRule:
+        return parse_rule(self.cp_min_extend, self.cp_min_tokens)
 
 
     @property
@@ -261,7 +271,7 @@ class Runner:
 
     def _measure_cell(self, cell: CellSpec, backend: str, mine: list[int], todo: dict, on_rank) -> list[dict]:
         g = self.group
-        ok, reason = eligibility(cell.extend_lens, cell.cp_size)
+        ok, reason = eligibility(cell.extend_lens, cell.cp_size, self.cfg.cp_rule)
         why = (None if ok else ("ineligible", reason)) or over_token_budget(cell, self.cfg.max_prefill_tokens) \
             or self._unsupported(cell, backend)
         if why:
@@ -302,7 +312,8 @@ class Runner:
             t_build = time.perf_counter()
             inputs = build_cell(self.cfg.model, cell.extend_lens, cell.prefix_lens,
                                 page_size=self.cfg.model.page_size, dtype=DTYPES[self.cfg.dtype],
-                                device=self.cfg.device, seed=self.cfg.seed, context_len=self.cfg.context_len)
+                                device=self.cfg.device, seed=self.cfg.seed, context_len=self.cfg.context_len,
+                                swa_pool=self.cfg.swa_pool)
             self._inputs = (inputs, self._cell_metrics(inputs))
             self.times.add("build", time.perf_counter() - t_build)
         return self._inputs
@@ -326,7 +337,12 @@ class Runner:
         return None
 
     def _cell_metrics(self, inputs: CellInputs) -> dict:
-        bt = inputs.block_tables
-        return dict(page_table_bytes=table_bytes(bt), kv_cache_bytes=inputs.kv_cache_bytes,
-                    context_len=inputs.context_len, kv_buffers=len(inputs.kv_buffers),
-                    dup_copy_us=time_op_us(lambda: duplicate_block_tables(bt), self.clock))
+        """Per-cell page-table columns: bytes of every table (the SWA pool's too with --swa-pool) and the
+        time of duplicating all of them (the fused call's cat(t, t) of each)."""
+        tables = [t for t in (inputs.block_tables, inputs.swa_block_tables) if t is not None]
+        swa = inputs.swa_block_tables
+        return dict(page_table_bytes=sum(table_bytes(t) for t in tables),
+                    swa_page_table_bytes=table_bytes(swa) if swa is not None else 0,
+                    kv_cache_bytes=inputs.kv_cache_bytes, context_len=inputs.context_len,
+                    kv_buffers=len(inputs.kv_buffers),
+                    dup_copy_us=time_op_us(lambda: [duplicate_block_tables(t) for t in tables], self.clock))

@@ -17,7 +17,7 @@ LAUNCHES = ("simulated", "torchrun")
 STATUSES = ("ok", "ineligible", "skipped", "unsupported", "oom", "mismatch", "error")
 # kinds of device memory a mode's setup holds (setup_mem_<kind> columns, bench/memory.py), in chart order:
 # Prepared.setup_mem keys, the K|V all-gather buffers of a torchrun layer, and what lies outside those
-SETUP_PARTS = ("page_table", "metadata", "plan", "workspace", "outputs", "comm", "other")
+SETUP_PARTS = ("page_table", "swa_page_table", "metadata", "plan", "workspace", "outputs", "comm", "other")
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,7 @@ _COLUMNS = [
     _c("host_launch_us", "float", "µs", "median host time to enqueue one forward inside the timed samples (graph: one replay; NaN on CPU)"),
     _c("setup_us_metadata", "float", "µs", "host setup: metadata"),
     _c("setup_us_page_table", "float", "µs", "host setup: page tables"),
+    _c("setup_us_swa_page_table", "float", "µs", "host setup: the SWA pool table's duplicate (--swa-pool)"),
     _c("setup_us_plan", "float", "µs", "host setup: plan()"),
     _c("setup_us_outputs", "float", "µs", "host setup: output buffers"),
     _c("setup_us_total", "float", "µs", "sum of setup parts"),
@@ -103,6 +104,7 @@ _COLUMNS = [
        "(the shared float workspace included)"),
     *[_c(f"setup_mem_{k}", "float", "bytes", d) for k, d in zip(SETUP_PARTS, (
         "the fused call's row-duplicated block_tables (0 for two-call)",
+        "the fused call's row-duplicated SWA-pool table, --swa-pool (0 for two-call or without it)",
         "indptr / indices / cu_seqlens arrays of the calls",
         "the wrappers' plan state and int workspace buffers",
         "the float workspace the calls use (shared by the modes, allocated once)",
@@ -112,9 +114,12 @@ _COLUMNS = [
     _c("forward_mem_bytes", "float", "bytes", "transient device memory of the first forward above what was "
        "allocated before it"),
     _c("mem_reason", "str", "", "why the memory columns are NaN (empty when measured)"),
-    _c("page_table_bytes", "int", "bytes", "bytes of block_tables [bs, W]"),
-    _c("page_table_dup_bytes", "int", "bytes", "bytes of the row-duplicated [2*bs, W] table (fused only)"),
-    _c("dup_copy_us", "float", "µs", "measured time of cat(block_tables, block_tables) (fused only)"),
+    _c("page_table_bytes", "int", "bytes", "bytes of every page table: block_tables [bs, W], plus the SWA "
+       "pool's [bs, W] with --swa-pool"),
+    _c("swa_page_table_bytes", "int", "bytes", "bytes of the SWA pool's table [bs, W] (--swa-pool; else 0)"),
+    _c("page_table_dup_bytes", "int", "bytes", "bytes of the row-duplicated [2*bs, W] tables, both with "
+       "--swa-pool (fused only)"),
+    _c("dup_copy_us", "float", "µs", "measured time of cat(t, t) of every page table (fused only)"),
     _c("kv_cache_bytes", "int", "bytes", "one layer's K+V cache"),
     _c("kv_buffers", "int", "", "distinct KV caches the layers rotate through"),
     _c("context_len", "int", "tokens", "tokens the page table is sized for"),
@@ -175,7 +180,8 @@ KEY_COLUMNS = CELL_COLUMNS + tuple(c.name for c in _COLUMNS if c.role == "row")
 # sweep options a resumed sweep must keep: the run columns' options, plus options that change every
 # row's meaning without being a column of their own
 FIXED_ON_RESUME = tuple(c.option for c in _COLUMNS if c.option) + ("prefix", "context_len", "check", "batches",
-                                                                  "prefix_hit")
+                                                                  "prefix_hit", "cp_min_extend", "cp_min_tokens",
+                                                                  "swa_pool")
 
 
 def row_key(row: dict) -> tuple:

@@ -47,12 +47,13 @@ def check_cells(cfg: SweepConfig, cells: list[CellSpec]) -> None:
                                     "backends this machine can run)")
     if cfg.device.type == "cpu":
         cpu_tflop_limit()
-    if not any(eligibility(c.extend_lens, c.cp_size)[0] for c in cells):
+    rule = cfg.cp_rule
+    if not any(eligibility(c.extend_lens, c.cp_size, rule)[0] for c in cells):
         c = cells[0]
-        raise CpbenchInputError(f"no cell can run: {eligibility(c.extend_lens, c.cp_size)[1]} "
-                                f"(every batch needs extend lengths >= 2*cp_size)")
+        raise CpbenchInputError(f"no cell can run: {eligibility(c.extend_lens, c.cp_size, rule)[1]} "
+                                f"(every batch must pass --cp-min-extend {rule.min_extend})")
     over = [over_token_budget(c, cfg.max_prefill_tokens) for c in cells]
-    if all(o or not eligibility(c.extend_lens, c.cp_size)[0] for o, c in zip(over, cells)):
+    if all(o or not eligibility(c.extend_lens, c.cp_size, rule)[0] for o, c in zip(over, cells)):
         first = next(o for o in over if o)[1]
         raise CpbenchInputError(f"no cell can run: {first}" if all(over) else
                                 f"no cell can run: each is not CP-eligible or over the token cap ({first})")

@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 
 from cpbench.bench.geometry import RankGeometry
-from cpbench.bench.kv import allocate_kv_cache, build_block_tables
+from cpbench.bench.kv import allocate_kv_cache, build_block_tables, build_swa_block_tables
 from cpbench.bench.models import ModelSpec
 
 
@@ -26,6 +26,9 @@ class CellInputs:
         kv_buffers: list of ``(k_cache, v_cache)``, each ``[num_pages, page_size, Hkv, D]``; layer i reads
             buffer ``layer_buffer[i]`` (consecutive layers read different memory while it fits the budget).
         block_tables: ``[bs, W]`` int32 page table; sinks: ``[Hq]`` fp32 or None.
+        swa_block_tables: ``[bs, W]`` int32, the SWA pool's table of a model with window layers and a
+            separate SWA KV pool (``--swa-pool``), else None. The fused call duplicates it as SGLang does;
+            cpbench's kernels read ``block_tables`` for every layer (the SWA table is accounted, not read).
     """
 
     model: ModelSpec
@@ -40,6 +43,7 @@ class CellInputs:
     num_pages: int
     sinks: torch.Tensor | None
     context_len: int
+    swa_block_tables: torch.Tensor | None = None
 
     @property
     def device(self) -> torch.device:
@@ -62,10 +66,11 @@ class CellInputs:
 
 def build_cell(model: ModelSpec, extend_lens: Sequence[int], prefix_lens: Sequence[int], *,
                page_size: int, dtype: torch.dtype, device: torch.device | str, seed: int = 0,
-               context_len: int | None = None, kv_budget_bytes: int = 4 << 30) -> CellInputs:
+               context_len: int | None = None, kv_budget_bytes: int = 4 << 30, swa_pool: bool = False) -> CellInputs:
     """Allocate a cell's inputs (seeded, standard-normal q/k/v, sinks ~ N(0, 1) fp32).
 
     Up to ``num_layers`` KV buffers are allocated while they fit ``kv_budget_bytes`` (at least one).
+    ``swa_pool``: also build the SWA pool's table (:func:`cpbench.bench.kv.build_swa_block_tables`).
     Raises torch.OutOfMemoryError when the device is full; CpbenchInputError for a bad page size or
     context length.
     """
@@ -87,7 +92,8 @@ def build_cell(model: ModelSpec, extend_lens: Sequence[int], prefix_lens: Sequen
         offsets.append(offsets[-1] + e)
     return CellInputs(model, tuple(extend_lens), tuple(prefix_lens), page_size, q_all, offsets,
                       kv_buffers, [i % n_buf for i in range(model.num_layers)], block_tables,
-                      num_pages, sinks, context_len or max(seq_lens))
+                      num_pages, sinks, context_len or max(seq_lens),
+                      build_swa_block_tables(block_tables, seq_lens, page_size, seed) if swa_pool else None)
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Measured device memory per mode, by kind of allocation (the ``setup_mem_*`` columns), with the
-fused call's page-table duplicate as a share of what the mode holds."""
+fused call's page-table duplicates (the full table's and, with --swa-pool, the SWA pool's) as a share of
+what the mode holds."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from cpbench.plots import style
 from cpbench.plots.style import MODE_COLOR, human_bytes, no_data
 
 MODES = ("two-call", "fused")
-PART_COLOR = {"page_table": "#d55e00", "metadata": "#e69f00", "plan": "#56b4e9", "workspace": "#bbbbbb",
+PART_COLOR = {"page_table": "#d55e00", "swa_page_table": "#f0e442", "metadata": "#e69f00", "plan": "#56b4e9", "workspace": "#bbbbbb",
               "outputs": "#009e73", "comm": "#cc79a7", "other": "#666666"}
-PART_LABEL = {"page_table": "duplicated page table", "metadata": "metadata (indptr, indices)",
+PART_LABEL = {"page_table": "duplicated page table", "swa_page_table": "duplicated SWA page table (--swa-pool)",
+              "metadata": "metadata (indptr, indices)",
               "plan": "plan + int workspace", "workspace": "float workspace (shared)", "outputs": "outputs",
               "comm": "all-gather buffers", "other": "other", "forward": "forward's transient peak"}
 
@@ -34,7 +36,7 @@ def share_text(x: float) -> str:
 def setup_memory_frame(df: pd.DataFrame) -> pd.DataFrame:
     """Per (cp_size, bs, seq_len, mode), over ok rows with measured memory: the rank holding the most
     (``setup_mem_bytes``), its ``setup_mem_<part>`` bytes, ``forward_mem_bytes``, ``peak_mem_bytes``
-    and ``dup_share`` (duplicated page table / setup_mem_bytes, a fraction). Empty when nothing was
+    and ``dup_share`` (the duplicated tables, SWA pool's included, / setup_mem_bytes, a fraction). Empty when nothing was
     measured (CPU runs: the columns are NaN)."""
     cols = [f"setup_mem_{p}" for p in SETUP_PARTS] + ["setup_mem_bytes", "forward_mem_bytes", "peak_mem_bytes"]
     keys = ["cp_size", "bs", "seq_len", "mode"]
@@ -46,7 +48,7 @@ def setup_memory_frame(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=keys + cols + ["dup_share"])
     d = d.sort_values("setup_mem_bytes").groupby(keys, sort=True).tail(1)  # the rank holding the most
     d = d.sort_values(keys)[keys + cols].reset_index(drop=True)
-    d["dup_share"] = d["setup_mem_page_table"] / d["setup_mem_bytes"]
+    d["dup_share"] = (d["setup_mem_page_table"] + d["setup_mem_swa_page_table"].fillna(0)) / d["setup_mem_bytes"]
     return d
 
 
@@ -80,7 +82,7 @@ def setup_memory_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -
             fwd = float(r["forward_mem_bytes"]) if np.isfinite(r["forward_mem_bytes"]) else 0.0
             if fwd > 0:
                 ax.bar(x, fwd, width, bottom=bottom, color="none", hatch="///", edgecolor=MODE_COLOR[mode], lw=1.2)
-            if mode == "fused" and r["setup_mem_page_table"] > 0:
+            if mode == "fused" and r["setup_mem_page_table"] + np.nan_to_num(r["setup_mem_swa_page_table"]) > 0:
                 ax.text(x, bottom + fwd, share_text(r["dup_share"]), ha="center", va="bottom", fontsize=6,
                         rotation=90)
     ax.set_xticks(x0, [f"cp{c}\nbs{b}\n{style.human_tokens(s)}" for c, b, s in cells_],
@@ -93,6 +95,6 @@ def setup_memory_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -
     handles += [Patch(facecolor="none", hatch="///", edgecolor="#333333", label=PART_LABEL["forward"])]
     handles += [Patch(facecolor="white", edgecolor=MODE_COLOR[md], lw=1.5, label=f"{md} (left/right)") for md in MODES]
     fig.legend(handles=handles, loc="outside lower center", ncol=4, frameon=False, fontsize=8)
-    ax.text(0.01, 0.98, "label on fused bars: duplicated page table as % of the setup's memory",
+    ax.text(0.01, 0.98, "label on fused bars: duplicated page table(s) as % of the setup's memory",
             transform=ax.transAxes, va="top", fontsize=7, color="#555555")
     return style.save(fig, out_dir, name)

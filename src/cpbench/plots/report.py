@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cpbench.bench.eligibility import DEFAULT_RULE, CpRule, parse_rule
 from cpbench.bench.schema import CELL_COLUMNS, MODES
 from cpbench.bench.store import RunDir, load_run
 from cpbench.bench.verdicts import TIE_BAND
@@ -122,6 +123,15 @@ def notes(df: pd.DataFrame) -> list[str]:
     return out or [ALL_RAN]
 
 
+def run_rule(manifest: dict) -> CpRule:
+    """The eligibility rule the run was measured under (its manifest config; runs before the option: ``pr``)."""
+    cfg = manifest.get("config") or {}
+    try:
+        return parse_rule(cfg.get("cp_min_extend"), cfg.get("cp_min_tokens"))
+    except CpbenchInputError:
+        return DEFAULT_RULE
+
+
 def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
     """Bullets for cells the manifest's config planned but the results do not hold (a sweep that was
     stopped: ``cpbench sweep ... --resume`` measures them)."""
@@ -184,7 +194,8 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
     unit = "calls" if cpu else "kernels"
     parts += (cpu_summary_lines(view) if cpu else summary_lines(view)) + kernel_lines(counts, unit) + merge_lines(d)
-    parts += [""] + (workload_sections(view, d) if not cpu else cp_share_lines(view) + [""])  # no speedups on CPU
+    rule = run_rule(manifest)
+    parts += [""] + (workload_sections(view, d, rule) if not cpu else cp_share_lines(view, rule) + [""])  # no speedups on CPU
     parts += ["## Environment", "", environment_table(manifest, cpu), "", "## Reproduce", ""]
     parts += reproduce_lines(manifest)
     parts += ["## Results per cp size", "",

@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 
+from cpbench.bench.eligibility import DEFAULT_RULE, CpRule
 from cpbench.plots.style import human_tokens
 from cpbench.plots.tables import md_table, ms, times, times_ci, verdict
 
@@ -59,9 +60,10 @@ def when_to_fuse(view: pd.DataFrame) -> list[tuple[str, str]]:
     return out
 
 
-def cp_share_lines(view: pd.DataFrame) -> list[str]:
-    """One bullet per (model, tp_size, cp_size): requests in batches SGLang runs with CP (every extend length
-    ``>= 2*cp_size``) out of all requests, counting each batch once (not per backend or timing)."""
+def cp_share_lines(view: pd.DataFrame, rule: CpRule = DEFAULT_RULE) -> list[str]:
+    """One bullet per (model, tp_size, cp_size): requests in batches SGLang runs with CP under ``rule`` (the
+    sweep's --cp-min-extend / --cp-min-tokens, which decided the rows' ``ineligible`` status) out of all
+    requests, counting each batch once (not per backend or timing); cp_size 1 reads "no CP"."""
     if view.empty:
         return []
     out = []
@@ -74,14 +76,18 @@ def cp_share_lines(view: pd.DataFrame) -> list[str]:
         if v.empty:
             out.append(f"- {model} · tp {tp} · cp {cp}: no batch ran{note}.")
             continue
+        if int(cp) == 1:
+            out.append(f"- {model} · tp {tp} · cp 1: no CP (SGLang builds no CP strategy at cp_size 1: every batch "
+                       f"is a plain prefill){note}.")
+            continue
         batches = (v.groupby(keys[3:], sort=False)["status"].agg(lambda s: not (s == "ineligible").any())
                    .rename("with_cp").reset_index())
         total = int(batches["bs"].sum())
         with_cp = int(batches.loc[batches["with_cp"], "bs"].sum())
         out.append(f"- {model} · tp {tp} · cp {cp}: {with_cp} of {total} requests "
                    f"({100 * with_cp / total:.0f} %) in {int(batches['with_cp'].sum())} of {len(batches)} batch(es) "
-                   "ran with CP" + ("" if with_cp == total else "; the others are in batches with an extend shorter "
-                                    "than 2 × cp_size, which SGLang runs without CP") + note + ".")
+                   "ran with CP" + ("" if with_cp == total else "; the others are in batches SGLang runs without CP "
+                                    f"under {rule.describe(int(cp))}") + note + ".")
     return out
 
 
@@ -115,18 +121,19 @@ def _tokens(c: dict) -> str:
     return s
 
 
-def workload_sections(view: pd.DataFrame, d: pd.DataFrame) -> list[str]:
-    """The report's "When to fuse" and "By layer kind" sections (markdown lines)."""
+def workload_sections(view: pd.DataFrame, d: pd.DataFrame, rule: CpRule = DEFAULT_RULE) -> list[str]:
+    """The report's "When to fuse" and "By layer kind" sections (markdown lines); ``rule``: the sweep's
+    eligibility rule (:func:`cp_share_lines`)."""
     parts = ["## When to fuse", "",
              "Fused vs two-call on the critical path over (bs, longest extend length), by the speedup's 95 % "
              "interval: faster when it lies above 1, slower when below 1, else a tie; the speedup follows. "
              "Several batches in one entry (a length mix) are counted by verdict; no CP: batches SGLang runs without "
-             "CP (an extend shorter than 2 × cp_size).", ""]
+             f"CP ({rule.describe()}).", ""]
     for heading, table in when_to_fuse(view):
         parts += [f"### {heading}", "", table, ""]
     if view.empty:
         parts += ["_No cells._", ""]
-    parts += cp_share_lines(view) + [""]
+    parts += cp_share_lines(view, rule) + [""]
     table = layer_kind_table(d)
     if table:
         parts += ["## By layer kind", "",

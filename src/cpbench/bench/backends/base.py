@@ -57,6 +57,7 @@ class Prepared:
     kernel_patterns: tuple[str, ...] = ()
     setup_mem: dict[str, int] = field(default_factory=dict)
     row_order: torch.Tensor | None = None
+    held: list = field(default_factory=list)  # tensors the forward keeps allocated (the SWA table's duplicate)
 
     def __post_init__(self) -> None:
         self.layers = [[s if isinstance(s, Step) else Step(*s) for s in steps] for steps in self.layers]
@@ -92,7 +93,7 @@ class Prepared:
         i's attention, as a CP layer does; outputs, setup and kernel patterns are shared."""
         layers = [[*steps_for_layer(i), *steps] for i, steps in enumerate(self.layers)]
         return Prepared(layers, self.outputs, dict(self.setup_us), self.kernel_patterns, dict(self.setup_mem),
-                        self.row_order)
+                        self.row_order, self.held)
 
 
 class Backend(Protocol):
@@ -157,6 +158,21 @@ def calls_and_table(work: RankWork, mode: str) -> tuple[list, torch.Tensor]:
     calls = work.geometry.calls(mode, work.fused_order)
     fused = mode == "fused" and work.geometry.cp_size > 1
     return calls, duplicate_block_tables(work.cell.block_tables, work.fused_order) if fused else work.cell.block_tables
+
+
+def swa_table(work: RankWork, mode: str, sw: Stopwatch) -> list[torch.Tensor]:
+    """The fused call's duplicate of the SWA pool's table, ``[2*bs, W]`` int32, built once per forward as
+    SGLang builds ``zigzag_swa_page_table``, timed and measured as setup part ``swa_page_table`` of ``sw``
+    (``[]`` and no part without ``--swa-pool``; two-call and cp_size 1 read the plain table). Held by the
+    forward (``Prepared.held``); cpbench's kernels read ``block_tables`` for every layer."""
+    from cpbench.bench.kv import duplicate_block_tables
+
+    t = work.cell.swa_block_tables
+    if t is None:
+        return []
+    with sw("swa_page_table"):
+        fused = mode == "fused" and work.geometry.cp_size > 1
+        return [duplicate_block_tables(t, work.fused_order)] if fused else []
 
 
 def call_rows(work: RankWork, calls) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from cpbench.bench.backends.base import Prepared, Stopwatch, call_rows, calls_and_table, output_buffers, row_ranges
+from cpbench.bench.backends.base import (Prepared, Stopwatch, call_rows, calls_and_table, output_buffers,
+                                         row_ranges, swa_table)
 from cpbench.bench.backends.registry import capability_refusal, get_spec
 from cpbench.bench.kv import paged_kv_arrays
 from cpbench.bench.models import ModelSpec
@@ -104,6 +105,7 @@ class FlashInferBackend:
         cell, m = work.cell, work.model
         with sw("page_table"):
             calls, table = calls_and_table(work, mode)
+        held = swa_table(work, mode, sw)
         with sw("metadata"):
             ranges = row_ranges(calls)
             q, row_order = call_rows(work, calls)
@@ -131,7 +133,7 @@ class FlashInferBackend:
             layers.append([(name, _run(planned[(w, ci)], q[r0:r1], kv, cell.sinks, outputs[w][r0:r1]))
                            for ci, ((name, _), (r0, r1)) in enumerate(zip(calls, ranges))])
         return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec(self.name).kernel_patterns, setup_mem=sw.mem,
-                        row_order=row_order)
+                        row_order=row_order, held=held)
 
 
 def _run(wrapper, q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], sinks: torch.Tensor | None,

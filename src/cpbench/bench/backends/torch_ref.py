@@ -22,7 +22,8 @@ from itertools import accumulate
 import torch
 import torch.nn.functional as F
 
-from cpbench.bench.backends.base import Prepared, Stopwatch, call_rows, calls_and_table, output_buffers, row_ranges
+from cpbench.bench.backends.base import (Prepared, Stopwatch, call_rows, calls_and_table, output_buffers,
+                                         row_ranges, swa_table)
 from cpbench.bench.backends.registry import get_spec
 from cpbench.bench.geometry import Segment
 from cpbench.bench.kv import token_slots
@@ -262,6 +263,7 @@ class TorchBackend:
         ps = work.cell.page_size
         with sw("page_table"):
             calls, table = calls_and_table(work, mode)
+        held = swa_table(work, mode, sw)
         with sw("metadata"):
             ranges = row_ranges(calls)
             q_all, row_order = call_rows(work, calls)
@@ -274,7 +276,7 @@ class TorchBackend:
             layers.append([(name, _call_closure(work, segs, sl, rr, w, kv, outputs[w], q_all))
                            for (name, segs), sl, rr in zip(calls, slots, ranges)])
         return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec("torch").kernel_patterns, setup_mem=sw.mem,
-                        row_order=row_order)
+                        row_order=row_order, held=held)
 
 
 def sequence_reference(cell: CellInputs, request: int, layer: int) -> torch.Tensor:

@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from cpbench.bench.backends.base import Prepared, Stopwatch, call_rows, calls_and_table, output_buffers
+from cpbench.bench.backends.base import Prepared, Stopwatch, call_rows, calls_and_table, output_buffers, swa_table
 from cpbench.bench.backends.registry import capability_refusal, get_spec
 from cpbench.bench.backends.trtllm_args import call_tensors, layer_args, trtllm_calls
 from cpbench.bench.kv import kv_block_offsets
@@ -72,6 +72,7 @@ class _TrtllmBackend:
         with sw("page_table"):
             calls, table = calls_and_table(work, mode)
             table = self._table(table, cell.num_pages)
+        held = swa_table(work, mode, sw)
         with sw("metadata"):
             q, row_order = call_rows(work, calls)
             tcalls = trtllm_calls(work.geometry, mode, cell.context_len, work.fused_order)
@@ -88,7 +89,7 @@ class _TrtllmBackend:
                                                    cell.sinks, outputs[w][c.q_rows[0]:c.q_rows[1]]))
                            for c, a in zip(tcalls, args)])
         return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec(self.name).kernel_patterns, setup_mem=sw.mem,
-                        row_order=row_order)
+                        row_order=row_order, held=held)
 
     def _table(self, table: torch.Tensor, num_pages: int) -> torch.Tensor:
         """The page table as this kernel reads it (default: as is, ``[rows, W]``)."""
