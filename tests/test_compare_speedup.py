@@ -165,18 +165,18 @@ def test_cpu_runs_get_no_speedup_verdicts(tmp_path, base_over, new_over):
 
 
 def test_agreement_among_cells_host_bound_in_neither_run():
-    """The committed H200 pair 3: eager bs 1 x 2K is host-bound (its two-call latency is the launch rate) and
-    its verdicts disagree; the line gives the agreement without it beside the total."""
+    """The committed H200 pair of the default sweep (trtllm-fmha-v2): eager bs 1 x 2K is host-bound (its
+    two-call latency is the launch rate); the line gives the agreement without it beside the total."""
     from pathlib import Path
 
     from cpbench.bench.store import load_run
 
     runs = Path(__file__).parent.parent / "docs" / "runs"
-    f = speedup_frame(load_run(runs / "h200-fa3-capped-3-a")[0], load_run(runs / "h200-fa3-capped-3-b")[0])
+    f = speedup_frame(load_run(runs / "h200-fmha-v2-default-a")[0], load_run(runs / "h200-fmha-v2-default-b")[0])
     hb = f[f["base_host_bound"] | f["new_host_bound"]]
     assert [(r.timing, r.bs, r.seq_len) for r in hb.itertuples()] == [("eager", 1, 2048)]
-    assert agreement(f) == (13, 16) and agreement(f, gpu_bound_only=True) == (13, 15)
-    assert agreement_line(f) == ("verdicts agree in 13 of 16 cells (81 %; 13 of 15 not host-bound); "
-                                 "the two intervals overlap in 13 of 16")
+    assert agreement(f) == (16, 16) and agreement(f, gpu_bound_only=True) == (15, 15)
+    assert agreement_line(f) == ("verdicts agree in 16 of 16 cells (100 %; 15 of 15 not host-bound); "
+                                 "the two intervals overlap in 14 of 16")
     every = f.assign(base_host_bound=True)
-    assert agreement_line(every).startswith("verdicts agree in 13 of 16 cells (81 %; every cell host-bound)")
+    assert agreement_line(every).startswith("verdicts agree in 16 of 16 cells (100 %; every cell host-bound)")
