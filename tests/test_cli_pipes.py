@@ -25,7 +25,7 @@ def test_sweep_into_head_writes_the_whole_run_directory(tmp_path, lines):
     r = piped(f"sweep --cp 2 --bs 1 --seq 32 {TINY} --out {out}", tmp_path, lines)
     assert r.returncode == 0 and r.stderr == "", r.stderr
     for name in ("manifest.json", "results.jsonl", "results.parquet", "results.csv", "report.md",
-                 "plots/speedup.png", "plots/balance.png"):
+                 "plots/speedup.png", "plots/latency.png"):
         assert (out / name).is_file(), name
 
 

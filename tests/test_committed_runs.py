@@ -34,8 +34,8 @@ def test_report_from_committed_run(name, per_rank):
     assert ("## Real CP (torchrun)" in text) == ("torchrun" in name)
 
 
-@pytest.mark.parametrize("name,charts", [("h200-fa3-cp2-cp8", len(CHARTS)),
-                                         ("h200x2-fa3-torchrun", len(CHARTS) + len(DIST_CHARTS))])
+@pytest.mark.parametrize("name,charts", [("h200-fa3-cp2-cp8", len(CHARTS)),  # two batch sizes: no segments chart
+                                         ("h200x2-fa3-torchrun", len(CHARTS) + len(DIST_CHARTS) + 1)])  # bs 1, 4, 16: + segments
 def test_charts_from_committed_run(tmp_path, name, charts):
     """Every chart regenerates from a committed run (a simulated one with two cp sizes; a torchrun one, which
     adds the phase, timeline and gather-share charts), from older runs' columns too (the memory chart of a

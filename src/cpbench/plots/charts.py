@@ -70,40 +70,33 @@ def run_charts(df: pd.DataFrame, cpu: bool = False) -> tuple:
     return () if cpu or df.empty or not has_segment_axis(df) else RUN_CHARTS
 
 
-def cpu_balance_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
-    """On a CPU, rank-to-rank latency differences are timing noise of a shared processor, not the layout's
-    balance (zigzag balances causal work by design): a chart that says so instead of drawing them."""
-    return style.empty_chart(out_dir, name, title, "not drawn on CPU: rank-to-rank differences of CPU timings are "
-                             "noise, not imbalance (the zigzag layout balances causal work by design)")
-
-
 # A CPU run (the torch reference) is a functional check, not a benchmark: its charts say so, in CPU words.
 CPU_CHARTS = {
     "latency": (latency_chart, "forward latency, slowest rank (CPU: a functional check, not a benchmark)",
                 "Forward latency on the slowest rank per mode (ms, log scale); CPU timings move by tens of percent "
                 "between runs: a functional check, not a benchmark."),
-    "speedup": (partial(speedup_heatmap, bar_label="latency ratio (CPU: not a speedup)"),
-                "two-call / fused latency ratio (CPU: not a speedup)",
-                "two-call / fused latency of the slowest rank on a CPU: noise around 1, not a speedup claim; grey: "
-                "did not run."),
+    "speedup": (partial(speedup_heatmap, neutral=True),
+                "two-call / fused latency ratio (CPU: a functional check, not a speedup)",
+                "two-call / fused latency of the slowest rank on a CPU, uncoloured: noise around 1, not a speedup "
+                "claim; grey hatched: did not run."),
     "kernels": (partial(kernels_chart, calls=True), "attention calls per forward, per rank",
                 "Attention calls of the torch reference per rank (a CPU runs no GPU kernels), with totals over all "
                 "ranks."),
     "overhead": (partial(overhead_chart, cpu=True), "forward vs host time per forward",
                  "Forward latency (eager) against host setup (metadata, page tables) and host time, per mode."),
-    "balance": (cpu_balance_chart, "zigzag balance across ranks",
-                "Not drawn on a CPU: rank-to-rank differences of CPU timings are noise, not imbalance."),
 }
 
 
-CPU_SKIP = ("throughput", "setup_memory")
+# not drawn on a CPU (no placeholder either): no peak to compare with, no allocator statistics, and rank-to-rank
+# differences of CPU timings are noise, not the layout's balance (zigzag balances causal work by design)
+CPU_SKIP = ("throughput", "setup_memory", "balance")
 
 
 def charts_for(rows: pd.DataFrame, cpu: bool = False) -> tuple:
     """The chart table of one prepared (model, backend) group: ``CHARTS`` plus ``DIST_CHARTS`` when its
     torchrun rows carry phase times; with ``cpu``, the CPU wording and functions of ``CPU_CHARTS``."""
     table = CHARTS + DIST_CHARTS if len(rows) and has_phases(rows) else CHARTS
-    if cpu:  # throughput and measured memory say nothing on a CPU (no peak to compare, no allocator stats)
+    if cpu:  # throughput, measured memory and balance say nothing on a CPU (CPU_SKIP)
         table = tuple((name, *CPU_CHARTS[name]) if name in CPU_CHARTS else (name, fn, title, caption)
                       for name, fn, title, caption in table if name not in CPU_SKIP)
     return table

@@ -99,13 +99,15 @@ def _norm(values: np.ndarray) -> TwoSlopeNorm:
 
 @style.styled
 def speedup_heatmap(df: pd.DataFrame, out_dir: Path, name: str, title: str,
-                    bar_label: str = "speedup two-call / fused (>1: fused faster)") -> list[Path]:
+                    bar_label: str = "speedup two-call / fused (>1: fused faster)", neutral: bool = False) -> list[Path]:
     """Speedup = two-call / fused on the critical path, bs (rows) x seq (columns), a panel per cp_size
     (rows) x timing (columns). Diverging colours centred on 1.0 (blue: fused faster), value in each cell
     (font scaled to the cell width); a tie (:mod:`cpbench.bench.verdicts`: the speedup's 95 % interval
-    contains 1) is marked "≈" after the value; cells that did not run are grey, hatched and labelled with
-    their status, and cells measured on some ranks only (no critical path) with the ranks measured
-    ("1/4 ranks"). ``bar_label``: the colour bar's label. Returns PNG and SVG paths."""
+    contains 1) is marked "≈" after the value and drawn in the neutral colour of 1.0 (noise is not coloured
+    as a win or a loss); cells that did not run are grey, hatched and labelled with their status, and cells
+    measured on some ranks only (no critical path) with the ranks measured ("1/4 ranks"). ``bar_label``:
+    the colour bar's label. ``neutral`` (a CPU run, which claims no speedup): every cell in the neutral
+    colour, values written, no colour bar. Returns PNG and SVG paths."""
     if df.empty:
         return style.empty_chart(out_dir, name, title)
     timings, cps = _grid(df)
@@ -122,15 +124,25 @@ def speedup_heatmap(df: pd.DataFrame, out_dir: Path, name: str, title: str,
             if v.empty:
                 no_data(ax, f"cp {cp} · {timing}: no cells")
                 continue
-            image = _heat(ax, v, norm, panel_in) or image
+            image = _heat(ax, v, norm, panel_in, neutral) or image
             ax.set_title(f"cp {cp} · {timing}")
-    if image is not None and np.isfinite(view["speedup"].to_numpy(float)).any():
+    if image is not None and not neutral and np.isfinite(view["speedup"].to_numpy(float)).any():
         cb = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, pad=0.02)
         cb.set_label(bar_label)
     return style.save(fig, out_dir, name)
 
 
-def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0):
+def heat_shade(grid: np.ndarray, tie: dict, neutral: bool = False) -> np.ndarray:
+    """The values a speedup heatmap colours: ``grid`` (speedups, NaN where a cell did not run) with 1.0, the
+    diverging map's neutral centre, for every tie (``tie[(row, col)]``) or, with ``neutral``, every cell."""
+    shade = grid.copy()
+    for (r, k), is_tie_cell in tie.items():
+        if (is_tie_cell or neutral) and math.isfinite(shade[r, k]):
+            shade[r, k] = 1.0
+    return shade
+
+
+def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0, neutral: bool = False):
     keys = [(s, p, "" if uniform(sl) else sl) for s, p, sl in zip(v["seq_len"], v["prefix_len"], v["extend_lens"])]
     cols = sorted(set(keys))
     rows = sorted(set(v["bs"]))
@@ -144,13 +156,14 @@ def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0):
         tie[(r, k)] = is_tie(c["speedup"], c.get("speedup_ci_low", np.nan), c.get("speedup_ci_high", np.nan))
     ax.grid(False)
     ax.set_facecolor("white")
-    image = ax.imshow(np.ma.masked_invalid(grid), cmap="RdBu", norm=norm, aspect="auto", origin="lower")
+    shade = heat_shade(grid, tie, neutral)
+    image = ax.imshow(np.ma.masked_invalid(shade), cmap="RdBu", norm=norm, aspect="auto", origin="lower")
     cell_pt = panel_in / len(cols) * 72
     size = float(np.clip(cell_pt / 3.6, 6.0, 9.0))  # "1.23×" is ~3.3 em wide
     for (r, k), st in status.items():
         val = grid[r, k]
         if st == "ok" and math.isfinite(val):
-            dark = abs(norm(val) - 0.5) > 0.3
+            dark = abs(norm(shade[r, k]) - 0.5) > 0.3
             ax.text(k, r, f"{val:.2f}" + ("×" if cell_pt > 32 else "") + ("≈" if tie[(r, k)] else ""),
                     ha="center", va="center", fontsize=size, color="white" if dark else "black")
         else:

@@ -44,7 +44,7 @@ def overhead_frame(df: pd.DataFrame) -> pd.DataFrame:
 @style.styled
 def overhead_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str, cpu: bool = False) -> list[Path]:
     """GPU forward latency (eager and graph, slowest rank) vs host setup and host launch time, µs (log y)
-    against seq_len, a panel per bs at the largest cp_size, colour = mode. ``cpu``: CPU words (forward,
+    against seq_len, drawn in ms, a panel per bs at the largest cp_size, colour = mode. ``cpu``: CPU words (forward,
     setup without a plan). PNG + SVG paths."""
     if df.empty:
         return style.empty_chart(out_dir, name, title)
@@ -70,7 +70,7 @@ def overhead_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str, cpu: 
                 s = s.groupby("seq_len", sort=True)[f"{qty}_us"].median()
                 keep = positive(s.values)
                 if keep.any():
-                    ax.plot(s.index.to_numpy(float)[keep], s.values[keep], ls=ls, marker=mk,
+                    ax.plot(s.index.to_numpy(float)[keep], s.values[keep] / 1e3, ls=ls, marker=mk,  # ms
                             color=MODE_COLOR[mode])
                     drawn = True
                     shown.add((qty, timing))
@@ -80,10 +80,10 @@ def overhead_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str, cpu: 
         ax.set_title(f"bs {bs}")
         style.log2_xaxis(ax, g["seq_len"])
         if ax in axes[:, 0]:
-            ax.set_ylabel("µs per forward")
+            ax.set_ylabel("ms per forward")
     for ax in axes.ravel():
         if ax.axison and ax.get_visible():
-            style.log_y(ax, lambda v: f"{v:,.0f}" if v >= 1000 else f"{v:g}")
+            style.log_y(ax, lambda v: f"{v:,.0f}" if v >= 100 else f"{v:g}")
     if shown:
         handles = [Line2D([], [], color=MODE_COLOR[m], lw=2.5, label=m) for m in MODES]
         handles += [Line2D([], [], color="#333333", ls=ls, marker=mk, label=cpu_words(t) if cpu else t)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import io
 import math
+import textwrap
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -57,8 +58,25 @@ def new_figure(nrows: int = 1, ncols: int = 1, height_in: float = 3.4, **kw) -> 
     return fig, axes
 
 
+def fit_suptitle(fig: Figure, min_size: float = 8.0) -> None:
+    """Shrink the figure title's font (down to ``min_size`` pt), then wrap it, until it fits the figure's
+    width: a long ``model · backend: title`` would otherwise run off both edges."""
+    t = fig._suptitle
+    if t is None or not t.get_text():
+        return
+    renderer = fig.canvas.get_renderer()
+    room = fig.bbox.width * 0.97
+    width = t.get_window_extent(renderer).width
+    if width > room:
+        t.set_fontsize(max(min_size, t.get_fontsize() * room / width))
+    if t.get_window_extent(renderer).width > room:
+        t.set_text(textwrap.fill(t.get_text(), width=int(len(t.get_text()) * room / t.get_window_extent(renderer).width)))
+
+
 def save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
-    """Write ``out_dir/name.png`` and ``out_dir/name.svg`` (no timestamps, so reruns diff cleanly)."""
+    """Write ``out_dir/name.png`` and ``out_dir/name.svg`` (no timestamps, so reruns diff cleanly), the
+    title fitted to the width first (:func:`fit_suptitle`)."""
+    fit_suptitle(fig)
     out_dir.mkdir(parents=True, exist_ok=True)
     png, svg = out_dir / f"{name}.png", out_dir / f"{name}.svg"
     write_png(fig, png)
@@ -147,11 +165,14 @@ def bs_colors(bss: Iterable) -> dict:
 
 
 def log_y(ax: Axes, fmt: Callable[[float], str] = lambda v: f"{v:,.0f}" if v >= 1e4 else f"{v:g}") -> None:
-    """Log y axis with plain labels (0.1, 1, 10; 2 and 5 as well when the span is under two decades).
-    Call after plotting, when the limits are known."""
-    ax.set_yscale("log")
+    """Log y axis with plain labels (0.1, 1, 10; 2 and 5 as well when the span is under two decades); a
+    linear one when the data span less than a decade (a log axis would carry one or two labels). Call
+    after plotting, when the limits are known."""
     lo, hi = ax.get_ylim()
     span = math.log10(hi / lo) if lo > 0 and hi > lo else 0.0
+    if span < 1:  # under a decade a log axis gets one or two labels: linear reads better
+        return
+    ax.set_yscale("log")
 
     def label(v, _pos, minor):
         if v <= 0:
