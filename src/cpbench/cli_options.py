@@ -80,6 +80,17 @@ LIMITS = {"--cp": 1024, "--bs": 65536, "--seq": MAX_TOKENS, "--seq-lens": MAX_TO
           "--prefix-lens": MAX_TOKENS, "--ranks": 1023}
 
 
+def typed(*names: str) -> str:
+    """Which of an option's names (``"--seq", "--extend-len"``) the command line used: the last one given,
+    else the first (so a message names the option as the user typed it)."""
+    found = names[0]
+    for arg in sys.argv[1:]:
+        name = arg.split("=", 1)[0]
+        if name in names:
+            found = name
+    return found
+
+
 def int_list(text: str, what: str, minimum: int = 1) -> list[int]:
     """Parse ``"1,4,16"`` into ints in ``[minimum, LIMITS[what]]`` (at most 65536 of them); raise
     CpbenchInputError naming the option."""
