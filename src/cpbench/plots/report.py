@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cpbench.bench.results import incomplete_reason, missing_rows
 from cpbench.bench.schema import CELL_COLUMNS, MODES
 from cpbench.bench.store import RunDir, load_run
 from cpbench.bench.verdicts import TIE_BAND
@@ -100,15 +101,22 @@ def notes(df: pd.DataFrame) -> list[str]:
                    + (f": {c['reason']}" if c["reason"] else ""))
     if len(out) > MAX_NOTES:
         out = out[:MAX_NOTES] + [f"- … and {len(out) - MAX_NOTES} more (see results.csv)."]
-    partial = []
+    partial, incomplete = [], []
+    run_modes = set(df["mode"])
     for k, g in df.groupby(list(CELL_COLUMNS), sort=True):
         c = dict(zip(CELL_COLUMNS, k))
         modes = [m for m in MODES if m in set(g["mode"])]
         ranks = sorted({int(r) for r in g["rank"].dropna()})
-        if len(modes) < len(MODES) or ranks != list(range(int(c["cp_size"]))):
+        lacking = missing_rows(g, run_modes)
+        if lacking:
+            incomplete.append(f"- {c['model']} · {c['backend']} · {c['timing']} · cp {c['cp_size']} · bs {c['bs']} · "
+                              f"{human_tokens(c['seq_len'])} tokens: **incomplete**, {incomplete_reason(lacking)}; "
+                              "no critical path or speedup is computed from the ranks present.")
+        elif len(modes) < len(MODES) or ranks != list(range(int(c["cp_size"]))):
             partial.append(f"cp {c['cp_size']} · bs {c['bs']} · {human_tokens(c['seq_len'])} tokens · "
                            f"{c['timing']}: {', '.join(modes)} on rank{'s' if len(ranks) > 1 else ''} "
                            f"{span_text(ranks)}")
+    out += incomplete
     if partial:
         out.append(f"- {len(partial)} cell(s) measured only some ranks or modes (`--ranks`/`--mode`), so they have no "
                    f"critical-path speedup: e.g. {partial[0]}.")
