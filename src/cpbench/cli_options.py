@@ -148,9 +148,16 @@ def resolve_model(model: str, model_config: Optional[Path], layers, heads, kv_he
                   sinks, page_size):
     from cpbench.bench.models import from_hf_config, get_preset, with_overrides
 
+    from dataclasses import replace
+
+    from cpbench.bench.models import shape_tag
+
     spec = from_hf_config(model_config) if model_config else get_preset(model)
+    base = spec.name
     spec = with_overrides(spec, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                           window=window, sinks=sinks, page_size=page_size)
+    if model_config:  # a config names no unique model (model_type alone is shared): its shape does
+        spec = replace(spec, name=f"{base}:{shape_tag(spec)}")
     if spec.window_rule and os.environ.get("RANK", "0") == "0":  # which layers slide, as read from the config (also in the manifest's config.model)
         typer.echo(f"note: model config {str(model_config)!r}: {spec.window_rule}", err=True)
     return spec
