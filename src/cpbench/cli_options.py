@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 import sys
 from enum import Enum
@@ -13,6 +14,36 @@ from rich.console import Console
 
 from cpbench.bench.backends.registry import CHOICES as BACKEND_CHOICES
 from cpbench.errors import CpbenchInputError
+
+# What a console without the character shows instead (the rest becomes "?")
+ASCII_FOR = str.maketrans({"→": "->", "←": "<-", "×": "x", "≈": "~", "µ": "u", "—": "-", "–": "-", "…": "...",
+                           "≥": ">=", "≤": "<=", "±": "+-", "·": "-", "━": "-", "─": "-", "│": "|", "┃": "|",
+                           "•": "*", "≠": "!=", "Δ": "delta "})
+
+
+def _spell_in_ascii(e: UnicodeError) -> tuple[str, int]:
+    """Codec error handler ``cpbench-ascii``: a character the console's encoding lacks is spelled in ASCII
+    (``->`` for ``→``), or ``?``."""
+    if not isinstance(e, UnicodeEncodeError):
+        raise e
+    text = e.object[e.start:e.end].translate(ASCII_FOR)
+    return "".join(c if ord(c) < 128 else "?" for c in text), e.end
+
+
+codecs.register_error("cpbench-ascii", _spell_in_ascii)
+
+
+def degrade_console() -> None:
+    """Let stdout and stderr write any text whatever their encoding (LANG=C, latin-1,
+    PYTHONIOENCODING=ascii): characters they lack are spelled in ASCII instead of raising."""
+    for stream in (sys.stdout, sys.stderr):
+        enc = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if enc not in ("utf8", "utf16", "utf32") and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="cpbench-ascii")
+            except (ValueError, OSError):
+                pass
+
 
 class PipeSafe:
     """A text stream that writes to ``sys.stdout`` (or ``sys.stderr``) as it is *now* (tests swap them) and,

@@ -16,7 +16,7 @@ import pandas as pd
 
 from cpbench.bench.results import incomplete_reason, missing_rows
 from cpbench.bench.schema import CELL_COLUMNS, MODES
-from cpbench.bench.store import RunDir, load_run
+from cpbench.bench.store import RunDir, as_utf8, load_run
 from cpbench.bench.verdicts import TIE_BAND
 from cpbench.plots.charts import chart_stems, render_frame
 from cpbench.plots.costs import kernel_counts
@@ -258,7 +258,8 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
         sim_vs_real_chart(d, sim, plot_dir)
     sim_name = Path(simulated).resolve().name if simulated is not None else ""
     path = RunDir(run).report
-    path.write_text(render_report(df, manifest, run.resolve().name, plot_dir, sim_df=sim_df, sim_name=sim_name))
+    path.write_text(as_utf8(render_report(df, manifest, run.resolve().name, plot_dir, sim_df=sim_df,
+                                          sim_name=sim_name)), encoding="utf-8")
     return path
 
 
