@@ -183,7 +183,7 @@ def _int(v, path: Path, line: int, col: str) -> int:
         if isinstance(v, float) and v != int(v):
             raise ValueError
         return int(v.strip()) if isinstance(v, str) else int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # 1e400 in JSON is inf
         raise CpbenchInputError(f"--trace {str(path)!r} line {line}: {col} must be an integer "
                                 f"number of tokens, got {v!r}") from None
 
