@@ -74,3 +74,13 @@ def test_resume_completes_a_torn_run(tmp_path):
     assert cpbench("report", out).returncode == 0
     assert "**incomplete**" not in (out / "report.md").read_text(encoding="utf-8")
     assert json.loads(lines[0])["status"] == "ok"
+
+
+def test_a_manifest_with_cp_sizes_not_a_list_is_said_so(tmp_path):
+    rows = _rows()
+    cfg = {"cp_sizes": "two", "bs_list": [1], "seq_list": [1024], "timings": ["eager"]}
+    text = write_report(write_run(tmp_path / "run", rows, manifest_over={"config": cfg})).read_text(encoding="utf-8")
+    assert "manifest.json's config holds cp_sizes 'two', not a list this cpbench reads" in text
+    assert "cp t" not in text and "not measured" not in text
+    good = write_report(write_run(tmp_path / "ok", rows, manifest_over={"config": {**cfg, "cp_sizes": [2, 4]}}))
+    assert "cp 4 · bs 1 · 1K tokens · eager: **not measured**" in good.read_text(encoding="utf-8")

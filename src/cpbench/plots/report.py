@@ -109,8 +109,9 @@ def notes(df: pd.DataFrame) -> list[str]:
         ranks = sorted({int(r) for r in g["rank"].dropna()})
         lacking = missing_rows(g, run_modes)
         if lacking:
-            incomplete.append(f"- {c['model']} · {c['backend']} · {c['timing']} · cp {c['cp_size']} · bs {c['bs']} · "
-                              f"{human_tokens(c['seq_len'])} tokens: **incomplete**, {incomplete_reason(lacking)}; "
+            incomplete.append(f"- {c['model']} · {c['backend']} · {c['timing']} · cp {c['cp_size']} · "
+                              f"bs {c['bs']} · {human_tokens(c['seq_len'])} tokens: **incomplete**, "
+                              f"{incomplete_reason(lacking)}; "
                               "no critical path or speedup is computed from the ranks present.")
         elif len(modes) < len(MODES) or ranks != list(range(int(c["cp_size"]))):
             partial.append(f"cp {c['cp_size']} · bs {c['bs']} · {human_tokens(c['seq_len'])} tokens · "
@@ -133,8 +134,15 @@ def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
     """Bullets for cells the manifest's config planned but the results do not hold (a sweep that was
     stopped: ``cpbench sweep ... --resume`` measures them)."""
     cfg = manifest.get("config") or {}
-    if not cfg.get("cp_sizes"):
+    if not isinstance(cfg, dict) or not cfg.get("cp_sizes"):
         return []
+    kinds = (("cp_sizes", int), ("bs_list", int), ("seq_list", int), ("timings", str), ("extend_lens", int))
+    bad = next((k for k, kind in kinds if cfg.get(k) is not None and not _list_of(cfg[k], kind)), None)
+    if bad or (cfg.get("batches") and not all(isinstance(b, list) and b and _list_of(b[0], int) and b[0]
+                                              for b in cfg["batches"])):
+        what = f"{bad} {cfg[bad]!r}" if bad else "batches"
+        return [f"- manifest.json's config holds {what[:80]}, not a list this cpbench reads: the cells a stopped "
+                "sweep left out cannot be listed."]
     if cfg.get("batches"):  # a length mix or trace: (bs, longest extend) of every batch
         batches = list(dict.fromkeys((len(e), max(e)) for e, _ in cfg["batches"]))
     elif cfg.get("extend_lens"):
@@ -150,6 +158,11 @@ def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
                     out.append(f"- cp {cp} · bs {bs} · {human_tokens(seq)} tokens · {timing}: **not measured** "
                                "(the sweep stopped before this cell; rerun its command with `--resume`)")
     return out
+
+
+def _list_of(v, kind: type) -> bool:
+    """``v`` is a list of ``kind`` (bools are not ints)."""
+    return isinstance(v, list) and all(isinstance(x, kind) and not isinstance(x, bool) for x in v)
 
 
 def reproduce_lines(manifest: dict) -> list[str]:
