@@ -76,13 +76,20 @@ class RunDir:
 
         Raises:
             CpbenchInputError: ``out`` is a file, is not writable, already holds results without
-                ``resume``, ``resume`` names a directory without results, or another sweep holds it.
+                ``resume``, holds other run directories, ``resume`` names a directory without results, or
+                another sweep holds it.
         """
         d = Path(out) if out else Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S")
         run = cls(d)
         if d.exists() and not d.is_dir():
             raise CpbenchInputError(f"--out {str(d)!r} is a file: pass a directory path")
         has_rows = run.results.exists()
+        other = next((c for c in sorted(d.iterdir()) if c.is_dir() and ((c / cls.RESULTS).exists()
+                                                                         or (c / cls.MANIFEST).exists())), None) \
+            if d.is_dir() and not has_rows and not resume else None
+        if other is not None:
+            raise CpbenchInputError(f"--out {str(d)!r} holds other runs (e.g. {other.name!r}): give this run a "
+                                    f"directory of its own, e.g. {str(d / 'new-run')!r}")
         if resume and not has_rows and run.manifest_path.exists():
             has_rows = True  # interrupted before its first row: resume it from the start
         elif resume and not has_rows:
