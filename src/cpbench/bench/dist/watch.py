@@ -31,9 +31,9 @@ def enter_rank(launch_dir: Path | None, rank: int) -> None:
     already died ends now), and leave this process's pid for the launcher (``launch_dir`` None: a launch
     the user started, nothing to leave)."""
     _prctl_pdeathsig(signal.SIGTERM)
-    if os.getppid() == 1:  # the agent died before the signal was armed
-        os._exit(1)
-    if launch_dir is not None:
+    if launch_dir is not None:  # (the user's own torchrun may be pid 1 itself, in a container)
+        if os.getppid() == 1:  # the agent died before the signal was armed
+            os._exit(1)
         (launch_dir / f"pid.{rank}").write_text(str(os.getpid()), encoding="utf-8")
 
 
