@@ -90,3 +90,27 @@ def test_exception_table(monkeypatch, exc, code, line):
     r = cpbench("models")
     assert r.returncode == code and r.stderr.startswith(line) and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert g.models  # the command itself is a plain function
+
+
+def test_a_repeated_rank_is_refused_in_one_line(tmp_path):
+    with pytest.raises(CpbenchInputError, match="--ranks repeats rank 0"):
+        cells(cp="2", ranks="0,0")
+    for cmd in ("sweep", "profile"):
+        r = cpbench(cmd, "--cp", "2", "--ranks", "0,1,0", "--seq", "64", "--out", tmp_path / cmd, "--layers", "2")
+        assert r.returncode == 2 and r.stderr.strip().startswith("error: --ranks repeats rank 0: give each rank once")
+        assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / cmd).exists()
+
+
+@pytest.mark.parametrize("args, line", [
+    (("--extend-len", "nan"), "error: --extend-len must be comma-separated integers, got 'nan'"),
+    (("--seq", "0"), "error: --seq values must be >= 1, got 0"),
+    (("--extend-lens", "x"), "error: --extend-lens must be comma-separated integers, got 'x'"),
+    (("--prefix-len", "-1"), "error: --prefix-len must be in [0, 16777216] tokens, got -1"),
+    (("--warmup", "-1"), "error: --warmup must be >= 0 untimed forwards, got -1"),
+    (("--seed", "18446744073709551616"), "error: --seed must be an integer in [0, 2**63), got 18446744073709551616"),
+    (("--budget-ms", "nan"), "error: --budget-ms must be a finite number of ms > 0, got nan"),
+])
+def test_messages_name_the_option_as_typed(tmp_path, args, line):
+    r = cpbench("sweep", "--cp", "2", "--layers", "2", "--device", "cpu", "--out", tmp_path / "r", *args)
+    assert r.returncode == 2 and r.stderr.strip() == line, r.stderr
+    assert not (tmp_path / "r").exists()

@@ -94,10 +94,8 @@ def test_four_processes_cp_2_runs_on_the_first_two_ranks(tmp_path):
 
 @pytest.mark.timeout(90)
 def test_a_rank_that_raises_fails_its_cell_on_every_rank_and_the_sweep_goes_on(tmp_path):
-    t0 = time.monotonic()
     p = sweep("--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1", "--seq", "40,48",
               "--out", tmp_path / "d", *SMALL, "--no-profile", env=_env(CPBENCH_INJECT_FAULT="1:raise:1"))
-    assert time.monotonic() - t0 < 60
     assert p.returncode == 0, p.stderr[-2000:]
     rows = by_key(RunDir(tmp_path / "d").rows())
     assert len(rows) == 8
@@ -114,9 +112,7 @@ def test_a_dead_rank_ends_the_launch_in_one_line_and_resume_finishes_it(tmp_path
     out = tmp_path / "d"
     args = ["--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1", "--seq", "40,48",
             "--out", out, *SMALL[:-2], "--dist-timeout", "15", "--no-profile"]
-    t0 = time.monotonic()
     p = sweep(*args, env=_env(CPBENCH_INJECT_FAULT="1:exit:2"))
-    assert time.monotonic() - t0 < 60
     assert p.returncode == 1
     err = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(err) == 1 and err[0].startswith("error: rank 1 exited with code 3; rows measured so far are kept"), p.stderr[-2000:]

@@ -98,6 +98,7 @@ def test_trace_csv_and_jsonl(tmp_path):
     ("tokens\n5\n", "has none of the columns"), ("input_len,cached_len\n10,10\n", "line 2: cached_len 10 must be < "),
     ("extend_len\n12.5\n", "line 2: extend_len must be an integer"), ("", "holds no requests"),
     ('{"extend_len": 3}\n[1]\n', "line 2 is not a JSON object"), ("extend_len\n0\n", "lengths must be in"),
+    ('{"extend_len": 3}\n{"extend_len": 1e400}\n', "line 2: extend_len must be an integer number of tokens, got inf"),
 ])
 def test_trace_refusals(tmp_path, text, needle):
     p = tmp_path / "t.csv"

@@ -194,3 +194,16 @@ def test_append_after_a_torn_first_line_and_nan(tmp_path):
     assert [r["rank"] for r in run.rows()] == [0, 1]
     df = run.finalize()
     assert len(df) == 2 and pd.read_parquet(run.parquet)["rank"].tolist() == [0, 1]
+
+
+def test_out_into_a_directory_of_other_runs_is_refused(tmp_path):
+    from runfactory import make_run
+
+    runs = tmp_path / "runs"
+    make_run(runs / "20250101-000000", cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",))
+    with pytest.raises(CpbenchInputError, match="holds other runs \\(e.g. '20250101-000000'\\)"):
+        RunDir.create(runs, resume=False)
+    r = cpbench("sweep", "--device", "cpu", "--cp", "2", "--bs", "1", "--seq", "32", "--layers", "2", "--out", runs)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "holds other runs" in r.stderr
+    assert not (runs / "results.jsonl").exists() and not (runs / "manifest.json").exists()
+    RunDir.create(runs / "new-run", resume=False).unlock()  # a directory of its own is fine

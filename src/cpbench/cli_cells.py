@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from cpbench.cli_options import MAX_TOKENS, int_list
+from cpbench.cli_options import MAX_TOKENS, int_list, typed
 from cpbench.errors import CpbenchInputError
 
 
@@ -40,21 +40,26 @@ def parse_cells(*, cp: str, bs: Optional[str], seq: Optional[str], seq_lens: Opt
     """Parse the cell options of ``sweep`` / ``profile`` (``bs``/``seq`` None: ``default_bs``/``default_seq``).
 
     Raises CpbenchInputError: an empty or out-of-range list, ``--seq-lens`` with ``--bs``/``--seq``, a
-    ``--prefix`` outside ``[0, MAX_TOKENS]``, a ``--ranks`` value outside ``[0, min(--cp))``.
+    ``--prefix`` outside ``[0, MAX_TOKENS]``, a ``--ranks`` value outside ``[0, min(--cp))`` or repeated.
     """
+    lens_opt, seq_opt = typed("--seq-lens", "--extend-lens"), typed("--seq", "--extend-len")
     if seq_lens is not None:
         if not seq_lens.strip():
-            raise CpbenchInputError("--seq-lens is empty: give lengths such as 3000,5000, or leave it out")
+            raise CpbenchInputError(f"{lens_opt} is empty: give lengths such as 3000,5000, or leave it out")
         if bs is not None or seq is not None:
-            raise CpbenchInputError("--seq-lens gives the whole batch, so --bs and --seq do not apply: "
+            raise CpbenchInputError(f"{lens_opt} gives the whole batch, so --bs and {seq_opt} do not apply: "
                                     "drop one or the other")
-    explicit = int_list(seq_lens, "--seq-lens") if seq_lens else None
+    explicit = int_list(seq_lens, lens_opt) if seq_lens else None
     bs_list = int_list(default_bs if bs is None else bs, "--bs")
-    seq_list = int_list(default_seq if seq is None else seq, "--seq")
+    seq_list = int_list(default_seq if seq is None else seq, seq_opt)
     if not 0 <= prefix <= MAX_TOKENS:
-        raise CpbenchInputError(f"--prefix must be in [0, {MAX_TOKENS}] tokens, got {prefix}")
+        raise CpbenchInputError(f"{typed('--prefix', '--prefix-len')} must be in [0, {MAX_TOKENS}] tokens, got {prefix}")
     cps = int_list(cp, "--cp")
     rank_list = None if ranks.strip() == "all" else int_list(ranks, "--ranks", minimum=0)
+    if rank_list and len(set(rank_list)) < len(rank_list):
+        again = next(r for i, r in enumerate(rank_list) if r in rank_list[:i])
+        raise CpbenchInputError(f"--ranks repeats rank {again}: give each rank once (a rank measured twice "
+                                "would be counted twice)")
     if rank_list and max(rank_list) >= min(cps):
         raise CpbenchInputError(f"--ranks {max(rank_list)} is outside [0, cp_size) for cp_size {min(cps)}")
     return Cells(cps, bs_list, seq_list, explicit, prefix, rank_list)

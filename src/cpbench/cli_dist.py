@@ -118,20 +118,29 @@ def launch_torchrun(opts: DistOptions, cp_sizes, dev, backend: str, out: Optiona
 def run_as_rank(opts: DistOptions, dev, body: Callable[[object, object], int]) -> int:
     """One rank of a torchrun launch: join the process group, run ``body(group, device)``, leave. Rank 0's
     exit code reaches the parent launcher; only rank 0 prints an input error."""
-    from cpbench.bench.dist import groups
-    from cpbench.bench.dist.launch import EXIT_FILE, write_exit_code
+    from cpbench.bench.dist import faults, groups, watch
+    from cpbench.bench.dist.launch import EXIT_FILE, launch_dir, write_exit_code
     from cpbench.bench.dist.rank_group import TorchrunGroup
 
+    watch.enter_rank(launch_dir(), int(os.environ.get("RANK", "0")))
     backend = None if opts.dist_backend == DistBackend.auto else opts.dist_backend.value
     if dev.type == "cpu":
         backend = backend or "gloo"
     info = groups.init_process_group_from_env(backend, opts.dist_timeout)
     try:
+        faults.parse()  # a malformed CPBENCH_INJECT_FAULT is an input error before any work
         code = body(TorchrunGroup(info, opts.gather_mode), info.device if dev.type == "cuda" else dev)
     except CpbenchInputError as e:
         if info.rank == 0:
             err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         code = 2
+    except groups.LaunchBroken as e:  # a collective failed: leave a note and end (no teardown may block)
+        if launch_dir() is None:
+            sys.stderr.write(f"error: rank {info.rank}: {e}\n")
+            sys.stderr.flush()
+            os._exit(1)
+        watch.leave_note(launch_dir(), info.rank, str(e))
+        watch.await_end()  # the launcher or torchrun ends this process, naming the rank at fault
     finally:
         groups.destroy()
     write_exit_code(code)

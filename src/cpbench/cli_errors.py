@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple, Optional
 
 from rich.markup import escape
 
-from cpbench.cli_options import err_console, silence
+from cpbench.cli_options import degrade_console, err_console, silence
 from cpbench.errors import CpbenchInputError, CpbenchWarning, one_line
 
 INTERRUPTED = ("interrupted: a sweep keeps every row measured so far in results.jsonl; rerun the same command "
@@ -96,6 +96,7 @@ def show_warning(message, category, filename, lineno, file=None, line=None) -> N
 def run(app: Callable[..., object]) -> int:
     """Run the typer ``app`` on ``sys.argv``; return the exit code, printing the one-line message of RULES
     for a known exception (or re-raising it under ``CPBENCH_DEBUG=1``)."""
+    degrade_console()
     shown = warnings.showwarning
     warnings.showwarning = show_warning
     try:

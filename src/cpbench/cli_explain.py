@@ -113,12 +113,13 @@ def explain(
     if out is None:
         argv += ["--out", str(run_dir)]
     rep = run_under_ncu(exe, argv, run_dir, spec, cell, rank, name, timing, fused_order)
-    (run_dir / "explain.json").write_text(json.dumps(rep, indent=2, default=str) + "\n")
+    (run_dir / "explain.json").write_text(json.dumps(rep, indent=2, default=str) + "\n", encoding="utf-8")
+    from cpbench.bench.store import as_utf8
     from cpbench.plots.explain import explain_markdown
     from cpbench.plots.explain_chart import explain_chart
 
     md = explain_markdown(rep)
-    (run_dir / "explain.md").write_text(md)
+    (run_dir / "explain.md").write_text(as_utf8(md), encoding="utf-8")
     explain_chart(rep, run_dir)
     if as_json:
         print(json.dumps(rep, default=str))
@@ -153,8 +154,8 @@ def run_under_ncu(exe: str, argv: list[str], run_dir: Path, spec, cell, rank: in
     except subprocess.TimeoutExpired:
         raise CpbenchInputError(f"ncu did not finish within {NCU_TIMEOUT_S} s: try a smaller cell (--layers, "
                                 "--extend-len) or `cpbench profile`") from None
-    text = proc.stdout + proc.stderr + (log.read_text() if log.exists() else "")
-    (run_dir / "ncu_output.txt").write_text(proc.stdout + proc.stderr)
+    text = proc.stdout + proc.stderr + (log.read_text(encoding="utf-8") if log.exists() else "")
+    (run_dir / "ncu_output.txt").write_text(proc.stdout + proc.stderr, encoding="utf-8")
     try:
         check_ncu_output(text)
     except ProfileError as e:
@@ -164,9 +165,9 @@ def run_under_ncu(exe: str, argv: list[str], run_dir: Path, spec, cell, rank: in
         tail = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()][-1:] or ["no output"]
         raise CpbenchInputError(f"the profiled child failed under ncu (exit {proc.returncode}): {tail[0][:200]} "
                                 f"(full output: {run_dir / 'ncu_output.txt'})")
-    info = json.loads(info_path.read_text())
+    info = json.loads(info_path.read_text(encoding="utf-8"))
     try:
-        kernels = parse_ncu_csv(log.read_text())
+        kernels = parse_ncu_csv(log.read_text(encoding="utf-8"))
         pats = tuple(info["kernel_patterns"])
         n2 = len(info["calls"]["two-call"])
         groups = group_calls(kernels, info["calls"]["two-call"] + info["calls"]["fused"], pats)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 import sys
 from enum import Enum
@@ -13,6 +14,36 @@ from rich.console import Console
 
 from cpbench.bench.backends.registry import CHOICES as BACKEND_CHOICES
 from cpbench.errors import CpbenchInputError
+
+# What a console without the character shows instead (the rest becomes "?")
+ASCII_FOR = str.maketrans({"→": "->", "←": "<-", "×": "x", "≈": "~", "µ": "u", "—": "-", "–": "-", "…": "...",
+                           "≥": ">=", "≤": "<=", "±": "+-", "·": "-", "━": "-", "─": "-", "│": "|", "┃": "|",
+                           "•": "*", "≠": "!=", "Δ": "delta "})
+
+
+def _spell_in_ascii(e: UnicodeError) -> tuple[str, int]:
+    """Codec error handler ``cpbench-ascii``: a character the console's encoding lacks is spelled in ASCII
+    (``->`` for ``→``), or ``?``."""
+    if not isinstance(e, UnicodeEncodeError):
+        raise e
+    text = e.object[e.start:e.end].translate(ASCII_FOR)
+    return "".join(c if ord(c) < 128 else "?" for c in text), e.end
+
+
+codecs.register_error("cpbench-ascii", _spell_in_ascii)
+
+
+def degrade_console() -> None:
+    """Let stdout and stderr write any text whatever their encoding (LANG=C, latin-1,
+    PYTHONIOENCODING=ascii): characters they lack are spelled in ASCII instead of raising."""
+    for stream in (sys.stdout, sys.stderr):
+        enc = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if enc not in ("utf8", "utf16", "utf32") and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="cpbench-ascii")
+            except (ValueError, OSError):
+                pass
+
 
 class PipeSafe:
     """A text stream that writes to ``sys.stdout`` (or ``sys.stderr``) as it is *now* (tests swap them) and,
@@ -80,6 +111,17 @@ LIMITS = {"--cp": 1024, "--bs": 65536, "--seq": MAX_TOKENS, "--seq-lens": MAX_TO
           "--prefix-lens": MAX_TOKENS, "--ranks": 1023}
 
 
+def typed(*names: str) -> str:
+    """Which of an option's names (``"--seq", "--extend-len"``) the command line used: the last one given,
+    else the first (so a message names the option as the user typed it)."""
+    found = names[0]
+    for arg in sys.argv[1:]:
+        name = arg.split("=", 1)[0]
+        if name in names:
+            found = name
+    return found
+
+
 def int_list(text: str, what: str, minimum: int = 1) -> list[int]:
     """Parse ``"1,4,16"`` into ints in ``[minimum, LIMITS[what]]`` (at most 65536 of them); raise
     CpbenchInputError naming the option."""
@@ -137,9 +179,16 @@ def resolve_model(model: str, model_config: Optional[Path], layers, heads, kv_he
                   sinks, page_size):
     from cpbench.bench.models import from_hf_config, get_preset, with_overrides
 
+    from dataclasses import replace
+
+    from cpbench.bench.models import shape_tag
+
     spec = from_hf_config(model_config) if model_config else get_preset(model)
+    base = spec.name
     spec = with_overrides(spec, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                           window=window, sinks=sinks, page_size=page_size)
+    if model_config:  # a config names no unique model (model_type alone is shared): its shape does
+        spec = replace(spec, name=f"{base}:{shape_tag(spec)}")
     if spec.window_rule and os.environ.get("RANK", "0") == "0":  # which layers slide, as read from the config (also in the manifest's config.model)
         typer.echo(f"note: model config {str(model_config)!r}: {spec.window_rule}", err=True)
     return spec

@@ -128,7 +128,7 @@ def profile(
                                 "extend_lens": list(cell.extend_lens), "status": "ok",
                                 "per_rank": cpu_rows(rows, dev), "total": totals(rows, cell.cp_size)})
     if not any(cell["status"] == "ok" for cell in report["cells"]):
-        (run_dir / "profile.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+        (run_dir / "profile.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
         raise CpbenchInputError(f"no cell could be profiled: {report['cells'][0]['reason']}")
     if nsys:
         report["nsys"] = _nsys_cross_check(sys.argv[1:], run_dir, report, name)
@@ -136,7 +136,7 @@ def profile(
 
 
 def _finish(report: dict, run_dir: Path, as_json: bool) -> None:
-    (run_dir / "profile.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    (run_dir / "profile.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
     if as_json:
         print(json.dumps(report, default=str))
     else:
@@ -161,7 +161,7 @@ def _nsys_cross_check(argv: list[str], run_dir: Path, report: dict, backend: str
     rep = report_path(base)
     stats = subprocess.run(stats_argv(rep, exe), capture_output=True, text=True)
     csv_path = RunDir(run_dir).profiles / "nvtx_kern_sum.csv"
-    csv_path.write_text(stats.stdout)
+    csv_path.write_text(stats.stdout, encoding="utf-8")
     per_range = kernels_per_range(parse_nvtx_kern_sum(stats.stdout), known_attention_patterns())
     # the torch reference has no attention kernel to name: compare all kernels of each forward instead
     what = "kernels" if backend == "torch" else "attention"

@@ -141,7 +141,7 @@ def compare(
     typer.echo(text, nl=False)
     if out is not None:
         try:
-            out.write_text(text)
+            out.write_text(text, encoding="utf-8")
         except OSError as e:
             raise CpbenchInputError(f"cannot write --out {str(out)!r}: {e.strerror}; pick a writable path") from None
     reasons = res.gate_reasons()

@@ -110,12 +110,12 @@ def sweep(
     spec = split_heads(spec, tp)
     cells = parse_cells(cp=cp, bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=ranks, default_bs="1,4,16",
                         default_seq="2048,8192,16384" if dev.type == "cuda" else "32,64")
+    if not 0 <= seed < 2**63:
+        raise CpbenchInputError(f"--seed must be an integer in [0, 2**63), got {seed}")
     mix = workload_batches(cells, lengths=lengths, trace=trace, prefix_hit=prefix_hit, batches=batches, seed=seed,
                            seq_given=seq is not None)
     longest = max(e + p for ext, pre in mix for e, p in zip(ext, pre)) if mix else cells.longest
     check_out(out, "runs/<timestamp>")
-    if not math.isfinite(budget_ms) or not 0 <= seed < 2**63:
-        raise CpbenchInputError("--budget-ms must be a finite number of ms and --seed an integer in [0, 2**63)")
     timings = choice_list(timing if timing is not None else ("eager,graph" if dev.type == "cuda" else "eager"),
                           ("eager", "graph"), "--timing")
     if "graph" in timings and dev.type != "cuda":
@@ -131,8 +131,10 @@ def sweep(
     if swa_pool and spec.sliding_window is None:
         raise CpbenchInputError(f"--swa-pool needs a model with sliding-window layers; {spec.name} has none "
                                 "(gpt-oss presets have them, or give --window)")
-    if budget_ms <= 0 or warmup < 0:
-        raise CpbenchInputError("--budget-ms must be > 0 and --warmup >= 0")
+    if not (math.isfinite(budget_ms) and budget_ms > 0):
+        raise CpbenchInputError(f"--budget-ms must be a finite number of ms > 0, got {budget_ms:g}")
+    if warmup < 0:
+        raise CpbenchInputError(f"--warmup must be >= 0 untimed forwards, got {warmup}")
     if not 0 <= rel_ci < 1:  # NaN fails too
         raise CpbenchInputError(f"--rel-ci must be a fraction in [0, 1), e.g. 0.01 for 1 %, got {rel_ci}")
     if context_len is not None and context_len < longest:

@@ -270,8 +270,28 @@ def compare_runs(base_dir: str | Path, new_dir: str | Path, fail_above: float = 
     """
     base_df, base_man = load_run(base_dir)
     new_df, new_man = load_run(new_dir)
+    check_same_model(base_man, new_man)
     return (compare_frames(base_df, new_df, fail_above, n_boot, seed, min_samples, allow_missing),
             base_man, new_man)
+
+
+def check_same_model(base_man: dict, new_man: dict) -> None:
+    """Refuse two runs whose manifests record different model shapes (layers, q heads, kv heads, head_dim,
+    windowed layers, sinks) under the same model name: their rows would pair though they measure different
+    attention. Runs of differently named models do not pair anyway.
+
+    Raises:
+        CpbenchInputError: same name, different shape.
+    """
+    from cpbench.bench.models import shape_difference
+
+    a, b = ((m.get("config") or {}).get("model") for m in (base_man, new_man))
+    if not (isinstance(a, dict) and isinstance(b, dict)) or a.get("name") != b.get("name"):
+        return
+    diff = shape_difference(a, b)
+    if diff:
+        raise CpbenchInputError(f"the two runs measure different models under the same name {a.get('name')!r} "
+                                f"({diff}): compare runs of the same model shape")
 
 
 def cells_of(rows: pd.DataFrame) -> list[str]:

@@ -85,5 +85,5 @@ def run_explain_child(model, cell: CellSpec, rank: int, *, backend: str, device:
             "diff_vs_two_call": None if math.isnan(diff) else diff,
             "max_abs_err": {m: None if math.isnan(e) else e for m, e in errs.items()}}
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / CHILD_FILE).write_text(json.dumps(info, indent=2) + "\n")
+    (out_dir / CHILD_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return info

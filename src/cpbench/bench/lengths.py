@@ -127,7 +127,7 @@ def read_trace(path: str | Path) -> tuple[list[int], list[int] | None]:
     """
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise CpbenchInputError(f"cannot read --trace {str(p)!r}: {getattr(e, 'strerror', None) or e}") from None
     lines = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip() and not ln.lstrip().startswith("#")]
@@ -183,7 +183,7 @@ def _int(v, path: Path, line: int, col: str) -> int:
         if isinstance(v, float) and v != int(v):
             raise ValueError
         return int(v.strip()) if isinstance(v, str) else int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # 1e400 in JSON is inf
         raise CpbenchInputError(f"--trace {str(path)!r} line {line}: {col} must be an integer "
                                 f"number of tokens, got {v!r}") from None
 

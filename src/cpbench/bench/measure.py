@@ -30,7 +30,7 @@ from cpbench.bench.kernel_counts import COUNT_COLUMNS, count_kernels
 from cpbench.bench.layer_kinds import KIND_COLUMNS
 from cpbench.bench.memory import SetupMemory, memory_columns
 from cpbench.bench.phases import phase_times_us
-from cpbench.bench.ranks import RankGroup, Status
+from cpbench.bench.ranks import Exchange, PeerFailure, RankGroup, Status
 from cpbench.bench.timing import Clock, capture_graph, release_graphs, summarize, time_interleaved
 from cpbench.bench.walltime import PhaseTimes
 from cpbench.bench.workload import RankWork
@@ -85,10 +85,13 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
     rows: list[dict] = []
     status = {m: OK for m in modes}
 
-    def fail_open(run: Callable[[str], None]) -> None:  # run(mode) for every mode still ok; then agree
+    def fail_open(run: Callable[[str], None], agreeing: bool = False) -> None:
+        """run(mode) for every mode still ok, then agree. ``agreeing``: the run holds collectives (the
+        exchange's gathers), so it is agreed inside and at its end (:func:`_attempt_agreed`)."""
         for m in modes:
             if status[m] == OK:
-                status[m] = _attempt(lambda: run(m))
+                ex = exchanges.get(m) if agreeing else None
+                status[m] = _attempt_agreed(lambda: run(m), ex, group) if ex is not None else _attempt(lambda: run(m))
         oom = next((s for s in status.values() if s[0] == "oom"), None)
         for m in modes:  # an OOM anywhere fails the whole cell (memory is shared by the modes)
             status[m] = group.agree_status(oom or status[m])
@@ -112,9 +115,10 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
     with times("prepare"):
         fail_open(prepare)
     with times("check"):
-        fail_open(lambda m: exchanges[m].check() if exchanges.get(m) is not None else None)
+        fail_open(lambda m: exchanges[m].check() if exchanges.get(m) is not None else None, agreeing=True)
         ref_cache: dict = {}  # the reference rows, computed for the first mode and reused by the second
-        fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m], setup_mem.get(m), ref_cache)))
+        fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m], setup_mem.get(m), ref_cache)),
+                  agreeing=True)
         ref_cache.clear()
         if job.check and all(status[m] == OK for m in ("two-call", "fused") if m in status) and len(prepared) == 2:
             status_diff = _attempt(lambda: info["fused"].update(
@@ -188,10 +192,31 @@ def _attempt(fn: Callable[[], None]) -> Status:
         raise
     except StatusError as e:
         return "error", str(e)
+    except PeerFailure as e:
+        return e.status
     except Exception as e:
         if is_oom(e):
             return "oom", f"out of memory building or running the cell: {one_line(e)}"
         return "error", one_line(e)
+
+
+def _attempt_agreed(fn: Callable[[], None], exchange: Exchange, group: RankGroup) -> Status:
+    """:func:`_attempt` of ``fn`` whose exchange runs collectives, agreed on every rank of the cell: inside
+    ``exchange.agreeing()`` each gather is preceded by an agreement, and this rank's status is agreed at
+    the end. A rank that fails mid-forward (an OOM in one layer) thus makes its failure its next
+    agreement, which the others meet before their next gather (PeerFailure) or at their end: every rank
+    leaves the forward with the same status, and none waits in a gather the failed rank never reaches."""
+    met: list[Status] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except PeerFailure as e:  # already agreed, at the agreement that met it
+            met.append(e.status)
+
+    with exchange.agreeing():
+        st = _attempt(run)
+    return met[0] if met else group.agree_status(st)
 
 
 def _first_forward(job: RankJob, work: RankWork, prep: Prepared, setup_mem: dict | None = None,

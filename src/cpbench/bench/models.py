@@ -94,6 +94,36 @@ def from_hf_config(path: str | Path) -> ModelSpec:
     return read(path)
 
 
+SHAPE_FIELDS = ("num_layers", "num_q_heads", "num_kv_heads", "head_dim", "window_left_per_layer", "has_sinks")
+
+
+def shape_tag(spec: ModelSpec) -> str:
+    """The attention shape in a name: ``L36-q64-kv8-d64-w128x18-sinks`` (layers, q heads, kv heads, head_dim,
+    sliding window x windowed layers or ``full``, sinks)."""
+    wl = spec.window_left_per_layer
+    slide = [w for w in wl if w >= 0]
+    win = f"w{slide[0] + 1}x{len(slide)}" if slide else "full"
+    return (f"L{spec.num_layers}-q{spec.num_q_heads}-kv{spec.num_kv_heads}-d{spec.head_dim}-{win}"
+            + ("-sinks" if spec.has_sinks else ""))
+
+
+def shape_difference(a: dict, b: dict) -> str:
+    """How two models (``dataclasses.asdict`` of ModelSpec, as a manifest records them) differ in shape,
+    e.g. ``"num_q_heads 4 vs 32"``; "" when the shapes match (fields missing from either are skipped)."""
+    diffs = []
+    for f in SHAPE_FIELDS:
+        if f in a and f in b:
+            x, y = a[f], b[f]
+            if f == "window_left_per_layer":
+                x, y = tuple(x or ()), tuple(y or ())
+                if x != y:
+                    diffs.append("the windowed layers")
+                continue
+            if x != y:
+                diffs.append(f"{f} {x} vs {y}")
+    return ", ".join(diffs)
+
+
 def with_overrides(spec: ModelSpec, *, layers: int | None = None, heads: int | None = None,
                    kv_heads: int | None = None, head_dim: int | None = None, window: int | None = None,
                    sinks: bool | None = None, page_size: int | None = None) -> ModelSpec:

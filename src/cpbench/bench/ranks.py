@@ -9,9 +9,19 @@ torch.distributed group (``launch = "torchrun"``) lives in :mod:`cpbench.bench.d
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable, Protocol, Sequence
 
 Status = tuple[str, str]  # (status, reason); ("ok", "") when fine
+
+
+class PeerFailure(Exception):
+    """Raised on a rank that met another rank's failure at an agreement inside a forward (see
+    :attr:`Exchange.agreeing`): ``status`` is the agreed ``(status, reason)``, already known to every rank."""
+
+    def __init__(self, status: Status) -> None:
+        super().__init__(status[1])
+        self.status = status
 
 
 class Exchange:
@@ -19,13 +29,21 @@ class Exchange:
     layer's attention, ``columns`` the rows of a forward using it carry (e.g. ``gather_bytes``), and
     ``check()``: a collective correctness check run by every rank after the preparation is agreed
     (building an Exchange itself runs no collective, so a rank that fails to prepare leaves no other
-    rank waiting)."""
+    rank waiting).
+
+    ``agreeing()``: a context in which every collective of a forward (and of ``check``) is preceded by
+    an agreement on the status (``agree_status("ok")``), raising :class:`PeerFailure` when another rank
+    failed; a rank that fails inside the context must make its failure its next agreement. Untimed
+    forwards (the first one, the check) run in it, so a rank that fails mid-forward (an OOM in one
+    layer) leaves no other rank waiting in that layer's gather."""
 
     def __init__(self, steps_for_layer: Callable[[int], list], columns: dict | None = None,
-                 check: Callable[[], None] = lambda: None) -> None:
+                 check: Callable[[], None] = lambda: None,
+                 agreeing: Callable[[], AbstractContextManager] = nullcontext) -> None:
         self._steps = steps_for_layer
         self.columns = dict(columns or {})
         self.check = check
+        self.agreeing = agreeing
 
     def __call__(self, layer: int) -> list:
         return self._steps(layer)

@@ -25,6 +25,10 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
     eager forwards ``gpu_busy_two_call_us, gpu_busy_fused_us`` (slowest rank's GPU busy time),
     ``gpu_speedup`` (their ratio) and ``host_bound`` (any row of the cell is).
 
+    A cell missing a (rank, mode) row (:func:`missing_rows`: a sweep killed between a cell's rows, a torn
+    last line) is incomplete: ``status`` ``incomplete``, NaN latencies and speedup (never a critical path
+    from the ranks present); ``--resume`` completes it.
+
     A cell measured on only some of its ``cp_size`` ranks (``--ranks``) has no critical path: its
     ``speedup``, interval and imbalance are NaN, ``two_call_us``/``fused_us`` are the slowest *measured*
     rank's, ``all_ranks`` is False and ``ranks_label`` names the ranks (``"rank 0 only (1 of 4)"``;
@@ -36,10 +40,14 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
         if col not in df.columns:  # e.g. a run in which no cell was measured
             df = df.assign(**{col: math.nan if col.startswith("latency") else ""})
     keys = [c for c in CELL_COLUMNS if c in df.columns]
+    modes = set(df["mode"])
     out = []
     for cell, g in df.groupby(keys, dropna=False, sort=True):
         rec = dict(zip(keys, cell if isinstance(cell, tuple) else (cell,)))
         bad = g[g["status"] != "ok"]
+        lacking = missing_rows(g, modes)
+        if lacking:  # a row stands for the missing ones: no latency of this cell is used
+            bad = pd.DataFrame({"status": ["incomplete"], "reason": [incomplete_reason(lacking)]})
         measured = sorted({int(r) for r in pd.to_numeric(g["rank"], errors="coerce").dropna()})
         rec["all_ranks"] = measured == list(range(int(rec.get("cp_size", len(measured)))))
         rec["ranks_measured"] = len(measured)
@@ -70,6 +78,25 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
         rec.update(_gpu_time(g))
         out.append(rec)
     return pd.DataFrame(out)
+
+
+def missing_rows(g: pd.DataFrame, modes) -> list[tuple[int, str]]:
+    """The (rank, mode) rows one cell's rows ``g`` lack: every mode of ``modes`` (the run's) on every rank
+    the cell has a row of, and on a torchrun launch (which always measures every rank) every rank of
+    ``cp_size``. Sorted by rank, then mode."""
+    have = {(int(r), str(m)) for r, m in zip(pd.to_numeric(g["rank"], errors="coerce"), g["mode"]) if r == r}
+    ranks = {r for r, _ in have}
+    if "launch" in g and (g["launch"] == "torchrun").all() and "cp_size" in g:
+        ranks |= set(range(int(g["cp_size"].iloc[0])))
+    order = {m: i for i, m in enumerate(("two-call", "fused"))}
+    return sorted(((r, m) for r in ranks for m in modes if (r, m) not in have),
+                  key=lambda x: (x[0], order.get(x[1], 9), x[1]))
+
+
+def incomplete_reason(lacking: list[tuple[int, str]]) -> str:
+    """``"no row for rank 1 fused: rerun the sweep with --resume to complete the cell"``."""
+    what = ", ".join(f"rank {r} {m}" for r, m in lacking[:4]) + (" ..." if len(lacking) > 4 else "")
+    return f"no row for {what}: rerun the sweep with --resume to complete the cell"
 
 
 def ranks_label(ranks, cp_size: int) -> str:

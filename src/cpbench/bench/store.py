@@ -76,13 +76,20 @@ class RunDir:
 
         Raises:
             CpbenchInputError: ``out`` is a file, is not writable, already holds results without
-                ``resume``, ``resume`` names a directory without results, or another sweep holds it.
+                ``resume``, holds other run directories, ``resume`` names a directory without results, or
+                another sweep holds it.
         """
         d = Path(out) if out else Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S")
         run = cls(d)
         if d.exists() and not d.is_dir():
             raise CpbenchInputError(f"--out {str(d)!r} is a file: pass a directory path")
         has_rows = run.results.exists()
+        other = next((c for c in sorted(d.iterdir()) if c.is_dir() and ((c / cls.RESULTS).exists()
+                                                                         or (c / cls.MANIFEST).exists())), None) \
+            if d.is_dir() and not has_rows and not resume else None
+        if other is not None:
+            raise CpbenchInputError(f"--out {str(d)!r} holds other runs (e.g. {other.name!r}): give this run a "
+                                    f"directory of its own, e.g. {str(d / 'new-run')!r}")
         if resume and not has_rows and run.manifest_path.exists():
             has_rows = True  # interrupted before its first row: resume it from the start
         elif resume and not has_rows:
@@ -118,7 +125,7 @@ class RunDir:
                                     "or pick another --out") from None
         os.ftruncate(fd, 0)
         command = os.environ.get("CPBENCH_COMMAND") or " ".join(["cpbench", *sys.argv[1:]])  # a rank: the launch's
-        os.pwrite(fd, f"pid {os.getpid()} ({command[:200]})".encode(), 0)
+        os.pwrite(fd, f"pid {os.getpid()} ({command[:200]})".encode("utf-8", "backslashreplace"), 0)
         self._lock_fd = fd
 
     def unlock(self) -> None:
@@ -163,7 +170,8 @@ class RunDir:
         df = pd.DataFrame(rows)
         if df.empty:
             return df
-        df.to_parquet(self.parquet, index=False)
+        with open(self.parquet, "wb") as f:  # a file, not a path: pyarrow encodes paths as strict UTF-8
+            df.to_parquet(f, index=False)
         csv = df.copy()
         if "samples_us" in csv:
             csv["samples_us"] = csv["samples_us"].map(
@@ -228,7 +236,8 @@ class RunDir:
         df = None
         if self.parquet.exists():
             try:
-                df = pd.read_parquet(self.parquet)
+                with open(self.parquet, "rb") as f:  # any path the OS gave (see write_tables)
+                    df = pd.read_parquet(f)
             except Exception as e:  # pyarrow raises its own types for a corrupt file
                 raise CpbenchInputError(f"{str(self.parquet)!r} cannot be read ({type(e).__name__}): "
                                         "delete it to fall back to results.jsonl") from None
@@ -246,6 +255,12 @@ class RunDir:
             raise CpbenchInputError(f"{str(d)!r} holds no result rows")
         _check_versions(d, df)
         return df, manifest
+
+
+def as_utf8(text: str) -> str:
+    """``text`` writable as UTF-8: a path the OS handed over as undecodable bytes (surrogate escapes, e.g.
+    a UTF-8 name under LANG=C) read as UTF-8, bytes that are not UTF-8 as U+FFFD."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
@@ -283,7 +298,7 @@ def read_jsonl(path: Path) -> list[dict]:
     if not path.exists():
         return rows
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise CpbenchInputError(f"{str(path)!r} is not UTF-8 text: it is not a cpbench results file") from None
     lines = text.splitlines()
@@ -316,7 +331,7 @@ def read_manifest(path: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):  # too deep, huge integers
         manifest = None
     if not isinstance(manifest, dict):
@@ -340,7 +355,7 @@ def _jsonable(row: dict) -> dict:
 def _write_json(path: Path, obj: dict) -> None:
     """Write ``obj`` to ``path`` atomically (a kill leaves the old file or the new one, never half)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 

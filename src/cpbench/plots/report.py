@@ -15,8 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from cpbench.bench.eligibility import DEFAULT_RULE, CpRule, parse_rule
+from cpbench.bench.results import incomplete_reason, missing_rows
 from cpbench.bench.schema import CELL_COLUMNS, MODES
-from cpbench.bench.store import RunDir, load_run
+from cpbench.bench.store import RunDir, as_utf8, load_run
 from cpbench.bench.verdicts import TIE_BAND
 from cpbench.plots.backend_answer import backend_answer
 from cpbench.plots.charts import chart_stems, render_frame
@@ -102,15 +103,23 @@ def notes(df: pd.DataFrame) -> list[str]:
                    + (f": {c['reason']}" if c["reason"] else ""))
     if len(out) > MAX_NOTES:
         out = out[:MAX_NOTES] + [f"- … and {len(out) - MAX_NOTES} more (see results.csv)."]
-    partial = []
+    partial, incomplete = [], []
+    run_modes = set(df["mode"])
     for k, g in df.groupby(list(CELL_COLUMNS), sort=True):
         c = dict(zip(CELL_COLUMNS, k))
         modes = [m for m in MODES if m in set(g["mode"])]
         ranks = sorted({int(r) for r in g["rank"].dropna()})
-        if len(modes) < len(MODES) or ranks != list(range(int(c["cp_size"]))):
+        lacking = missing_rows(g, run_modes)
+        if lacking:
+            incomplete.append(f"- {c['model']} · {c['backend']} · {c['timing']} · cp {c['cp_size']} · "
+                              f"bs {c['bs']} · {human_tokens(c['seq_len'])} tokens: **incomplete**, "
+                              f"{incomplete_reason(lacking)}; "
+                              "no critical path or speedup is computed from the ranks present.")
+        elif len(modes) < len(MODES) or ranks != list(range(int(c["cp_size"]))):
             partial.append(f"cp {c['cp_size']} · bs {c['bs']} · {human_tokens(c['seq_len'])} tokens · "
                            f"{c['timing']}: {', '.join(modes)} on rank{'s' if len(ranks) > 1 else ''} "
                            f"{span_text(ranks)}")
+    out += incomplete
     if partial:
         out.append(f"- {len(partial)} cell(s) measured only some ranks or modes (`--ranks`/`--mode`), so they have no "
                    f"critical-path speedup: e.g. {partial[0]}.")
@@ -136,8 +145,15 @@ def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
     """Bullets for cells the manifest's config planned but the results do not hold (a sweep that was
     stopped: ``cpbench sweep ... --resume`` measures them)."""
     cfg = manifest.get("config") or {}
-    if not cfg.get("cp_sizes"):
+    if not isinstance(cfg, dict) or not cfg.get("cp_sizes"):
         return []
+    kinds = (("cp_sizes", int), ("bs_list", int), ("seq_list", int), ("timings", str), ("extend_lens", int))
+    bad = next((k for k, kind in kinds if cfg.get(k) is not None and not _list_of(cfg[k], kind)), None)
+    if bad or (cfg.get("batches") and not all(isinstance(b, list) and b and _list_of(b[0], int) and b[0]
+                                              for b in cfg["batches"])):
+        what = f"{bad} {cfg[bad]!r}" if bad else "batches"
+        return [f"- manifest.json's config holds {what[:80]}, not a list this cpbench reads: the cells a stopped "
+                "sweep left out cannot be listed."]
     if cfg.get("batches"):  # a length mix or trace: (bs, longest extend) of every batch
         batches = list(dict.fromkeys((len(e), max(e)) for e, _ in cfg["batches"]))
     elif cfg.get("extend_lens"):
@@ -153,6 +169,11 @@ def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
                     out.append(f"- cp {cp} · bs {bs} · {human_tokens(seq)} tokens · {timing}: **not measured** "
                                "(the sweep stopped before this cell; rerun its command with `--resume`)")
     return out
+
+
+def _list_of(v, kind: type) -> bool:
+    """``v`` is a list of ``kind`` (bools are not ints)."""
+    return isinstance(v, list) and all(isinstance(x, kind) and not isinstance(x, bool) for x in v)
 
 
 def reproduce_lines(manifest: dict) -> list[str]:
@@ -263,7 +284,8 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
         sim_vs_real_chart(d, sim, plot_dir)
     sim_name = Path(simulated).resolve().name if simulated is not None else ""
     path = RunDir(run).report
-    path.write_text(render_report(df, manifest, run.resolve().name, plot_dir, sim_df=sim_df, sim_name=sim_name))
+    path.write_text(as_utf8(render_report(df, manifest, run.resolve().name, plot_dir, sim_df=sim_df,
+                                          sim_name=sim_name)), encoding="utf-8")
     return path
 
 

@@ -5,7 +5,7 @@ Flow (the CLI, ``cli_explain.py``, owns the subprocesses; this module builds arg
     exe = find_ncu()                                   # None -> "ncu not found", exit 2
     subprocess.run(ncu_argv(exe, child, ranges, log)) # child wraps each forward in an NVTX range
     check_ncu_output(text)                             # ProfileError on ERR_NVGPUCTRPERM
-    kernels = parse_ncu_csv(log.read_text())           # one dict per profiled kernel, in launch order
+    kernels = parse_ncu_csv(log.read_text(encoding="utf-8"))           # one dict per profiled kernel, in launch order
 
 What ncu is asked for (``ncu_argv``): ``--nvtx --nvtx-include "cpbench@<range>/"`` per forward range
 (push/pop ranges need the trailing ``/``; ``domain@range`` names the NVTX domain), ``--csv --page

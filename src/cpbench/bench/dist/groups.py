@@ -2,7 +2,8 @@
 over all ranks for host-side exchange (status, result rows), and one CP group per ``cp_size``.
 
 Every group is created with the same ``timeout``, so every collective on it fails after that long
-instead of hanging (NCCL: the watchdog aborts the communicator; gloo: the call raises).
+instead of hanging (NCCL: the watchdog aborts the communicator; gloo: the call raises). A collective
+that fails raises :class:`LaunchBroken`: the launch cannot go on, and no cell may record it as its status.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from cpbench.errors import CpbenchInputError
+from cpbench.errors import CpbenchInputError, one_line
 
 _ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -30,6 +31,19 @@ class DistInfo:
     device: torch.device
     backend: str
     timeout_s: float
+
+
+class LaunchBroken(BaseException):
+    """A collective failed: it timed out (a rank stopped answering) or a peer is gone. A BaseException, so
+    that no per-cell ``except Exception`` records it as a cell's status: the launch ends (the rank leaves a
+    note for the launcher, see :mod:`cpbench.bench.dist.launch`)."""
+
+
+def broken(what: str, e: BaseException) -> LaunchBroken:
+    """The LaunchBroken for collective ``what`` (e.g. ``"the status agreement"``) that raised ``e``."""
+    timeout = _state["info"].timeout_s if _state["info"] is not None else None
+    waited = f" (--dist-timeout {timeout:g} s)" if timeout is not None else ""
+    return LaunchBroken(f"{what} failed{waited}: {one_line(e)[:200]}")
 
 
 _state: dict[str, Any] = {"info": None, "gloo": None, "cp": {}}
@@ -135,9 +149,17 @@ def cp_subgroups(world_size: int, cp_size: int) -> dist.ProcessGroup:
         if cp_size == world_size:
             cache[cp_size] = dist.group.WORLD
         else:
-            cache[cp_size] = dist.new_group(ranks=list(range(cp_size)),
-                                            timeout=_timeout(info.timeout_s))
+            cache[cp_size] = new_group(list(range(cp_size)), None, info.timeout_s)
     return cache[cp_size]
+
+
+def new_group(ranks: list[int], backend: str | None, timeout_s: float) -> dist.ProcessGroup:
+    """``dist.new_group`` (collective over every rank) with ``timeout_s``; LaunchBroken when it fails."""
+    td = _timeout(timeout_s)
+    try:
+        return dist.new_group(ranks, backend=backend, timeout=td)
+    except Exception as e:
+        raise broken(f"creating the group of ranks {ranks[0]}..{ranks[-1]}", e) from e
 
 
 def in_group(group: dist.ProcessGroup) -> bool:
@@ -149,7 +171,10 @@ def all_gather_object_gloo(obj: Any, group: dist.ProcessGroup | None = None) -> 
     """Every rank's picklable ``obj``, in rank order, over gloo (default: the all-ranks gloo group)."""
     group = group or gloo_group()
     out: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(out, obj, group=group)
+    try:
+        dist.all_gather_object(out, obj, group=group)
+    except Exception as e:
+        raise broken("an exchange between ranks (all_gather_object)", e) from e
     return out
 
 
@@ -162,14 +187,20 @@ def max_over_ranks(value: float | int, group: dist.ProcessGroup | None = None) -
     if dist.get_backend(group) == "nccl":
         device = torch.device("cuda", torch.cuda.current_device())
     t = torch.tensor([value], dtype=torch.int64 if is_int else torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    try:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    except Exception as e:
+        raise broken("an agreement between ranks (all_reduce)", e) from e
     return int(t.item()) if is_int else float(t.item())
 
 
 def broadcast_object(obj: Any, src: int = 0, group: dist.ProcessGroup | None = None) -> Any:
     """Rank ``src``'s picklable ``obj`` on every rank, over gloo (``src`` is a global rank)."""
     box = [obj]
-    dist.broadcast_object_list(box, src=src, group=group or gloo_group())
+    try:
+        dist.broadcast_object_list(box, src=src, group=group or gloo_group())
+    except Exception as e:
+        raise broken("a broadcast from rank 0", e) from e
     return box[0]
 
 

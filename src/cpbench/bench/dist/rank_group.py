@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
 
 from cpbench.bench.backends.base import Step
-from cpbench.bench.dist import groups
+from cpbench.bench.dist import faults, groups
 from cpbench.bench.dist.kv_gather import (allocate_gather_buffers, build_gather_plan, check_gather, gather_bytes,
                                           gather_kv, gather_kv_checked, write_kv)
-from cpbench.bench.ranks import Exchange, Status
+from cpbench.bench.ranks import Exchange, PeerFailure, Status
+from cpbench.errors import CpbenchInputError
 
 GATHER_MODES = ("packed", "separate", "none")
 
@@ -47,6 +49,7 @@ class TorchrunGroup:
         self._host_groups: dict[int, Any] = {}
         self._exchange: dict = {}  # per cell: (plan, buffers, local K/V per KV buffer)
         self._cells = 0  # cells begun
+        self._agreeing = False  # every gather is preceded by a status agreement (Exchange.agreeing)
 
     def manifest_info(self) -> dict:
         """What the manifest records about the launch: world size, backend, NCCL version, every
@@ -69,8 +72,7 @@ class TorchrunGroup:
         self._cp = groups.cp_subgroups(self.world_size, cp_size)  # collective: every rank, same order
         if cp_size not in self._host_groups:
             self._host_groups[cp_size] = (groups.gloo_group() if cp_size == self.world_size else
-                                          dist.new_group(list(range(cp_size)), backend="gloo",
-                                                         timeout=groups._timeout(self.info.timeout_s)))
+                                          groups.new_group(list(range(cp_size)), "gloo", self.info.timeout_s))
         self._cp_host = self._host_groups[cp_size]
         self._exchange.clear()
         self._cells += 1
@@ -89,7 +91,10 @@ class TorchrunGroup:
             return
         if self.info.device.type == "cuda":
             torch.cuda.synchronize()
-        dist.barrier(group=self._cp_host)
+        try:
+            dist.barrier(group=self._cp_host)
+        except Exception as e:
+            raise groups.broken("a barrier before a sample", e) from e
 
     def agree(self, value: float) -> float:
         return groups.max_over_ranks(value, self._cp_host) if self._member else value
@@ -119,7 +124,7 @@ class TorchrunGroup:
         """Gather -> KV-write steps for every layer (shared by both modes of a cell), or None for
         ``gather == "none"``. The first call per cell builds the plan and buffers (no collective);
         the Exchange's ``check`` verifies the gathered K|V (see :meth:`_check`)."""
-        _inject_fault(self.rank, self._cells)
+        faults.inject(self.rank, self._cells, "prepare")
         if self.gather == "none":
             return None
         if not self._exchange:
@@ -127,18 +132,45 @@ class TorchrunGroup:
         ex = self._exchange
         plan, bufs, local, cell, n = ex["plan"], ex["buffers"], ex["local"], work.cell, ex["rows"]
 
+        last = len(cell.layer_buffer) - 1
+
+        def gather(k_loc, v_loc, layer: int):
+            if self._agreeing:
+                self._before_gather(layer == last)
+            try:
+                return gather_kv_checked(plan, k_loc, v_loc, self._cp, self.gather, bufs, n)
+            except Exception as e:
+                raise groups.broken(f"the K|V all-gather of layer {layer}", e) from e
+
         def steps(layer: int) -> list[Step]:
             b = cell.layer_buffer[layer]
             k_cache, v_cache = cell.kv_buffers[b]
             k_loc, v_loc = local[b]
-            return [Step("gather", lambda: gather_kv_checked(plan, k_loc, v_loc, self._cp, self.gather, bufs, n),
-                         "comm"),
+            return [Step("gather", lambda: gather(k_loc, v_loc, layer), "comm"),
                     Step("kv_write", lambda: write_kv(plan, bufs.k_full, bufs.v_full, k_cache, v_cache), "kv_write")]
 
         m = work.model
         return Exchange(steps, {"gather_bytes": gather_bytes(plan, m.num_kv_heads, m.head_dim,
                                                              cell.q_all.element_size(), self.gather)},
-                        check=lambda: self._check(work))
+                        check=lambda: self._check(work), agreeing=self._agreeing_forward)
+
+    @contextmanager
+    def _agreeing_forward(self) -> Iterator[None]:
+        """See :attr:`cpbench.bench.ranks.Exchange.agreeing`."""
+        self._agreeing = True
+        try:
+            yield
+        finally:
+            self._agreeing = False
+
+    def _before_gather(self, last_layer: bool = False) -> None:
+        """The agreement before a gather of an agreeing forward: PeerFailure when another rank failed.
+        The ``forward`` phase of fault injection fires here, before the last layer's gather."""
+        if last_layer:
+            faults.inject(self.rank, self._cells, "forward")
+        st = self.agree_status(("ok", ""))
+        if st != ("ok", ""):
+            raise PeerFailure(st)
 
     def _build(self, work) -> dict:
         """Plan, buffers and this rank's own K/V rows of every KV buffer (no collective)."""
@@ -165,26 +197,18 @@ class TorchrunGroup:
         for pair in flat:
             for f in pair:
                 f.index_fill_(0, plan.slots, 0)
-        write_kv(plan, *gather_kv(plan, *ex["local"][0], self._cp, self.gather, ex["buffers"]),
-                 *work.cell.kv_buffers[0])
+        if self._agreeing:
+            self._before_gather()
+        try:
+            full = gather_kv(plan, *ex["local"][0], self._cp, self.gather, ex["buffers"])
+        except CpbenchInputError:
+            raise
+        except Exception as e:
+            raise groups.broken("the K|V all-gather of the exchange check", e) from e
+        write_kv(plan, *full, *work.cell.kv_buffers[0])
         got = tuple(f.index_select(0, plan.slots) for f in flat[0])
         if not all(torch.equal(a, b) for a, b in zip(got, want)):
             raise RuntimeError("the all-gathered K|V written to the paged cache differs from the full K|V")
-
-
-def _inject_fault(rank: int, cell: int) -> None:
-    """Fault injection for the failure tests: ``CPBENCH_INJECT_FAULT="<rank>:raise[:<cell>]"`` makes
-    that rank raise while preparing a forward (in every cell, or only the cell-th, counting from 1);
-    ``"<rank>:exit[:<cell>]"`` makes it die there (``os._exit(3)``)."""
-    spec = os.environ.get("CPBENCH_INJECT_FAULT", "")
-    who, _, rest = spec.partition(":")
-    what, _, when = rest.partition(":")
-    if who.strip() != str(rank) or (when and when != str(cell)):
-        return
-    if what == "exit":
-        os._exit(3)
-    if what == "raise":
-        raise RuntimeError(f"injected fault on rank {rank} (CPBENCH_INJECT_FAULT)")
 
 
 def _topology() -> str | None:

@@ -1,0 +1,59 @@
+"""Fault injection, to check how a torchrun launch behaves when one rank fails (docs/faults.md).
+
+``CPBENCH_INJECT_FAULT="<rank>:<fault>[:<cell>[:<phase>]]"`` makes global rank ``<rank>`` fail:
+
+* faults: ``raise`` (a RuntimeError), ``oom`` (torch.OutOfMemoryError), ``exit`` (the process dies,
+  ``os._exit(3)``), ``stop`` (the process stops itself with SIGSTOP: a rank that stops answering);
+* ``<cell>``: only the cell-th cell this process begins, counting from 1 (empty or ``*``: every cell);
+* phases: ``prepare`` (default: while preparing a forward, before any collective of the cell's modes)
+  or ``forward`` (inside the first forward of a mode, just before its last layer's K|V all-gather,
+  after the other layers' gathers ran; needs ``--gather packed|separate``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from cpbench.errors import CpbenchInputError
+
+ENV = "CPBENCH_INJECT_FAULT"
+FAULTS = ("raise", "oom", "exit", "stop")
+PHASES = ("prepare", "forward")
+
+
+def parse(spec: str | None = None) -> tuple[int, str, int | None, str] | None:
+    """``(rank, fault, cell or None, phase)`` from ``spec`` (default: ``$CPBENCH_INJECT_FAULT``), None when
+    empty. Raises CpbenchInputError for a malformed spec."""
+    spec = os.environ.get(ENV, "") if spec is None else spec
+    if not spec.strip():
+        return None
+    parts = [p.strip() for p in spec.split(":")]
+    parts += [""] * (4 - len(parts))
+    rank, fault, cell, phase = parts[:4]
+    form = f"{ENV}={spec!r} is not <rank>:<fault>[:<cell>[:<phase>]] with fault one of {'|'.join(FAULTS)} " \
+           f"and phase one of {'|'.join(PHASES)}"
+    if len(parts) > 4 or not rank.isdigit() or fault not in FAULTS or phase not in ("", *PHASES) \
+            or not (cell in ("", "*") or (cell.isdigit() and int(cell) >= 1)):
+        raise CpbenchInputError(form)
+    return int(rank), fault, int(cell) if cell.isdigit() else None, phase or "prepare"
+
+
+def inject(rank: int, cell: int, phase: str) -> None:
+    """Fail here when ``$CPBENCH_INJECT_FAULT`` names this rank, cell (counting from 1) and phase."""
+    spec = parse()
+    if spec is None:
+        return
+    who, fault, when, where = spec
+    if who != rank or (when is not None and when != cell) or where != phase:
+        return
+    if fault == "exit":
+        os._exit(3)
+    if fault == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return
+    if fault == "oom":
+        import torch
+
+        raise torch.OutOfMemoryError(f"injected oom on rank {rank} ({ENV})")
+    raise RuntimeError(f"injected fault on rank {rank} ({ENV})")

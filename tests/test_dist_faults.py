@@ -1,0 +1,119 @@
+"""Faults of a real torchrun launch on CPU (gloo), injected with CPBENCH_INJECT_FAULT: a rank that stops
+answering (SIGSTOP), a rank out of memory in one cell, and torchrun's agent killed. Each test is bounded by
+a pytest timeout (never by a wall-clock assert) and checks which rows are on disk afterwards."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cpbench.bench.dist import faults
+from cpbench.bench.dist.launch import failure_summary
+from cpbench.bench.store import RunDir
+from cpbench.errors import CpbenchInputError
+from test_dist_sweep import SMALL, _env, _processes_mentioning, by_key, sweep
+
+LAUNCH = ["--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1", "--no-profile"]
+
+
+def _gone(marker: str, within_s: float = 30.0) -> list[str]:
+    """Processes still mentioning ``marker`` after waiting up to ``within_s`` for them to end."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and _processes_mentioning(marker):
+        time.sleep(0.5)
+    return _processes_mentioning(marker)
+
+
+@pytest.mark.parametrize("spec, want", [
+    ("", None), ("1:raise", (1, "raise", None, "prepare")), ("0:oom:2:forward", (0, "oom", 2, "forward")),
+    ("3:stop:*:prepare", (3, "stop", None, "prepare")), ("1:exit:2", (1, "exit", 2, "prepare")),
+])
+def test_fault_spec_is_parsed(spec, want):
+    assert faults.parse(spec) == want
+
+
+@pytest.mark.parametrize("spec", ["x:raise", "1:explode", "1:raise:0", "1:raise:1:later", "1:raise:1:forward:9"])
+def test_a_malformed_fault_spec_is_refused_in_one_line(spec):
+    with pytest.raises(CpbenchInputError, match="is not <rank>:<fault>") as e:
+        faults.parse(spec)
+    assert "\n" not in str(e.value)
+
+
+def test_a_killed_agent_is_named_not_blamed_on_a_rank():
+    assert failure_summary("", -9) == "torchrun was killed by SIGKILL; its ranks were stopped"
+
+
+@pytest.mark.timeout(150)
+def test_a_stopped_rank_ends_the_launch_naming_it_and_resume_finishes(tmp_path):
+    out = tmp_path / "stop"
+    args = [*LAUNCH, "--seq", "40,48,56", "--out", out, *SMALL[:-2], "--dist-timeout", "10"]
+    p = sweep(*args, env=_env(CPBENCH_INJECT_FAULT="1:stop:2"), timeout=120)
+    assert p.returncode == 1, p.stderr[-2000:]
+    err = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(err) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert err[0].startswith("error: rank 1 stopped answering (its process was stopped): rank 0 gave up waiting")
+    assert "--dist-timeout 10 s" in err[0] and "rerun the same command with --resume" in err[0]
+    assert _gone(str(out)) == []  # the stopped rank was killed too
+    kept = RunDir(out).rows()
+    assert sorted((r["seq_len"], r["rank"]) for r in kept) == [(40, 0), (40, 0), (40, 1), (40, 1)]
+    assert all(r["status"] == "ok" for r in kept)
+    again = sweep(*args, "--resume", timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    rows = by_key(RunDir(out).rows())
+    assert len(rows) == 12 and all(r["status"] == "ok" for r in rows.values())
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("phase", ["prepare", "forward"])
+def test_an_oom_on_one_rank_records_the_cell_on_every_rank_and_the_sweep_goes_on(tmp_path, phase):
+    # the default --dist-timeout (300 s) is longer than the pytest timeout: a rank left waiting fails the test
+    out = tmp_path / phase
+    p = sweep(*LAUNCH, "--seq", "40,48", "--out", out, *SMALL[:-2],
+              env=_env(CPBENCH_INJECT_FAULT=f"1:oom:1:{phase}"), timeout=140)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = by_key(RunDir(out).rows())
+    assert len(rows) == 8
+    for rank in (0, 1):
+        for mode in ("two-call", "fused"):
+            bad, good = rows[(2, 1, 40, rank, mode)], rows[(2, 1, 48, rank, mode)]
+            assert bad["status"] == "oom" and "injected oom on rank 1" in bad["reason"], bad
+            assert good["status"] == "ok"
+    assert rows[(2, 1, 40, 0, "fused")]["reason"].startswith("rank 1: ")
+
+
+def _agent_of(launcher_pid: int) -> int | None:
+    out = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
+    for ln in out.splitlines()[1:]:
+        pid, ppid, cmd = ln.split(None, 2)
+        if int(ppid) == launcher_pid and "torch.distributed.run" in cmd:
+            return int(pid)
+    return None
+
+
+@pytest.mark.timeout(150)
+def test_killing_the_agent_stops_every_rank_and_resume_finishes(tmp_path):
+    out = tmp_path / "agent"
+    args = [*LAUNCH, "--seq", ",".join(str(32 + 8 * i) for i in range(6)), "--out", out, *SMALL[:-2],
+            "--dist-timeout", "20"]
+    p = subprocess.Popen([sys.executable, "-m", "cpbench", "sweep", *map(str, args)], env=_env(),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    while len(RunDir(out).rows()) < 4 and p.poll() is None:  # the first cell is on disk
+        time.sleep(0.2)
+    agent = _agent_of(p.pid)
+    assert agent is not None, p.stderr.read() if p.poll() is not None else "no torchrun agent"
+    os.kill(agent, signal.SIGKILL)
+    p.wait(timeout=60)
+    err = [ln for ln in p.stderr.read().splitlines() if ln.strip()]
+    assert p.returncode == 1 and len(err) == 1, err
+    assert err[0].startswith("error: torchrun was killed by SIGKILL; its ranks were stopped")
+    assert _gone(str(out)) == []  # no rank goes on measuring with nobody watching
+    kept = RunDir(out).rows()
+    n = len(kept)
+    time.sleep(2)
+    assert len(RunDir(out).rows()) == n and n % 4 == 0 and 4 <= n < 24  # whole cells, and no more after
+    again = sweep(*args, "--resume", timeout=140)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert len(by_key(RunDir(out).rows())) == 24

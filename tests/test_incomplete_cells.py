@@ -1,0 +1,86 @@
+"""A cell missing one (rank, mode) row (a kill between a rank's two row writes, a torn last line) is
+incomplete: no critical path or speedup from the ranks present, the report says so instead of "every
+cell ran", and ``--resume`` completes it."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from cpbench.bench.results import critical_path, missing_rows
+from cpbench.bench.store import RunDir
+from cpbench.plots.data import prepare
+from cpbench.plots.report import ALL_RAN, write_report
+from clirun import cpbench
+from runfactory import make_rows, write_run
+
+TINY = ["--layers", "2", "--heads", "4", "--kv-heads", "1", "--head-dim", "16", "--page-size", "16"]
+
+
+def _rows(launch="simulated"):
+    rows = make_rows(cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",), noise=0)
+    for r in rows:
+        r["launch"] = launch
+    return rows
+
+
+@pytest.mark.parametrize("launch", ["simulated", "torchrun"])
+def test_a_cell_without_one_rank_mode_row_has_no_critical_path(launch):
+    rows = _rows(launch)
+    assert len(rows) == 4 and math.isfinite(critical_path(prepare(pd.DataFrame(rows))).iloc[0]["speedup"])
+    torn = [r for r in rows if not (r["rank"] == 1 and r["mode"] == "fused")]
+    c = critical_path(prepare(pd.DataFrame(torn))).iloc[0]
+    assert c["status"] == "incomplete" and "no row for rank 1 fused" in c["reason"] and "--resume" in c["reason"]
+    assert math.isnan(c["speedup"]) and math.isnan(c["fused_us"]) and math.isnan(c["two_call_us"])
+    assert math.isnan(c["speedup_ci_low"])
+
+
+def test_a_torchrun_cell_lacking_a_whole_rank_is_incomplete():
+    only0 = [r for r in _rows("torchrun") if r["rank"] == 0]
+    assert missing_rows(pd.DataFrame(only0), {"two-call", "fused"}) == [(1, "two-call"), (1, "fused")]
+    # simulated: rank 0 alone in both modes is a --ranks 0 cell, not a torn one
+    sim0 = [r for r in _rows() if r["rank"] == 0]
+    assert missing_rows(pd.DataFrame(sim0), {"two-call", "fused"}) == []
+
+
+def test_report_says_the_cell_is_incomplete(tmp_path):
+    torn = [r for r in _rows() if not (r["rank"] == 1 and r["mode"] == "fused")]
+    text = write_report(write_run(tmp_path / "run", torn)).read_text(encoding="utf-8")
+    assert ALL_RAN not in text
+    assert "**incomplete**, no row for rank 1 fused: rerun the sweep with --resume to complete the cell" in text
+    assert "fused is faster" not in text and "fused is not faster" not in text
+
+
+def test_resume_completes_a_torn_run(tmp_path):
+    out = tmp_path / "r"
+    args = ["sweep", "--device", "cpu", "--cp", "2", "--bs", "1", "--seq", "32", *TINY, "--budget-ms", "5",
+            "--no-profile", "--out", out]
+    assert cpbench(*args).returncode == 0
+    lines = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 4
+    (out / "results.jsonl").write_text("\n".join(lines[:3]) + "\n", encoding="utf-8")  # `head -n 3`
+    for name in ("results.parquet", "results.csv"):  # a sweep killed before its tables were written
+        (out / name).unlink()
+    r = cpbench("report", out)
+    assert r.returncode == 0, r.stderr
+    text = (out / "report.md").read_text(encoding="utf-8")
+    assert "**incomplete**" in text and ALL_RAN not in text
+    again = cpbench(*args, "--resume")
+    assert again.returncode == 0, again.stderr
+    rows = RunDir(out).latest_rows()
+    assert sorted((x["rank"], x["mode"]) for x in rows) == [(0, "fused"), (0, "two-call"), (1, "fused"),
+                                                           (1, "two-call")]
+    assert cpbench("report", out).returncode == 0
+    assert "**incomplete**" not in (out / "report.md").read_text(encoding="utf-8")
+    assert json.loads(lines[0])["status"] == "ok"
+
+
+def test_a_manifest_with_cp_sizes_not_a_list_is_said_so(tmp_path):
+    rows = _rows()
+    cfg = {"cp_sizes": "two", "bs_list": [1], "seq_list": [1024], "timings": ["eager"]}
+    text = write_report(write_run(tmp_path / "run", rows, manifest_over={"config": cfg})).read_text(encoding="utf-8")
+    assert "manifest.json's config holds cp_sizes 'two', not a list this cpbench reads" in text
+    assert "cp t" not in text and "not measured" not in text
+    good = write_report(write_run(tmp_path / "ok", rows, manifest_over={"config": {**cfg, "cp_sizes": [2, 4]}}))
+    assert "cp 4 · bs 1 · 1K tokens · eager: **not measured**" in good.read_text(encoding="utf-8")
