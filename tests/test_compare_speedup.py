@@ -180,3 +180,13 @@ def test_agreement_among_cells_host_bound_in_neither_run():
                                  "the two intervals overlap in 14 of 16")
     every = f.assign(base_host_bound=True)
     assert agreement_line(every).startswith("verdicts agree in 16 of 16 cells (100 %; every cell host-bound)")
+
+
+def test_compare_marks_the_host_bound_cell():
+    from pathlib import Path
+
+    runs = Path(__file__).parent.parent / "docs" / "runs"
+    out = cpbench("compare", str(runs / "h200-fmha-v2-default-a"), str(runs / "h200-fmha-v2-default-b")).stdout
+    row = next(ln for ln in out.splitlines() if ln.startswith("| eager | 4 | 1 | 2048 | 0 | 1.95×"))
+    assert row.startswith("| eager | 4 | 1 | 2048 | 0 | 1.95× [1.92–1.99] † | faster | 1.74× [1.69–1.80] † |")
+    assert "† host-bound in that run" in out and out.count(" † |") == 2  # only that cell, in both runs

@@ -133,15 +133,15 @@ def test_gloo_gather_writes_full_kv_exactly(nproc):
 
 @pytest.mark.timeout(120)
 def test_rank_failing_before_collective_ends_the_launch():
-    proc, took = _torchrun(2, "--fail-rank", "1", "--timeout", "20", timeout=60)
+    proc, _ = _torchrun(2, "--fail-rank", "1", "--timeout", "20", timeout=60)  # a hang raises TimeoutExpired
     assert proc.returncode != 0
-    assert took < 60
     assert "injected failure" in proc.stderr + proc.stdout
 
 
 @pytest.mark.timeout(120)
 def test_stalled_rank_times_out_the_collective():
-    """Rank 1 sleeps 6x the 4 s group timeout, then would carry on: only the timeout fails the launch."""
-    proc, took = _torchrun(2, "--stall-rank", "1", "--timeout", "4", timeout=60)
+    """Rank 1 sleeps 6x the 4 s group timeout, then would carry on: only the timeout fails the launch, so the
+    launch ends before rank 1 wakes (it prints when it does), whatever the machine's load."""
+    proc, _ = _torchrun(2, "--stall-rank", "1", "--timeout", "4", timeout=60)
     assert proc.returncode != 0, proc.stdout
-    assert took < 20
+    assert "woke after the stall" not in proc.stdout + proc.stderr

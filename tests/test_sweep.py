@@ -49,7 +49,7 @@ def test_sweep_writes_run_directory(tmp_path):
     assert len(cp) == 4 and cp["speedup"].notna().all()
     man = json.loads((out / "manifest.json").read_text())
     assert man["command"].startswith("cpbench sweep") and man["torch"] == torch.__version__
-    assert len(man["sweep_wall_s"]) == 1 and 0 < man["sweep_wall_s"][0] < 600
+    assert len(man["sweep_wall_s"]) == 1 and man["sweep_wall_s"][0] > 0  # recorded (its size is the machine's)
 
 
 def test_ineligible_cell_recorded_and_sweep_goes_on(tmp_path):

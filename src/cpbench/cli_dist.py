@@ -47,7 +47,7 @@ NprocOpt = Annotated[Optional[int], typer.Option(
     "--nproc-per-node", help="Processes (one per GPU) for --launch torchrun. Default: the visible GPU count.")]
 GatherOpt = Annotated[Optional[Gather], typer.Option(
     "--gather", help="Per-layer K|V all-gather of a torchrun launch: packed (one all_gather_into_tensor of "
-                     "cat(\\[k, v], -1), as SGLang), separate (K then V), none (attention only). Default: packed.")]
+                     "K and V packed side by side, as SGLang), separate (K then V), none (attention only). Default: packed.")]
 DistBackendOpt = Annotated[DistBackend, typer.Option(
     "--dist-backend", help="torch.distributed backend: nccl on GPUs, gloo on CPU (auto).")]
 DistTimeoutOpt = Annotated[float, typer.Option(

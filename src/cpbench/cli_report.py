@@ -16,7 +16,7 @@ from cpbench.cli_options import err_console
 from cpbench.errors import CpbenchInputError
 
 RunArg = Annotated[Path, typer.Argument(help="Run directory written by `cpbench sweep` (holds results.*).",
-                                        show_default=False)]
+                                        show_default=False, metavar="RUN")]
 PLOT_EPILOG = "Example:  cpbench plot runs/<id>"
 REPORT_EPILOG = "Example:  cpbench report runs/<id>   (torchrun run vs its simulated twin: --simulated runs/<sim-id>)"
 COMPARE_EPILOG = "Example:  cpbench compare runs/base runs/new --fail-above 0.05 --out compare.md"
@@ -86,8 +86,8 @@ def report(
 
 
 def compare(
-    base: Annotated[Path, typer.Argument(help="Baseline run directory.", show_default=False)],
-    new: Annotated[Path, typer.Argument(help="New run directory.", show_default=False)],
+    base: Annotated[Path, typer.Argument(help="Baseline run directory.", show_default=False, metavar="BASE")],
+    new: Annotated[Path, typer.Argument(help="New run directory.", show_default=False, metavar="NEW")],
     fail_above: Annotated[float, typer.Option(
         help="Exit 1 if some row's new/base > 1 + this, with its 95% CI entirely above 1.")] = 0.05,
     out: Annotated[Optional[Path], typer.Option(help="Also write the markdown to this file.")] = None,

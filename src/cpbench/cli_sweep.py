@@ -234,7 +234,8 @@ def _ms(x: float) -> str:
 
 
 def show_summary(console: Console, df, cpu: bool = False) -> None:
-    """Table per (cp_size, backend, timing): critical-path two-call ms, fused ms, speedup, 95% CI, status.
+    """Table per (cp_size, backend, timing): critical-path two-call ms, fused ms, speedup, 95% CI (not on a
+    CPU, whose ratios carry no claim), status.
 
     A cell measured on some ranks only (``--ranks``) shows its measured ranks (``rank 0 only (1 of 4)``)
     and the slowest *measured* rank's latencies, never a speedup: it has no critical path. ``cpu``: the
@@ -252,14 +253,14 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
                  + ("slowest measured rank (not the critical path: some ranks were not measured)" if partial
                     else "critical path (slowest rank)"))
         cols = [Col("bs"), Col("extend"), *([Col("ranks measured", number=False)] if partial else []),
-                Col("two-call ms"), Col("fused ms"), Col("two-call / fused" if cpu else "speedup"), Col("95% CI"),
-                Col("status", number=False)]
+                Col("two-call ms"), Col("fused ms"), Col("two-call / fused" if cpu else "speedup"),
+                *([] if cpu else [Col("95% CI")]), Col("status", number=False)]  # a CPU ratio carries no claim
         rows = []
         for _, r in g.sort_values(["bs", "seq_len"]).iterrows():
             sp, lo, hi = r["speedup"], r.get("speedup_ci_low", math.nan), r.get("speedup_ci_high", math.nan)
             rows.append([str(r["bs"]), str(r["seq_len"]), *([r["ranks_label"]] if partial else []),
                          _ms(r["two_call_us"]), _ms(r["fused_us"]), "-" if sp != sp else f"{sp:.2f}x",
-                         "-" if lo != lo or hi != hi else f"{lo:.2f}-{hi:.2f}",
+                         *([] if cpu else ["-" if lo != lo or hi != hi else f"{lo:.2f}-{hi:.2f}"]),
                          r["status"] if r["status"] == "ok" else f"{r['status']}: {str(r['reason'])[:120]}"])
         print_table(console, title, cols, rows)
     if cpu:

@@ -74,6 +74,7 @@ def main() -> int:
         raise RuntimeError(f"rank {info.rank}: injected failure before the first collective")
     if info.rank == args.stall_rank:  # the others' first collective must time out, not wait
         time.sleep(6 * args.timeout)
+        print(f"rank {info.rank}: woke after the stall", flush=True)  # never seen when the timeout works
     rows: list[dict] = []
     for cp_size in [c for c in range(1, info.world_size + 1) if info.world_size % c == 0]:
         group = groups.cp_subgroups(info.world_size, cp_size)  # every rank, same order

@@ -16,9 +16,8 @@ import pandas as pd
 
 from cpbench.bench.results import flags
 from cpbench.plots.style import human_tokens
-from cpbench.plots.tables import md_table, ms, times, times_ci, verdict
+from cpbench.plots.tables import HOST_MARK, md_table, ms, times, times_ci, verdict
 
-HOST_MARK = "†"
 KEYS = ["model", "cp_size", "bs", "seq_len", "prefix_len", "extend_lens", "timing"]
 
 

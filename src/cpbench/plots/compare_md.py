@@ -13,7 +13,7 @@ from cpbench.bench.compare_speedup import agreement_line
 from cpbench.bench.schema import CELL_COLUMNS
 from cpbench.bench.verdicts import TIE_BAND
 from cpbench.plots.data import on_cpu
-from cpbench.plots.tables import md_table, ms, plural, times
+from cpbench.plots.tables import HOST_MARK, md_table, ms, plural, times
 
 MAX_LISTED = 40
 
@@ -78,13 +78,23 @@ def _speedups_table(f) -> str:
             agree += " (one run has no interval)"
         overlap = "—" if r.get("overlap") is None else "yes" if r["overlap"] else "**no**"
         rows.append([r[c] for c in cols] + [r["timing"], r["cp_size"], r["bs"], r["seq_len"], r["prefix_len"],
-                                            _speedup(r["base_speedup"], r["base_ci_low"], r["base_ci_high"]),
+                                            _speedup(r["base_speedup"], r["base_ci_low"], r["base_ci_high"])
+                                            + _hb(r, "base"),
                                             r["base_verdict"] if r["base_status"] == "ok" else r["base_status"],
-                                            _speedup(r["new_speedup"], r["new_ci_low"], r["new_ci_high"]),
+                                            _speedup(r["new_speedup"], r["new_ci_low"], r["new_ci_high"])
+                                            + _hb(r, "new"),
                                             r["new_verdict"] if r["new_status"] == "ok" else r["new_status"], agree,
                                             overlap])
     caption = ", ".join(f"{k} {v}" for k, v in single.items())
-    return (f"_{caption}_\n\n" if caption else "") + md_table(heads, rows)
+    marked = any(_hb(r, side) for _, r in f.iterrows() for side in ("base", "new"))
+    note = (f"\n\n{HOST_MARK} host-bound in that run: its eager latency exceeds 1.2× the GPU busy time, so the ratio "
+            "measures how fast the CPU launches" if marked else "")
+    return (f"_{caption}_\n\n" if caption else "") + md_table(heads, rows) + note
+
+
+def _hb(r, side: str) -> str:
+    """`` †`` when ``side``'s cell was host-bound (its eager speedup is the launching CPU's), else ''."""
+    return f" {HOST_MARK}" if bool(r.get(f"{side}_host_bound", False)) else ""
 
 
 def _lost_lines(lost) -> list[str]:

@@ -56,8 +56,8 @@ def launch_lines(d: pd.DataFrame, manifest: dict) -> list[str]:
 
 def real_cp_section(d: pd.DataFrame, manifest: dict, cpu: bool = False) -> list[str]:
     """The "Real CP (torchrun)" section of a prepared frame, [] when it holds no torchrun rows. ``cpu``: a
-    gloo launch on a CPU, a functional check: the ratio column is not called a speedup, and no link-bandwidth
-    estimate is drawn from loopback timings."""
+    gloo launch on a CPU, a functional check: the ratio column is not called a speedup and carries no interval,
+    and no link-bandwidth estimate is drawn from loopback timings."""
     t = torchrun_rows(d)
     if t.empty:
         return []
@@ -76,12 +76,13 @@ def real_cp_section(d: pd.DataFrame, manifest: dict, cpu: bool = False) -> list[
             first = c.iloc[0]
             status = first["status"] if first["status"] == "ok" else f"{first['status']}: {first['reason']}"[:60]
             rows.append([first["bs"], _tokens(first), ms(a["critical_us"]) if a is not None else "—",
-                         ms(b["critical_us"]) if b is not None else "—", times_ci(first),
+                         ms(b["critical_us"]) if b is not None else "—",
+                         times(first["speedup"]) if cpu else times_ci(first),  # a CPU ratio carries no interval claim
                          _pair(a, b, "share", pct), _pair(a, b, "wait_max_us", ms3),
                          _pair(a, b, "bus_gbps", gbps), status])
         out += [f"### {model} · {backend} · {timing} · cp {cp}", "", md_table(
             ["bs>", "extend tokens>", "two-call ms>", "fused ms>",
-             "two-call / fused [95% CI]>" if cpu else "speedup [95% CI]>", "gather share (two-call / fused)>",
+             "two-call / fused>" if cpu else "speedup [95% CI]>", "gather share (two-call / fused)>",
              "wait ms, max over ranks (two-call / fused)>", "bus GB/s (two-call / fused)>", "status"], rows), ""]
     if cpu:
         return out + ["On a CPU the phase times are host wall times of separately run forwards in which gloo "

@@ -18,6 +18,9 @@ from cpbench.plots.data import ranks_text, uniform
 from cpbench.plots.style import human_tokens
 
 
+HOST_MARK = "†"  # a host-bound eager cell: its latency measures the launching CPU (one mark in every table)
+
+
 def plural(n: int, word: str) -> str:
     """``plural(1, "cell")`` -> ``"1 cell"``, ``plural(3, "cell")`` -> ``"3 cells"``."""
     return f"{n} {word}{'' if n == 1 else 's'}"

@@ -9,8 +9,9 @@ import math
 import pandas as pd
 
 from cpbench.bench.eligibility import DEFAULT_RULE, CpRule
+from cpbench.bench.results import flags
 from cpbench.plots.style import human_tokens
-from cpbench.plots.tables import md_table, ms, times, times_ci, verdict
+from cpbench.plots.tables import HOST_MARK, md_table, ms, times, times_ci, verdict
 
 MAX_LENGTH_COLUMNS = 6  # more distinct lengths than this (a length mix): columns become power-of-two bins
 
@@ -33,7 +34,9 @@ def _cell_text(cells: pd.DataFrame) -> str:
         return "no CP" if len(cells) and (cells["status"] == "ineligible").all() else "—"
     verdicts = list(ok.apply(verdict, axis=1))
     if len(ok) == 1:
-        return f"{verdicts[0]} {times_ci(ok.iloc[0])}"
+        hb = "host_bound" in ok and bool(flags(ok["host_bound"]).iloc[0]) and ok.iloc[0]["timing"] == "eager"
+        return f"{verdicts[0]} {times_ci(ok.iloc[0])}" + (f" {HOST_MARK} (GPU time {times(ok.iloc[0]['gpu_speedup'])})"
+                                                         if hb else "")
     if len(set(verdicts)) == 1:
         lo, hi = float(ok["speedup"].min()), float(ok["speedup"].max())
         sp = times(lo) if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{times(hi)}"
