@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from cpbench.bench.compare import compare_runs
-from cpbench.cli_options import resolve_model
+from cpbench.results.compare import compare_runs
+from cpbench.cli.options import resolve_model
 from cpbench.errors import CpbenchInputError
 from clirun import cpbench
 from runfactory import make_rows, write_run

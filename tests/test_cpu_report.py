@@ -4,9 +4,9 @@ kernels, no plan); no speedup headline; no rank imbalance drawn from CPU noise."
 import numpy as np
 import pandas as pd
 
-from cpbench.plots.charts import CHARTS, chart_stems, render_frame
-from cpbench.plots.data import on_cpu, prepare
-from cpbench.plots.report import write_report
+from cpbench.report.charts import CHARTS, chart_stems, render_frame
+from cpbench.report.data import on_cpu, prepare
+from cpbench.report.run_report import write_report
 from runfactory import default_latency, make_rows, write_run
 
 CPU = {"device": "cpu", "gpu_name": None, "compute_capability": None, "driver": None, "cuda": None,
@@ -58,7 +58,7 @@ def test_cpu_charts_say_cpu_and_draw_no_imbalance(tmp_path):
 
 
 def test_heatmap_colours_no_noise():
-    from cpbench.plots.latency import heat_shade
+    from cpbench.report.latency import heat_shade
 
     grid = np.array([[0.93, 1.3], [np.nan, 1.04]])
     tie = {(0, 0): False, (0, 1): False, (1, 1): True}

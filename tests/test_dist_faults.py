@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from cpbench.bench.dist import faults
-from cpbench.bench.dist.launch import failure_summary
-from cpbench.bench.store import RunDir
+from cpbench.ranks import faults
+from cpbench.ranks.launch import failure_summary
+from cpbench.results.store import RunDir
 from cpbench.errors import CpbenchInputError
 from test_dist_sweep import SMALL, _env, _processes_mentioning, by_key, sweep
 

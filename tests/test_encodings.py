@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import cpbench.cli_options  # noqa: F401  (registers the cpbench-ascii codec error handler)
+import cpbench.cli.options  # noqa: F401  (registers the cpbench-ascii codec error handler)
 from runfactory import make_run
 
 ROOT = Path(__file__).resolve().parents[1]

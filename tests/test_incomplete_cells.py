@@ -8,10 +8,10 @@ import math
 import pandas as pd
 import pytest
 
-from cpbench.bench.results import critical_path, missing_rows
-from cpbench.bench.store import RunDir
-from cpbench.plots.data import prepare
-from cpbench.plots.report import ALL_RAN, write_report
+from cpbench.results.critical_path import critical_path, missing_rows
+from cpbench.results.store import RunDir
+from cpbench.report.data import prepare
+from cpbench.report.run_report import ALL_RAN, write_report
 from clirun import cpbench
 from runfactory import make_rows, write_run
 
