@@ -19,11 +19,11 @@ from unittest import mock
 
 import torch
 
-from cpbench.bench.backends import torch_ref
-from cpbench.bench.backends.torch_ref import TorchBackend
-from cpbench.bench.geometry import rank_geometry
-from cpbench.bench.models import get_preset
-from cpbench.bench.workload import build_cell, rank_work
+from cpbench.kernels.backends import torch_ref
+from cpbench.kernels.backends.torch_ref import TorchBackend
+from cpbench.spec.geometry import rank_geometry
+from cpbench.spec.models import get_preset
+from cpbench.kernels.workload import build_cell, rank_work
 
 
 def best_ms(fn, reps: int) -> float:

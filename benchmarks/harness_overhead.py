@@ -13,11 +13,11 @@ import statistics
 
 import torch
 
-from cpbench.bench.backends import get_backend
-from cpbench.bench.geometry import rank_geometry
-from cpbench.bench.models import get_preset
-from cpbench.bench.timing import Clock, summarize, time_interleaved
-from cpbench.bench.workload import build_cell, rank_work
+from cpbench.kernels.backends import get_backend
+from cpbench.spec.geometry import rank_geometry
+from cpbench.spec.models import get_preset
+from cpbench.measure.timing import Clock, summarize, time_interleaved
+from cpbench.kernels.workload import build_cell, rank_work
 
 
 def bare_loop_us(layers, reps: int, barrier=None) -> list[float]:

@@ -1,4 +1,4 @@
-"""Run the cpbench CLI in this process, as ``cpbench ARGS`` would run: ``cpbench.cli.main`` on ``sys.argv``,
+"""Run the cpbench CLI in this process, as ``cpbench ARGS`` would run: ``cpbench.cli.app.main`` on ``sys.argv``,
 so errors go through the same exception table (cli_errors) and exit codes as the installed command.
 
 About 100x faster than ``python -m cpbench`` in a subprocess. Use a subprocess only where a real process
@@ -25,7 +25,7 @@ class Result:
 
 def cpbench(*args, env: Optional[Mapping[str, Optional[str]]] = None) -> Result:
     """``cpbench *args`` in-process: exit code and captured stdout / stderr (like subprocess.run's)."""
-    from cpbench.cli import main
+    from cpbench.cli.app import main
 
     torch = sys.modules.get("torch")
     threads = torch.get_num_threads() if torch is not None else None

@@ -14,8 +14,8 @@ from typing import Callable, Iterable, Optional
 
 import numpy as np
 
-from cpbench.bench.schema import SCHEMA_VERSION
-from cpbench.bench.store import RunDir
+from cpbench.results.schema import SCHEMA_VERSION
+from cpbench.results.store import RunDir
 
 LAYERS = 36
 PAGE = 64

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from cpbench.bench.affinity import _compact, parse_cpu_list, pin, share_for_rank
+from cpbench.measure.affinity import _compact, parse_cpu_list, pin, share_for_rank
 from cpbench.errors import CpbenchInputError
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from cpbench.bench.backends import get_backend, resolve_auto
-from cpbench.bench.geometry import rank_geometry
-from cpbench.bench.models import get_preset, with_overrides
-from cpbench.bench.workload import build_cell, rank_work
+from cpbench.kernels.backends import get_backend, resolve_auto
+from cpbench.spec.geometry import rank_geometry
+from cpbench.spec.models import get_preset, with_overrides
+from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.errors import CpbenchInputError
 from clirun import cpbench
 
@@ -124,7 +124,7 @@ class _FakeWrapper:
 
 
 def _fa_plans(monkeypatch, mode, split_kv=True):
-    from cpbench.bench.backends.flashinfer_fa import FlashInferBackend
+    from cpbench.kernels.backends.flashinfer_fa import FlashInferBackend
 
     pkg = types.ModuleType("flashinfer")
     pkg.BatchPrefillWithPagedKVCacheWrapper = type("BatchPrefillWithPagedKVCacheWrapper", (_FakeWrapper,), {})
@@ -180,7 +180,7 @@ def test_doctor_json_on_cpu_exits_0_with_reasons(monkeypatch):
 
 
 def test_doctor_without_flashinfer_says_so_for_the_jit_cache(monkeypatch, tmp_path):
-    from cpbench.bench import doctor
+    from cpbench.run import doctor
 
     (tmp_path / "flashinfer").mkdir()  # a directory named flashinfer is not an installed flashinfer
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -192,7 +192,7 @@ def test_doctor_without_flashinfer_says_so_for_the_jit_cache(monkeypatch, tmp_pa
 
 
 def test_doctor_says_when_the_jit_cache_will_rebuild(tmp_path):
-    from cpbench.bench.doctor import jit_cache
+    from cpbench.run.doctor import jit_cache
 
     cache, pkg = tmp_path / "cache", tmp_path / "flashinfer"
     (cache / "0.7.2.post1" / "90a" / "cached_ops" / "m").mkdir(parents=True)
@@ -214,7 +214,7 @@ def test_doctor_says_when_the_jit_cache_will_rebuild(tmp_path):
 def test_doctor_without_torch_exits_0_and_says_why():
     code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import notorch; "
             "sys.argv = ['cpbench', 'doctor', '--json']; "
-            "from cpbench.cli import main; main()")
+            "from cpbench.cli.app import main; main()")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-1000:]
     info = json.loads(r.stdout)
@@ -226,7 +226,7 @@ def test_doctor_without_torch_exits_0_and_says_why():
 def test_doctor_jit_cache_in_odd_environments(tmp_path, monkeypatch):
     from pathlib import Path
 
-    from cpbench.bench.doctor import diagnose, jit_cache
+    from cpbench.run.doctor import diagnose, jit_cache
 
     afile = tmp_path / "afile"
     afile.write_text("x")

@@ -3,7 +3,7 @@
 
 import pytest
 
-from cpbench.cli_cells import Cells, check_out, parse_cells
+from cpbench.cli.cells import Cells, check_out, parse_cells
 from cpbench.errors import CpbenchInputError
 from clirun import cpbench
 
@@ -81,12 +81,12 @@ def test_cpbench_debug_shows_the_traceback(monkeypatch):
                                "same command with --resume"),
 ])
 def test_exception_table(monkeypatch, exc, code, line):
-    import cpbench.cli_geometry as g
+    import cpbench.cli.geometry as g
 
     def boom():
         raise exc
 
-    monkeypatch.setattr("cpbench.bench.models.PRESETS", type("P", (), {"values": staticmethod(boom)})())
+    monkeypatch.setattr("cpbench.spec.models.PRESETS", type("P", (), {"values": staticmethod(boom)})())
     r = cpbench("models")
     assert r.returncode == code and r.stderr.startswith(line) and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert g.models  # the command itself is a plain function

@@ -6,10 +6,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cpbench.bench.results import critical_path
-from cpbench.bench.store import load_run
-from cpbench.plots.charts import CHARTS, DIST_CHARTS, render_all
-from cpbench.plots.report import render_report, write_report
+from cpbench.results.critical_path import critical_path
+from cpbench.results.store import load_run
+from cpbench.report.charts import CHARTS, DIST_CHARTS, render_all
+from cpbench.report.run_report import render_report, write_report
 
 RUNS = Path(__file__).parent.parent / "docs" / "runs"
 

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cpbench.bench.compare import compare_frames, compare_runs, ratio_ci
-from cpbench.bench.verdicts import ratio_verdict
+from cpbench.results.compare import compare_frames, compare_runs, ratio_ci
+from cpbench.results.verdicts import ratio_verdict
 from cpbench.errors import CpbenchInputError
 from clirun import cpbench
 from runfactory import default_latency, make_rows, make_run, write_run
@@ -150,8 +150,8 @@ def test_bad_input_exits_2_with_one_line(tmp_path, base, setup):
 def test_ok_rows_without_latency_are_not_compared():
     import pandas as pd
 
-    from cpbench.bench.compare import compare_frames
-    from cpbench.bench.schema import KEY_COLUMNS
+    from cpbench.results.compare import compare_frames
+    from cpbench.results.schema import KEY_COLUMNS
 
     key = {c: 1 for c in KEY_COLUMNS} | {"model": "m", "backend": "torch", "timing": "eager", "mode": "fused",
                                          "extend_lens": "64", "rank": 0}
@@ -200,7 +200,7 @@ def test_ratio_ci_is_scipys_bootstrap_on_fixed_data():
     resampled independently, seeded: equal to calling scipy directly with the same generator."""
     from scipy import stats
 
-    from cpbench.bench.compare import _RNG_KW  # rng= (scipy >= 1.15) or random_state=
+    from cpbench.results.compare import _RNG_KW  # rng= (scipy >= 1.15) or random_state=
 
     rng = np.random.default_rng(11)
     b = 100 * (1 + 0.02 * rng.standard_normal(60))

@@ -3,8 +3,8 @@ nothing in common (exit 2, one line), two bf16 runs pair row for row."""
 
 import pandas as pd
 
-from cpbench.bench.compare import compare_frames, compare_runs
-from cpbench.bench.schema import KEY_COLUMNS
+from cpbench.results.compare import compare_frames, compare_runs
+from cpbench.results.schema import KEY_COLUMNS
 from clirun import cpbench
 from runfactory import make_rows, write_run
 

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from cpbench.bench.compare import compare_frames, run_difference
+from cpbench.results.compare import compare_frames, run_difference
 from clirun import cpbench
 from runfactory import make_rows, make_run, write_run
 

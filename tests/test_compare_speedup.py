@@ -6,9 +6,9 @@ import math
 import pandas as pd
 import pytest
 
-from cpbench.bench.compare_speedup import agreement, agreement_line, speedup_frame
-from cpbench.bench.verdicts import NO_VERDICT, TIE_BAND, is_tie, ratio_verdict, speedup_verdict
-from cpbench.plots import tables
+from cpbench.results.compare_speedup import agreement, agreement_line, speedup_frame
+from cpbench.results.verdicts import NO_VERDICT, TIE_BAND, is_tie, ratio_verdict, speedup_verdict
+from cpbench.report import tables
 from clirun import cpbench
 from runfactory import make_rows, make_run, write_run
 
@@ -26,7 +26,7 @@ def test_speedup_verdicts_agree_per_cell(tmp_path):
     base = make_run(tmp_path / "base", seed=1, latency=speedups(lambda bs, seq: 1.2), **SMALL)
     new_sp = lambda bs, seq: 1.2 if bs == 1 else 1.0 if seq == 1024 else 0.8
     new = make_run(tmp_path / "new", seed=2, latency=speedups(new_sp), **SMALL)
-    from cpbench.bench.store import load_run
+    from cpbench.results.store import load_run
 
     f = speedup_frame(load_run(base)[0], load_run(new)[0])
     assert len(f) == 8 and set(f["base_verdict"]) == {"faster"}
@@ -49,7 +49,7 @@ def test_cells_that_did_not_run_are_listed_not_counted(tmp_path):
     base = make_run(tmp_path / "base", seed=1, latency=speedups(lambda bs, seq: 1.2), **SMALL)
     oom = lambda *a: ("oom", "out of memory") if a[4] == 4 else None
     new = make_run(tmp_path / "new", seed=2, latency=speedups(lambda bs, seq: 1.2), status=oom, **SMALL)
-    from cpbench.bench.store import load_run
+    from cpbench.results.store import load_run
 
     f = speedup_frame(load_run(base)[0], load_run(new)[0])
     assert len(f) == 8 and list(f["new_status"]).count("oom") == 4
@@ -64,7 +64,7 @@ def test_cells_that_did_not_run_are_listed_not_counted(tmp_path):
 
 
 def test_overlap_tells_a_boundary_tie_from_a_contradiction():
-    from cpbench.bench.compare_speedup import _overlap
+    from cpbench.results.compare_speedup import _overlap
 
     assert _overlap(0.94, 1.00, 0.93, 0.98) is True  # tie vs slower, the same speedup: no contradiction
     assert _overlap(0.82, 1.12, 0.84, 0.88) is True
@@ -96,7 +96,7 @@ def test_one_tie_rule_for_report_heatmap_and_compare(sp, lo, hi, want):
 
 def test_compare_frame_side_counts_match_the_report_summary():
     """The speedup verdict compare shows for a run is the one the run's own report counts."""
-    from cpbench.bench.results import critical_path
+    from cpbench.results.critical_path import critical_path
 
     df = pd.DataFrame(make_rows(seed=3, latency=speedups(lambda bs, seq: 1.0 + 0.05 * (bs == 4)), **SMALL))
     view = critical_path(df)
@@ -169,7 +169,7 @@ def test_agreement_among_cells_host_bound_in_neither_run():
     its verdicts disagree; the line gives the agreement without it beside the total."""
     from pathlib import Path
 
-    from cpbench.bench.store import load_run
+    from cpbench.results.store import load_run
 
     runs = Path(__file__).parent.parent / "docs" / "runs"
     f = speedup_frame(load_run(runs / "h200-fa3-capped-3-a")[0], load_run(runs / "h200-fa3-capped-3-b")[0])

@@ -9,9 +9,9 @@ import pytest
 import torch
 from rich.console import Console
 
-from cpbench import cli_geometry, cli_options
-from cpbench.cli_sweep import show_summary
-from cpbench.cli_tables import Col, print_table, table_width
+from cpbench.cli import geometry as cli_geometry, options as cli_options
+from cpbench.cli.sweep import show_summary
+from cpbench.cli.tables import Col, print_table, table_width
 from clirun import cpbench
 from runfactory import make_rows
 
@@ -82,7 +82,7 @@ def test_profile_table_at_40_columns(tmp_path, monkeypatch):
 
 
 def test_columns_command_lists_the_schema(monkeypatch):
-    from cpbench.bench.schema import COLUMNS
+    from cpbench.results.schema import COLUMNS
 
     listed = json.loads(cpbench("columns", "--json").stdout)
     assert [c["name"] for c in listed] == list(COLUMNS)

@@ -3,9 +3,9 @@ kernels, no plan); no speedup headline; no rank imbalance drawn from CPU noise."
 
 import pandas as pd
 
-from cpbench.plots.charts import CHARTS, chart_stems, render_frame
-from cpbench.plots.data import on_cpu, prepare
-from cpbench.plots.report import write_report
+from cpbench.report.charts import CHARTS, chart_stems, render_frame
+from cpbench.report.data import on_cpu, prepare
+from cpbench.report.run_report import write_report
 from runfactory import default_latency, make_rows, write_run
 
 CPU = {"device": "cpu", "gpu_name": None, "compute_capability": None, "driver": None, "cuda": None,

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from cpbench.bench.dist import groups
-from cpbench.bench.dist.kv_gather import (MODES, allocate_gather_buffers, build_gather_plan,
-                                          bus_bandwidth_gbps, gather_bytes, write_kv)
-from cpbench.bench.geometry import all_ranks
-from cpbench.bench.kv import build_block_tables, token_slots
+from cpbench.ranks import process_groups as groups
+from cpbench.ranks.kv_gather import (MODES, allocate_gather_buffers, build_gather_plan, bus_bandwidth_gbps,
+                                     gather_bytes, write_kv)
+from cpbench.spec.geometry import all_ranks
+from cpbench.kernels.kv import build_block_tables, token_slots
 from cpbench.errors import CpbenchInputError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,10 +4,10 @@ import statistics
 
 import pytest
 
-from cpbench.bench.derived import add_cell_columns
-from cpbench.bench.dist.launch import (check_launch, child_argv, failure_summary, max_cpu_processes, torchrun_argv,
-                                       world_size_from_env)
-from cpbench.cli_dist import DistBackend, DistOptions, Launch
+from cpbench.results.derived import add_cell_columns
+from cpbench.ranks.launch import (check_launch, child_argv, failure_summary, max_cpu_processes, torchrun_argv,
+                                  world_size_from_env)
+from cpbench.cli.dist import DistBackend, DistOptions, Launch
 from cpbench.errors import CpbenchInputError
 
 

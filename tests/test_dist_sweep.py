@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cpbench.bench.store import RunDir
+from cpbench.results.store import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).parent / "dist_scripts"

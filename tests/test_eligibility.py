@@ -6,9 +6,9 @@ import json
 import pytest
 from clirun import cpbench
 
-from cpbench.bench.eligibility import CpRule, parse_rule
-from cpbench.bench.geometry import eligibility, rank_geometry
-from cpbench.bench.store import load_run
+from cpbench.spec.eligibility import CpRule, parse_rule
+from cpbench.spec.geometry import eligibility, rank_geometry
+from cpbench.results.store import load_run
 from cpbench.errors import CpbenchInputError
 
 TINY = ["--layers", "2", "--heads", "4", "--kv-heads", "1", "--head-dim", "16", "--page-size", "16", "--budget-ms", "5",

@@ -49,9 +49,9 @@ pathlib.Path(out, "explain_child.json").write_text(json.dumps({{
 @pytest.fixture
 def as_gpu(monkeypatch):
     """Make the command believe it runs on a CUDA device (only the parent side runs here)."""
-    import cpbench.cli_options as opts
+    import cpbench.cli.options as opts
 
-    from cpbench.bench.backends.flashinfer_fa import FlashInferBackend
+    from cpbench.kernels.backends.flashinfer_fa import FlashInferBackend
 
     monkeypatch.setattr(opts, "resolve_device", lambda device: torch.device("cuda"))
     monkeypatch.setattr(FlashInferBackend, "supports", lambda self, device, model, dtype=None: None)
@@ -81,7 +81,7 @@ def test_cpu_refuses_in_one_line(tmp_path):
 
 
 def test_a_backend_that_cannot_run_is_refused_before_ncu(tmp_path, as_gpu, monkeypatch):
-    from cpbench.bench.backends.flashinfer_fa import FlashInferBackend
+    from cpbench.kernels.backends.flashinfer_fa import FlashInferBackend
 
     monkeypatch.setattr(FlashInferBackend, "supports", lambda self, device, model, dtype=None: "fa2 needs X")
     r = cpbench("explain", *CELL, "--out", str(tmp_path / "x"), env={"PATH": str(tmp_path)})

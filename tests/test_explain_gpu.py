@@ -7,9 +7,9 @@ import shutil
 import pytest
 import torch
 
-from cpbench.bench.explain import CHILD_FILE, run_explain_child
-from cpbench.bench.models import get_preset, with_overrides
-from cpbench.bench.runner import CellSpec
+from cpbench.run.explain import CHILD_FILE, run_explain_child
+from cpbench.spec.models import get_preset, with_overrides
+from cpbench.run.runner import CellSpec
 from clirun import cpbench
 
 pytestmark = pytest.mark.gpu

@@ -12,12 +12,12 @@ Needs a CUDA GPU with flashinfer (fa3: compute capability 9.0); skipped elsewher
 import pytest
 import torch
 
-from cpbench.bench.backends import get_backend
-from cpbench.bench.backends.flashinfer_fa import FlashInferBackend
-from cpbench.bench.check import TOLERANCE, max_abs_diff, max_abs_error
-from cpbench.bench.geometry import all_ranks
-from cpbench.bench.models import get_preset, with_overrides
-from cpbench.bench.workload import build_cell, rank_work
+from cpbench.kernels.backends import get_backend
+from cpbench.kernels.backends.flashinfer_fa import FlashInferBackend
+from cpbench.kernels.check import TOLERANCE, max_abs_diff, max_abs_error
+from cpbench.spec.geometry import all_ranks
+from cpbench.spec.models import get_preset, with_overrides
+from cpbench.kernels.workload import build_cell, rank_work
 
 pytestmark = pytest.mark.gpu
 MODELS = {"gpt-oss-120b": dict(layers=2), "llama-3.1-8b": dict(layers=1)}

@@ -6,13 +6,13 @@ import math
 import pytest
 import torch
 
-from cpbench.bench.backends.base import call_rows
-from cpbench.bench.backends.torch_ref import TorchBackend, sequence_reference
-from cpbench.bench.check import max_abs_diff, max_abs_error
-from cpbench.bench.geometry import FUSED_ORDERS, all_ranks, rank_geometry
-from cpbench.bench.kv import duplicate_block_tables
-from cpbench.bench.models import get_preset, with_overrides
-from cpbench.bench.workload import build_cell, rank_work
+from cpbench.kernels.backends.base import call_rows
+from cpbench.kernels.backends.torch_ref import TorchBackend, sequence_reference
+from cpbench.kernels.check import max_abs_diff, max_abs_error
+from cpbench.spec.geometry import FUSED_ORDERS, all_ranks, rank_geometry
+from cpbench.kernels.kv import duplicate_block_tables
+from cpbench.spec.models import get_preset, with_overrides
+from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.errors import CpbenchInputError
 
 MODEL = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, window=8)

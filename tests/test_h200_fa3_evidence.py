@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cpbench.bench.backends.registry import kernel_patterns
+from cpbench.kernels.backends.registry import kernel_patterns
 from cpbench.profiles.capture import load_trace
 from cpbench.profiles.kernels import count_events
 from cpbench.profiles.nsys import kernels_per_range, parse_nvtx_kern_sum

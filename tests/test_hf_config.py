@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from cpbench.bench.models import from_hf_config, with_overrides
+from cpbench.spec.models import from_hf_config, with_overrides
 from cpbench.errors import CpbenchInputError
 from clirun import cpbench
 
@@ -151,6 +151,6 @@ def test_sweep_says_the_rule_and_records_it(tmp_path):
     man = json.loads((out / "manifest.json").read_text())
     assert man["config"]["model"]["window_rule"] == note[0].split(": ", 2)[2]
     assert man["config"]["model"]["window_left_per_layer"] == [15, 15]
-    from cpbench.bench.env import code_sha256
+    from cpbench.measure.env import code_sha256
 
     assert man["code_sha256"] == code_sha256() and "git_commit" in man  # every manifest names its code

@@ -5,11 +5,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cpbench.bench.backends.registry import kernel_patterns
-from cpbench.bench.models import get_preset
-from cpbench.bench.results import critical_path
-from cpbench.bench.store import load_run
-from cpbench.plots.report import render_report
+from cpbench.kernels.backends.registry import kernel_patterns
+from cpbench.spec.models import get_preset
+from cpbench.results.critical_path import critical_path
+from cpbench.results.store import load_run
+from cpbench.report.run_report import render_report
 from cpbench.profiles.capture import load_trace
 from cpbench.profiles.kernels import count_events, union_length
 from runfactory import make_rows

@@ -1,14 +1,14 @@
-"""Request-length mixes, traces and prefix-cache hits (bench.lengths), and the FLOPs a prefix hit gives."""
+"""Request-length mixes, traces and prefix-cache hits (spec.lengths), and the FLOPs a prefix hit gives."""
 
 import json
 
 import pytest
 
-from cpbench.bench.flops import forward_flops
-from cpbench.bench.geometry import rank_geometry
-from cpbench.bench.lengths import (LengthMix, draw, parse_lengths, plan_batches, read_trace, with_prefix_hit)
-from cpbench.bench.models import get_preset
-from cpbench.bench.tp import split_heads
+from cpbench.spec.flops import forward_flops
+from cpbench.spec.geometry import rank_geometry
+from cpbench.spec.lengths import LengthMix, draw, parse_lengths, plan_batches, read_trace, with_prefix_hit
+from cpbench.spec.models import get_preset
+from cpbench.spec.tp import split_heads
 from cpbench.errors import CpbenchInputError
 
 

@@ -1,4 +1,4 @@
-"""measure_rank (cpbench.bench.measure) called directly: one rank of a tiny CPU cell (torch backend, fp32,
+"""measure_rank (cpbench.measure.rank) called directly: one rank of a tiny CPU cell (torch backend, fp32,
 2 layers) with a LocalGroup gives one measured row per todo entry; with a group whose agreement reports
 another rank's failure, every row carries that failure (how a failing remote rank fails the cell on
 every rank)."""
@@ -8,16 +8,16 @@ import math
 import pytest
 import torch
 
-from cpbench.bench.backends import get_backend
-from cpbench.bench.check import TOLERANCE
-from cpbench.bench.geometry import all_ranks
-from cpbench.bench.kv import table_bytes
-from cpbench.bench.measure import RankJob, measure_rank
-from cpbench.bench.models import get_preset, with_overrides
-from cpbench.bench.ranks import LocalGroup
-from cpbench.bench.schema import SCHEMA_VERSION, check_row
-from cpbench.bench.timing import Clock
-from cpbench.bench.workload import build_cell, rank_work
+from cpbench.kernels.backends import get_backend
+from cpbench.kernels.check import TOLERANCE
+from cpbench.spec.geometry import all_ranks
+from cpbench.kernels.kv import table_bytes
+from cpbench.measure.rank import RankJob, measure_rank
+from cpbench.spec.models import get_preset, with_overrides
+from cpbench.ranks.group import LocalGroup
+from cpbench.results.schema import SCHEMA_VERSION, check_row
+from cpbench.measure.timing import Clock
+from cpbench.kernels.workload import build_cell, rank_work
 
 CPU = torch.device("cpu")
 LAYERS = 2

@@ -1,12 +1,12 @@
-"""Memory accounting (bench/memory.py): per-kind setup bytes, the forward's peak, NaN with a reason on CPU."""
+"""Memory accounting (measure/memory.py): per-kind setup bytes, the forward's peak, NaN with a reason on CPU."""
 
 import math
 
 import pytest
 import torch
 
-from cpbench.bench import memory
-from cpbench.bench.memory import CPU_REASON, SETUP_PARTS, SetupMemory, memory_columns
+from cpbench.measure import memory
+from cpbench.measure.memory import CPU_REASON, SETUP_PARTS, SetupMemory, memory_columns
 
 
 class _FakeAllocator:
@@ -91,10 +91,10 @@ def test_cpu_memory_is_nan_with_a_reason_never_zero():
 def test_cuda_setup_memory_by_part_is_measured():
     """On a GPU the fused setup holds its duplicated page table (allocator-rounded) and the outputs, the
     two-call setup no duplicate; every part is a measured, non-negative byte count."""
-    from cpbench.bench.backends.torch_ref import TorchBackend
-    from cpbench.bench.geometry import rank_geometry
-    from cpbench.bench.models import get_preset, with_overrides
-    from cpbench.bench.workload import build_cell, rank_work
+    from cpbench.kernels.backends.torch_ref import TorchBackend
+    from cpbench.spec.geometry import rank_geometry
+    from cpbench.spec.models import get_preset, with_overrides
+    from cpbench.kernels.workload import build_cell, rank_work
 
     model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=64, page_size=16)
     cell = build_cell(model, [1000, 3000], [0, 0], page_size=16, dtype=torch.bfloat16, device="cuda")

@@ -10,14 +10,14 @@ import pandas as pd
 import pytest
 import torch
 
-from cpbench.bench.backends import registry
-from cpbench.bench.models import get_preset, with_overrides
-from cpbench.bench.store import read_jsonl
-from cpbench.bench.sweep import make_config
-from cpbench.cli_options import console
-from cpbench.cli_sweep import run_sweep
+from cpbench.kernels.backends import registry
+from cpbench.spec.models import get_preset, with_overrides
+from cpbench.results.store import read_jsonl
+from cpbench.run.sweep import make_config
+from cpbench.cli.options import console
+from cpbench.cli.sweep import run_sweep
 from cpbench.errors import CpbenchInputError
-from cpbench.plots.backend_answer import backend_answer, best_of
+from cpbench.report.backend_answer import backend_answer, best_of
 from clirun import cpbench
 
 MODEL = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=16)

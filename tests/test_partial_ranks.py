@@ -10,11 +10,11 @@ import pytest
 import torch
 from rich.console import Console
 
-from cpbench.bench.results import critical_path, ranks_label
-from cpbench.cli_sweep import show_summary
-from cpbench.plots import latency, style
-from cpbench.plots.data import cells, prepare
-from cpbench.plots.report import write_report
+from cpbench.results.critical_path import critical_path, ranks_label
+from cpbench.cli.sweep import show_summary
+from cpbench.report import latency, style
+from cpbench.report.data import cells, prepare
+from cpbench.report.run_report import write_report
 from clirun import cpbench
 from runfactory import make_rows, write_run
 
@@ -116,7 +116,7 @@ def test_cpu_sweep_table_is_a_functional_check():
 
 
 def test_profile_records_an_oom_cell_and_goes_on(tmp_path, no_gpu, monkeypatch):
-    from cpbench.bench import profiling
+    from cpbench.run import profiling
 
     real = profiling.profile_cell
 

@@ -1,11 +1,11 @@
-"""The run's matmul peak (bench/peak.py): a finite best-of-rounds rate with every round kept, and NaN with
+"""The run's matmul peak (measure/peak.py): a finite best-of-rounds rate with every round kept, and NaN with
 a reason instead of a failed run."""
 
 import math
 
 import torch
 
-from cpbench.bench import peak
+from cpbench.measure import peak
 
 
 def test_cpu_peak_is_the_best_round_and_keeps_every_round():

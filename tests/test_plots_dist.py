@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cpbench.bench.store import load_run
-from cpbench.plots.charts import CHARTS, DIST_CHARTS, chart_stems, render_frame
-from cpbench.plots.data import prepare
-from cpbench.plots.dist_data import sim_vs_real, stacks, t_gather_us, topology_summary
-from cpbench.plots.dist_report import FORMULA
-from cpbench.plots.report import render_report
-from cpbench.plots.tables import ms
+from cpbench.results.store import load_run
+from cpbench.report.charts import CHARTS, DIST_CHARTS, chart_stems, render_frame
+from cpbench.report.data import prepare
+from cpbench.report.dist_data import sim_vs_real, stacks, t_gather_us, topology_summary
+from cpbench.report.dist_report import FORMULA
+from cpbench.report.run_report import render_report
+from cpbench.report.tables import ms
 from clirun import cpbench
 from runfactory import LAYERS, make_rows, make_run, write_run
 
@@ -43,7 +43,7 @@ def phases_of(bs, seq, rank, mode):
 
 def dist_rows(timings=("eager", "graph"), phases=True, noise=0.01):
     """Torchrun rows as the writer leaves them: launch columns, phase times on eager ok rows, and the
-    cell-derived columns (wait_us, bus_gbps, critical_us_median) computed as bench/derived.py does."""
+    cell-derived columns (wait_us, bus_gbps, critical_us_median) computed as results/derived.py does."""
     rows = make_rows(cp_sizes=(CP,), bss=BSS, seqs=SEQS, timings=timings, latency=real_latency, noise=noise)
     for r in rows:
         r.update(launch="torchrun", world_size=CP, gather="packed")
@@ -162,7 +162,7 @@ def test_cli_report_simulated_adds_table_and_chart_without_torch(tmp_path):
     sim = write_run(tmp_path / "sim", sim_rows(noise=0).to_dict("records"))
     code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import notorch; "
             "sys.argv = ['cpbench', 'report', "
-            f"{str(real)!r}, '--simulated', {str(sim)!r}]; from cpbench.cli import main; main()")
+            f"{str(real)!r}, '--simulated', {str(sim)!r}]; from cpbench.cli.app import main; main()")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr
     text = (real / "report.md").read_text()

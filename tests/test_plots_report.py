@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cpbench.bench.store import load_run
-from cpbench.plots import latency, style
-from cpbench.plots.charts import CHARTS, render_all, render_frame
-from cpbench.plots.data import cells, prepare
-from cpbench.plots.report import write_report
+from cpbench.results.store import load_run
+from cpbench.report import latency, style
+from cpbench.report.charts import CHARTS, render_all, render_frame
+from cpbench.report.data import cells, prepare
+from cpbench.report.run_report import write_report
 from clirun import cpbench
 from runfactory import default_latency, make_rows, make_run, write_run
 
@@ -55,8 +55,8 @@ def test_two_models_get_suffixed_chart_sets(tmp_path):
 
 
 def test_segments_chart_needs_a_batch_size_axis_and_spans_backends(tmp_path):
-    from cpbench.plots.charts import chart_stems
-    from cpbench.plots.segments import segment_axes
+    from cpbench.report.charts import chart_stems
+    from cpbench.report.segments import segment_axes
 
     rows = make_rows(cp_sizes=(4,), bss=(1, 4, 16, 64), seqs=(256,), timings=("graph",), backends=("fa3", "trtllm-fmha-v2"))
     d = prepare(pd.DataFrame(rows))
@@ -178,7 +178,7 @@ def test_report_without_manifest_or_command(tmp_path):
 
 def cpbench_without_torch(*args):
     """``cpbench *args`` in a fresh process where ``import torch`` fails (a real process: this one has torch)."""
-    code = f"sys.path.insert(0, {str(Path(__file__).parent)!r}); import notorch; sys.argv = ['cpbench', *{list(map(str, args))!r}]; from cpbench.cli import main; main()"
+    code = f"sys.path.insert(0, {str(Path(__file__).parent)!r}); import notorch; sys.argv = ['cpbench', *{list(map(str, args))!r}]; from cpbench.cli.app import main; main()"
     return subprocess.run([sys.executable, "-c", "import sys; " + code], capture_output=True, text=True,
                           timeout=180)
 
@@ -209,7 +209,7 @@ def test_cli_bad_run_dir_exits_2(tmp_path, setup):
 
 
 def test_environment_table_sums_resumed_wall_times():
-    from cpbench.plots.report import environment_table
+    from cpbench.report.run_report import environment_table
 
     assert "| sweep wall time (s) | 140.1 |" in environment_table({"sweep_wall_s": [140.1]})
     assert "| sweep wall time (s) | 60 + 30.5 = 90.5 (resumed) |" in environment_table({"sweep_wall_s": [60, 30.5]})
@@ -217,7 +217,7 @@ def test_environment_table_sums_resumed_wall_times():
 
 
 def test_cli_report_warns_about_corrupt_jsonl_lines_and_keeps_the_rest(tmp_path, monkeypatch):
-    import cpbench.bench.results as results
+    import cpbench.results.critical_path as results
 
     monkeypatch.setattr(results, "_WARNED", set(), raising=False)  # in-process: warned once per process
     run = make_run(tmp_path / "run", fmt="jsonl", cp_sizes=(2,), bss=(1,), seqs=(1024, 8192), timings=("eager",))
@@ -233,7 +233,7 @@ def test_cli_report_warns_about_corrupt_jsonl_lines_and_keeps_the_rest(tmp_path,
 
 
 def test_merge_bullet_survives_odd_values():
-    from cpbench.plots.tables import merge_lines
+    from cpbench.report.tables import merge_lines
 
     rows = make_rows(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",))
     assert [(r["rank"], r["mode"]) for r in rows][:2] == [(0, "two-call"), (0, "fused")]

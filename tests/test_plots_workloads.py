@@ -1,9 +1,9 @@
-"""Report sections for workloads (plots.workloads): when to fuse, share of requests run with CP, by layer kind."""
+"""Report sections for workloads (report.workloads): when to fuse, share of requests run with CP, by layer kind."""
 
 import pandas as pd
 
-from cpbench.plots.data import cells, prepare
-from cpbench.plots.workloads import _length_bins, cp_share_lines, layer_kind_table, when_to_fuse
+from cpbench.report.data import cells, prepare
+from cpbench.report.workloads import _length_bins, cp_share_lines, layer_kind_table, when_to_fuse
 from runfactory import make_rows
 
 

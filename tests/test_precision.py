@@ -1,10 +1,10 @@
-"""The report's Precision section (plots/precision.py) on synthetic rows."""
+"""The report's Precision section (report/precision.py) on synthetic rows."""
 
 import math
 
 import pandas as pd
 
-from cpbench.plots.precision import clock_swing, precision_section
+from cpbench.report.precision import clock_swing, precision_section
 
 
 def _rows():

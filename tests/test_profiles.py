@@ -6,11 +6,11 @@ import json
 import pytest
 import torch
 
-from cpbench.bench.backends.registry import kernel_patterns, known_attention_patterns
-from cpbench.bench.backends.torch_ref import TorchBackend
-from cpbench.bench.geometry import rank_geometry
-from cpbench.bench.models import get_preset, with_overrides
-from cpbench.bench.workload import build_cell, rank_work
+from cpbench.kernels.backends.registry import kernel_patterns, known_attention_patterns
+from cpbench.kernels.backends.torch_ref import TorchBackend
+from cpbench.spec.geometry import rank_geometry
+from cpbench.spec.models import get_preset, with_overrides
+from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.profiles import capture, kernels, nsys, ranges
 from cpbench.profiles.kernels import KernelCounts, ProfileError, classify
 from clirun import cpbench

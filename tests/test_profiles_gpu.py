@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from cpbench.bench.backends.torch_ref import TorchBackend
-from cpbench.bench.geometry import rank_geometry
-from cpbench.bench.models import get_preset, with_overrides
-from cpbench.bench.workload import build_cell, rank_work
+from cpbench.kernels.backends.torch_ref import TorchBackend
+from cpbench.spec.geometry import rank_geometry
+from cpbench.spec.models import get_preset, with_overrides
+from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.profiles import capture, ranges
 from cpbench.profiles.kernels import ProfileError
 

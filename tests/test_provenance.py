@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import cpbench
-from cpbench.bench.env import code_sha256, environment
+from cpbench.measure.env import code_sha256, environment
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from cpbench.bench.backends import torch_ref
-from cpbench.bench.backends.torch_ref import TorchBackend, attend, attend_reference, attend_sdpa
-from cpbench.bench.geometry import rank_geometry
-from cpbench.bench.models import PRESETS, with_overrides
-from cpbench.bench.workload import build_cell, rank_work
+from cpbench.kernels.backends import torch_ref
+from cpbench.kernels.backends.torch_ref import TorchBackend, attend, attend_reference, attend_sdpa
+from cpbench.spec.geometry import rank_geometry
+from cpbench.spec.models import PRESETS, with_overrides
+from cpbench.kernels.workload import build_cell, rank_work
 
 TOL = 1e-5  # fp32, unit-normal inputs, outputs O(1)
 

@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from cpbench.bench.backends import registry
-from cpbench.bench.backends.registry import (BACKEND_NAMES, capability_refusal, get_backend, kernel_patterns,
-                                             known_attention_patterns, resolve_auto)
-from cpbench.cli_options import BackendName
+from cpbench.kernels.backends import registry
+from cpbench.kernels.backends.registry import (BACKEND_NAMES, capability_refusal, get_backend, kernel_patterns,
+                                               known_attention_patterns, resolve_auto)
+from cpbench.cli.options import BackendName
 from cpbench.errors import CpbenchInputError
 from cpbench.profiles.kernels import classify
 
@@ -37,7 +37,7 @@ def test_names_are_the_cli_choices_minus_auto():
 
 
 def test_doctor_lists_exactly_the_registry_backends():
-    from cpbench.bench.doctor import diagnose
+    from cpbench.run.doctor import diagnose
 
     assert tuple(diagnose()["backends"]) == BACKEND_NAMES
 
@@ -103,7 +103,7 @@ def test_get_backend_builds_the_named_class():
 
 
 def test_registry_and_cli_choices_import_without_torch():
-    code = ("import sys; import cpbench.bench.backends.registry as r; import cpbench.bench.backends; "
+    code = ("import sys; import cpbench.kernels.backends.registry as r; import cpbench.kernels.backends; "
             "import json; print(json.dumps(['torch' in sys.modules, r.resolve_auto((9, 0)), list(r.CHOICES)]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(out.stdout) == [False, "trtllm-fmha-v2",

@@ -16,8 +16,8 @@ import os
 import re
 from pathlib import Path
 
-from cpbench.bench.store import load_run
-from cpbench.plots.report import render_report
+from cpbench.results.store import load_run
+from cpbench.report.run_report import render_report
 from runfactory import make_rows, write_run
 
 GOLDEN = Path(__file__).parent / "fixtures" / "report_golden.md"

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from cpbench.plots.report import reproduce_lines
+from cpbench.report.run_report import reproduce_lines
 from clirun import cpbench
 from runfactory import make_run
 

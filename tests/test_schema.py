@@ -1,12 +1,12 @@
-"""The results schema (cpbench.bench.schema): real sweep rows pass check_row, the key and the options
+"""The results schema (cpbench.results.schema): real sweep rows pass check_row, the key and the options
 fixed on --resume come from the columns, v1 rows migrate, and check_row finds what is wrong."""
 
 import pytest
 
-from cpbench.bench import schema
-from cpbench.bench.schema import (COLUMNS, FIXED_ON_RESUME, KEY_COLUMNS, SCHEMA_VERSION, check_row, migrate_row,
-                                  row_key)
-from cpbench.bench.store import read_jsonl
+from cpbench.results import schema
+from cpbench.results.schema import (COLUMNS, FIXED_ON_RESUME, KEY_COLUMNS, SCHEMA_VERSION, check_row, migrate_row,
+                                    row_key)
+from cpbench.results.store import read_jsonl
 from clirun import cpbench
 
 TINY = ["--layers", "2", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--page-size", "16"]
@@ -134,7 +134,7 @@ def test_check_row_reports_unknown_column_and_wrong_type():
 def test_a_stored_v2_frame_without_fused_order_gets_prev_next(tmp_path):
     import pandas as pd
 
-    from cpbench.bench.store import migrate_frame
+    from cpbench.results.store import migrate_frame
 
     df = pd.DataFrame([{k: v for k, v in migrate_row(_v1_row()).items() if k != "fused_order"}])
     got = migrate_frame(df, {"schema_version": SCHEMA_VERSION})

@@ -1,4 +1,4 @@
-"""The run directory (cpbench.bench.store.RunDir): committed schema-v1 runs load migrated and still report
+"""The run directory (cpbench.results.store.RunDir): committed schema-v1 runs load migrated and still report
 and compare; one sweep at a time per --out (the lock); --resume refuses a v1 run; a torn last line."""
 
 import json
@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cpbench.bench.compare import compare_runs
-from cpbench.bench.schema import KEY_COLUMNS, SCHEMA_VERSION, check_row
-from cpbench.bench.store import RunDir, load_run, read_jsonl
+from cpbench.results.compare import compare_runs
+from cpbench.results.schema import KEY_COLUMNS, SCHEMA_VERSION, check_row
+from cpbench.results.store import RunDir, load_run, read_jsonl
 from cpbench.errors import CpbenchInputError
 from clirun import cpbench
 

@@ -6,12 +6,12 @@ import pytest
 import torch
 from clirun import cpbench
 
-from cpbench.bench.backends.base import Stopwatch, swa_table
-from cpbench.bench.geometry import rank_geometry
-from cpbench.bench.kv import build_block_tables, build_swa_block_tables, duplicate_block_tables
-from cpbench.bench.models import get_preset, with_overrides
-from cpbench.bench.store import load_run
-from cpbench.bench.workload import build_cell, rank_work
+from cpbench.kernels.backends.base import Stopwatch, swa_table
+from cpbench.spec.geometry import rank_geometry
+from cpbench.kernels.kv import build_block_tables, build_swa_block_tables, duplicate_block_tables
+from cpbench.spec.models import get_preset, with_overrides
+from cpbench.results.store import load_run
+from cpbench.kernels.workload import build_cell, rank_work
 
 TINY = ["--layers", "2", "--heads", "4", "--kv-heads", "1", "--head-dim", "16", "--page-size", "16", "--budget-ms", "5",
         "--no-profile"]
@@ -71,7 +71,7 @@ def test_swa_pool_needs_window_layers():
 def test_memory_chart_shows_both_duplicated_tables(tmp_path, monkeypatch):
     """A GPU run's fused rows hold both setup_mem_page_table and setup_mem_swa_page_table: the chart stacks
     them as two parts and labels the fused bar with their joint share."""
-    from cpbench.plots import memory, style
+    from cpbench.report import memory, style
 
     base = dict(status="ok", cp_size=4, bs=1, seq_len=8192, setup_mem_metadata=1000.0, setup_mem_plan=0.0,
                 setup_mem_workspace=0.0, setup_mem_outputs=5000.0, setup_mem_comm=0.0, setup_mem_other=0.0,

@@ -15,13 +15,13 @@ import pandas as pd
 import pytest
 import torch
 
-from cpbench.bench.backends.torch_ref import TorchBackend
-from cpbench.bench.models import get_preset, with_overrides
-from cpbench.bench.results import critical_path
-from cpbench.bench.schema import KEY_COLUMNS
-from cpbench.bench.store import RunDir, _union, load_run, read_jsonl
-from cpbench.cli_options import console
-from cpbench.cli_sweep import run_sweep
+from cpbench.kernels.backends.torch_ref import TorchBackend
+from cpbench.spec.models import get_preset, with_overrides
+from cpbench.results.critical_path import critical_path
+from cpbench.results.schema import KEY_COLUMNS
+from cpbench.results.store import RunDir, _union, load_run, read_jsonl
+from cpbench.cli.options import console
+from cpbench.cli.sweep import run_sweep
 from cpbench.errors import CpbenchWarning
 from clirun import cpbench
 

@@ -6,7 +6,7 @@ import random
 
 import torch
 
-from cpbench.bench.timing import Clock, repeats_for_budget, summarize, time_interleaved
+from cpbench.measure.timing import Clock, repeats_for_budget, summarize, time_interleaved
 
 
 def test_summarize_values():
@@ -101,7 +101,7 @@ def test_host_launch_is_the_median_enqueue_time_inside_the_timed_samples():
 
 
 def test_clock_range_over_samples_and_unknown():
-    from cpbench.bench.timing import clock_range
+    from cpbench.measure.timing import clock_range
 
     assert clock_range([1980.0, 1830.0, math.nan, 1905.0]) == {"sm_clock_mhz_min": 1830.0, "sm_clock_mhz_max": 1980.0}
     got = clock_range([math.nan, math.nan])

@@ -7,12 +7,12 @@ import types
 import pytest
 import torch
 
-from cpbench.bench.backends import get_backend
-from cpbench.bench.backends.trtllm_args import call_tensors, layer_args, trtllm_calls
-from cpbench.bench.geometry import rank_geometry
-from cpbench.bench.kv import allocate_kv_cache, duplicate_block_tables, kv_block_offsets
-from cpbench.bench.models import get_preset, with_overrides
-from cpbench.bench.workload import build_cell, rank_work
+from cpbench.kernels.backends import get_backend
+from cpbench.kernels.backends.trtllm_args import call_tensors, layer_args, trtllm_calls
+from cpbench.spec.geometry import rank_geometry
+from cpbench.kernels.kv import allocate_kv_cache, duplicate_block_tables, kv_block_offsets
+from cpbench.spec.models import get_preset, with_overrides
+from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.errors import CpbenchInputError
 
 # docs/design.md §1: C=4, seq_lens [19, 27], extend [11, 13], prefix [8, 14]

@@ -9,12 +9,12 @@ Needs a GPU of compute capability 9.x/12.x with flashinfer; skipped elsewhere:
 import pytest
 import torch
 
-from cpbench.bench.backends import get_backend
-from cpbench.bench.backends.registry import BACKENDS
-from cpbench.bench.check import TOLERANCE, max_abs_diff, max_abs_error
-from cpbench.bench.geometry import all_ranks
-from cpbench.bench.models import get_preset, with_overrides
-from cpbench.bench.workload import build_cell, rank_work
+from cpbench.kernels.backends import get_backend
+from cpbench.kernels.backends.registry import BACKENDS
+from cpbench.kernels.check import TOLERANCE, max_abs_diff, max_abs_error
+from cpbench.spec.geometry import all_ranks
+from cpbench.spec.models import get_preset, with_overrides
+from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.profiles import capture, ranges
 
 pytestmark = pytest.mark.gpu

@@ -1,4 +1,4 @@
-"""The speedup interval of a cell (bench.uncertainty): resampling of ranks' raw samples, the critical
+"""The speedup interval of a cell (results.uncertainty): resampling of ranks' raw samples, the critical
 path recomputed per resample (max of medians when simulated, per-sample max when torchrun)."""
 
 import math
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cpbench.bench.results import critical_path
-from cpbench.bench.uncertainty import N_RESAMPLES, speedup_ci
+from cpbench.results.critical_path import critical_path
+from cpbench.results.uncertainty import N_RESAMPLES, speedup_ci
 
 RNG = np.random.default_rng(7)
 

@@ -1,11 +1,11 @@
-"""Harness wall time by phase (bench/walltime.py) and the --max-prefill-tokens cap (runner.over_token_budget)."""
+"""Harness wall time by phase (measure/walltime.py) and the --max-prefill-tokens cap (runner.over_token_budget)."""
 
 import json
 
 import pytest
 
-from cpbench.bench.runner import CellSpec, omp_threads, over_token_budget
-from cpbench.bench.walltime import PHASES, PhaseTimes
+from cpbench.run.runner import CellSpec, omp_threads, over_token_budget
+from cpbench.measure.walltime import PHASES, PhaseTimes
 from clirun import cpbench
 
 
@@ -56,7 +56,7 @@ def test_sweep_records_skipped_cells_and_phase_times(tmp_path):
     phases = m["sweep_phase_s"][-1]
     assert set(phases) <= set(PHASES) and "samples" in phases and "startup" in phases
     assert sum(phases.values()) == pytest.approx(m["sweep_wall_s"][-1], abs=0.1 * len(phases))
-    from cpbench.plots.report import environment_table
+    from cpbench.report.run_report import environment_table
 
     line = next(x for x in environment_table(m, cpu=True).splitlines() if "where the time went" in x)
     assert f"samples {phases['samples']:.1f}" in line and f"startup {phases['startup']:.1f}" in line
@@ -84,8 +84,8 @@ def test_sweep_refuses_when_every_batch_is_over_the_cap(tmp_path):
 
 
 def test_manifest_phase_times_summed_over_invocations_and_bad_entries_ignored(tmp_path):
-    from cpbench.bench.store import RunDir, read_manifest
-    from cpbench.plots.report import environment_table
+    from cpbench.results.store import RunDir, read_manifest
+    from cpbench.report.run_report import environment_table
 
     m = {"sweep_wall_s": [4.0, 2.0], "sweep_phase_s": [{"samples": 2.5, "other": 1.5}, {"samples": 1.0, "x": "y",
                                                         "startup": 10 ** 400, "check": float("nan")}]}
@@ -100,7 +100,7 @@ def test_manifest_phase_times_summed_over_invocations_and_bad_entries_ignored(tm
 
 
 def test_deeply_nested_manifest_is_one_line_error(tmp_path):
-    from cpbench.bench.store import read_manifest
+    from cpbench.results.store import read_manifest
     from cpbench.errors import CpbenchInputError
 
     path = tmp_path / "manifest.json"
@@ -127,7 +127,7 @@ def test_resume_refuses_other_cpu_threads_or_affinity(tmp_path):
 def test_cp_share_leaves_out_batches_skipped_over_the_cap():
     import pandas as pd
 
-    from cpbench.plots.workloads import cp_share_lines
+    from cpbench.report.workloads import cp_share_lines
 
     base = dict(model="m", tp_size=1, cp_size=2, prefix_len=0, batch=0)
     view = pd.DataFrame([{**base, "bs": 1, "seq_len": 16, "extend_lens": "16", "status": "ok"},

@@ -7,12 +7,12 @@ import math
 import pandas as pd
 import pytest
 
-from cpbench.bench.flops import forward_flops
-from cpbench.bench.geometry import rank_geometry
-from cpbench.bench.layer_kinds import has_both_kinds, layer_kind_sums
-from cpbench.bench.models import get_preset, with_overrides
-from cpbench.bench.store import load_run
-from cpbench.bench.tp import split_heads
+from cpbench.spec.flops import forward_flops
+from cpbench.spec.geometry import rank_geometry
+from cpbench.measure.layer_kinds import has_both_kinds, layer_kind_sums
+from cpbench.spec.models import get_preset, with_overrides
+from cpbench.results.store import load_run
+from cpbench.spec.tp import split_heads
 from clirun import cpbench
 
 # gpt-oss-120b's pattern on 2 layers (window 128, full), 8 q / 2 kv heads before --tp
@@ -48,7 +48,7 @@ def test_trace_gives_its_batches_and_the_share_run_with_cp(tmp_path):
     assert "3 of 5 requests (60 %) in 2 of 3 batch(es) ran with CP" in report
     # a CPU report makes no speedup claim: no when-to-fuse or layer-kind verdicts (a GPU run's report has them)
     assert "## When to fuse" not in report and "## By layer kind" not in report
-    from cpbench.plots.report import render_report
+    from cpbench.report.run_report import render_report
     as_gpu = render_report(df, {**manifest, "device": "cuda:0", "config": {**manifest["config"], "device": "cuda:0"}}, "r")
     assert "## When to fuse" in as_gpu and "tp 2 · cp 2" in as_gpu
     # per-layer-kind times are GPU kernel time: a CPU run leaves them out (its profiled host times carry the

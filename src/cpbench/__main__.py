@@ -1,3 +1,3 @@
-from cpbench.cli import entry
+from cpbench.cli.app import entry
 
 entry()

@@ -16,10 +16,10 @@ import time
 
 import torch
 
-from cpbench.bench.dist import groups
-from cpbench.bench.dist.kv_gather import (MODES, allocate_gather_buffers, build_gather_plan,
-                                          gather_bytes, gather_kv, write_kv)
-from cpbench.bench.kv import build_block_tables
+from cpbench.ranks import process_groups as groups
+from cpbench.ranks.kv_gather import (MODES, allocate_gather_buffers, build_gather_plan, gather_bytes, gather_kv,
+                                     write_kv)
+from cpbench.kernels.kv import build_block_tables
 
 
 def _ints(text: str) -> list[int]:

@@ -12,12 +12,12 @@ import sys
 
 import torch
 
-from cpbench.bench.backends import get_backend
-from cpbench.bench.dist import groups
-from cpbench.bench.dist.rank_group import TorchrunGroup
-from cpbench.bench.geometry import all_ranks
-from cpbench.bench.models import get_preset, with_overrides
-from cpbench.bench.workload import build_cell, rank_work
+from cpbench.kernels.backends import get_backend
+from cpbench.ranks import process_groups as groups
+from cpbench.ranks.torchrun_group import TorchrunGroup
+from cpbench.spec.geometry import all_ranks
+from cpbench.spec.models import get_preset, with_overrides
+from cpbench.kernels.workload import build_cell, rank_work
 
 
 def outputs(model, extend, prefix, cp, rank, mode, backend, device, group=None):

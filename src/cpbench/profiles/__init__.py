@@ -2,7 +2,7 @@
 capture (Perfetto traces), and the Nsight Systems cross-check.
 
 Patterns that name a backend's attention kernels come from the caller (the backend registry in
-``cpbench.bench``): this package imports nothing from ``cpbench.bench`` (import-linter contract).
+``cpbench.kernels.backends``): this package imports nothing from the measuring layers (import-linter).
 
 Modules: ``forward`` (ForwardLike, the Protocol a prepared forward satisfies; no torch), ``ranges``
 (annotated forward, range overhead), ``kernels`` (classify, KernelCounts, count_events,

@@ -12,7 +12,7 @@ Classes (checked in this order, on the lower-cased name):
   substrings, ``ForwardLike.kernel_patterns``); e.g. fa2 ``flashinfer::BatchPrefillWithPagedKVCacheKernel
   <...>``, fa3 ``flashinfer::PrefillWithKVCacheKernel<...SparseCollectiveMainloop<PagedParams...>>``,
   trtllm-gen ``fmha...`` kernels. The patterns live in the backend registry
-  (``cpbench.bench.backends.registry``); callers pass them in, this package never imports it.
+  (``cpbench.kernels.backends.registry``); callers pass them in, this package never imports it.
 - ``fill``: zero/constant fills (``FillFunctor``, ``fill_kernel``) and GPU memsets.
 - ``copy``: GPU memcpys and elementwise copy kernels (``copy_kernel``, ``CatArrayBatchedCopy``).
 - ``other``: everything else (the torch reference's matmuls, softmax pieces, ...).

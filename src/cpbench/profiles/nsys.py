@@ -1,6 +1,6 @@
 """Nsight Systems cross-check: run a child under ``nsys`` and read kernels per NVTX range back.
 
-Flow (the CLI, ``cli_profile.py``, owns the subprocesses; this module only builds argv and parses text)::
+Flow (the CLI, ``cli/profile.py``, owns the subprocesses; this module only builds argv and parses text)::
 
     nsys = find_nsys()                                    # None -> say "nsys not found", skip
     subprocess.run(nsys_profile_argv(base, child, nsys))  # child wraps its forward in

@@ -1,0 +1,114 @@
+"""The cells a command measures, parsed once for ``sweep`` and ``profile``: --cp, --bs, --seq, --seq-lens,
+--prefix, --ranks (and --out, the backend), each bad value a CpbenchInputError naming its option."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from cpbench.cli.options import MAX_TOKENS, int_list
+from cpbench.errors import CpbenchInputError
+
+
+@dataclass(frozen=True)
+class Cells:
+    """Validated cell options. ``seq_lens`` (one explicit batch) replaces ``bs_list`` x ``seq_list``,
+    which still hold the values given or the command's defaults (a sweep's manifest records them)."""
+
+    cp_sizes: list[int]
+    bs_list: list[int]
+    seq_list: list[int]
+    seq_lens: Optional[list[int]]
+    prefix: int
+    ranks: Optional[list[int]]  # None: every rank
+
+    @property
+    def batches(self) -> list[tuple[int, ...]]:
+        """Extend lengths per request of each batch: the explicit one, or every bs x seq in that order."""
+        if self.seq_lens:
+            return [tuple(self.seq_lens)]
+        return [(s,) * b for b in self.bs_list for s in self.seq_list]
+
+    @property
+    def longest(self) -> int:
+        """Tokens of the longest sequence, prefix included."""
+        return max(self.seq_lens or self.seq_list) + self.prefix
+
+
+def parse_cells(*, cp: str, bs: Optional[str], seq: Optional[str], seq_lens: Optional[str], prefix: int,
+                ranks: str, default_bs: str, default_seq: str) -> Cells:
+    """Parse the cell options of ``sweep`` / ``profile`` (``bs``/``seq`` None: ``default_bs``/``default_seq``).
+
+    Raises CpbenchInputError: an empty or out-of-range list, ``--seq-lens`` with ``--bs``/``--seq``, a
+    ``--prefix`` outside ``[0, MAX_TOKENS]``, a ``--ranks`` value outside ``[0, min(--cp))``.
+    """
+    if seq_lens is not None:
+        if not seq_lens.strip():
+            raise CpbenchInputError("--seq-lens is empty: give lengths such as 3000,5000, or leave it out")
+        if bs is not None or seq is not None:
+            raise CpbenchInputError("--seq-lens gives the whole batch, so --bs and --seq do not apply: "
+                                    "drop one or the other")
+    explicit = int_list(seq_lens, "--seq-lens") if seq_lens else None
+    bs_list = int_list(default_bs if bs is None else bs, "--bs")
+    seq_list = int_list(default_seq if seq is None else seq, "--seq")
+    if not 0 <= prefix <= MAX_TOKENS:
+        raise CpbenchInputError(f"--prefix must be in [0, {MAX_TOKENS}] tokens, got {prefix}")
+    cps = int_list(cp, "--cp")
+    rank_list = None if ranks.strip() == "all" else int_list(ranks, "--ranks", minimum=0)
+    if rank_list and max(rank_list) >= min(cps):
+        raise CpbenchInputError(f"--ranks {max(rank_list)} is outside [0, cp_size) for cp_size {min(cps)}")
+    return Cells(cps, bs_list, seq_list, explicit, prefix, rank_list)
+
+
+def check_out(out: Optional[str], default: str) -> None:
+    """Refuse an empty ``--out`` (``default``: where the command writes without one)."""
+    if out is not None and not str(out).strip():
+        raise CpbenchInputError(f"--out is empty: give a directory, or leave it out for {default}")
+
+
+def backend_name(backend: str, device) -> str:
+    """``--backend``, with ``auto`` resolved for ``device``."""
+    from cpbench.kernels.backends import resolve_auto
+
+    return resolve_auto(device) if backend == "auto" else backend
+
+
+def workload_batches(cells: Cells, *, lengths: Optional[str], trace: Optional[str], prefix_hit: Optional[float],
+                     batches: Optional[int], seed: int, seq_given: bool) -> Optional[list]:
+    """The batches of ``--lengths``, ``--trace`` or ``--prefix-hit`` as ``[[extend_lens], [prefix_lens]]``
+    per batch (:func:`cpbench.spec.lengths.plan_batches`), or None for a plain bs x seq grid / --seq-lens.
+    ``--prefix-hit`` alone applies to every --seq (or --seq-lens) length.
+
+    Raises CpbenchInputError: --lengths with --trace, either with --seq or --seq-lens, a bad value."""
+    from cpbench.spec.lengths import LengthMix, parse_lengths, plan_batches, read_trace
+
+    if lengths is None and trace is None and batches is not None:
+        raise CpbenchInputError("--batches applies to --lengths or --trace: add one, or drop --batches")
+    if lengths is None and trace is None and prefix_hit is None:
+        return None
+    if lengths is not None and trace is not None:
+        raise CpbenchInputError("--lengths and --trace both give the request lengths: keep one")
+    if prefix_hit is not None and cells.prefix:
+        raise CpbenchInputError("--prefix and --prefix-hit both set the cached prefix: keep one")
+    if (lengths is not None or trace is not None) and (seq_given or cells.seq_lens):
+        raise CpbenchInputError("--lengths / --trace give the request lengths, so --seq and --seq-lens do not "
+                                "apply: drop them")
+    if batches is not None and not 1 <= batches <= 65536:
+        raise CpbenchInputError(f"--batches must be in [1, 65536], got {batches}")
+    if lengths is not None:
+        mix = parse_lengths(lengths)
+    elif trace is None:  # --prefix-hit on the grid (or the explicit batch): a fixed list per bs x seq
+        if cells.seq_lens:
+            mix = LengthMix("list", tuple(cells.seq_lens))
+            return [[list(e), list(p)] for e, p in plan_batches([len(cells.seq_lens)], mix=mix,
+                                                                prefix_hit=prefix_hit)]
+        out = []
+        for bs in cells.bs_list:
+            for seq in cells.seq_list:
+                out += plan_batches([bs], mix=LengthMix("list", (seq,) * bs), prefix_hit=prefix_hit)
+        return [[list(e), list(p)] for e, p in out]
+    else:
+        mix = None
+    found = plan_batches(cells.bs_list, mix=mix, trace=read_trace(trace) if trace is not None else None,
+                         prefix=cells.prefix, prefix_hit=prefix_hit, batches=batches, seed=seed)
+    return [[list(e), list(p)] for e, p in found]

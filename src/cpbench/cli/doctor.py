@@ -1,0 +1,36 @@
+"""``cpbench doctor``: the GPU, drivers, libraries, JIT cache, nsys, and which backends can run here."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from cpbench.cli.options import console
+
+DOCTOR_EPILOG = "Examples:  cpbench doctor  |  cpbench doctor --json"
+
+
+def doctor(
+    as_json: Annotated[bool, typer.Option("--json", help="Print {environment, backends} as JSON "
+                                                         "(a backend maps to null or why it cannot run).")] = False,
+) -> None:
+    """Show the GPU, drivers, library versions, JIT cache, nsys, and which backends can run here.
+    Exits 0 even when things are missing."""
+    from cpbench.run.doctor import diagnose
+
+    info = diagnose()
+    if as_json:
+        print(json.dumps(info, default=str))
+        return
+    t = Table(title="cpbench doctor", show_header=False)
+    t.add_column("what")
+    t.add_column("value")
+    for k, v in info["environment"].items():
+        t.add_row(k, "-" if v in (None, "") else escape(str(v)))
+    for b, why in info["backends"].items():
+        t.add_row(f"backend {b}", "[green]available[/]" if why is None else f"[yellow]unavailable:[/] {escape(why)}")
+    console.print(t)

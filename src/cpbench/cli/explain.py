@@ -1,0 +1,197 @@
+"""``cpbench explain``: why the fused call wins or loses for one cell and rank, kernel by kernel.
+
+The command re-runs itself under Nsight Compute (``--explain-child``): the child runs the rank's
+two-call and fused forwards once each inside NVTX ranges (run/explain.py); ncu profiles only the
+kernels inside them and writes its raw CSV (profiles/ncu.py). The parent groups the kernels into
+attention calls, adds the work split (spec/worksplit.py) and writes ``explain.json``, ``explain.md``
+(the verdict) and a chart (report/explain_*.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cpbench.cli import options as c
+from cpbench.cli.cells import backend_name, check_out, parse_cells
+from cpbench.errors import CpbenchInputError
+
+EXPLAIN_EPILOG = ("Examples:  cpbench explain --cp 4 --bs 1 --extend-len 2048 --rank 0 --backend fa3  |  "
+                  "cpbench explain --cp 4 --bs 16 --extend-len 2048 --rank 0 --backend trtllm-fmha-v2  |  "
+                  "cpbench explain --cp 4 --bs 1 --extend-len 2048 --rank 0 --backend fa2 --timing eager --json")
+EXPLAINED = ("fa2", "fa3", "trtllm-fmha-v2")  # backends whose kernels explain groups into calls (ncu metrics)
+WORK_SPLIT = ("fa2", "fa3")  # ... and those with a work-split model (spec/worksplit.py) beside the metrics
+NCU_TIMEOUT_S = 1800  # one forward per mode under kernel replay: minutes at most; never wait forever
+NO_NCU = ("ncu (Nsight Compute) not found: install Nsight Compute or put ncu on PATH; "
+          "`cpbench profile` counts and times kernels without it")
+
+
+def explain(
+    cp: Annotated[int, typer.Option("--cp", help="cp_size.")] = 4,
+    bs: Annotated[Optional[str], typer.Option("--bs", help="Batch size (requests). Default: 1.")] = None,
+    seq: Annotated[Optional[str], typer.Option(
+        "--extend-len", "--seq", help="Extend (new) tokens per request. Default: 2048.")] = None,
+    seq_lens: c.ExtendLensOpt = None,
+    prefix: c.PrefixLenOpt = 0,
+    rank: Annotated[int, typer.Option("--rank", help="The CP rank to explain.")] = 0,
+    backend: Annotated[c.BackendName, typer.Option(
+        "--backend", help="fa2, fa3 or trtllm-fmha-v2 (auto: trtllm-fmha-v2 on Hopper).")] = c.BackendName.auto,
+    timing: Annotated[str, typer.Option(
+        "--timing", help="eager or graph (one CUDA-graph replay per mode); ncu profiles kernels one at a time, so "
+                         "this changes how the forward is launched, not the kernels' metrics.")] = "eager",
+    fused_order: c.FusedOrderOpt = "prev-next",
+    dtype: Annotated[c.DType, typer.Option("--dtype")] = c.DType.bf16,
+    out: Annotated[Optional[str], typer.Option("--out", help="Directory (default runs/explain-<time>).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    explain_child: Annotated[bool, typer.Option("--explain-child", hidden=True)] = False,
+    model: c.ModelOpt = "gpt-oss-120b", model_config: c.ModelConfigOpt = None,
+    layers: Annotated[Optional[int], typer.Option(
+        "--layers", help="Layers per forward (default: one of each window kind, e.g. 2 for gpt-oss).")] = None,
+    heads: c.HeadsOpt = None, kv_heads: c.KvHeadsOpt = None, head_dim: c.HeadDimOpt = None,
+    window: c.WindowOpt = None, sinks: c.SinksOpt = None, page_size: c.PageSizeOpt = None,
+    device: c.DeviceOpt = None,
+) -> None:
+    """Explain fused vs two-call for one cell and rank with Nsight Compute: per attention kernel its
+    duration, grid, waves, occupancy, SM and DRAM throughput, the work split (tiles and waves of prev,
+    next and fused) and a verdict naming the measured cause."""
+    dev = c.resolve_device(device)
+    if dev.type != "cuda":
+        raise CpbenchInputError("cpbench explain profiles GPU kernels with Nsight Compute and needs a CUDA GPU; "
+                                "on CPU use `cpbench profile` or `cpbench sweep`")
+    if timing not in ("eager", "graph"):
+        raise CpbenchInputError(f"unknown --timing {timing!r}: use eager or graph")
+    c.check_fused_order(fused_order)
+    spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
+    if layers is None:  # one layer of each window kind (gpt-oss: a window layer, then a full one)
+        spec = c.resolve_model(model, model_config, len(spec.layer_kinds), heads, kv_heads, head_dim, window, sinks,
+                               page_size)
+    name = backend_name(backend.value, dev)
+    if name not in EXPLAINED:
+        raise CpbenchInputError(f"cpbench explain reads the kernels of {', '.join(EXPLAINED)}, not {name}: use one of "
+                                "them (`cpbench profile` counts any backend's kernels)")
+    if cp < 2:
+        raise CpbenchInputError(f"--cp {cp}: explain compares two-call with fused, which needs cp_size >= 2")
+    cells = parse_cells(cp=str(cp), bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=str(rank),
+                        default_bs="1", default_seq="2048")
+    if len(cells.batches) != 1:
+        raise CpbenchInputError("cpbench explain takes one cell: give one --bs and one --seq (or --seq-lens)")
+    from cpbench.run.runner import CellSpec
+
+    cell = CellSpec(cp, cells.batches[0], (cells.prefix,) * len(cells.batches[0]))
+    check_out(out, "runs/explain-<time>")
+    run_dir = Path(out) if out else Path("runs") / datetime.now().strftime("explain-%Y%m%d-%H%M%S")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise CpbenchInputError(f"--out {str(run_dir)!r} is a file: pass a directory")
+    if explain_child:
+        from cpbench.run.explain import run_explain_child
+
+        run_explain_child(spec, cell, rank, backend=name, device=dev, dtype=dtype.value, timing=timing,
+                          fused_order=fused_order, out_dir=run_dir)
+        return
+    from cpbench.kernels.backends import get_backend
+    from cpbench.spec.geometry import eligibility
+    from cpbench.run.runner import DTYPES
+
+    ok, why = eligibility(cell.extend_lens, cell.cp_size)
+    if not ok:
+        raise CpbenchInputError(f"{cell.label()} is not CP-eligible: {why}")
+    why = get_backend(name).supports(dev, spec, DTYPES[dtype.value])
+    if why:
+        raise CpbenchInputError(f"backend {name}: {why}")
+    from cpbench.profiles.ncu import find_ncu
+
+    exe = find_ncu()
+    if exe is None:
+        raise CpbenchInputError(NO_NCU)
+    argv = [a for a in sys.argv[1:] if a != "--json"]
+    if out is None:
+        argv += ["--out", str(run_dir)]
+    rep = run_under_ncu(exe, argv, run_dir, spec, cell, rank, name, timing, fused_order)
+    (run_dir / "explain.json").write_text(json.dumps(rep, indent=2, default=str) + "\n")
+    from cpbench.report.explain_report import explain_markdown
+    from cpbench.report.explain_chart import explain_chart
+
+    md = explain_markdown(rep)
+    (run_dir / "explain.md").write_text(md)
+    explain_chart(rep, run_dir)
+    if as_json:
+        print(json.dumps(rep, default=str))
+    else:
+        c.console.print(md, markup=False, highlight=False, soft_wrap=True)  # no wrapping: the table stays pasteable
+        c.console.print(f"report: {run_dir / 'explain.md'}, chart: {run_dir / 'explain.png'}")
+
+
+def run_under_ncu(exe: str, argv: list[str], run_dir: Path, spec, cell, rank: int, backend: str, timing: str,
+                  fused_order: str) -> dict:
+    """Run ``cpbench <argv> --explain-child`` under ncu, read its CSV back and build the report dict.
+    Raises CpbenchInputError when ncu cannot read the counters or the child fails (one line)."""
+    from cpbench.run.explain import CHILD_FILE, explain_label
+    from cpbench.spec.geometry import all_ranks
+    from cpbench.results.schema import MODES
+    from cpbench.spec.worksplit import split_rank
+    from cpbench.report.explain_report import build_explain, call_rows
+    from cpbench.profiles.kernels import ProfileError
+    from cpbench.profiles.ncu import (METRICS, check_ncu_output, group_calls, ncu_argv, parse_ncu_csv, parse_ncu_version,
+                                      tiles_from_kernel_name)
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / "ncu_raw.csv"
+    for stale in (log, run_dir / CHILD_FILE):  # from an earlier run into the same --out
+        stale.unlink(missing_ok=True)
+    child = [sys.executable, "-m", "cpbench", *argv, "--explain-child"]
+    ranges = [explain_label(cell, rank, m, timing) for m in MODES]
+    ver = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+    try:
+        proc = subprocess.run(ncu_argv(exe, child, ranges, log), capture_output=True, text=True,
+                              timeout=NCU_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise CpbenchInputError(f"ncu did not finish within {NCU_TIMEOUT_S} s: try a smaller cell (--layers, "
+                                "--extend-len) or `cpbench profile`") from None
+    text = proc.stdout + proc.stderr + (log.read_text() if log.exists() else "")
+    (run_dir / "ncu_output.txt").write_text(proc.stdout + proc.stderr)
+    try:
+        check_ncu_output(text)
+    except ProfileError as e:
+        raise CpbenchInputError(str(e)) from None
+    info_path = run_dir / CHILD_FILE
+    if proc.returncode != 0 or not info_path.exists():
+        tail = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()][-1:] or ["no output"]
+        raise CpbenchInputError(f"the profiled child failed under ncu (exit {proc.returncode}): {tail[0][:200]} "
+                                f"(full output: {run_dir / 'ncu_output.txt'})")
+    info = json.loads(info_path.read_text())
+    try:
+        kernels = parse_ncu_csv(log.read_text())
+        pats = tuple(info["kernel_patterns"])
+        n2 = len(info["calls"]["two-call"])
+        groups = group_calls(kernels, info["calls"]["two-call"] + info["calls"]["fused"], pats)
+    except ProfileError as e:
+        raise CpbenchInputError(f"{e} (ncu CSV: {log})") from None
+    by_mode = {"two-call": groups[:n2], "fused": groups[n2:]}
+    rows = call_rows(by_mode, list(spec.window_left_per_layer))
+    sms = next((r["sms"] for r in rows if r.get("sms")), None)
+    g = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)[rank]
+    splits = {}
+    for w in (spec.layer_kinds if backend in WORK_SPLIT else ()):  # tile sizes as the profiled kernels' names carry them (first layer of the kind)
+        layer = min(r["layer"] for r in rows if r["window_left"] == w)
+        named = {("fused" if r["call"] == "combined" else r["call"]): tiles_from_kernel_name(r["kernel"])
+                 for r in rows if r["layer"] == layer}
+        splits[w] = {k: v.to_json() for k, v in split_rank(
+            g.actual_seq_q_prev, g.kv_len_prev, g.actual_seq_q_next, g.kv_len_next, fused_order=fused_order,
+            tiles={k: t for k, t in named.items() if t}, backend=backend, num_q_heads=spec.num_q_heads,
+            num_kv_heads=spec.num_kv_heads, head_dim=spec.head_dim, window_left=w, num_sms=int(sms or 132),
+            page_size=spec.page_size).items()}
+        for k, t in named.items():
+            splits[w][k]["tiles_from"] = "kernel name" if t else "default"
+    meta = {"model": spec.name, "backend": backend, "cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
+            "extend_lens": list(cell.extend_lens), "rank": rank, "timing": timing, "fused_order": fused_order,
+            "num_layers": spec.num_layers, "ncu_version": parse_ncu_version(ver.stdout),
+            "metrics": list(METRICS), "sms": sms, "diff_vs_two_call": info.get("diff_vs_two_call"),
+            "max_abs_err": info.get("max_abs_err"),
+            "ncu_csv": str(log)}
+    return build_explain(meta, rows, splits)

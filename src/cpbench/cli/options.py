@@ -1,0 +1,191 @@
+"""Options, parsers and consoles shared by the cpbench commands (typer/rich live only in cli*)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from cpbench.kernels.backends.registry import CHOICES as BACKEND_CHOICES
+from cpbench.errors import CpbenchInputError
+
+class PipeSafe:
+    """A text stream that writes to ``sys.stdout`` (or ``sys.stderr``) as it is *now* (tests swap them) and,
+    once the reader has gone (``cpbench sweep | head -1``: BrokenPipeError), drops what follows instead of
+    failing: the run goes on and writes its directory, and the exit code keeps its meaning. The file
+    descriptor is pointed at /dev/null so the interpreter's last flush does not fail either."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.broken = name, False
+
+    @property
+    def stream(self):
+        return getattr(sys, self.name)
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                return self.stream.write(text)
+            except BrokenPipeError:
+                self.closed_by_reader()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self.closed_by_reader()
+
+    def closed_by_reader(self) -> None:
+        """Stop writing; send anything still buffered for this descriptor to /dev/null."""
+        self.broken = True
+        silence(self.stream)
+
+    def isatty(self) -> bool:
+        return not self.broken and self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def __getattr__(self, name):  # encoding, errors, ...
+        return getattr(self.stream, name)
+
+
+def silence(stream) -> None:
+    """Point ``stream``'s file descriptor at /dev/null (after its reader closed the pipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+    except (OSError, ValueError, AttributeError):  # no real descriptor (captured in a test)
+        pass
+
+
+console = Console(file=PipeSafe("stdout"))
+if not console.is_terminal and not os.environ.get("COLUMNS"):  # piped or captured: do not squeeze tables
+    console.width = 160                                        # into 80 columns (COLUMNS, when set, wins)
+err_console = Console(file=PipeSafe("stderr"))
+
+
+# Upper bounds of list options: far above real prefill batches, low enough that a typo cannot make
+# cpbench build billions of Python objects (or overflow the kernels' int32 token indices).
+MAX_TOKENS = 1 << 24
+LIMITS = {"--cp": 1024, "--bs": 65536, "--seq": MAX_TOKENS, "--seq-lens": MAX_TOKENS, "--extend": MAX_TOKENS,
+          "--extend-len": MAX_TOKENS, "--extend-lens": MAX_TOKENS, "--prefix": MAX_TOKENS,
+          "--prefix-lens": MAX_TOKENS, "--ranks": 1023}
+
+
+def int_list(text: str, what: str, minimum: int = 1) -> list[int]:
+    """Parse ``"1,4,16"`` into ints in ``[minimum, LIMITS[what]]`` (at most 65536 of them); raise
+    CpbenchInputError naming the option."""
+    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    if not items:
+        raise CpbenchInputError(f"{what} is empty: give a comma-separated list such as 1,4,16")
+    try:
+        vals = [int(t) for t in items]
+    except ValueError:
+        raise CpbenchInputError(f"{what} must be comma-separated integers, got {text!r}") from None
+    bad = [v for v in vals if v < minimum]
+    if bad:
+        raise CpbenchInputError(f"{what} values must be >= {minimum}, got {bad[0]}")
+    top = LIMITS.get(what, 2**31 - 1)
+    big = [v for v in vals if v > top]
+    if big:
+        raise CpbenchInputError(f"{what} values must be <= {top}, got {big[0]}")
+    if len(vals) > 65536:
+        raise CpbenchInputError(f"{what} takes at most 65536 values, got {len(vals)}")
+    return vals
+
+
+# ------------------------------------------------------------------------------------------------
+# shared options
+# ------------------------------------------------------------------------------------------------
+# --backend choices: "auto" + the registry's names (members auto, torch, fa2, fa3, trtllm_gen, ...).
+BackendName = Enum("BackendName", {n.replace("-", "_"): n for n in BACKEND_CHOICES}, type=str)
+
+
+class DType(str, Enum):
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp32 = "fp32"
+
+
+ModelOpt = Annotated[str, typer.Option("--model", help="Model preset (see `cpbench models`).")]
+ModelConfigOpt = Annotated[Optional[Path], typer.Option(
+    "--model-config", help="Local Hugging Face config.json (or its folder) instead of a preset.")]
+LayersOpt = Annotated[Optional[int], typer.Option("--layers", help="Override: attention layers.")]
+HeadsOpt = Annotated[Optional[int], typer.Option("--heads", help="Override: q heads per rank.")]
+KvHeadsOpt = Annotated[Optional[int], typer.Option("--kv-heads", help="Override: kv heads per rank.")]
+ExtendLensOpt = Annotated[Optional[str], typer.Option(
+    "--extend-lens", "--seq-lens", help="One explicit batch, one extend length per request (SGLang extend_lens), "
+                                       "instead of --bs x --extend-len, e.g. 3000,5000.")]
+PrefixLenOpt = Annotated[int, typer.Option("--prefix-len", "--prefix", help="Cached prefix tokens of every request.")]
+HeadDimOpt = Annotated[Optional[int], typer.Option("--head-dim", help="Override: head_dim.")]
+WindowOpt = Annotated[Optional[int], typer.Option(
+    "--window", help="Override: sliding window in tokens (window_left = window-1); 0 = all layers full.")]
+SinksOpt = Annotated[Optional[bool], typer.Option("--sinks/--no-sinks", help="Override: fp32 per-head sinks.")]
+PageSizeOpt = Annotated[Optional[int], typer.Option("--page-size", help="KV page size in tokens (default: the model's, 64).")]
+DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="cuda, cuda:N or cpu (default: cuda if present).")]
+
+
+def resolve_model(model: str, model_config: Optional[Path], layers, heads, kv_heads, head_dim, window,
+                  sinks, page_size):
+    from cpbench.spec.models import from_hf_config, get_preset, with_overrides
+
+    spec = from_hf_config(model_config) if model_config else get_preset(model)
+    spec = with_overrides(spec, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                          window=window, sinks=sinks, page_size=page_size)
+    if spec.window_rule and os.environ.get("RANK", "0") == "0":  # which layers slide, as read from the config (also in the manifest's config.model)
+        typer.echo(f"note: model config {str(model_config)!r}: {spec.window_rule}", err=True)
+    return spec
+
+
+def resolve_device(device: Optional[str]):
+    """The torch device for ``--device`` (see cpbench.measure.env.resolve_device)."""
+    from cpbench.measure.env import resolve_device as resolve
+
+    return resolve(device)
+
+
+def choice_list(text: str, allowed: tuple[str, ...], what: str, both: bool = True) -> list[str]:
+    """Parse ``"a,b"`` (or, with ``both``, ``"both"`` for every allowed value) into a list of allowed
+    choices, duplicates dropped.
+
+    Raises CpbenchInputError naming every valid choice."""
+    if both and text.strip() == "both":
+        return list(allowed)
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    choices = f"{', '.join(allowed)}, a comma-separated list of them" + (", or both" if both else "")
+    if not items:
+        raise CpbenchInputError(f"{what} is empty: use {choices}")
+    for t in items:
+        if t not in allowed:
+            raise CpbenchInputError(f"unknown {what} {t!r}: use {choices}")
+    return list(dict.fromkeys(items))
+
+
+
+
+CpMinExtendOpt = Annotated[str, typer.Option(
+    "--cp-min-extend", help="Which batches SGLang runs with CP: pr (SGLang PR #33137: every extend >= 2*cp_size), "
+                            "upstream (every extend >= max(128, 2*cp_size)) or a number N (>= max(N, 2*cp_size)).")]
+CpMinTokensOpt = Annotated[int, typer.Option(
+    "--cp-min-tokens", help="And a total-token minimum: a batch with fewer extend tokens runs without CP (forks; "
+                            "0: none).")]
+FusedOrderOpt = Annotated[str, typer.Option(
+    "--fused-order", help="Segment order of the fused batch: prev-next (SGLang PR #33137), next-prev or "
+                          "interleaved (prev/next per request); outputs are un-permuted and checked as usual.")]
+
+
+def check_fused_order(text: str) -> str:
+    """``--fused-order``'s value if it is one of geometry.FUSED_ORDERS; else CpbenchInputError."""
+    from cpbench.spec.geometry import FUSED_ORDERS
+
+    if text not in FUSED_ORDERS:
+        raise CpbenchInputError(f"unknown --fused-order {text!r}: use one of {', '.join(FUSED_ORDERS)}")
+    return text

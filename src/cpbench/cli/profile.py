@@ -1,0 +1,176 @@
+"""``cpbench profile``: kernel counts per rank, Perfetto traces, nsys cross-check."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cpbench.cli import options as c
+from cpbench.ranks.launch import under_torchrun
+from cpbench.cli.cells import backend_name, check_out, parse_cells
+from cpbench.cli.profile_out import (CPU_DEFAULT_SEQ, GPU_ONLY, counted_as, cpu_rows, print_counts, skip_reason,
+                                     skipped_cell)
+from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch,
+                              LaunchOpt, NprocOpt, launch_torchrun, run_as_rank)
+from cpbench.errors import CpbenchInputError, one_line
+
+PROFILE_EPILOG = ("Examples:  cpbench profile --cp 4 --bs 1 --extend-len 8192  |  cpbench profile --backend torch "
+                  "--cp 4 --bs 1 --extend-len 256 --json  |  cpbench profile --cp 4 --ranks 0  |  "
+                  "cpbench profile --cp 4 --bs 1 --extend-len 8192 --nsys")
+
+
+def profile(
+    cp: Annotated[str, typer.Option("--cp", help="cp_size values.")] = "4",
+    bs: Annotated[Optional[str], typer.Option("--bs", help="Batch sizes. Default: 1.")] = None,
+    seq: Annotated[Optional[str], typer.Option(
+        "--extend-len", "--seq", help="Extend (new) tokens per request, one cell per value. Default: 8192 on a "
+                                      "GPU, 64 on CPU.")] = None,
+    seq_lens: c.ExtendLensOpt = None,
+    prefix: c.PrefixLenOpt = 0,
+    ranks: Annotated[str, typer.Option(
+        "--ranks", "--rank", help="'all' or a list of ranks, e.g. 0,3.")] = "all",
+    backend: Annotated[c.BackendName, typer.Option("--backend", help="Attention backend.")] = c.BackendName.auto,
+    dtype: Annotated[c.DType, typer.Option("--dtype")] = c.DType.bf16,
+    out: Annotated[Optional[str], typer.Option("--out", help="Directory for traces (default runs/profile-<time>).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
+    nsys: Annotated[bool, typer.Option("--nsys", help="Also run under Nsight Systems and cross-check the counts.")] = False,
+    nsys_child: Annotated[bool, typer.Option("--nsys-child", hidden=True)] = False,
+    tp: Annotated[int, typer.Option("--tp", help="Attention tensor parallelism: one GPU's heads.")] = 1,
+    model: c.ModelOpt = "gpt-oss-120b", model_config: c.ModelConfigOpt = None, layers: c.LayersOpt = None,
+    heads: c.HeadsOpt = None, kv_heads: c.KvHeadsOpt = None, head_dim: c.HeadDimOpt = None,
+    window: c.WindowOpt = None, sinks: c.SinksOpt = None, page_size: c.PageSizeOpt = None,
+    device: c.DeviceOpt = None,
+    launch: LaunchOpt = Launch.simulated, nproc_per_node: NprocOpt = None, gather: GatherOpt = None,
+    dist_backend: DistBackendOpt = DistBackend.auto, dist_timeout: DistTimeoutOpt = 300.0,
+) -> None:
+    """Count attention kernels per rank, two-call vs fused (e.g. 72 -> 36 per rank, 288 -> 144 over
+    4 ranks), and write Perfetto-openable Chrome traces (one per rank and mode; with --launch torchrun
+    each rank writes its own, with the collective kernels counted as their own class)."""
+    from cpbench.kernels.backends import get_backend
+    from cpbench.run.profiling import nsys_child as run_child, profile_cell, totals
+    from cpbench.run.runner import DTYPES, CellSpec, is_oom
+    from cpbench.profiles.nsys import find_nsys
+
+    dev = c.resolve_device(device)
+    spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
+    from cpbench.spec.tp import split_heads
+
+    spec = split_heads(spec, tp)
+    name = backend_name(backend.value, dev)
+    parsed = parse_cells(cp=cp, bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=ranks,
+                         default_bs="1", default_seq="8192" if dev.type == "cuda" else CPU_DEFAULT_SEQ)
+    cells = [CellSpec(p, ext, (parsed.prefix,) * len(ext)) for p in parsed.cp_sizes for ext in parsed.batches]
+    kw = dict(backend=name, device=dev, dtype=dtype.value, ranks=parsed.ranks)
+    if nsys_child:
+        run_child(spec, [cl for cl in cells if not skip_reason(spec, cl, dev)], **kw)
+        return
+    why = get_backend(name).supports(dev, spec, DTYPES[dtype.value])
+    if why:
+        raise CpbenchInputError(f"backend {name}: {why}")
+    skipped = {cl: skip_reason(spec, cl, dev) for cl in cells}
+    skipped = {cl: why for cl, why in skipped.items() if why}
+    if len(skipped) == len(cells):  # as sweep: nothing could run is bad input
+        first = next(iter(skipped.items()))
+        raise CpbenchInputError(f"no cell can run: {first[0].label()}: {first[1]}")
+    cells = [cl for cl in cells if cl not in skipped]
+    check_out(out, "runs/profile-<time>")
+    dist = DistOptions(launch, nproc_per_node, gather, dist_backend, dist_timeout)
+    dist.check(parsed.ranks, parsed.cp_sizes)
+    if dist.distributed and nsys:
+        raise CpbenchInputError("--nsys with --launch torchrun is not supported: run nsys around torchrun "
+                                "yourself, or drop --nsys")
+    if dist.distributed and not under_torchrun():
+        raise typer.Exit(launch_torchrun(dist, parsed.cp_sizes, dev, name, out, "profile-%Y%m%d-%H%M%S",
+                                         resume_hint=False))
+    if nsys and find_nsys() is None:
+        raise CpbenchInputError("--nsys: nsys not found; install Nsight Systems or put nsys on PATH "
+                                "(`cpbench doctor` shows what is found), or drop --nsys")
+    run_dir = Path(out) if out else Path("runs") / datetime.now().strftime("profile-%Y%m%d-%H%M%S")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise CpbenchInputError(f"--out {str(run_dir)!r} is a file: pass a directory")
+    from cpbench.results.store import RunDir
+
+    trace_dir = RunDir(run_dir).profiles
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    report = {"model": spec.name, "tp_size": tp, "backend": name, "device": str(dev), "counted": counted_as(name, dev),
+              "cells": [skipped_cell(cl, why) for cl, why in skipped.items()]}
+    if dist.distributed:
+        def body(group, device) -> int:
+            from cpbench.run.profiling import profile_ranks
+
+            report["device"], report["launch"] = str(device), {"world_size": group.world_size, "gather": dist.gather_mode}
+            measured = profile_ranks(spec, cells, group, backend=name, device=device, dtype=dtype.value,
+                                     trace_dir=trace_dir, gather=dist.gather_mode)
+            report["cells"] += [{**cell, "status": "ok", "per_rank": cell["per_rank"] if device.type == "cuda" else
+                                 [{**r, **{k: None for k in GPU_ONLY if k in r and k != "comm_kernels"}}
+                                  for r in cell["per_rank"]]} for cell in measured]
+            if group.writes_rows:
+                _finish(report, run_dir, as_json)
+            return 1 if any(r.get("comm_check") is False for cell in report["cells"] for r in cell["per_rank"]) else 0
+
+        raise typer.Exit(run_as_rank(dist, dev, body))
+    for cell in cells:
+        try:
+            rows = profile_cell(spec, cell, trace_dir=trace_dir, **kw)
+        except RuntimeError as e:
+            if not is_oom(e):
+                raise
+            report["cells"].append({**skipped_cell(cell, f"does not fit in memory ({one_line(e)[:120]}): use a "
+                                                         "smaller --extend-len/--bs"), "status": "oom"})
+            continue
+        report["cells"].append({"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
+                                "extend_lens": list(cell.extend_lens), "status": "ok",
+                                "per_rank": cpu_rows(rows, dev), "total": totals(rows, cell.cp_size)})
+    if not any(cell["status"] == "ok" for cell in report["cells"]):
+        (run_dir / "profile.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+        raise CpbenchInputError(f"no cell could be profiled: {report['cells'][0]['reason']}")
+    if nsys:
+        report["nsys"] = _nsys_cross_check(sys.argv[1:], run_dir, report, name)
+    _finish(report, run_dir, as_json)
+
+
+def _finish(report: dict, run_dir: Path, as_json: bool) -> None:
+    (run_dir / "profile.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    if as_json:
+        print(json.dumps(report, default=str))
+    else:
+        print_counts(c.console, report, run_dir)
+
+
+def _nsys_cross_check(argv: list[str], run_dir: Path, report: dict, backend: str) -> dict:
+    """Re-run this command under nsys (child mode) and compare kernels per NVTX forward range."""
+    from cpbench.kernels.backends.registry import known_attention_patterns
+    from cpbench.results.store import RunDir
+    from cpbench.profiles.nsys import (find_nsys, kernels_per_range, nsys_profile_argv, parse_nvtx_kern_sum,
+                                       report_path, stats_argv)
+
+    exe = find_nsys()
+    if exe is None:
+        return {"status": "skipped", "reason": "nsys not found (install Nsight Systems or put nsys on PATH)"}
+    child = [sys.executable, "-m", "cpbench", *[a for a in argv if a not in ("--nsys", "--json")], "--nsys-child"]
+    base = RunDir(run_dir).profiles / "nsys"
+    proc = subprocess.run(nsys_profile_argv(base, child, exe), capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"status": "error", "reason": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
+    rep = report_path(base)
+    stats = subprocess.run(stats_argv(rep, exe), capture_output=True, text=True)
+    csv_path = RunDir(run_dir).profiles / "nvtx_kern_sum.csv"
+    csv_path.write_text(stats.stdout)
+    per_range = kernels_per_range(parse_nvtx_kern_sum(stats.stdout), known_attention_patterns())
+    # the torch reference has no attention kernel to name: compare all kernels of each forward instead
+    what = "kernels" if backend == "torch" else "attention"
+    checks, agree = [], True
+    for cell in report["cells"]:
+        for r in cell["per_rank"]:
+            got = per_range.get(r["label"])
+            n = getattr(got, what) if got is not None else None
+            want = r["kernels"] if what == "kernels" else r["attn_kernels"]
+            agree &= n == want
+            checks.append({"label": r["label"], "counted": what, "torch_profiler": want, "nsys": n, "equal": n == want})
+    return {"status": "equal" if agree else "DIFFERENT", "report": str(rep), "csv": str(csv_path), "checks": checks}

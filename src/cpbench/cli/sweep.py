@@ -1,0 +1,264 @@
+"""`cpbench sweep`: the command (options, checks), then the orchestration: run directory, progress bar,
+runner, final table, exit code. run/ is imported when a sweep runs, so other commands start without torch."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from cpbench.ranks.launch import under_torchrun
+from cpbench.cli.cells import check_out, parse_cells, workload_batches
+from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch,
+                              LaunchOpt, NprocOpt, launch_torchrun, run_as_rank)
+from cpbench.cli.options import (BACKEND_CHOICES, CpMinExtendOpt, CpMinTokensOpt, DeviceOpt, DType, ExtendLensOpt,
+                                 FusedOrderOpt, HeadDimOpt, HeadsOpt, KvHeadsOpt, LayersOpt, ModelConfigOpt,
+                                 ModelOpt, PageSizeOpt, PrefixLenOpt, SinksOpt, WindowOpt, check_fused_order,
+                                 choice_list, console, err_console, resolve_device, resolve_model)
+from cpbench.errors import CpbenchInputError
+
+
+
+SWEEP_EPILOG = ("Examples:  cpbench sweep --cp 4 --bs 1,4,16  |  cpbench sweep --cp 2,4,8 --bs 1 --extend-len 8192,32768 "
+                "--timing eager  |  cpbench sweep --extend-lens 3000,8192 --prefix-len 512 --backend fa2  |  "
+                "cpbench sweep --out runs/a --resume  |  cpbench sweep --launch torchrun --nproc-per-node 2 --cp 2 --bs 1,4,16")
+
+
+def sweep(
+    cp: Annotated[str, typer.Option("--cp", help="cp_size values, e.g. 2,4,8.")] = "4",
+    bs: Annotated[Optional[str], typer.Option("--bs", help="Batch sizes (requests), e.g. 1,4,16. Default: 1,4,16.")] = None,
+    seq: Annotated[Optional[str], typer.Option(
+        "--extend-len", "--seq", help="Extend (new) tokens per request, one cell per value. Default: 2048,8192,16384 "
+                                      "on a GPU, 32,64 on CPU.")] = None,
+    seq_lens: ExtendLensOpt = None,
+    prefix: PrefixLenOpt = 0,
+    prefix_hit: Annotated[Optional[float], typer.Option(
+        "--prefix-hit", help="Fraction of each request's tokens already cached (prefix = floor(RATE x tokens), "
+                             "the rest are extend tokens), e.g. 0.5.")] = None,
+    lengths: Annotated[Optional[str], typer.Option(
+        "--lengths", help="Request-length mix instead of --extend-len: dist:uniform:LO:HI, dist:lognormal:MEDIAN:SIGMA "
+                          "(seeded by --seed) or a fixed list 3000,8192,500; cut into batches of --bs.")] = None,
+    trace: Annotated[Optional[str], typer.Option(
+        "--trace", help="Request trace, CSV or JSONL, one request per line (columns extend_len[,prefix_len] or "
+                        "input_len[,cached_len]); cut into batches of --bs.")] = None,
+    batches: Annotated[Optional[int], typer.Option(
+        "--batches", help="Batches per --bs value: drawn from a --lengths distribution (default 4), or at most "
+                          "this many from a list or trace (default all).")] = None,
+    cpu_affinity: Annotated[Optional[str], typer.Option(
+        "--cpu-affinity", help="Pin the measuring process to these CPU cores (Linux CPU list, e.g. 0-7); under "
+                               "torchrun each local rank gets its own contiguous share.")] = None,
+    tp: Annotated[int, typer.Option(
+        "--tp", help="Attention tensor parallelism: measure one GPU's heads (q heads / TP, KV heads / TP or one "
+                     "replicated).")] = 1,
+    ranks: Annotated[str, typer.Option(
+        "--ranks", "--rank", help="'all' or a list of ranks, e.g. 0,3 (a cell measured on some ranks has no "
+                                  "critical path).")] = "all",
+    mode: Annotated[str, typer.Option("--mode", help="two-call, fused, or both.")] = "two-call,fused",
+    backend: Annotated[str, typer.Option(
+        "--backend", help=f"Attention backend(s), one or a list measured on the same cells, e.g. trtllm-fmha-v2,fa3: "
+                          f"{', '.join(BACKEND_CHOICES)} (auto: the TRT-LLM kernel SGLang PR #33137 fuses where one "
+                          "runs, fa2/fa3 on other GPUs, torch on CPU).")] = "auto",
+    timing: Annotated[Optional[str], typer.Option(
+        "--timing", help="eager, graph or both (default: both on CUDA, eager on CPU).")] = None,
+    max_prefill_tokens: Annotated[int, typer.Option(
+        "--max-prefill-tokens", help="Skip (status skipped) a batch of more than this many extend tokens, as "
+                                     "SGLang's scheduler never builds one; a single request always runs. "
+                                     "0: no cap.")] = 131072,
+    cp_min_extend: CpMinExtendOpt = "pr",
+    cp_min_tokens: CpMinTokensOpt = 0,
+    swa_pool: Annotated[bool, typer.Option(
+        "--swa-pool", help="A separate sliding-window KV pool (SGLang's hybrid SWA memory, GPT-OSS): window layers "
+                           "have their own page table [bs, W] and the fused call duplicates it too; page-table "
+                           "bytes, duplicate bytes, copy time and memory count both tables.")] = False,
+    budget_ms: Annotated[float, typer.Option("--budget-ms", help="Time budget per timed variant, ms (the cap).")] = 200.0,
+    rel_ci: Annotated[float, typer.Option(
+        "--rel-ci", help="Stop sampling a variant once the 95% CI of its median is within this fraction of the "
+                         "median (0: always use the whole --budget-ms).")] = 0.01,
+    warmup: Annotated[Optional[int], typer.Option(
+        "--warmup", help="Untimed forwards before timing (default 3 on CUDA, 1 on CPU).")] = None,
+    dtype: Annotated[DType, typer.Option("--dtype", help="q/k/v dtype.")] = DType.bf16,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of inputs, page-table permutation and --lengths draws.")] = 0,
+    context_len: Annotated[Optional[int], typer.Option(
+        "--context-len", help="Tokens the page table is sized for (W = ceil(context_len/page_size)); default: longest sequence.")] = None,
+    out: Annotated[Optional[str], typer.Option("--out", help="Run directory (default runs/<timestamp>).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out, skipping measured rows.")] = False,
+    check: Annotated[bool, typer.Option("--check/--no-check", help="Compare outputs with the fp32 torch reference.")] = True,
+    allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Exit 0 even if a check fails.")] = False,
+    profile: Annotated[bool, typer.Option("--profile/--no-profile", help="Count kernels per forward (torch.profiler).")] = True,
+    report: Annotated[bool, typer.Option("--report/--no-report", help="Write plots and report.md at the end.")] = True,
+    nvtx: Annotated[bool, typer.Option(
+        "--nvtx", help="NVTX ranges (cell, layer, prev/next/combined) around timed eager forwards, for nsys; "
+                       "off by default: ~0.4 µs per range shows in short forwards.")] = False,
+    fused_order: FusedOrderOpt = "prev-next",
+    model: ModelOpt = "gpt-oss-120b", model_config: ModelConfigOpt = None, layers: LayersOpt = None,
+    heads: HeadsOpt = None, kv_heads: KvHeadsOpt = None, head_dim: HeadDimOpt = None, window: WindowOpt = None,
+    sinks: SinksOpt = None, page_size: PageSizeOpt = None, device: DeviceOpt = None,
+    launch: LaunchOpt = Launch.simulated, nproc_per_node: NprocOpt = None, gather: GatherOpt = None,
+    dist_backend: DistBackendOpt = DistBackend.auto, dist_timeout: DistTimeoutOpt = 300.0,
+) -> None:
+    """Measure fused vs two-call zigzag CP attention for every cell and rank; write a run directory."""
+    dev = resolve_device(device)
+    spec = resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
+    from cpbench.spec.tp import split_heads
+
+    spec = split_heads(spec, tp)
+    cells = parse_cells(cp=cp, bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=ranks, default_bs="1,4,16",
+                        default_seq="2048,8192,16384" if dev.type == "cuda" else "32,64")
+    mix = workload_batches(cells, lengths=lengths, trace=trace, prefix_hit=prefix_hit, batches=batches, seed=seed,
+                           seq_given=seq is not None)
+    longest = max(e + p for ext, pre in mix for e, p in zip(ext, pre)) if mix else cells.longest
+    check_out(out, "runs/<timestamp>")
+    if not math.isfinite(budget_ms) or not 0 <= seed < 2**63:
+        raise CpbenchInputError("--budget-ms must be a finite number of ms and --seed an integer in [0, 2**63)")
+    timings = choice_list(timing if timing is not None else ("eager,graph" if dev.type == "cuda" else "eager"),
+                          ("eager", "graph"), "--timing")
+    if "graph" in timings and dev.type != "cuda":
+        asked = "both" if timing.strip() == "both" else "graph"
+        raise CpbenchInputError(f"--timing {asked} needs a CUDA device (graph timing replays a CUDA graph): "
+                                "use --timing eager on CPU")
+    warmup = (3 if dev.type == "cuda" else 1) if warmup is None else warmup
+    if max_prefill_tokens < 0:
+        raise CpbenchInputError(f"--max-prefill-tokens must be >= 0 (0: no cap), got {max_prefill_tokens}")
+    from cpbench.spec.eligibility import parse_rule
+
+    rule = parse_rule(cp_min_extend, cp_min_tokens)
+    if swa_pool and spec.sliding_window is None:
+        raise CpbenchInputError(f"--swa-pool needs a model with sliding-window layers; {spec.name} has none "
+                                "(gpt-oss presets have them, or give --window)")
+    if budget_ms <= 0 or warmup < 0:
+        raise CpbenchInputError("--budget-ms must be > 0 and --warmup >= 0")
+    if not 0 <= rel_ci < 1:  # NaN fails too
+        raise CpbenchInputError(f"--rel-ci must be a fraction in [0, 1), e.g. 0.01 for 1 %, got {rel_ci}")
+    if context_len is not None and context_len < longest:
+        raise CpbenchInputError(f"--context-len {context_len} is shorter than the longest sequence "
+                                f"({longest} tokens with prefix): raise it or drop it")
+    if cpu_affinity is not None:
+        from cpbench.measure.affinity import parse_cpu_list
+
+        parse_cpu_list(cpu_affinity)  # a bad list fails here, before a launch starts its ranks
+    dist = DistOptions(launch, nproc_per_node, gather, dist_backend, dist_timeout)
+    dist.check(cells.ranks, cells.cp_sizes)
+    kw = dict(model=spec, cp_sizes=cells.cp_sizes, bs_list=cells.bs_list, seq_list=cells.seq_list,
+              extend_lens=cells.seq_lens, prefix=cells.prefix, ranks=cells.ranks,
+              modes=choice_list(mode, ("two-call", "fused"), "--mode"), backend=",".join(choice_list(backend, BACKEND_CHOICES, "--backend", both=False)),
+              timings=timings,
+              budget_ms=budget_ms, rel_ci=rel_ci or None, warmup=warmup, dtype=dtype.value, seed=seed, check=check,
+              context_len=context_len, device=dev, profile=profile, nvtx=nvtx, out=out, resume=resume, tp_size=tp,
+              batches=mix, lengths=lengths, trace=trace, prefix_hit=prefix_hit, max_prefill_tokens=max_prefill_tokens,
+              cp_min_extend=rule.min_extend, cp_min_tokens=rule.min_tokens, swa_pool=swa_pool,
+              report=report, allow_mismatch=allow_mismatch, console=console, gather=dist.gather_mode,
+              fused_order=check_fused_order(fused_order), cpu_affinity=cpu_affinity)
+    if not dist.distributed:
+        raise typer.Exit(run_sweep(**kw))
+    if not under_torchrun():
+        raise typer.Exit(launch_torchrun(dist, cells.cp_sizes, dev, kw["backend"], out, "%Y%m%d-%H%M%S"))
+    raise typer.Exit(run_as_rank(dist, dev, lambda group, device: run_sweep(**{**kw, "device": device}, group=group)))
+
+
+def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend: str, group=None,
+              cpu_affinity: str | None = None, **kw) -> int:
+    """Run a sweep with a progress bar; return the exit code (0 ok, 1 mismatch, 2 nothing could run).
+    ``group``: where ranks run (default: every rank here, one after another). ``cpu_affinity``: a CPU
+    list this process is pinned to first (its local rank's share under torchrun; the manifest records
+    the writer's cores).
+
+    Raises CpbenchInputError for bad input found before anything is measured.
+    """
+    from cpbench.run.sweep import Sweep, make_config
+
+    env_extra = {}
+    if cpu_affinity is not None:
+        from cpbench.measure.affinity import pin
+
+        cores = pin(cpu_affinity, int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+        env_extra["cpu_affinity"] = {"requested": cpu_affinity, "cores": cores}
+    cfg = make_config(backend, **kw)
+    sweep = Sweep.open(cfg, out, resume, group, env_extra=env_extra)
+    try:
+        return _run(sweep, console, report, allow_mismatch)
+    finally:
+        sweep.close()
+
+
+def _run(sweep, console: Console, report: bool, allow_mismatch: bool) -> int:
+    cfg, run_dir = sweep.cfg, sweep.run_dir
+    writer = run_dir is not None
+    if writer:
+        env = run_dir.read_manifest()
+        launch = sweep.runner.group
+        console.print(f"[bold]cpbench sweep[/] {cfg.model.name} on {env.get('gpu_name') or env.get('cpu')} "
+                      f"backend [cyan]{', '.join(cfg.backends)}[/], {launch.launch} x{launch.world_size} -> {run_dir}"
+                      + (f" (resuming, {sweep.resumed_rows} row{'' if sweep.resumed_rows == 1 else 's'} on disk)" if sweep.resumed_rows else ""))
+        from cpbench.run.runner import DTYPES
+
+        for backend in sweep.runner.backends.values():
+            note = getattr(backend, "first_use_note", lambda dtype: None)(DTYPES[cfg.dtype])
+            if note:
+                console.print(f"[yellow]{escape(note)}[/]")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=console, transient=False, disable=not writer) as bar:
+        task = bar.add_task("ranks", total=sweep.total_ranks())
+        sweep.run(on_cell=lambda c: bar.update(task, description=c.label()), on_rank=lambda: bar.advance(task))
+    df = sweep.finish()
+    if not writer:
+        return 0
+    show_summary(console, df, cpu=cfg.device.type == "cpu")
+    if report:
+        _write_report(run_dir.path, console)
+    console.print(f"run directory: {run_dir}")
+    code, message = sweep.exit_code(df, allow_mismatch)
+    if code == 2:
+        err_console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+    elif code == 1:
+        console.print(f"[red]{escape(message)}[/]")
+    return code
+
+
+def _write_report(run_dir, console: Console) -> None:
+    from cpbench.report.run_report import write_report
+
+    path = write_report(run_dir)
+    console.print(f"report: {path}")
+
+
+def _ms(x: float) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x / 1e3:.3f}"
+
+
+def show_summary(console: Console, df, cpu: bool = False) -> None:
+    """Table per (cp_size, backend, timing): critical-path two-call ms, fused ms, speedup, 95% CI, status.
+
+    A cell measured on some ranks only (``--ranks``) shows its measured ranks (``rank 0 only (1 of 4)``)
+    and the slowest *measured* rank's latencies, never a speedup: it has no critical path. ``cpu``: the
+    ratio is labelled as such, and a line says CPU timings are a functional check, not a benchmark.
+    """
+    from cpbench.results.critical_path import critical_path
+    from cpbench.cli.tables import Col, print_table
+
+    cp = critical_path(df)
+    if cp.empty:
+        return
+    for (cp_size, backend, timing), g in cp.groupby(["cp_size", "backend", "timing"], sort=True):
+        partial = not bool(g["all_ranks"].all())
+        title = (f"cp_size {cp_size}, {backend}, {timing}: "
+                 + ("slowest measured rank (not the critical path: some ranks were not measured)" if partial
+                    else "critical path (slowest rank)"))
+        cols = [Col("bs"), Col("extend"), *([Col("ranks measured", number=False)] if partial else []),
+                Col("two-call ms"), Col("fused ms"), Col("two-call / fused" if cpu else "speedup"), Col("95% CI"),
+                Col("status", number=False)]
+        rows = []
+        for _, r in g.sort_values(["bs", "seq_len"]).iterrows():
+            sp, lo, hi = r["speedup"], r.get("speedup_ci_low", math.nan), r.get("speedup_ci_high", math.nan)
+            rows.append([str(r["bs"]), str(r["seq_len"]), *([r["ranks_label"]] if partial else []),
+                         _ms(r["two_call_us"]), _ms(r["fused_us"]), "-" if sp != sp else f"{sp:.2f}x",
+                         "-" if lo != lo or hi != hi else f"{lo:.2f}-{hi:.2f}",
+                         r["status"] if r["status"] == "ok" else f"{r['status']}: {str(r['reason'])[:120]}"])
+        print_table(console, title, cols, rows)
+    if cpu:
+        console.print("CPU: a functional check, not a benchmark (CPU timings move by tens of percent between "
+                      "runs; the ratios are not speedups)")

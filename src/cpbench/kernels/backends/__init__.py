@@ -1,0 +1,25 @@
+"""Attention backends: the registry (:mod:`cpbench.kernels.backends.registry`, no torch) and the
+backend contract (:mod:`cpbench.kernels.backends.base`, loaded lazily: it imports torch).
+
+``auto``: the TRT-LLM kernel family SGLang PR #33137 fuses where one runs (10.x -> trtllm-gen, 9.x/12.x ->
+trtllm-fmha-v2), other >= 8.0 -> fa2, no CUDA -> torch.
+"""
+
+from __future__ import annotations
+
+from cpbench.kernels.backends.registry import (BACKEND_NAMES, BACKENDS, BackendSpec, get_backend, get_spec,
+                                               kernel_patterns, known_attention_patterns, resolve_auto)
+
+_LAZY = {"Backend": "base", "Prepared": "base"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"cpbench.kernels.backends.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'cpbench.kernels.backends' has no attribute {name!r}")
+
+
+__all__ = ["BACKEND_NAMES", "BACKENDS", "BackendSpec", "get_backend", "get_spec", "kernel_patterns",
+           "known_attention_patterns", "resolve_auto", *_LAZY]

@@ -1,0 +1,292 @@
+"""One rank of one cell, measured: :func:`measure_rank` returns that rank's rows (no files, no loop
+over ranks).
+
+Phases, each followed by an agreement over the cell's CP ranks (so a failing rank fails the mode or
+the cell on every rank, and no rank enters a collective the others will not reach):
+prepare (metadata, page tables, plans; host-timed, device bytes by part) -> first forward (JIT load,
+transient memory peak) -> checks (fp32 reference, fused vs two-call) -> kernel counts and per-layer
+times (torch.profiler) -> timing
+(eager and/or CUDA graph, ABBA, agreed repeat counts, a barrier before each sample; host enqueue time
+inside the samples) -> per-phase
+times (gather / KV write / attention, when the forward has communication steps). Per-layer-kind times
+(window / full layers, for a model with both) come from the profiled forward.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from cpbench.kernels import check as checks
+from cpbench.kernels.backends.base import Backend, Prepared
+from cpbench.measure.env import sm_clock_mhz
+from cpbench.spec.flops import forward_flops
+from cpbench.measure.kernel_counts import COUNT_COLUMNS, count_kernels
+from cpbench.measure.layer_kinds import KIND_COLUMNS
+from cpbench.measure.memory import SetupMemory, memory_columns
+from cpbench.measure.phases import phase_times_us
+from cpbench.ranks.group import RankGroup, Status
+from cpbench.measure.timing import Clock, capture_graph, release_graphs, summarize, time_interleaved
+from cpbench.measure.walltime import PhaseTimes
+from cpbench.kernels.workload import RankWork
+from cpbench.errors import CpbenchInputError, one_line
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+OK: Status = ("ok", "")
+# an eager forward whose latency exceeds its GPU busy time by this factor is launch-bound: its latency
+# measures how fast the host enqueues work (cf. docs/design.md §4)
+HOST_BOUND_RATIO = 1.2
+
+
+@dataclass
+class RankJob:
+    """Everything :func:`measure_rank` needs besides the rank's work and group.
+
+    Attributes:
+        base: key and context columns shared by every row of the cell (model, backend, dtype, launch,
+            world_size, seed, gather, cp_size, bs, seq_len, prefix_len, extend_lens, page_size, num_layers).
+        shared: cell metrics (page-table bytes, KV-cache bytes, duplication copy µs, ...).
+        todo: ``(mode, timing)`` pairs to measure for this rank.
+        label: the cell's label, e.g. ``"cp4 bs1 seq8192"`` (forward labels add rank and mode).
+    """
+
+    backend: Backend
+    clock: Clock
+    device: torch.device
+    dtype: str
+    base: dict
+    shared: dict
+    todo: list[tuple[str, str]]
+    label: str
+    warmup: int = 3
+    budget_ms: float = 200.0
+    rel_ci: float | None = None
+    check: bool = True
+    profile: bool = True
+    nvtx: bool = False
+    trace_dir: Path | None = None
+    kpc_cache: dict = field(default_factory=dict)
+    times: PhaseTimes = field(default_factory=PhaseTimes)  # harness wall time by phase (measure/walltime.py)
+
+
+def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
+    """Measure one rank of one cell; return its rows (one per ``job.todo`` entry), never raising for a
+    mode or cell that cannot run (those become status rows). CpbenchInputError propagates.
+
+    Every agreement (``group.agree_status``) is reached by every rank of the cell in the same order.
+    """
+    rank = work.geometry.rank
+    modes = list(dict.fromkeys(m for m, _ in job.todo))
+    rows: list[dict] = []
+    status = {m: OK for m in modes}
+
+    def fail_open(run: Callable[[str], None]) -> None:  # run(mode) for every mode still ok; then agree
+        for m in modes:
+            if status[m] == OK:
+                status[m] = _attempt(lambda: run(m))
+        oom = next((s for s in status.values() if s[0] == "oom"), None)
+        for m in modes:  # an OOM anywhere fails the whole cell (memory is shared by the modes)
+            status[m] = group.agree_status(oom or status[m])
+
+    prepared: dict[str, Prepared] = {}
+    info: dict[str, dict] = {m: {} for m in modes}
+
+    exchanges: dict = {}
+    setup_mem: dict[str, dict] = {}
+
+    def prepare(m: str) -> None:
+        with SetupMemory(job.device) as mem:
+            prep = job.backend.prepare(work, m)
+            with mem.part("comm"):
+                exchanges[m] = exchange = group.exchange(work, m)
+        prepared[m] = prep.with_steps_before(exchange) if exchange is not None else prep
+        info[m].update(exchange.columns if exchange is not None else {})
+        setup_mem[m] = mem.finish(prep.setup_mem)
+
+    times = job.times
+    with times("prepare"):
+        fail_open(prepare)
+    with times("check"):
+        fail_open(lambda m: exchanges[m].check() if exchanges.get(m) is not None else None)
+        ref_cache: dict = {}  # the reference rows, computed for the first mode and reused by the second
+        fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m], setup_mem.get(m), ref_cache)))
+        ref_cache.clear()
+        if job.check and all(status[m] == OK for m in ("two-call", "fused") if m in status) and len(prepared) == 2:
+            status_diff = _attempt(lambda: info["fused"].update(
+                diff_vs_two_call=checks.max_abs_diff(prepared["fused"], prepared["two-call"])))
+            if status_diff != OK:
+                status["fused"] = status_diff
+    for m in modes:  # the diff check is local; agree so every rank keeps the same modes
+        status[m] = group.agree_status(status[m])
+    if job.profile:  # after the checks: profiling reruns the forward
+        def count(m: str) -> None:
+            try:
+                info[m].update(count_kernels(prepared[m], f"{job.label} r{rank} {m}", job.device,
+                                             job.trace_dir, job.kpc_cache, m, work.model.window_left_per_layer))
+            except Exception as e:
+                if is_oom(e):
+                    raise
+                raise StatusError(f"kernel count failed: {one_line(e)}") from e
+        with times("profile"):
+            fail_open(count)
+    flops = forward_flops(work.model, work.geometry)
+    for timing in dict.fromkeys(t for _, t in job.todo):
+        runnable = [m for m in modes if status[m] == OK and (m, timing) in job.todo]
+        with times("capture"):
+            fns, graph_status = _timed_fns(job, work, prepared, runnable, timing, group)
+        clk0 = sm_clock_mhz(job.device)
+        samples, stop = {}, {}
+        if fns:
+            st = _attempt(lambda: samples.update(time_interleaved(
+                fns, job.clock, warmup=job.warmup, budget_ms=job.budget_ms,
+                min_reps=5 if job.clock.cuda else 3, agree=group.agree, barrier=group.barrier,
+                rel_ci=job.rel_ci, info=stop, times=times)))
+            st = group.agree_status(st)
+            if st != OK:
+                graph_status.update({m: st for m in fns})
+                samples = {}
+        clk1 = sm_clock_mhz(job.device)
+        t_extra = time.perf_counter()
+        phases: dict = {}
+        if samples and timing == "eager" and any(s.kind != "attention" for s in prepared[runnable[0]].layers[0]):
+            st = _attempt(lambda: phases.update(
+                {m: phase_times_us(prepared[m], job.clock, barrier=group.barrier) for m in samples}))
+            if group.agree_status(st) != OK:  # phase times are extra columns: the rows stand without them
+                phases = {}
+        times.add("extra", time.perf_counter() - t_extra)
+        release_graphs()  # reset captured graphs before any later collective or teardown
+        for m, t in job.todo:
+            if t != timing:
+                continue
+            st = status.get(m, OK) if status.get(m, OK) != OK else graph_status.get(m, OK)
+            if st != OK or m not in samples:
+                st = st if st != OK else ("error", "not timed")
+                rows.append({**job.base, "fused_order": work.fused_order, "rank": rank, "mode": m, "timing": t,
+                             "status": st[0], "reason": st[1]})
+                continue
+            rows.append(_measured_row(job, work, m, timing, samples[m], prepared[m], info[m], flops, clk0, clk1,
+                                      {**phases.get(m, {}), **stop.get(m, {})}))
+    return rows
+
+
+class StatusError(RuntimeError):
+    """A failure whose message is the status reason as it stands (no exception type prefixed)."""
+
+
+def _attempt(fn: Callable[[], None]) -> Status:
+    """Run ``fn``; the status it ends with (OOM -> ``oom``, other exceptions -> ``error``).
+    CpbenchInputError (bad input) propagates."""
+    try:
+        fn()
+        return OK
+    except CpbenchInputError:
+        raise
+    except StatusError as e:
+        return "error", str(e)
+    except Exception as e:
+        if is_oom(e):
+            return "oom", f"out of memory building or running the cell: {one_line(e)}"
+        return "error", one_line(e)
+
+
+def _first_forward(job: RankJob, work: RankWork, prep: Prepared, setup_mem: dict | None = None,
+                   ref_cache: dict | None = None) -> dict:
+    dev = job.device
+    out: dict = {"setup_us_" + k: v for k, v in prep.setup_us.items()}
+    out["setup_us_total"] = sum(prep.setup_us.values())
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(dev)
+        before = torch.cuda.memory_allocated(dev)
+    prep.forward()  # also JIT-loads kernels
+    job.clock.sync()
+    forward_bytes = (torch.cuda.max_memory_allocated(dev) - before) if dev.type == "cuda" else math.nan
+    out.update(memory_columns(setup_mem, forward_bytes))
+    out["max_abs_err"] = checks.max_abs_error(work, prep, cache=ref_cache) if job.check else math.nan
+    return out
+
+
+def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], timing: str,
+               group: RankGroup) -> tuple[dict, dict]:
+    """Zero-argument callables to time per mode, and the status of modes that could not be set up
+    (CUDA graph capture fails). Capture is agreed: a mode whose capture fails on any rank is dropped
+    on every rank."""
+    fns, status = {}, {}
+    for m in modes:
+        prep = prepared[m]
+        if timing == "eager":
+            fns[m] = prep.forward
+            if job.nvtx:  # NVTX ranges around the timed forwards (~0.4 µs per range on the H200)
+                from cpbench.profiles.ranges import annotated_forward
+
+                g = work.geometry
+                fns[m] = annotated_forward(prep, forward_label(job.label, g.rank, m, "eager"),
+                                           {"cp_size": g.cp_size, "bs": g.bs, "seq_len": job.base["seq_len"],
+                                            "rank": g.rank}, nvtx_on=True, record_functions=False)
+            continue
+        # attention only: no side-stream warm-up, the first forward ran this mode already (workspaces, JIT
+        # modules loaded; verified on the H200). A forward with a collective keeps torch's side-stream
+        # warm-up: capture without it was not run on 2 GPUs.
+        warm = 1 if any(s.kind != "attention" for s in prep.layers[0]) else 0
+        group.barrier()  # a collective inside the graph: every rank captures together
+        holder = {}
+        st = _attempt(lambda: holder.update(fn=capture_graph(prep.forward, warmup=warm)))
+        if st[0] == "error":
+            st = ("error", f"CUDA graph capture failed: {st[1]}")
+        st = group.agree_status(st)
+        if st == OK:
+            fns[m] = holder["fn"]
+        else:
+            status[m] = st
+    return fns, status
+
+
+def forward_label(cell_label: str, rank: int, mode: str, timing: str = "eager") -> str:
+    """The NVTX / record_function label of one forward, e.g. ``cp4 bs1 seq8192 r0 fused eager`` (the
+    nsys cross-check matches ranges by this text)."""
+    return f"{cell_label} r{rank} {mode} {timing}"
+
+
+def _measured_row(job: RankJob, work: RankWork, mode, timing, xs, prep: Prepared, info, flops, clk0, clk1,
+                  phases: dict) -> dict:
+    g, model = work.geometry, work.model
+    stats = summarize(xs)
+    med = stats["latency_us_median"]
+    fused_dup = mode == "fused" and g.cp_size > 1
+    row = {**job.base, "fused_order": work.fused_order, "rank": g.rank, "mode": mode, "timing": timing, **stats,
+           "samples_us": [round(x, 3) for x in xs], "per_layer_us": med / model.num_layers, "flops": flops,
+           "tflops": flops / (med * 1e-6) / 1e12 if med > 0 else math.nan, **job.shared,
+           "page_table_dup_bytes": 2 * job.shared["page_table_bytes"] if fused_dup else 0,
+           "dup_copy_us": job.shared["dup_copy_us"] if fused_dup else 0.0,
+           "tokens_logical": g.tokens_logical, "tokens_padded": g.tokens_padded, "max_kv_len": g.max_kv_len,
+           "calls_per_layer": prep.calls_per_layer, "steps_per_layer": prep.steps_per_layer,
+           "sm_clock_mhz_before": clk0, "sm_clock_mhz_after": clk1,
+           "clock_drop": bool(clk0 > 0 and clk1 < 0.9 * clk0), **info, **phases}
+    if timing == "graph":  # kernels and layer times come from the profiled eager forward (no ranges in a graph)
+        for k in COUNT_COLUMNS:
+            row[k] = math.nan
+        for k in KIND_COLUMNS.values():
+            row.pop(k, None)
+    busy = row.get("gpu_busy_us", math.nan)
+    row["host_bound"] = bool(timing == "eager" and busy > 0 and med > HOST_BOUND_RATIO * busy)
+    tol = checks.TOLERANCE[DTYPES[job.dtype]]
+    err = row.get("max_abs_err", math.nan)
+    diff = row.get("diff_vs_two_call", 0.0)
+    if job.check and not (err <= tol and diff <= tol):  # NaN fails both comparisons
+        row.update(status="mismatch", reason=f"max |err| {err:.3g} (fused vs two-call {diff:.3g}) "
+                                             f"> tolerance {tol:g} against the fp32 torch reference")
+    else:
+        row.update(status="ok", reason="")
+    return row
+
+
+def is_oom(e: BaseException) -> bool:
+    """CUDA OOM, or a CPU allocation failure (torch raises a plain RuntimeError for those)."""
+    text = str(e).lower()
+    return isinstance(e, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(e, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text))

@@ -1,0 +1,198 @@
+"""The ``torchrun`` launch as a :class:`~cpbench.ranks.group.RankGroup`: one process per CP rank.
+
+A cell of ``cp_size`` C runs on global ranks ``0..C-1`` (C divides the world size); the other
+processes sit the cell out but still take part in the world-wide exchanges (cell check, rows). Host
+exchanges (agreement, status, rows) go over gloo groups; the per-layer K|V all-gather goes over the
+CP group of the default backend (NCCL on GPUs). Every group has the launch's timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Sequence
+
+import torch
+import torch.distributed as dist
+
+from cpbench.kernels.backends.base import Step
+from cpbench.ranks import process_groups as groups
+from cpbench.ranks.kv_gather import (allocate_gather_buffers, build_gather_plan, check_gather, gather_bytes,
+                                     gather_kv, gather_kv_checked, write_kv)
+from cpbench.ranks.group import Exchange, Status
+
+GATHER_MODES = ("packed", "separate", "none")
+
+
+class TorchrunGroup:
+    """This process is global rank ``info.rank`` of ``info.world_size``; it measures CP rank
+    ``info.rank`` of every cell with ``cp_size > info.rank``.
+
+    Args:
+        info: from :func:`cpbench.ranks.process_groups.init_process_group_from_env`.
+        gather: ``packed`` (one all_gather_into_tensor of cat([k, v], -1)), ``separate`` (K then V)
+            or ``none`` (attention only, comparable with the simulated launch).
+    """
+
+    launch = "torchrun"
+
+    def __init__(self, info: groups.DistInfo, gather: str = "packed") -> None:
+        self.info = info
+        self.rank, self.world_size = info.rank, info.world_size
+        self.writes_rows = info.rank == 0
+        self.gather = gather
+        self._cp_size = 1
+        self._cp: Any = None  # default-backend CP group (NCCL on GPUs)
+        self._cp_host: Any = None  # gloo CP group (agreement, status)
+        self._host_groups: dict[int, Any] = {}
+        self._exchange: dict = {}  # per cell: (plan, buffers, local K/V per KV buffer)
+        self._cells = 0  # cells begun
+
+    def manifest_info(self) -> dict:
+        """What the manifest records about the launch: world size, backend, NCCL version, every
+        ``NCCL_*`` variable, and the GPU topology (``nvidia-smi topo -m``; None where unavailable)."""
+        nccl = None
+        if self.info.backend == "nccl":
+            v = torch.cuda.nccl.version()
+            nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        return {"world_size": self.world_size, "dist_backend": self.info.backend, "dist_timeout_s": self.info.timeout_s,
+                "gather": self.gather, "nccl_version": nccl,
+                "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
+                "gpu_topology": _topology() if self.info.device.type == "cuda" else None}
+
+    # -- cells ---------------------------------------------------------------------------------------
+    def begin_cell(self, cell_label: str, cp_size: int) -> None:
+        labels = groups.all_gather_object_gloo((cell_label, cp_size))
+        if len(set(labels)) != 1:
+            raise RuntimeError(f"ranks hold different cells: {sorted(set(labels))[:4]} (a cpbench bug)")
+        self._cp_size = cp_size
+        self._cp = groups.cp_subgroups(self.world_size, cp_size)  # collective: every rank, same order
+        if cp_size not in self._host_groups:
+            self._host_groups[cp_size] = (groups.gloo_group() if cp_size == self.world_size else
+                                          dist.new_group(list(range(cp_size)), backend="gloo",
+                                                         timeout=groups._timeout(self.info.timeout_s)))
+        self._cp_host = self._host_groups[cp_size]
+        self._exchange.clear()
+        self._cells += 1
+
+    def local_ranks(self, cp_size: int, wanted: Sequence[int] | None = None) -> list[int]:
+        mine = self.rank < cp_size and (wanted is None or self.rank in wanted)
+        return [self.rank] if mine else []
+
+    # -- agreement (members of the cell's CP group only; a process outside it agrees with itself) ------
+    @property
+    def _member(self) -> bool:
+        return self.rank < self._cp_size
+
+    def barrier(self) -> None:
+        if not self._member:
+            return
+        if self.info.device.type == "cuda":
+            torch.cuda.synchronize()
+        dist.barrier(group=self._cp_host)
+
+    def agree(self, value: float) -> float:
+        return groups.max_over_ranks(value, self._cp_host) if self._member else value
+
+    def agree_status(self, status: Status) -> Status:
+        if not self._member:
+            return status
+        every = groups.all_gather_object_gloo(tuple(status), self._cp_host)
+        bad = [(r, s) for r, s in enumerate(every) if s[0] != "ok"]
+        if not bad:
+            return "ok", ""
+        r, (st, reason) = bad[0]
+        if r == self.rank or re.match(r"rank \d+: ", reason):  # already says whose failure it is
+            return st, reason
+        return st, f"rank {r}: {reason}"
+
+    # -- rows and plans (every process) ----------------------------------------------------------------
+    def collect(self, rows: list[dict]) -> list[dict]:
+        every = groups.all_gather_object_gloo(rows)
+        return [row for part in every for row in part] if self.writes_rows else []
+
+    def share(self, obj: Any) -> Any:
+        return groups.broadcast_object(obj, src=0)
+
+    # -- the per-layer K|V exchange ----------------------------------------------------------------------
+    def exchange(self, work, mode: str) -> Exchange | None:
+        """Gather -> KV-write steps for every layer (shared by both modes of a cell), or None for
+        ``gather == "none"``. The first call per cell builds the plan and buffers (no collective);
+        the Exchange's ``check`` verifies the gathered K|V (see :meth:`_check`)."""
+        _inject_fault(self.rank, self._cells)
+        if self.gather == "none":
+            return None
+        if not self._exchange:
+            self._exchange.update(self._build(work))
+        ex = self._exchange
+        plan, bufs, local, cell, n = ex["plan"], ex["buffers"], ex["local"], work.cell, ex["rows"]
+
+        def steps(layer: int) -> list[Step]:
+            b = cell.layer_buffer[layer]
+            k_cache, v_cache = cell.kv_buffers[b]
+            k_loc, v_loc = local[b]
+            return [Step("gather", lambda: gather_kv_checked(plan, k_loc, v_loc, self._cp, self.gather, bufs, n),
+                         "comm"),
+                    Step("kv_write", lambda: write_kv(plan, bufs.k_full, bufs.v_full, k_cache, v_cache), "kv_write")]
+
+        m = work.model
+        return Exchange(steps, {"gather_bytes": gather_bytes(plan, m.num_kv_heads, m.head_dim,
+                                                             cell.q_all.element_size(), self.gather)},
+                        check=lambda: self._check(work))
+
+    def _build(self, work) -> dict:
+        """Plan, buffers and this rank's own K/V rows of every KV buffer (no collective)."""
+        cell, g, m = work.cell, work.geometry, work.model
+        plan = build_gather_plan(cell.extend_lens, cell.prefix_lens, g.cp_size, cell.page_size,
+                                 cell.block_tables, cell.device)
+        bufs = allocate_gather_buffers(plan, m.num_kv_heads, m.head_dim, cell.dtype, cell.device, self.gather)
+        own = plan.slots.index_select(0, plan.rank_token_index[g.rank].to(cell.device))
+        flat = [tuple(c.view(-1, *c.shape[2:]) for c in pair) for pair in cell.kv_buffers]
+        local = [tuple(f.index_select(0, own) for f in pair) for pair in flat]  # [tokens_local, Hkv, D] each
+        rows = check_gather(plan, *local[0], self._cp, self.gather, bufs)  # validated once, not per layer
+        return {"plan": plan, "buffers": bufs, "local": local, "flat": flat, "rows": rows, "checked": False}
+
+    def _check(self, work) -> None:
+        """Once per cell (every rank): a rank holds only its own tokens before the gather, so the
+        extend slots of every KV buffer are zeroed, then one gather + paged write must restore buffer 0
+        bit for bit (the forward's own per-layer writes restore the others). Raises RuntimeError."""
+        ex = self._exchange
+        if ex["checked"]:
+            return
+        ex["checked"] = True
+        plan, flat = ex["plan"], ex["flat"]
+        want = tuple(f.index_select(0, plan.slots) for f in flat[0])  # full extend K, V in token order
+        for pair in flat:
+            for f in pair:
+                f.index_fill_(0, plan.slots, 0)
+        write_kv(plan, *gather_kv(plan, *ex["local"][0], self._cp, self.gather, ex["buffers"]),
+                 *work.cell.kv_buffers[0])
+        got = tuple(f.index_select(0, plan.slots) for f in flat[0])
+        if not all(torch.equal(a, b) for a, b in zip(got, want)):
+            raise RuntimeError("the all-gathered K|V written to the paged cache differs from the full K|V")
+
+
+def _inject_fault(rank: int, cell: int) -> None:
+    """Fault injection for the failure tests: ``CPBENCH_INJECT_FAULT="<rank>:raise[:<cell>]"`` makes
+    that rank raise while preparing a forward (in every cell, or only the cell-th, counting from 1);
+    ``"<rank>:exit[:<cell>]"`` makes it die there (``os._exit(3)``)."""
+    spec = os.environ.get("CPBENCH_INJECT_FAULT", "")
+    who, _, rest = spec.partition(":")
+    what, _, when = rest.partition(":")
+    if who.strip() != str(rank) or (when and when != str(cell)):
+        return
+    if what == "exit":
+        os._exit(3)
+    if what == "raise":
+        raise RuntimeError(f"injected fault on rank {rank} (CPBENCH_INJECT_FAULT)")
+
+
+def _topology() -> str | None:
+    """``nvidia-smi topo -m`` output, or None."""
+    import subprocess
+
+    try:
+        p = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return p.stdout if p.returncode == 0 else None

@@ -1,0 +1,1 @@
+"""Charts and markdown from a run directory (no torch)."""

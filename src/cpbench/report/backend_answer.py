@@ -1,0 +1,94 @@
+"""The report's first table: per backend, should this path fuse, and which kernel is fastest?
+
+SGLang PR #33137 fuses the two zigzag calls only on its TRT-LLM backend. For every cell (cp, bs, tokens,
+prefix, timing) and backend this table gives the fusion verdict on the critical path (two-call / fused
+with its 95 % interval: faster, slower or a tie, the rule of :mod:`cpbench.results.verdicts`) and the best
+latency the backend reaches (the lower of two-call and fused, with the slowest rank's p10–p90); the
+last column names the backend with the lowest best latency. A host-bound eager cell (its latency
+measures the launching CPU) carries a † and its GPU-time speedup.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from cpbench.results.critical_path import flags
+from cpbench.report.style import human_tokens
+from cpbench.report.tables import md_table, ms, times, times_ci, verdict
+
+HOST_MARK = "†"
+KEYS = ["model", "cp_size", "bs", "seq_len", "prefix_len", "extend_lens", "timing"]
+
+
+def best_of(c: pd.Series) -> tuple[float, str, float, float]:
+    """``(µs, mode, p10 µs, p90 µs)`` of the lower of a cell's two-call and fused critical-path latency
+    (NaN, "" when neither ran)."""
+    pairs = [(float(c.get(f"{tag}_us", math.nan)), mode, c.get(f"p10_{tag}_us", math.nan), c.get(f"p90_{tag}_us", math.nan))
+             for tag, mode in (("two_call", "two-call"), ("fused", "fused"))]
+    pairs = [p for p in pairs if math.isfinite(p[0])]
+    return min(pairs) if pairs else (math.nan, "", math.nan, math.nan)
+
+
+def _fuse_text(c: pd.Series) -> str:
+    if c["status"] != "ok" or not math.isfinite(float(c["speedup"])):
+        return c["status"] if c["status"] != "ok" else "—"
+    text = f"{verdict(c)} {times_ci(c)}"
+    if c["timing"] == "eager" and bool(flags(pd.Series([c.get("host_bound")])).iloc[0]):
+        text += f" {HOST_MARK} (GPU time {times(c.get('gpu_speedup', math.nan))})"
+    return text
+
+
+def _best_text(c: pd.Series) -> str:
+    us, mode, p10, p90 = best_of(c)
+    if not math.isfinite(us):
+        return "—"
+    spread = f" [{ms(p10)}–{ms(p90)}]" if math.isfinite(float(p10)) and math.isfinite(float(p90)) else ""
+    return f"{ms(us)}{spread} {mode}"
+
+
+def backend_answer(view: pd.DataFrame) -> list[str]:
+    """Markdown lines of the per-backend answer for a critical-path view (``report.data.cells``): a
+    sentence, the table (one row per cell, per backend "fuse?" and "best ms", then the fastest
+    backend), and the host-bound footnote when a cell carries the mark. Empty for an empty view."""
+    if view.empty:
+        return []
+    backends = sorted(set(view["backend"]))
+    rows, marked = [], False
+    for key, g in view.groupby(KEYS, sort=True, dropna=False):
+        c0 = dict(zip(KEYS, key))
+        row = [c0["cp_size"], c0["bs"], human_tokens(c0["seq_len"]) + (f" + {human_tokens(c0['prefix_len'])} prefix"
+                                                                      if c0["prefix_len"] > 0 else ""), c0["timing"]]
+        best = {}
+        for b in backends:
+            sel = g[g["backend"] == b]
+            if sel.empty:
+                row += ["not run", "—"]
+                continue
+            c = sel.iloc[0]
+            fuse = _fuse_text(c)
+            marked |= HOST_MARK in fuse
+            row += [fuse, _best_text(c)]
+            us = best_of(c)[0]
+            if math.isfinite(us):
+                best[b] = us
+        if len(best) > 1:
+            ranked = sorted(best, key=best.get)
+            row.append(f"{ranked[0]} ({times(best[ranked[1]] / best[ranked[0]])} vs {ranked[1]})")
+        elif len(backends) > 1:
+            row.append(next(iter(best), "—"))
+        rows.append(row)
+    heads = ["cp>", "bs>", "tokens", "timing"]
+    for b in backends:
+        heads += [f"{b}: fuse? (two-call / fused)", f"{b}: best ms [p10–p90]"]
+    heads += ["fastest backend"] if len(backends) > 1 else []
+    intro = ("Per backend: does fusing the two zigzag calls pay (two-call / fused on the critical path with its 95 % "
+             "interval; a tie when it contains 1), and the lowest latency each backend reaches (the faster of its "
+             "two modes, ms per forward, slowest rank's p10–p90)"
+             + (", then the backend with the lowest one." if len(backends) > 1 else "."))
+    out = [intro, "", md_table(heads, rows), ""]
+    if marked:
+        out += [f"{HOST_MARK} host-bound eager cell: its latency exceeds 1.2× the GPU busy time, so the eager ratio "
+                "measures how fast the CPU launches; the GPU-time ratio beside it is the kernel's answer.", ""]
+    return out

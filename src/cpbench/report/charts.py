@@ -1,0 +1,145 @@
+"""Every chart of a run, PNG + SVG into ``RUN/plots/`` (no torch; matplotlib on the Agg canvas)."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import pandas as pd
+
+from cpbench.results.store import RunDir, load_run
+from cpbench.report.costs import kernels_chart, memory_chart
+from cpbench.report import style
+from cpbench.report.data import groups, on_cpu, prepare
+from cpbench.report.dist_data import has_phases
+from cpbench.report.gather import gather_share_chart
+from cpbench.report.latency import latency_chart, speedup_heatmap
+from cpbench.report.memory import setup_memory_chart
+from cpbench.report.overhead import balance_chart, overhead_chart
+from cpbench.report.phases import phases_chart, timeline_chart
+from cpbench.report.resources import throughput_chart
+from cpbench.report.segments import has_segment_axis, segments_chart
+
+# file stem, function, title, one-line caption for the report
+CHARTS = (
+    ("latency", latency_chart, "critical-path latency (slowest rank), median with p10–p90",
+     "Forward latency on the slowest rank per mode (ms, log scale), two-call solid, fused dashed."),
+    ("speedup", speedup_heatmap, "fused speedup on the critical path",
+     "two-call / fused latency of the slowest rank; blue: fused faster, red: fused slower, grey: did not run."),
+    ("throughput", throughput_chart, "attention TFLOP/s per GPU on the critical path",
+     "All ranks' attention FLOPs / (cp_size × slowest rank's latency), two-call solid, fused dashed; right axis: "
+     "% of the matmul peak measured at the start of the run."),
+    ("kernels", kernels_chart, "attention kernels per forward, per rank",
+     "Attention kernels per rank (GPU executions from the profiler), with totals over all ranks."),
+    ("memory", memory_chart, "page table vs duplicated page table",
+     "Page table [bs, W] vs the fused path's duplicated [2·bs, W]: bytes, % of the KV cache, copy time."),
+    ("setup_memory", setup_memory_chart, "device memory each mode holds, by kind of allocation",
+     "Measured device memory (CUDA allocator) each mode's setup holds on its most loaded rank, by kind, with "
+     "the first forward's transient peak hatched; fused bars give the duplicated page table's share."),
+    ("overhead", overhead_chart, "GPU vs host time per forward",
+     "GPU forward latency (eager, graph) against host setup and launch time, per mode."),
+    ("balance", balance_chart, "zigzag balance across ranks",
+     "Per-rank latency of the longest cell, and slowest/fastest rank ratio for every cell."),
+)
+# torchrun charts (one process per rank): drawn only for a (model, backend) whose eager torchrun rows carry
+# phase times (gather_us, kv_write_us, attn_us); no file otherwise. sim_vs_real (gather.sim_vs_real_chart)
+# needs a second, simulated run and is drawn by the report (``cpbench report --simulated RUN``).
+DIST_CHARTS = (
+    ("phases", phases_chart, "per-rank phases of one forward (eager, torchrun)",
+     "Per cell, rank and mode: attention, KV write, all-gather and the part of it spent waiting for slower "
+     "ranks (ms per forward, sums over layers; medians of separately timed forwards), with each rank's forward "
+     "latency (median, p10–p90) as a black whisker."),
+    ("timeline", timeline_chart, "one forward, layer by layer (largest cell)",
+     "Average per-layer phase times (phase / layers) laid out in order per rank: a sketch, not a trace."),
+    ("gather_share", gather_share_chart, "all-gather share of the forward (eager, torchrun)",
+     "gather_us / forward latency per rank (median over ranks, bars min..max over ranks) vs tokens."),
+)
+
+
+# run-wide charts (every backend in one figure): stem, function, title, caption; drawn on a GPU run only when
+# the run holds the axis they need
+RUN_CHARTS = (
+    ("segments", segments_chart, "fusion vs the fused call's segment count",
+     "Two-call / fused speedup (95 % interval) and the fused forward's latency per segment against the fused "
+     "call's segments (2·bs), a colour per backend, graph solid / eager dashed: where fusion stops paying."),
+)
+
+
+def run_charts(df: pd.DataFrame, cpu: bool = False) -> tuple:
+    """The run-wide charts a prepared frame gets (none on a CPU, where no speedup is claimed)."""
+    return () if cpu or df.empty or not has_segment_axis(df) else RUN_CHARTS
+
+
+def cpu_balance_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
+    """On a CPU, rank-to-rank latency differences are timing noise of a shared processor, not the layout's
+    balance (zigzag balances causal work by design): a chart that says so instead of drawing them."""
+    return style.empty_chart(out_dir, name, title, "not drawn on CPU: rank-to-rank differences of CPU timings are "
+                             "noise, not imbalance (the zigzag layout balances causal work by design)")
+
+
+# A CPU run (the torch reference) is a functional check, not a benchmark: its charts say so, in CPU words.
+CPU_CHARTS = {
+    "latency": (latency_chart, "forward latency, slowest rank (CPU: a functional check, not a benchmark)",
+                "Forward latency on the slowest rank per mode (ms, log scale); CPU timings move by tens of percent "
+                "between runs: a functional check, not a benchmark."),
+    "speedup": (partial(speedup_heatmap, bar_label="latency ratio (CPU: not a speedup)"),
+                "two-call / fused latency ratio (CPU: not a speedup)",
+                "two-call / fused latency of the slowest rank on a CPU: noise around 1, not a speedup claim; grey: "
+                "did not run."),
+    "kernels": (partial(kernels_chart, calls=True), "attention calls per forward, per rank",
+                "Attention calls of the torch reference per rank (a CPU runs no GPU kernels), with totals over all "
+                "ranks."),
+    "overhead": (partial(overhead_chart, cpu=True), "forward vs host time per forward",
+                 "Forward latency (eager) against host setup (metadata, page tables) and host time, per mode."),
+    "balance": (cpu_balance_chart, "zigzag balance across ranks",
+                "Not drawn on a CPU: rank-to-rank differences of CPU timings are noise, not imbalance."),
+}
+
+
+CPU_SKIP = ("throughput", "setup_memory")
+
+
+def charts_for(rows: pd.DataFrame, cpu: bool = False) -> tuple:
+    """The chart table of one prepared (model, backend) group: ``CHARTS`` plus ``DIST_CHARTS`` when its
+    torchrun rows carry phase times; with ``cpu``, the CPU wording and functions of ``CPU_CHARTS``."""
+    table = CHARTS + DIST_CHARTS if len(rows) and has_phases(rows) else CHARTS
+    if cpu:  # throughput and measured memory say nothing on a CPU (no peak to compare, no allocator stats)
+        table = tuple((name, *CPU_CHARTS[name]) if name in CPU_CHARTS else (name, fn, title, caption)
+                      for name, fn, title, caption in table if name not in CPU_SKIP)
+    return table
+
+
+def chart_stems(df: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str, str, str]]:
+    """``[(stem, model, backend, caption)]`` for a prepared frame, in render order."""
+    per_group = [(f"{name}{suffix}", model, backend, caption)
+                 for model, backend, suffix, rows in groups(df) for name, _, _, caption in charts_for(rows, cpu)]
+    return [(name, "", "", caption) for name, _, _, caption in run_charts(df, cpu)] + per_group
+
+
+def render_frame(df: pd.DataFrame, out_dir: Path, cpu: bool = False) -> list[Path]:
+    """Draw every chart of a results frame (any shape, even empty) into ``out_dir``.
+
+    Args: df: a results frame (``load_run``); out_dir: created if missing; cpu: the run is on a CPU
+    (``data.on_cpu(manifest)``): CPU wording, no balance drawn from CPU noise.
+    Returns every written path (PNG and SVG per chart). One chart set per (model, backend); file stems
+    get a ``_<model>_<backend>`` suffix when the run holds more than one.
+    """
+    d = prepare(df)
+    out: list[Path] = []
+    for model, backend, suffix, rows in groups(d):
+        head = f"{model} · {backend}: " if model or backend else ""
+        for name, fn, title, _ in charts_for(rows, cpu):
+            out += fn(rows, Path(out_dir), f"{name}{suffix}", head + title)
+    for name, fn, title, _ in run_charts(d, cpu):
+        out += fn(d, Path(out_dir), name, title)
+    return out
+
+
+def render_all(run_dir: str | Path) -> list[Path]:
+    """Load ``run_dir`` and write every chart to ``run_dir/plots/`` (PNG + SVG).
+
+    Returns the written paths.
+    Raises: CpbenchInputError (from ``load_run``): missing directory, no results, other schema version.
+    """
+    df, manifest = load_run(run_dir)
+    return render_frame(df, RunDir(run_dir).plots, cpu=on_cpu(manifest))

@@ -1,0 +1,176 @@
+"""Markdown for ``cpbench compare``: header (what was compared, the rule, the gate), the speedups of both
+runs per cell (not for a CPU run, which makes no speedup claim: one line says so), regressions, rows lost in
+NEW, every row, not-comparable and unmatched cells."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cpbench.results.compare import CompareResult, cells_of, run_difference
+from cpbench.results.compare_speedup import agreement_line
+from cpbench.results.schema import CELL_COLUMNS
+from cpbench.results.verdicts import TIE_BAND
+from cpbench.report.data import on_cpu
+from cpbench.report.tables import md_table, ms, plural, times
+
+MAX_LISTED = 40
+
+
+def _pct(r: float) -> str:
+    return f"{(r - 1) * 100:+.1f}%" if math.isfinite(r) else "—"
+
+
+def _ci(lo: float, hi: float) -> str:
+    return f"{lo:.3f}–{hi:.3f}" if math.isfinite(lo) and math.isfinite(hi) else "—"
+
+
+def _env(man: dict) -> str:
+    keys = (("git_commit", "commit "), ("code_sha256", "code "), ("gpu_name", ""), ("flashinfer", "flashinfer "),
+            ("torch", "torch "))
+    short = {"code_sha256": 12}
+    return ", ".join(f"{label}{str(man[k])[:short.get(k, 80)]}" for k, label in keys if man.get(k)) or "no manifest"
+
+
+def _rows_table(t) -> str:
+    single = {c: t[c].iloc[0] for c in ("model", "backend") if t[c].nunique() == 1}
+    cols = [c for c in ("model", "backend") if c not in single]
+    heads = cols + ["timing", "cp>", "bs>", "seq>", "prefix>", "rank>", "mode", "base ms>", "new ms>",
+                    "new/base>", "change>", "95% CI>", "verdict"]
+    rows = []
+    for _, r in t.iterrows():
+        v = r["verdict"] if r["verdict"] == "tie" else f"**{r['verdict']}**"
+        v += " ⚠ regression" if r["regression"] else ""
+        v += " (host-bound: the launching CPU's time)" if bool(r.get("host_bound", False)) else ""
+        rows.append([r[c] for c in cols] + [r["timing"], r["cp_size"], r["bs"], r["seq_len"], r["prefix_len"],
+                                            r["rank"], r["mode"], ms(r["base_us"]), ms(r["new_us"]),
+                                            f"{r['ratio']:.3f}" if math.isfinite(r["ratio"]) else "—",
+                                            _pct(r["ratio"]), _ci(r["ci_low"], r["ci_high"]), v])
+    caption = ", ".join(f"{k} {v}" for k, v in single.items())
+    return (f"_{caption}_\n\n" if caption else "") + md_table(heads, rows)
+
+
+def _listing(lines: list[str]) -> list[str]:
+    out = [f"- {s}" for s in lines[:MAX_LISTED]]
+    if len(lines) > MAX_LISTED:
+        out.append(f"- … and {len(lines) - MAX_LISTED} more")
+    return out
+
+
+def _speedup(sp: float, lo: float, hi: float) -> str:
+    if not math.isfinite(sp):
+        return "—"
+    return times(sp) + (f" [{lo:.2f}–{hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else "")
+
+
+def _speedups_table(f) -> str:
+    single = {c: f[c].iloc[0] for c in ("model", "backend") if f[c].nunique() == 1}
+    cols = [c for c in ("model", "backend") if c not in single]
+    heads = cols + ["timing", "cp>", "bs>", "seq>", "prefix>", "base speedup>", "base verdict", "new speedup>",
+                    "new verdict", "agree", "overlap"]
+    rows = []
+    for _, r in f.iterrows():
+        agree = "—" if r["agree"] is None else "yes" if r["agree"] else "**no**"
+        one_band = sum(math.isfinite(r[f"{side}_ci_low"]) and math.isfinite(r[f"{side}_ci_high"])
+                       for side in ("base", "new")) == 1
+        if r["agree"] is not None and one_band:  # one verdict from an interval, the other from the ±2 % band
+            agree += " (one run has no interval)"
+        overlap = "—" if r.get("overlap") is None else "yes" if r["overlap"] else "**no**"
+        rows.append([r[c] for c in cols] + [r["timing"], r["cp_size"], r["bs"], r["seq_len"], r["prefix_len"],
+                                            _speedup(r["base_speedup"], r["base_ci_low"], r["base_ci_high"]),
+                                            r["base_verdict"] if r["base_status"] == "ok" else r["base_status"],
+                                            _speedup(r["new_speedup"], r["new_ci_low"], r["new_ci_high"]),
+                                            r["new_verdict"] if r["new_status"] == "ok" else r["new_status"], agree,
+                                            overlap])
+    caption = ", ".join(f"{k} {v}" for k, v in single.items())
+    return (f"_{caption}_\n\n" if caption else "") + md_table(heads, rows)
+
+
+def _lost_lines(lost) -> list[str]:
+    dedup = lost.drop_duplicates(list(CELL_COLUMNS) + ["new_status"])
+    return [f"{c}: base ok, new {r.new_status}" + (f" ({r.new_reason})" if r.new_reason else "")
+            for c, r in zip([cells_of(dedup.iloc[[i]])[0] for i in range(len(dedup))], dedup.itertuples())]
+
+
+def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man: dict | None = None,
+                     new_man: dict | None = None) -> str:
+    """The comparison as GitHub markdown: header (BASE before NEW), gate verdict with its reasons, the
+    rule, counts, the two runs' critical-path speedups per cell with their verdicts' agreement (when
+    either run is on a CPU, ``data.on_cpu`` as in the report: one line saying why not), regressions, rows
+    lost in NEW, every compared row, not-comparable cells (those skipped in both runs counted in one line,
+    not listed) and unmatched cells (with the key that tells the runs apart)."""
+    base_man, new_man = base_man or {}, new_man or {}
+    cpu = on_cpu(base_man) or on_cpu(new_man)
+    t = res.table
+    counts = {v: int((t["verdict"] == v).sum()) for v in ("faster", "slower", "tie")}
+    ratios = t["ratio"].to_numpy(float)
+    ratios = ratios[np.isfinite(ratios) & (ratios > 0)]
+    reasons = res.gate_reasons()
+    parts = [f"# cpbench compare: base `{base_name}` → new `{new_name}`", "",
+             f"- base: `{base_name}` ({_env(base_man)})", f"- new: `{new_name}` ({_env(new_man)})"]
+    if base_man.get("gpu_name") and new_man.get("gpu_name") and base_man["gpu_name"] != new_man["gpu_name"]:
+        parts.append(f"- ⚠ different GPUs ({base_man['gpu_name']} vs {new_man['gpu_name']}): ratios compare machines, "
+                     "not code.")
+    for key, what in (("cpu_threads", "CPU threads"), ("max_prefill_tokens", "--max-prefill-tokens")):
+        a = base_man.get(key, (base_man.get("config") or {}).get(key))
+        b = new_man.get(key, (new_man.get("config") or {}).get(key))
+        ints = all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2 ** 31 for x in (a, b))
+        if ints and a != b:  # hand-edited values that are not counts are not compared
+            parts.append(f"- ⚠ different {what} ({a} vs {b}): the runs were not measured alike.")
+    if on_cpu(base_man) != on_cpu(new_man) and base_man and new_man:
+        parts.append("- ⚠ one run is on a CPU and the other on a GPU: the ratios compare devices, not code.")
+    if cpu:
+        parts.append("- ⚠ CPU run: CPU timings vary far more between runs than within one (the CI sees only the "
+                     "latter); treat verdicts as indicative and gate on a GPU.")
+    parts += ["", ("**Gate: FAIL** (exit 1): " + "; ".join(reasons) + ".") if reasons else "**Gate: pass.**", ""]
+    parts += [f"Rule: ratio = new / base median latency (< 1: new is faster); 95% CI by bootstrap of the raw "
+              f"samples. **tie** when the CI contains 1 (without a CI: within ±{TIE_BAND:.0%}); "
+              f"**regression** when ratio > {1 + res.fail_above:.3f}, the CI lies entirely "
+              f"above 1 and both rows hold ≥ {res.min_samples} samples; a row ok in base but not measured in new "
+              "fails the gate" + (" (not with --allow-missing)" if res.allow_missing else "")
+              + ", and one that is a mismatch or an error in new always does.", ""]
+    if len(t):
+        geo = float(np.exp(np.log(ratios).mean())) if len(ratios) else math.nan
+        parts.append(f"**{len(t)} rows compared: {counts['faster']} faster, {counts['slower']} slower, "
+                     f"{counts['tie']} tie; geometric-mean ratio {geo:.3f} ({_pct(geo)}); "
+                     f"{len(res.regressions)} regression(s) beyond +{res.fail_above:.1%}.**")
+    else:
+        parts.append("**No rows ran (status ok) in both runs: nothing to compare.**")
+    sp = res.speedups
+    if sp is not None and len(sp) and cpu:
+        parts += ["", "Speedups (fused vs two-call) not compared: a CPU run makes no speedup claim (the torch "
+                  "reference on a CPU is a correctness check; its timings move by tens of percent between runs)."]
+    elif sp is not None and len(sp):
+        parts += ["", "## Speedups (fused vs two-call, critical path)", "",
+                  f"Each run's speedup two-call / fused with its 95 % interval; **{agreement_line(sp)}** "
+                  "(verdicts: faster / slower / tie by interval; overlap: the two intervals share a value, so "
+                  "neither run contradicts the other).", "", _speedups_table(sp)]
+    if len(res.regressions):
+        parts += ["", "## Regressions", "", _rows_table(res.regressions)]
+    lost = res.lost if res.lost is not None else t.iloc[0:0]
+    if len(lost):
+        note = ("only mismatches and errors are gated (--allow-missing)" if res.allow_missing
+                else "these fail the gate")
+        parts += ["", f"## Lost in new ({len(lost)} rows ok in base; {note})", ""] + _listing(_lost_lines(lost))
+    ungated = t[t["ungated"]] if len(t) else t
+    if len(ungated):
+        parts += ["", f"## Slower but not gated (< {res.min_samples} samples in a run)", "",
+                  "Raise `--budget-ms` in both sweeps to gate these rows.", "", _rows_table(ungated)]
+    if len(t):
+        parts += ["", "## All rows", "", _rows_table(t)]
+    skipped = res.skipped_both
+    other = res.not_comparable[res.not_comparable["base_status"] != "ok"].drop(index=skipped.index)
+    if len(other):
+        dedup = other.drop_duplicates(list(CELL_COLUMNS))
+        lines = [f"{c}: base {r.base_status}, new {r.new_status}" for c, r in zip(cells_of(dedup), dedup.itertuples())]
+        parts += ["", "## Not comparable (not ok in base)", ""] + _listing(lines)
+    if len(skipped):
+        parts += ["", f"{plural(len(cells_of(skipped)), 'cell')} skipped in both runs (over --max-prefill-tokens): "
+                  "not compared, not a failure."]
+    if len(res.only_base) and len(res.only_new):
+        parts += ["", f"Unmatched rows differ in {run_difference(res.only_base, res.only_new)}."]
+    for title, rows in (("Only in base", res.only_base), ("Only in new", res.only_new)):
+        if len(rows):
+            parts += ["", f"## {title} ({len(rows)} rows)", ""] + _listing(cells_of(rows))
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,148 @@
+"""Attention-kernel counts per rank, and page-table memory / duplication cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter
+
+from cpbench.results.schema import CELL_COLUMNS
+from cpbench.report import style
+from cpbench.report.data import pick_timing, ranks_label
+from cpbench.report.style import MODE_COLOR, no_data, positive
+
+MODES = ("two-call", "fused")
+
+
+def kernel_cell(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the first cell (sorted by bs, seq_len) where every rank of both modes has a kernel count;
+    empty if none. Kernel counts do not depend on the cell for a fixed model, so one cell shows them."""
+    for _, g in df.groupby(list(CELL_COLUMNS), sort=True):
+        need = {(r, m) for r in set(g["rank"]) for m in MODES}
+        have = g[np.isfinite(g["attn_kernels"].to_numpy(float)) & (g["attn_kernels"] > 0)]
+        if set(zip(have["rank"], have["mode"])) >= need:
+            return have
+    return df.iloc[0:0]
+
+
+def kernel_counts(df: pd.DataFrame) -> dict:
+    """``{cp_size: {mode: {"per_rank": {rank: n}, "total": n, "cell": str, "varies": bool, "all_ranks": bool,
+    "ranks_label": str}}}`` of attention kernels per forward (GPU executions), from the eager rows when
+    present. ``total`` sums the measured ranks; it is an all-rank total only when ``all_ranks``."""
+    out: dict = {}
+    _, rows = pick_timing(df, "eager")
+    for cp, g in rows.groupby("cp_size", sort=True):
+        cell = kernel_cell(g)
+        if cell.empty:
+            continue
+        first = cell.iloc[0]
+        label = f"bs {first['bs']}, {style.human_tokens(first['seq_len'])} tokens, {first['timing']}"
+        out[cp] = {}
+        for mode in MODES:
+            m = cell[cell["mode"] == mode].sort_values("rank")
+            per_rank = {int(r): int(n) for r, n in zip(m["rank"], m["attn_kernels"])}
+            allm = g[(g["mode"] == mode) & np.isfinite(g["attn_kernels"].to_numpy(float))]
+            out[cp][mode] = {"per_rank": per_rank, "total": sum(per_rank.values()), "cell": label,
+                             "varies": allm["attn_kernels"].nunique() > 1,
+                             "all_ranks": sorted(per_rank) == list(range(int(cp))),
+                             "ranks_label": ranks_label(per_rank, int(cp))}
+    return out
+
+
+@style.styled
+def kernels_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str, calls: bool = False) -> list[Path]:
+    """Attention kernels per forward on each rank, two-call vs fused bars, a panel per cp_size; the
+    legend gives per-rank and over-all-ranks totals (e.g. 72/rank, 288 over 4 ranks). ``calls``: the
+    counts are attention calls (the torch reference on a CPU), and the axis says so. PNG + SVG paths."""
+    if df.empty:
+        return style.empty_chart(out_dir, name, title)
+    counts = kernel_counts(df)
+    fig, axes = style.new_figure(1, max(1, len(counts)), height_in=3.6, sharey=True)
+    fig.suptitle(title)
+    if not counts:
+        no_data(axes[0, 0], "no kernel counts recorded (no successful profiled cell)")
+    for ax, (cp, by_mode) in zip(axes[0], counts.items()):
+        ranks = sorted(set().union(*[set(v["per_rank"]) for v in by_mode.values()]))
+        x = np.arange(len(ranks))
+        for k, mode in enumerate(MODES):
+            v = by_mode[mode]
+            n = [v["per_rank"].get(r, 0) for r in ranks]
+            per = max(n) if n else 0
+            bars = ax.bar(x + (k - 0.5) * 0.4, n, 0.4, color=MODE_COLOR[mode],
+                          label=f"{mode}: {per}/rank, " + (f"{v['total']} over {len(ranks)} ranks" if v["all_ranks"]
+                                                            else f"{v['ranks_label']} measured"))
+            ax.bar_label(bars, fontsize=8, padding=1)
+        ax.set_xticks(x, [str(r) for r in ranks])
+        ax.set_xlabel("rank")
+        ax.set_title(f"cp {cp} · {by_mode['fused']['cell']}", fontsize=9.5)
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.25)
+        ax.legend(loc="upper center", fontsize=8, frameon=False)
+        if any(v["varies"] for v in by_mode.values()):
+            ax.text(0.5, -0.28, "counts differ between cells; this cell shown", transform=ax.transAxes,
+                    ha="center", fontsize=8, color="#a00000")
+    axes[0, 0].set_ylabel(f"attention {'calls' if calls else 'kernels'} per forward")
+    return style.save(fig, out_dir, name)
+
+
+def memory_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (bs, context_len), medians over cells/ranks of the fused rows (the ones with a duplicated
+    table): ``page_table_bytes, page_table_dup_bytes, kv_total_bytes`` (kv_cache_bytes * num_layers),
+    ``dup_copy_us`` and the two tables as % of the KV cache."""
+    f = df[df["mode"] == "fused"].copy()
+    f["kv_total_bytes"] = f["kv_cache_bytes"] * f["num_layers"]
+    cols = ["page_table_bytes", "page_table_dup_bytes", "kv_total_bytes", "dup_copy_us"]
+    if f.empty:
+        return pd.DataFrame(columns=["bs", "context_len"] + cols)
+    m = f.groupby(["bs", "context_len"], sort=True)[cols].median().reset_index()
+    kv = m["kv_total_bytes"].where(m["kv_total_bytes"] > 0)
+    m["page_table_pct"] = 100.0 * m["page_table_bytes"] / kv
+    m["dup_pct"] = 100.0 * m["page_table_dup_bytes"] / kv
+    return m
+
+
+@style.styled
+def memory_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
+    """Page table [bs, W] vs duplicated table [2*bs, W]: bytes, % of the KV cache over all layers, and
+    the measured duplication copy time (µs), against context length, a colour per bs. PNG + SVG paths."""
+    if df.empty:
+        return style.empty_chart(out_dir, name, title)
+    m = memory_frame(df)
+    fig, axes = style.new_figure(1, 3, height_in=3.5)
+    fig.suptitle(title)
+    colors = style.bs_colors(m["bs"])
+    panels = (("bytes", [("page_table_bytes", "-"), ("page_table_dup_bytes", "--")]),
+              ("% of KV cache (all layers)", [("page_table_pct", "-"), ("dup_pct", "--")]),
+              ("duplication copy (µs)", [("dup_copy_us", "--")]))
+    drawn = False
+    for ax, (ylabel, series) in zip(axes[0], panels):
+        any_line = False
+        for bs, g in m.groupby("bs", sort=True):
+            for col, ls in series:
+                keep = positive(g[col])
+                if keep.any():
+                    ax.plot(g["context_len"].to_numpy(float)[keep], g[col].to_numpy(float)[keep], ls=ls,
+                            marker="o" if ls == "-" else "s", color=colors[bs])
+                    any_line = True
+        if not any_line:
+            no_data(ax, f"{ylabel}: not recorded")
+            continue
+        drawn = True
+        ax.set_ylabel(ylabel)
+        style.log2_xaxis(ax, m["context_len"], "context length (tokens)", max_labels=5)
+        if ylabel == "bytes":
+            style.bytes_y(ax)
+        elif "%" in ylabel:  # tiny and narrow: linear from 0 reads better than a log axis
+            ax.set_ylim(0, ax.get_ylim()[1] * 1.1)
+            ax.yaxis.set_major_formatter(FuncFormatter(
+                lambda v, _: np.format_float_positional(v, precision=3, fractional=False, trim="-") + "%"))
+        else:
+            style.log_y(ax)
+    if drawn:
+        handles = [Line2D([], [], color=c, lw=2, label=f"bs {b}") for b, c in colors.items()]
+        handles += [Line2D([], [], color="#333333", ls="-", marker="o", label="page table [bs, W]"),
+                    Line2D([], [], color="#333333", ls="--", marker="s", label="duplicated [2·bs, W] (fused)")]
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), frameon=False)
+    return style.save(fig, out_dir, name)

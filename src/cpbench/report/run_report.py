@@ -1,0 +1,285 @@
+"""``RUN/report.md``: a GitHub-renderable report of one run (no torch; reads only the run directory).
+
+Sections: summary (computed on the critical path; a CPU run's opens with why it makes no speedup claim,
+:data:`CPU_NOTE`), environment (manifest), exact repro command,
+results tables per cp_size, kernel counts, charts (relative ``plots/*.png``), notes on cells that did
+not run, clock drops and other caveats.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+from cpbench.spec.eligibility import DEFAULT_RULE, CpRule, parse_rule
+from cpbench.results.schema import CELL_COLUMNS, MODES
+from cpbench.results.store import RunDir, load_run
+from cpbench.results.verdicts import TIE_BAND
+from cpbench.report.backend_answer import backend_answer
+from cpbench.report.charts import chart_stems, render_frame
+from cpbench.report.costs import kernel_counts
+from cpbench.errors import CpbenchInputError, CpbenchWarning
+from cpbench.report.data import cells, groups, on_cpu, prepare, span_text
+from cpbench.report.dist_data import sim_vs_real
+from cpbench.report.dist_report import real_cp_section, sim_vs_real_section
+from cpbench.report.precision import precision_section
+from cpbench.report.resources import resources_section
+from cpbench.report.style import human_tokens
+from cpbench.report.tables import (cell_tables, cpu_summary_lines, kernel_lines, kernel_table, md_table,
+                                   merge_lines, summary_lines)
+from cpbench.report.workloads import cp_share_lines, workload_sections
+
+ENV_KEYS = (("gpu_name", "GPU"), ("compute_capability", "compute capability"), ("driver", "driver"),
+            ("cuda", "CUDA"), ("torch", "torch"), ("flashinfer", "flashinfer"), ("python", "Python"),
+            ("cpu", "CPU"), ("cpbench_version", "cpbench"), ("git_commit", "git commit"),
+            ("created", "created"), ("sweep_wall_s", "sweep wall time (s)"),
+            ("sweep_phase_s", "where the time went (s)"), ("timing_method", "timing method"),
+            ("schema_version", "results schema"))
+MAX_NOTES = 60
+
+
+GPU_KEYS = ("gpu_name", "compute_capability", "driver", "cuda", "flashinfer")
+CPU_NOTE = ("**A CPU run: a functional check, not a benchmark.** The torch reference ran every cell on the CPU; "
+            "its timings move by tens of percent between runs, so this report makes no speedup claim and draws no "
+            "rank imbalance from them. What it shows: which cells and ranks ran in both modes, whether their outputs "
+            "matched the fp32 reference (a `mismatch` status where not), and the attention calls per forward "
+            "(two-call vs fused).")
+
+
+def environment_table(manifest: dict, cpu: bool = False) -> str:
+    """Markdown table of the manifest: known keys first (missing ones shown as —), then any other key;
+    ``cpu``: without the GPU rows (GPU, compute capability, driver, CUDA, flashinfer)."""
+    walls = manifest.get("sweep_wall_s")
+    if (isinstance(walls, list) and walls  # one entry per invocation (a resumed sweep has several)
+            and all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in walls)):
+        manifest = {**manifest, "sweep_wall_s": " + ".join(f"{w:g}" for w in walls)
+                    + (f" = {sum(walls):g} (resumed)" if len(walls) > 1 else "")}
+    parts = manifest.get("sweep_phase_s")
+    if isinstance(parts, list) and parts:  # summed over invocations, like the wall time beside it
+        total: dict[str, float] = {}
+        for part in parts:
+            for k, v in (part.items() if isinstance(part, dict) else ()):
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) < 1e9 and v == v:
+                    total[str(k)] = total.get(str(k), 0.0) + float(v)  # hand-edited huge or NaN values: left out
+        manifest = {**manifest, "sweep_phase_s": ", ".join(f"{k} {v:.1f}" for k, v in total.items())
+                    + (" (all invocations)" if len(parts) > 1 else "")}
+    rows = [[label, _short(manifest.get(key, "—"))] for key, label in ENV_KEYS
+            if not (cpu and key in GPU_KEYS) and not (key == "sweep_phase_s" and key not in manifest)]
+    # the launch's NCCL variables and GPU topology are summarised in the Real CP section
+    known = {k for k, _ in ENV_KEYS} | {"command", "command_as_recorded", "gpu_topology", "nccl_env", "gemm_peak"}
+    known |= {"flashinfer_cubin", "sm_count"} if cpu else set()
+    rows += [[k, _short(v)] for k, v in sorted(manifest.items()) if k not in known]
+    return md_table(["", "value"], rows)
+
+
+def _short(v) -> str:
+    if v is None or v == "":
+        return "—"
+    s, limit = (v, 400) if isinstance(v, str) else (json.dumps(v, default=str), 120)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+ALL_RAN = "- Every cell ran on every rank in both modes."
+
+
+def notes(df: pd.DataFrame) -> list[str]:
+    """Bullets for rows that did not run (grouped by cell, status and reason, with modes and ranks),
+    and for rows whose SM clock dropped while timing."""
+    out = []
+    bad = df[df["status"] != "ok"]
+    keys = list(CELL_COLUMNS) + ["status", "reason"]
+    for k, g in bad.groupby(keys, sort=True):
+        c = dict(zip(keys, k))
+        ranks = sorted(set(g["rank"]))
+        rtxt = f"rank{'s' if len(ranks) > 1 else ''} {span_text(ranks)}"
+        out.append(f"- {c['model']} · {c['backend']} · {c['timing']} · cp {c['cp_size']} · bs {c['bs']} · "
+                   f"{human_tokens(c['seq_len'])} tokens" + (f" + {human_tokens(c['prefix_len'])} prefix"
+                                                              if c["prefix_len"] > 0 else "")
+                   + f": **{c['status']}** ({', '.join(m for m in MODES if m in set(g['mode']))}; {rtxt})"
+                   + (f": {c['reason']}" if c["reason"] else ""))
+    if len(out) > MAX_NOTES:
+        out = out[:MAX_NOTES] + [f"- … and {len(out) - MAX_NOTES} more (see results.csv)."]
+    partial = []
+    for k, g in df.groupby(list(CELL_COLUMNS), sort=True):
+        c = dict(zip(CELL_COLUMNS, k))
+        modes = [m for m in MODES if m in set(g["mode"])]
+        ranks = sorted({int(r) for r in g["rank"].dropna()})
+        if len(modes) < len(MODES) or ranks != list(range(int(c["cp_size"]))):
+            partial.append(f"cp {c['cp_size']} · bs {c['bs']} · {human_tokens(c['seq_len'])} tokens · "
+                           f"{c['timing']}: {', '.join(modes)} on rank{'s' if len(ranks) > 1 else ''} "
+                           f"{span_text(ranks)}")
+    if partial:
+        out.append(f"- {len(partial)} cell(s) measured only some ranks or modes (`--ranks`/`--mode`), so they have no "
+                   f"critical-path speedup: e.g. {partial[0]}.")
+    drop = df[df["clock_drop"].map(lambda v: v is True or v == 1 or str(v).lower() == "true")]
+    if len(drop):
+        out.append(f"- SM clock dropped by more than 10% while timing {len(drop)} row(s) "
+                   f"(e.g. cp {drop.iloc[0]['cp_size']}, bs {drop.iloc[0]['bs']}, "
+                   f"{human_tokens(drop.iloc[0]['seq_len'])} tokens, {drop.iloc[0]['mode']}); treat those numbers "
+                   "with care.")
+    return out or [ALL_RAN]
+
+
+def run_rule(manifest: dict) -> CpRule:
+    """The eligibility rule the run was measured under (its manifest config; runs before the option: ``pr``)."""
+    cfg = manifest.get("config") or {}
+    try:
+        return parse_rule(cfg.get("cp_min_extend"), cfg.get("cp_min_tokens"))
+    except CpbenchInputError:
+        return DEFAULT_RULE
+
+
+def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
+    """Bullets for cells the manifest's config planned but the results do not hold (a sweep that was
+    stopped: ``cpbench sweep ... --resume`` measures them)."""
+    cfg = manifest.get("config") or {}
+    if not cfg.get("cp_sizes"):
+        return []
+    if cfg.get("batches"):  # a length mix or trace: (bs, longest extend) of every batch
+        batches = list(dict.fromkeys((len(e), max(e)) for e, _ in cfg["batches"]))
+    elif cfg.get("extend_lens"):
+        batches = [(len(cfg["extend_lens"]), max(cfg["extend_lens"]))]
+    else:
+        batches = [(b, q) for b in cfg.get("bs_list", []) for q in cfg.get("seq_list", [])]
+    have = set(zip(df["cp_size"].astype(int), df["bs"].astype(int), df["seq_len"].astype(int), df["timing"]))
+    out = []
+    for cp in cfg["cp_sizes"]:
+        for bs, seq in batches:
+            for timing in cfg.get("timings", []):
+                if (cp, bs, seq, timing) not in have:
+                    out.append(f"- cp {cp} · bs {bs} · {human_tokens(seq)} tokens · {timing}: **not measured** "
+                               "(the sweep stopped before this cell; rerun its command with `--resume`)")
+    return out
+
+
+def reproduce_lines(manifest: dict) -> list[str]:
+    """The "Reproduce" section: the first command, then every ``--resume`` command that followed it (one
+    that changed the options may have added cells), each with the environment variables it was run with."""
+    cmd = manifest.get("command")
+    if not cmd:
+        return ["_The command line was not recorded in manifest.json._", ""]
+    later = [c for c in manifest.get("resumed_by") or [] if isinstance(c, str) and c]
+    if not later:
+        return [f"```sh\n{cmd}\n```", ""]
+    return [f"The run was started, then resumed {len(later)} time{'s' if len(later) > 1 else ''}; its rows come "
+            "from all of these commands, in this order:", "", "```sh\n" + "\n".join([cmd, *later]) + "\n```", ""]
+
+
+def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Path | None = None,
+                  sim_df: pd.DataFrame | None = None, sim_name: str = "") -> str:
+    """The report's markdown for a results frame and its manifest.
+
+    Args: df: results rows (``load_run``); manifest: manifest dict (missing keys are fine);
+    run_name: heading; plot_dir: where charts live (only existing PNGs are embedded; None: embed all);
+    sim_df / sim_name: a simulated run's rows and name for the "Simulated vs real" section (without one,
+    the section appears when ``df`` itself holds both simulated and torchrun rows).
+    """
+    d = prepare(df)
+    view = cells(d)
+    layers = sorted({int(x) for x in d["num_layers"].dropna()})
+    cpu = on_cpu(manifest)
+    parts = [f"# cpbench: fused vs two-call zigzag CP prefill attention — `{run_name}`", "", "## Summary", ""]
+    # a CPU report says first that it makes no speedup claim; a GPU report opens with the per-backend answer
+    parts += [CPU_NOTE, ""] if cpu else backend_answer(view)
+    latency = ("Latency is one whole forward (all " + (f"{'/'.join(map(str, layers))} " if layers else "")
+               + "attention layers), median of the timed samples, on the **critical path**: the slowest rank of "
+               "each mode, since every CP rank waits for the slowest.")
+    parts += [latency if cpu else  # a CPU report defines no speedup: it makes no claim with one
+              latency + " Speedup = two-call / fused (> 1: fused faster), with a 95 % bootstrap interval that "
+              "resamples each rank's raw samples and recomputes the critical path; a cell whose interval contains 1 "
+              f"is a tie (without raw samples: within ±{TIE_BAND:.0%}).", ""]
+    counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
+    unit = "calls" if cpu else "kernels"
+    parts += (cpu_summary_lines(view) if cpu else summary_lines(view)) + kernel_lines(counts, unit) + merge_lines(d)
+    rule = run_rule(manifest)
+    parts += [""] + (workload_sections(view, d, rule) if not cpu else cp_share_lines(view, rule) + [""])  # no speedups on CPU
+    parts += ["## Environment", "", environment_table(manifest, cpu), "", "## Reproduce", ""]
+    parts += reproduce_lines(manifest)
+    parts += ["## Results per cp size", "",
+              "Latencies in ms (slowest rank per mode, CPU: a functional check)." if cpu else
+              "Latencies in ms (slowest rank per mode); slowest rank = rank id on the critical path; "
+              "imbalance = slowest / fastest rank.", ""]
+    for heading, table in cell_tables(view, cpu):
+        parts += [f"### {heading}", "", table, ""]
+    if view.empty:
+        parts += ["_No result rows._", ""]
+    parts += precision_section(d, manifest, cpu)
+    parts += real_cp_section(d, manifest, cpu)
+    sim = _simulated(d, sim_df)
+    if sim is not None:
+        parts += sim_vs_real_section(d, sim, sim_name or run_name, plot_dir)
+    parts += resources_section(d, manifest, cpu)
+    parts += (["## Attention calls per forward", "", "Attention calls of the torch reference per forward (a CPU "
+               "runs no GPU kernels), eager timing.", ""] if cpu else
+              ["## Attention kernels per forward", "",
+               "GPU kernel executions classified as attention (torch backend: calls), eager timing.", ""])
+    parts += [kernel_table(counts), "", "## Charts", ""]
+    for stem, model, backend, caption in chart_stems(d, cpu):
+        if plot_dir is None or (plot_dir / f"{stem}.png").exists():
+            parts += [f"**{stem}** — {caption}", "", f"![{stem}](plots/{stem}.png)", ""]
+    missing = missing_cells(d, manifest)
+    ran = notes(d)
+    if missing and ran == [ALL_RAN]:
+        ran = []
+    parts += ["## Notes", ""] + missing + ran + [""]
+    return "\n".join(parts)
+
+
+def _simulated(d: pd.DataFrame, sim_df: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The simulated rows to compare the torchrun rows of ``d`` with: ``sim_df`` (prepared) when given,
+    else ``d``'s own simulated rows when it holds both launches, else None (no section)."""
+    if sim_df is not None:
+        return prepare(sim_df)
+    launches = set(d["launch"]) if len(d) else set()
+    return d if {"simulated", "torchrun"} <= launches else None
+
+
+def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Path | None = None) -> Path:
+    """Write ``run_dir/report.md`` (and the charts into ``run_dir/plots/`` if any is missing, or always
+    with ``replot``). Returns the report path.
+
+    ``simulated``: a simulated run directory to compare this run's torchrun rows with (adds the
+    "Simulated vs real critical path" section and ``plots/sim_vs_real.{png,svg}``).
+    Raises: CpbenchInputError (from ``load_run``): missing directory, no results, other schema version.
+    """
+    from cpbench.report.gather import sim_vs_real_chart
+
+    run = Path(run_dir)
+    df, manifest = load_run(run)
+    sim_df = load_run(simulated)[0] if simulated is not None else None
+    if sim_df is not None:
+        check_simulated_pair(df, sim_df, run, Path(simulated))
+    plot_dir = RunDir(run).plots
+    cpu = on_cpu(manifest)
+    stems = chart_stems(prepare(df), cpu)
+    if replot or any(not (plot_dir / f"{s}.png").exists() for s, *_ in stems):
+        render_frame(df, plot_dir, cpu=cpu)
+    d = prepare(df)
+    sim = _simulated(d, sim_df)
+    if sim is not None:
+        sim_vs_real_chart(d, sim, plot_dir)
+    sim_name = Path(simulated).resolve().name if simulated is not None else ""
+    path = RunDir(run).report
+    path.write_text(render_report(df, manifest, run.resolve().name, plot_dir, sim_df=sim_df, sim_name=sim_name))
+    return path
+
+
+def check_simulated_pair(df: pd.DataFrame, sim_df: pd.DataFrame, run: Path, simulated: Path) -> None:
+    """Raise CpbenchInputError unless ``run`` holds torchrun rows and ``simulated`` (another directory)
+    holds simulated rows; warn (CpbenchWarning) when no cell of the two matches."""
+    if run.resolve() == simulated.resolve():
+        raise CpbenchInputError(f"--simulated {str(simulated)!r} is the run itself: give the simulated twin's "
+                                "directory (the same cells swept without --launch torchrun)")
+    d, sim = prepare(df), prepare(sim_df)
+    if not (d["launch"] == "torchrun").any():
+        raise CpbenchInputError(f"{str(run)!r} holds no torchrun rows, so there is no real critical path to set "
+                                "against a simulated one: --simulated is for a --launch torchrun run")
+    if not (sim["launch"] == "simulated").any():
+        raise CpbenchInputError(f"--simulated {str(simulated)!r} holds no simulated rows (it was measured with "
+                                "--launch torchrun): give a run swept without --launch")
+    if sim_vs_real(d, sim).empty:
+        warnings.warn(f"no cell of {simulated} matches a cell of {run} (model, backend, dtype, timing, cp, bs, "
+                      "tokens, prefix): the simulated-vs-real table is empty", CpbenchWarning, stacklevel=2)

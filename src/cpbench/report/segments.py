@@ -1,0 +1,78 @@
+"""Where fusion stops paying: the fused call's segment count (2*bs) against its speedup, per backend.
+
+A run with at least :data:`MIN_BATCHES` batch sizes at one (cp_size, extend length, prefix) gets this chart:
+x = segments in the fused call (2*bs, log2), left panel the two-call / fused speedup on the critical path
+with its 95 % interval (one line per backend, eager dashed, graph solid), right panel the fused forward's
+latency per segment (µs, log), where a kernel that stalls past some segment count shows as a step.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cpbench.report import style
+from cpbench.report.data import cells
+
+MIN_BATCHES = 3
+TIMING_LINE = {"graph": "-", "eager": "--"}
+
+
+def segment_axes(view: pd.DataFrame) -> pd.DataFrame:
+    """The ok, all-rank cells of a critical-path view that lie on a batch-size axis: the (cp_size, seq_len,
+    prefix_len) with the most distinct ``bs`` (at least :data:`MIN_BATCHES`), with ``segments = 2*bs``.
+    Empty when no such axis exists."""
+    if view.empty:
+        return view
+    ok = view[(view["status"] == "ok") & view["speedup"].map(lambda x: math.isfinite(float(x)))]
+    if ok.empty:
+        return ok
+    sizes = ok.groupby(["cp_size", "seq_len", "prefix_len"])["bs"].nunique()
+    if sizes.max() < MIN_BATCHES:
+        return ok.iloc[0:0]
+    cp, seq, prefix = sizes.idxmax()
+    axis = ok[(ok["cp_size"] == cp) & (ok["seq_len"] == seq) & (ok["prefix_len"] == prefix)]
+    return axis.assign(segments=2 * axis["bs"]).sort_values("segments")
+
+
+def has_segment_axis(df: pd.DataFrame) -> bool:
+    """True when a prepared frame holds a batch-size axis for :func:`segments_chart`."""
+    return not segment_axes(cells(df)).empty
+
+
+@style.styled
+def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
+    """Speedup (with its 95 % interval) and fused µs per segment vs the fused call's segment count, a colour
+    per backend, graph solid / eager dashed. ``df``: prepared rows of the whole run (every backend).
+    Returns the PNG and SVG paths; an empty chart when the run has no batch-size axis."""
+    axis = segment_axes(cells(df))
+    if axis.empty:
+        return style.empty_chart(out_dir, name, title, f"needs >= {MIN_BATCHES} batch sizes at one extend length")
+    c0 = axis.iloc[0]
+    fig, axes = style.new_figure(1, 2, height_in=3.4)
+    fig.suptitle(f"{title}: cp {c0['cp_size']}, {style.human_tokens(c0['seq_len'])} extend tokens per request")
+    left, right = axes[0, 0], axes[0, 1]
+    backends = sorted(set(axis["backend"]))
+    for i, backend in enumerate(backends):
+        color = style.PALETTE[i % len(style.PALETTE)]
+        for timing, v in axis[axis["backend"] == backend].groupby("timing"):
+            x = v["segments"].to_numpy(float)
+            s = v["speedup"].to_numpy(float)
+            lo = np.nan_to_num(s - v["speedup_ci_low"].to_numpy(float), nan=0.0).clip(0)
+            hi = np.nan_to_num(v["speedup_ci_high"].to_numpy(float) - s, nan=0.0).clip(0)
+            style_kw = dict(color=color, ls=TIMING_LINE.get(timing, ":"), marker="o", ms=3.5)
+            left.errorbar(x, s, yerr=[lo, hi], capsize=2, label=f"{backend} · {timing}", **style_kw)
+            right.plot(x, v["fused_us"].to_numpy(float) / x, label=f"{backend} · {timing}", **style_kw)
+    left.axhline(1.0, color="#555555", lw=0.8)
+    left.set_ylabel("two-call / fused (> 1: fused faster)")
+    left.set_title("fusion speedup, 95 % interval")
+    right.set_ylabel("fused latency per segment (µs)")
+    right.set_title("fused forward / segments")
+    style.log_y(right)
+    for ax in (left, right):
+        style.log2_xaxis(ax, axis["segments"], label="segments in the fused call (2·bs)")
+    left.legend(fontsize=7, loc="best")
+    return style.save(fig, out_dir, name)

@@ -1,0 +1,128 @@
+"""Analysis of a results frame: the critical path of each cell (no torch here).
+
+The columns are defined in :mod:`cpbench.results.schema`; the run directory's files in
+:mod:`cpbench.results.store`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from cpbench.results.schema import CELL_COLUMNS
+
+
+def critical_path(df: pd.DataFrame) -> pd.DataFrame:
+    """Per cell (the schema's CELL_COLUMNS): the critical path per mode (torchrun: the median of the
+    per-sample maximum over ranks, ``critical_us_median``; simulated: the slowest rank's median), ``speedup = two_call_us / fused_us`` on it, and rank imbalance max/min.
+
+    A cell whose rows are not all ``ok`` gets ``status`` = the first non-ok status and NaN latencies.
+    Columns: ``two_call_us, fused_us, speedup, speedup_ci_low, speedup_ci_high`` (95 % bootstrap
+    interval, :mod:`cpbench.results.uncertainty`; NaN without raw samples), ``slowest_rank_two_call,
+    slowest_rank_fused, imbalance_two_call, imbalance_fused, status, reason``, and from the profiled
+    eager forwards ``gpu_busy_two_call_us, gpu_busy_fused_us`` (slowest rank's GPU busy time),
+    ``gpu_speedup`` (their ratio) and ``host_bound`` (any row of the cell is).
+
+    A cell measured on only some of its ``cp_size`` ranks (``--ranks``) has no critical path: its
+    ``speedup``, interval and imbalance are NaN, ``two_call_us``/``fused_us`` are the slowest *measured*
+    rank's, ``all_ranks`` is False and ``ranks_label`` names the ranks (``"rank 0 only (1 of 4)"``;
+    ``"all 4 ranks"`` only when every rank was measured).
+    """
+    if df.empty:
+        return pd.DataFrame()
+    for col in ("latency_us_median", "reason"):
+        if col not in df.columns:  # e.g. a run in which no cell was measured
+            df = df.assign(**{col: math.nan if col.startswith("latency") else ""})
+    keys = [c for c in CELL_COLUMNS if c in df.columns]
+    out = []
+    for cell, g in df.groupby(keys, dropna=False, sort=True):
+        rec = dict(zip(keys, cell if isinstance(cell, tuple) else (cell,)))
+        bad = g[g["status"] != "ok"]
+        measured = sorted({int(r) for r in pd.to_numeric(g["rank"], errors="coerce").dropna()})
+        rec["all_ranks"] = measured == list(range(int(rec.get("cp_size", len(measured)))))
+        rec["ranks_measured"] = len(measured)
+        rec["ranks_label"] = ranks_label(measured, int(rec.get("cp_size", len(measured))))
+        rec["status"] = bad["status"].iloc[0] if len(bad) else "ok"
+        rec["reason"] = str(bad["reason"].iloc[0]) if len(bad) else ""
+        for mode, tag in (("two-call", "two_call"), ("fused", "fused")):
+            m = g[(g["mode"] == mode) & (g["status"] == "ok")]
+            lat = pd.to_numeric(m["latency_us_median"], errors="coerce")
+            if len(m) and not (lat > 0).all():  # an ok row without a positive latency is not usable
+                m, lat = m.iloc[0:0], lat.iloc[0:0]
+            if len(m) and not len(bad):
+                i = lat.idxmax()
+                crit = pd.to_numeric(m.get("critical_us_median", pd.Series(dtype=float)), errors="coerce").dropna()
+                # torchrun: the per-sample maximum over ranks; simulated: the slowest rank's median
+                rec[f"{tag}_us"] = float(crit.iloc[0]) if len(crit) else float(lat.max())
+                rec[f"slowest_rank_{tag}"] = int(m.loc[i, "rank"])
+                rec[f"imbalance_{tag}"] = (float(lat.max() / lat.min()) if lat.min() > 0 and rec["all_ranks"]
+                                           else math.nan)
+            else:
+                rec[f"{tag}_us"] = math.nan
+                rec[f"slowest_rank_{tag}"] = -1
+                rec[f"imbalance_{tag}"] = math.nan
+        rec["speedup"] = (rec["two_call_us"] / rec["fused_us"]
+                          if rec["all_ranks"] and rec["fused_us"] and math.isfinite(rec["fused_us"]) else math.nan)
+        rec["speedup_ci_low"], rec["speedup_ci_high"] = _speedup_ci(g) if math.isfinite(rec["speedup"]) else (
+            math.nan, math.nan)
+        rec.update(_gpu_time(g))
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def ranks_label(ranks, cp_size: int) -> str:
+    """Which of a cell's ``cp_size`` ranks were measured: ``"all 4 ranks"``, ``"rank 0 only (1 of 4)"``,
+    ``"ranks 0, 3 (2 of 4)"``, ``"ranks 0–2 (3 of 4)"``."""
+    ranks = sorted({int(r) for r in ranks})
+    if ranks == list(range(cp_size)):
+        return f"all {cp_size} rank{'s' if cp_size != 1 else ''}"
+    if len(ranks) == 1:
+        return f"rank {ranks[0]} only (1 of {cp_size})"
+    return f"ranks {span_text(ranks)} ({len(ranks)} of {cp_size})"
+
+
+def span_text(ints) -> str:
+    """[0, 1, 2, 3, 5] -> '0–3, 5'; [0, 3] -> '0, 3'."""
+    vals, out = sorted(set(int(i) for i in ints)), []
+    for v in vals:
+        if out and v == out[-1][1] + 1:
+            out[-1][1] = v
+        else:
+            out.append([v, v])
+    return ", ".join(str(a) if a == b else (f"{a}, {b}" if b == a + 1 else f"{a}–{b}") for a, b in out)
+
+
+def _speedup_ci(g: pd.DataFrame) -> tuple[float, float]:
+    """The speedup interval of one cell's ok rows (each rank's raw samples, by mode)."""
+    from cpbench.results.uncertainty import speedup_ci
+
+    if "samples_us" not in g:
+        return math.nan, math.nan
+    ok = g[g["status"] == "ok"].sort_values("rank")
+    per_mode = [[s for s in ok.loc[ok["mode"] == m, "samples_us"] if s is not None and hasattr(s, "__len__")]
+                for m in ("two-call", "fused")]
+    torchrun = "launch" in ok and (ok["launch"] == "torchrun").all()
+    return speedup_ci(*per_mode, per_sample_max=bool(torchrun))
+
+
+def _gpu_time(g: pd.DataFrame) -> dict:
+    """GPU busy time per mode on the busiest rank, its ratio, and whether the cell is host-bound."""
+    out = {"gpu_busy_two_call_us": math.nan, "gpu_busy_fused_us": math.nan, "gpu_speedup": math.nan,
+           "host_bound": bool(flags(g["host_bound"]).any()) if "host_bound" in g else False}
+    if "gpu_busy_us" not in g:
+        return out
+    for mode, tag in (("two-call", "two_call"), ("fused", "fused")):
+        busy = pd.to_numeric(g.loc[(g["mode"] == mode) & (g["status"] == "ok"), "gpu_busy_us"], errors="coerce")
+        if busy.notna().any():
+            out[f"gpu_busy_{tag}_us"] = float(busy.max())
+    if out["gpu_busy_fused_us"] > 0:
+        out["gpu_speedup"] = out["gpu_busy_two_call_us"] / out["gpu_busy_fused_us"]
+    return out
+
+
+def flags(values: pd.Series) -> pd.Series:
+    """A boolean column read back from parquet/JSON (bool, 0/1, NaN or None for rows that lack it) as
+    True/False, missing values False."""
+    return values.map(lambda v: isinstance(v, (bool, int, float, np.bool_)) and bool(v == 1))

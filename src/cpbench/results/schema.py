@@ -1,0 +1,258 @@
+"""The results schema: every column of a results row, its type and unit, the key, and migrations.
+
+One row per cell x rank x backend x mode x timing mode x launch (docs/design.md §5). This module is
+the one place that knows the columns: the runner writes them, the store keys and migrates them,
+report/ and compare read them. No torch, no pandas here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+SCHEMA_VERSION = 2
+MODES = ("two-call", "fused")
+TIMINGS = ("eager", "graph")
+LAUNCHES = ("simulated", "torchrun")
+STATUSES = ("ok", "ineligible", "skipped", "unsupported", "oom", "mismatch", "error")
+# kinds of device memory a mode's setup holds (setup_mem_<kind> columns, measure/memory.py), in chart order:
+# Prepared.setup_mem keys, the K|V all-gather buffers of a torchrun layer, and what lies outside those
+SETUP_PARTS = ("page_table", "swa_page_table", "metadata", "plan", "workspace", "outputs", "comm", "other")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One results column.
+
+    Attributes:
+        name: column name (SGLang/FlashInfer spelling where one exists).
+        type: ``int | float | str | bool | list`` (the JSON type; NaN/None allowed for numbers).
+        unit: unit or allowed values, e.g. ``"µs"``, ``"bytes"``, ``"tokens"``.
+        doc: what it holds.
+        role: ``"run"`` (one value per run: part of the row key, fixed on --resume), ``"cell"`` (part of
+            the key, identifies the cell), ``"row"`` (part of the key, rank/mode within a cell) or
+            ``"value"`` (measured or derived).
+        option: the sweep option (SweepConfig field) a ``"run"`` column comes from.
+    """
+
+    name: str
+    type: str
+    unit: str
+    doc: str
+    role: str = "value"
+    option: str | None = None
+
+
+def _c(name, type_, unit, doc, role="value", option=None) -> Column:
+    return Column(name, type_, unit, doc, role, option)
+
+
+_COLUMNS = [
+    _c("schema_version", "int", "", "results format version", "value"),
+    # -- run: identical for every row of a run directory (a resume must keep them) -----------------
+    _c("model", "str", "", "preset or config name (overrides appended, e.g. llama-3.1-8b+window4096)", "run", "model"),
+    _c("backend", "str", "torch | fa2 | fa3 | trtllm-gen", "attention backend", "run", "backend"),
+    _c("dtype", "str", "bf16 | fp16 | fp32", "q/k/v dtype", "run", "dtype"),
+    _c("launch", "str", " | ".join(LAUNCHES), "ranks in one process one after another, or one process per rank",
+       "run", "launch"),
+    _c("world_size", "int", "processes", "processes in the launch (1 when simulated)", "run", "world_size"),
+    _c("seed", "int", "", "seed of inputs and page-table permutation", "value", "seed"),
+    _c("gather", "str", "packed | separate | none", "per-layer K|V all-gather (torchrun; none when simulated)",
+       "run", "gather"),
+    _c("fused_order", "str", "prev-next | next-prev | interleaved", "segment order of the fused call's batch "
+       "(prev-next: SGLang PR #33137; two-call rows carry their run's value)", "run", "fused_order"),
+    # -- cell -----------------------------------------------------------------------------------
+    _c("timing", "str", " | ".join(TIMINGS), "eager launches or CUDA-graph replay", "cell"),
+    _c("cp_size", "int", "ranks", "CP group size", "cell"),
+    _c("bs", "int", "requests", "requests in the batch", "cell"),
+    _c("seq_len", "int", "tokens", "longest extend length in the batch (the --extend-len value; alias --seq)", "cell"),
+    _c("prefix_len", "int", "tokens", "cached prefix per request", "cell"),
+    _c("extend_lens", "str", "tokens", "extend (new-token) length of each request, comma-separated "
+       "(SGLang's seq_lens would be prefix + extend)", "cell"),
+    # -- row ------------------------------------------------------------------------------------
+    _c("rank", "int", "", "CP rank", "row"),
+    _c("mode", "str", " | ".join(MODES), "two attention calls per layer, or one fused call", "row"),
+    # -- values -----------------------------------------------------------------------------------
+    _c("page_size", "int", "tokens", "KV page size"),
+    _c("num_layers", "int", "", "attention layers per forward"),
+    _c("status", "str", " | ".join(STATUSES), "ok, or why the row has no measurement"),
+    _c("reason", "str", "", "why not ok (one line)"),
+    _c("latency_us_median", "float", "µs", "forward latency (all layers)"),
+    _c("latency_us_p10", "float", "µs", "10th percentile"),
+    _c("latency_us_p90", "float", "µs", "90th percentile"),
+    _c("latency_us_mean", "float", "µs", "mean"),
+    _c("latency_us_ci_low", "float", "µs", "95% CI of the median, low (order statistics)"),
+    _c("latency_us_ci_high", "float", "µs", "95% CI of the median, high"),
+    _c("n_samples", "int", "", "timed forwards"),
+    _c("stop_reason", "str", "precision | time budget | max samples", "why sampling stopped (--rel-ci, --budget-ms)"),
+    _c("ci_rel_width", "float", "", "width of the median's 95% CI / median when sampling stopped"),
+    _c("samples_us", "list", "µs", "every raw sample, in the agreed ABBA order"),
+    _c("per_layer_us", "float", "µs", "latency_us_median / num_layers"),
+    _c("flops", "float", "FLOP", "per forward, from per-segment causal (windowed) areas"),
+    _c("tflops", "float", "TFLOP/s", "flops / latency_us_median"),
+    _c("gemm_peak_tflops", "float", "TFLOP/s", "the run's measured matmul peak (manifest gemm_peak: n×n×n matmuls, n = 8192 on a GPU)"),
+    _c("host_launch_us", "float", "µs", "median host time to enqueue one forward inside the timed samples (graph: one replay; NaN on CPU)"),
+    _c("setup_us_metadata", "float", "µs", "host setup: metadata"),
+    _c("setup_us_page_table", "float", "µs", "host setup: page tables"),
+    _c("setup_us_swa_page_table", "float", "µs", "host setup: the SWA pool table's duplicate (--swa-pool)"),
+    _c("setup_us_plan", "float", "µs", "host setup: plan()"),
+    _c("setup_us_outputs", "float", "µs", "host setup: output buffers"),
+    _c("setup_us_total", "float", "µs", "sum of setup parts"),
+    _c("peak_mem_bytes", "float", "bytes", "device memory the mode needs at its peak, from before its setup: "
+       "setup_mem_bytes + max(first forward's transient peak, the setup's own) (NaN on CPU: mem_reason)"),
+    _c("setup_mem_bytes", "float", "bytes", "device memory the mode's setup holds: sum of setup_mem_* "
+       "(the shared float workspace included)"),
+    *[_c(f"setup_mem_{k}", "float", "bytes", d) for k, d in zip(SETUP_PARTS, (
+        "the fused call's row-duplicated block_tables (0 for two-call)",
+        "the fused call's row-duplicated SWA-pool table, --swa-pool (0 for two-call or without it)",
+        "indptr / indices / cu_seqlens arrays of the calls",
+        "the wrappers' plan state and int workspace buffers",
+        "the float workspace the calls use (shared by the modes, allocated once)",
+        "pre-allocated attention outputs",
+        "K|V all-gather buffers of a torchrun layer",
+        "what the setup allocated outside the named parts"))],
+    _c("forward_mem_bytes", "float", "bytes", "transient device memory of the first forward above what was "
+       "allocated before it"),
+    _c("mem_reason", "str", "", "why the memory columns are NaN (empty when measured)"),
+    _c("page_table_bytes", "int", "bytes", "bytes of every page table: block_tables [bs, W], plus the SWA "
+       "pool's [bs, W] with --swa-pool"),
+    _c("swa_page_table_bytes", "int", "bytes", "bytes of the SWA pool's table [bs, W] (--swa-pool; else 0)"),
+    _c("page_table_dup_bytes", "int", "bytes", "bytes of the row-duplicated [2*bs, W] tables, both with "
+       "--swa-pool (fused only)"),
+    _c("dup_copy_us", "float", "µs", "measured time of cat(t, t) of every page table (fused only)"),
+    _c("kv_cache_bytes", "int", "bytes", "one layer's K+V cache"),
+    _c("kv_buffers", "int", "", "distinct KV caches the layers rotate through"),
+    _c("context_len", "int", "tokens", "tokens the page table is sized for"),
+    _c("tokens_logical", "int", "tokens", "local query rows"),
+    _c("tokens_padded", "int", "tokens", "rows padded to a multiple of 2*cp_size"),
+    _c("max_kv_len", "int", "tokens", "longest kv_len on the rank"),
+    _c("calls_per_layer", "int", "", "attention calls per layer"),
+    _c("steps_per_layer", "int", "", "steps per layer (attention + communication + KV write)"),
+    _c("max_abs_err", "float", "", "max |out - fp32 torch reference| (NaN: not checked)"),
+    _c("diff_vs_two_call", "float", "", "max |fused - two-call| output (fused rows)"),
+    _c("sm_clock_mhz_before", "float", "MHz", "SM clock before timing (NaN: unknown)"),
+    _c("sm_clock_mhz_after", "float", "MHz", "SM clock after timing"),
+    _c("clock_drop", "bool", "", "SM clock fell by more than 10% while timing"),
+    _c("sm_clock_mhz_min", "float", "MHz", "lowest SM clock read after a timed sample (NaN: unknown)"),
+    _c("sm_clock_mhz_max", "float", "MHz", "highest SM clock read after a timed sample"),
+    _c("attn_kernels", "float", "", "attention kernels per forward (GPU executions; torch backend: calls)"),
+    _c("attn_kernels_expected", "float", "", "layers x attention calls per layer x kernels_per_call"),
+    _c("kernels_per_call", "float", "", "attention kernels per attention call"),
+    _c("attn_calls", "float", "", "prev/next/combined ranges per forward"),
+    _c("comm_kernels", "float", "", "collective (NCCL) kernels per forward"),
+    _c("kernels", "float", "", "GPU kernel executions per forward"),
+    _c("merge_kernels", "float", "", "split-KV merge kernels per forward"),
+    _c("fill_kernels", "float", "", "fill/memset kernels per forward"),
+    _c("copy_kernels", "float", "", "copy kernels per forward"),
+    _c("other_kernels", "float", "", "non-attention kernels per forward"),
+    _c("launches", "float", "", "CPU launch calls per forward"),
+    _c("gpu_busy_us", "float", "µs", "GPU busy time of the profiled eager forward (union of kernel, memset and "
+       "memcpy intervals; NaN on CPU)"),
+    _c("host_bound", "bool", "", "eager row whose median latency exceeds 1.2 x its GPU busy time: it measures "
+       "how fast the host launches"),
+    _c("trace", "str", "path", "Chrome trace of the profiled forward"),
+    # -- torchrun launches: per-rank phases, medians of 3 separately timed eager forwards (sums over layers)
+    _c("gather_us", "float", "µs", "the gather step per forward: pack, all_gather_into_tensor, strip and reorder "
+       "(CUDA events between steps; includes waiting for slower ranks)"),
+    _c("kv_write_us", "float", "µs", "writing the gathered K|V into the paged pool, per forward"),
+    _c("attn_us", "float", "µs", "attention calls per forward"),
+    _c("wait_us", "float", "µs", "gather_us minus the cell's smallest gather_us: time spent waiting in the "
+       "all-gather for slower ranks"),
+    _c("gather_bytes", "int", "bytes", "bytes each rank receives per layer (all ranks' padded K|V)"),
+    _c("bus_gbps", "float", "GB/s", "(n-1)/n * gather_bytes * num_layers / the cell's smallest gather_us: a lower "
+       "bound of the link's bus bandwidth (the step includes packing and reordering)"),
+    _c("critical_us_median", "float", "µs", "median over samples of the per-sample maximum over ranks"),
+    # -- workloads: tensor parallelism, length mixes and traces, per-layer-kind times -------------------
+    _c("tp_size", "int", "GPUs", "attention tensor parallelism: the row measures one GPU's heads "
+       "(q heads / tp_size, max(1, kv heads / tp_size))", "run", "tp_size"),
+    _c("batch", "int", "", "index of the batch in a --lengths mix or --trace (0 for a bs x seq grid)", "cell"),
+    _c("prefix_lens", "str", "tokens", "cached prefix of each request, comma-separated (prefix_len is the longest)"),
+    _c("window_layers_us", "float", "µs", "the sliding-window layers' share of the profiled eager forward: "
+       "GPU busy time of the work launched in those layers; NaN on CPU, for a model with one layer kind and "
+       "with --no-profile"),
+    _c("full_layers_us", "float", "µs", "the full-attention layers' share of the same forward"),
+]
+COLUMNS: dict[str, Column] = {c.name: c for c in _COLUMNS}
+
+RUN_COLUMNS = tuple(c.name for c in _COLUMNS if c.role == "run")
+CELL_COLUMNS = RUN_COLUMNS + tuple(c.name for c in _COLUMNS if c.role == "cell")
+KEY_COLUMNS = CELL_COLUMNS + tuple(c.name for c in _COLUMNS if c.role == "row")
+# sweep options a resumed sweep must keep: the run columns' options, plus options that change every
+# row's meaning without being a column of their own
+FIXED_ON_RESUME = tuple(c.option for c in _COLUMNS if c.option) + ("prefix", "context_len", "check", "batches",
+                                                                  "prefix_hit", "cp_min_extend", "cp_min_tokens",
+                                                                  "swa_pool")
+
+
+def row_key(row: dict) -> tuple:
+    """The identity of a row: its :data:`KEY_COLUMNS` values as text (a resume skips keys on disk)."""
+    return tuple(str(row.get(c)) for c in KEY_COLUMNS)
+
+
+# -- migrations ------------------------------------------------------------------------------------
+V1_DEFAULTS = {"launch": "simulated", "world_size": 1, "gather": "none", "seed": 0}
+# columns added within schema 2: a stored row without one gets this value (no version bump; see add_defaults)
+V2_DEFAULTS = {"tp_size": 1, "batch": 0, "fused_order": "prev-next"}
+
+
+def migrate_row(row: dict) -> dict:
+    """Bring a stored row to :data:`SCHEMA_VERSION` (a renamed column never strands a stored run).
+
+    v1 -> v2: ``seq_lens`` (extend lengths) is renamed ``extend_lens``; ``launch``, ``world_size``,
+    ``gather`` and ``seed`` are added (v1 runs were simulated in one process; the v1 CLI's default seed
+    was 0 and is the only value committed runs used). Columns added later within v2 get their defaults
+    (:func:`add_defaults`).
+    """
+    version = row.get("schema_version", 1)
+    if version == SCHEMA_VERSION:
+        return add_defaults(row)
+    if version != 1:
+        return row  # the store refuses unknown versions with a message
+    out = {("extend_lens" if k == "seq_lens" else k): v for k, v in row.items()}
+    for k, v in V1_DEFAULTS.items():
+        out.setdefault(k, v)
+    out["schema_version"] = SCHEMA_VERSION
+    return add_defaults(out)
+
+
+def add_defaults(row: dict) -> dict:
+    """Fill the columns added within schema 2 that an older row lacks: ``tp_size`` 1, ``batch`` 0 (every
+    earlier run measured one GPU's heads at TP 1 on a bs x seq grid or one explicit batch), ``fused_order``
+    ``prev-next`` (the only order before the option existed) and
+    ``prefix_lens`` (``prefix_len`` repeated ``bs`` times). Returns ``row`` itself when nothing is missing."""
+    if all(k in row for k in V2_DEFAULTS) and "prefix_lens" in row:
+        return row
+    out = {**V2_DEFAULTS, **row}
+    if "prefix_lens" not in out:
+        try:
+            out["prefix_lens"] = ",".join([str(int(row["prefix_len"]))] * int(row["bs"]))
+        except (KeyError, TypeError, ValueError):  # a status row of a broken run: leave it unknown
+            out["prefix_lens"] = ""
+    return out
+
+
+def check_row(row: dict) -> list[str]:
+    """Problems of a row against the schema (unknown columns, wrong types, unknown status), [] if none.
+    The runner's rows must pass this (a test checks every emitted row)."""
+    problems = []
+    for k, v in row.items():
+        col = COLUMNS.get(k)
+        if col is None and not k.startswith("setup_us_"):
+            problems.append(f"unknown column {k!r}")
+            continue
+        if v is None or col is None:
+            continue
+        ok = {"int": isinstance(v, int) and not isinstance(v, bool),
+              "float": isinstance(v, (int, float)) and not isinstance(v, bool),
+              "str": isinstance(v, str), "bool": isinstance(v, bool),
+              "list": isinstance(v, list)}[col.type]
+        if col.type == "int" and isinstance(v, float) and math.isnan(v):
+            ok = True
+        if not ok:
+            problems.append(f"{k}={v!r} is not {col.type}")
+    if row.get("status") not in STATUSES:
+        problems.append(f"status {row.get('status')!r} not in {STATUSES}")
+    for k in KEY_COLUMNS:
+        if k not in row:
+            problems.append(f"key column {k!r} missing")
+    return problems

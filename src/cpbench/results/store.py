@@ -1,0 +1,352 @@
+"""The run directory: one class owns every file name, the lock, appending rows, the final tables,
+the manifest and reading (old schema versions migrated). No torch here.
+
+Layout::
+
+    <run>/results.jsonl    one row per line, appended and fsync'ed as measured (a kill loses nothing)
+    <run>/results.parquet  deduplicated table, written when a sweep ends (results.csv: the same)
+    <run>/manifest.json    schema version, environment, config, wall times, resumes
+    <run>/profiles/        traces          <run>/plots/  PNG + SVG         <run>/report.md
+    <run>/.lock            held (flock) by the sweep writing the directory
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import warnings
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from cpbench.results.schema import SCHEMA_VERSION, V2_DEFAULTS, migrate_row, row_key
+from cpbench.errors import CpbenchInputError, CpbenchWarning
+
+GROWING = ("cp_sizes", "bs_list", "seq_list", "timings", "modes")  # config lists a resume may extend
+_WARNED: set[tuple[str, tuple[int, ...]]] = set()
+
+
+class RunDir:
+    """A run directory (see the module docstring). ``RunDir(path)`` only names it; :meth:`create`
+    makes or reopens one for writing and takes its lock; :meth:`load` reads one."""
+
+    RESULTS = "results.jsonl"
+    PARQUET = "results.parquet"
+    CSV = "results.csv"
+    MANIFEST = "manifest.json"
+    REPORT = "report.md"
+    PLOTS = "plots"
+    PROFILES = "profiles"
+    LOCK = ".lock"
+
+    FILES = (RESULTS, PARQUET, CSV, MANIFEST, REPORT)  # what `compare --out` must never overwrite
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.results, self.parquet, self.csv = (self.path / n for n in (self.RESULTS, self.PARQUET, self.CSV))
+        self.manifest_path, self.report = self.path / self.MANIFEST, self.path / self.REPORT
+        self.plots, self.profiles = self.path / self.PLOTS, self.path / self.PROFILES
+        self._lock_fd: int | None = None
+
+    def is_run_dir(self) -> bool:
+        """True when the directory already holds a run (results or a manifest)."""
+        return self.results.exists() or self.manifest_path.exists()
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def runs_inside(self) -> list["RunDir"]:
+        """The run directories directly inside this one (e.g. ``runs/``), oldest first by the time their
+        results were last written; [] when this is a run itself or holds none."""
+        if self.is_run_dir() or not self.path.is_dir():
+            return []
+        runs = [RunDir(p) for p in self.path.iterdir() if p.is_dir() and RunDir(p).is_run_dir()]
+        stamp = lambda r: max((f.stat().st_mtime for f in (r.results, r.parquet, r.manifest_path)  # noqa: E731
+                               if f.exists()), default=0.0)
+        return sorted(runs, key=lambda r: (stamp(r), r.path.name))
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, out: str | Path | None, resume: bool) -> "RunDir":
+        """Create (or, with ``resume``, reopen) a run directory for writing and lock it; default
+        ``runs/<YYYYmmdd-HHMMSS>``.
+
+        Raises:
+            CpbenchInputError: ``out`` is a file, is not writable, already holds results without
+                ``resume``, ``resume`` names a directory without results, or another sweep holds it.
+        """
+        d = Path(out) if out else Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S")
+        run = cls(d)
+        if d.exists() and not d.is_dir():
+            raise CpbenchInputError(f"--out {str(d)!r} is a file: pass a directory path")
+        has_rows = run.results.exists()
+        if resume and not has_rows and run.manifest_path.exists():
+            has_rows = True  # interrupted before its first row: resume it from the start
+        elif resume and not has_rows:
+            raise CpbenchInputError(f"--resume: {str(d)!r} holds no {cls.RESULTS}: pass the --out of the sweep to resume")
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            run.lock()
+        except OSError as e:
+            raise CpbenchInputError(f"cannot write to {str(d)!r} ({e.strerror or e}): choose another --out") from None
+        if has_rows and not resume:
+            run.unlock()
+            raise CpbenchInputError(f"{str(d)!r} already holds results: add --resume to continue it, or pick another --out")
+        if resume:
+            old = run.read_manifest().get("schema_version", SCHEMA_VERSION)
+            if old != SCHEMA_VERSION:
+                run.unlock()
+                raise CpbenchInputError(f"--resume: {str(d)!r} was written by results schema {old}, this cpbench "
+                                        f"writes {SCHEMA_VERSION}: start a new --out (the old run still reports)")
+        return run
+
+    def lock(self) -> None:
+        """Take the directory's exclusive lock (``.lock``, flock). Raises CpbenchInputError naming the
+        holder when another process (or another RunDir in this one) holds it."""
+        import fcntl
+
+        fd = os.open(self.path / self.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 300, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise CpbenchInputError(f"{str(self.path)!r} is being written by {holder}: wait for it to finish, "
+                                    "or pick another --out") from None
+        os.ftruncate(fd, 0)
+        command = os.environ.get("CPBENCH_COMMAND") or " ".join(["cpbench", *sys.argv[1:]])  # a rank: the launch's
+        os.pwrite(fd, f"pid {os.getpid()} ({command[:200]})".encode(), 0)
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
+
+    # -- rows ----------------------------------------------------------------------------------------
+    def append(self, row: dict) -> None:
+        """Append one row to ``results.jsonl`` and fsync it. A torn last line (a kill mid-write) is cut
+        off first, so the new row starts its own line."""
+        with open(self.results, "ab+") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell():
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    f.seek(0)
+                    f.truncate(f.read().rfind(b"\n") + 1)
+            f.write((json.dumps(_jsonable(row)) + "\n").encode())
+            f.flush()
+            os.fsync(f.fileno())
+
+    def rows(self) -> list[dict]:
+        """Every row of ``results.jsonl``, migrated to the current schema (see :func:`read_jsonl`)."""
+        return [migrate_row(r) for r in read_jsonl(self.results)]
+
+    def latest_rows(self) -> list[dict]:
+        """Rows deduplicated by row key, the last written winning (a resume may re-measure a row)."""
+        return list({row_key(r): r for r in self.rows()}.values())
+
+    def done_keys(self) -> set:
+        """Keys of rows already measured (for --resume); a cell skipped over the token cap is not
+        measured, so a resume with a larger ``--max-prefill-tokens`` runs it."""
+        return {row_key(r) for r in self.rows() if r.get("status") != "skipped"}
+
+    def finalize(self) -> pd.DataFrame:
+        """Deduplicate ``results.jsonl`` and write ``results.parquet`` / ``results.csv``; return the frame."""
+        return self.write_tables(self.latest_rows())
+
+    def write_tables(self, rows: list[dict]) -> pd.DataFrame:
+        """Write ``rows`` as ``results.parquet`` and ``results.csv`` (samples as a JSON list in the CSV)."""
+        df = pd.DataFrame(rows)
+        if df.empty:
+            return df
+        df.to_parquet(self.parquet, index=False)
+        csv = df.copy()
+        if "samples_us" in csv:
+            csv["samples_us"] = csv["samples_us"].map(
+                lambda s: json.dumps([float(x) for x in s]) if hasattr(s, "__len__") and not isinstance(s, str) else "")
+        csv.to_csv(self.csv, index=False)
+        return df
+
+    # -- manifest ------------------------------------------------------------------------------------
+    def read_manifest(self) -> dict:
+        """``manifest.json`` as a dict ({} when absent); see :func:`read_manifest`."""
+        return read_manifest(self.manifest_path)
+
+    def write_manifest(self, env: dict, config: dict) -> None:
+        """Write the manifest: schema version, environment and config. On resume the first manifest's
+        ``created`` and command are kept, the new command is appended to ``resumed_by`` and the config
+        lists that may grow (cells, timings, modes) become the union of old and new."""
+        manifest = {"schema_version": SCHEMA_VERSION, **env, "config": config}
+        if self.manifest_path.exists():
+            old = self.read_manifest()
+            merged = {**old.get("config", {}), **config}
+            for key in GROWING:
+                a, b = old.get("config", {}).get(key), config.get(key)
+                if isinstance(a, list) and isinstance(b, list):
+                    merged[key] = _union(a, b)
+            manifest = {**old, "config": merged, "resumed_by": [*old.get("resumed_by", []), env.get("command")]}
+        _write_json(self.manifest_path, manifest)
+
+    def record_wall_time(self, seconds: float, new_entry: bool = False, phases: dict | None = None) -> None:
+        """Record this invocation's wall time so far (s) in ``sweep_wall_s``: one entry per invocation;
+        ``new_entry`` starts it, later calls overwrite it (a killed sweep keeps the time it ran).
+        ``phases`` (s per harness phase, measure/walltime.py) goes to the same entry of ``sweep_phase_s``."""
+        manifest = self.read_manifest()
+        walls = list(manifest.get("sweep_wall_s", []))
+        parts = list(manifest.get("sweep_phase_s", []))
+        if new_entry or not walls:
+            walls.append(0.0)
+        walls[-1] = round(seconds, 1)
+        manifest["sweep_wall_s"] = walls
+        if phases is not None:
+            parts = [p if isinstance(p, dict) else {} for p in parts[:len(walls)]]
+            parts += [{}] * (len(walls) - len(parts))
+            parts[len(walls) - 1] = phases
+            manifest["sweep_phase_s"] = parts
+        _write_json(self.manifest_path, manifest)
+
+    # -- reading -------------------------------------------------------------------------------------
+    def load(self) -> tuple[pd.DataFrame, dict]:
+        """``(results frame, manifest)``, rows migrated to the current schema.
+
+        Reads ``results.parquet``, or ``results.jsonl`` (deduplicated, last wins) when there is no
+        parquet or the jsonl holds rows the parquet lacks (an interrupted sweep; a CpbenchWarning says so).
+
+        Raises:
+            CpbenchInputError: missing directory, no results, or a schema version this cpbench cannot read.
+        """
+        d = self.path
+        if not d.is_dir():
+            what = "is a file" if d.exists() else "does not exist"
+            raise CpbenchInputError(f"run directory {str(d)!r} {what}: pass a directory made by cpbench sweep")
+        manifest = self.read_manifest()
+        rows = self.latest_rows()
+        df = None
+        if self.parquet.exists():
+            try:
+                df = pd.read_parquet(self.parquet)
+            except Exception as e:  # pyarrow raises its own types for a corrupt file
+                raise CpbenchInputError(f"{str(self.parquet)!r} cannot be read ({type(e).__name__}): "
+                                        "delete it to fall back to results.jsonl") from None
+            if len(rows) > len(df):
+                warnings.warn(f"{self.results} holds {len(rows)} rows, results.parquet {len(df)} (a sweep was "
+                              "interrupted): reading results.jsonl", CpbenchWarning, stacklevel=2)
+                df = None
+            else:
+                df = migrate_frame(df, manifest)
+        if df is None:
+            if not rows:
+                raise CpbenchInputError(f"{str(d)!r} holds no results (results.jsonl/parquet): run cpbench sweep first")
+            df = pd.DataFrame(rows)
+        if df.empty:
+            raise CpbenchInputError(f"{str(d)!r} holds no result rows")
+        _check_versions(d, df)
+        return df, manifest
+
+
+def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
+    """``RunDir(run_dir).load()``: ``(results frame, manifest)`` of a run directory."""
+    return RunDir(run_dir).load()
+
+
+def migrate_frame(df: pd.DataFrame, manifest: dict) -> pd.DataFrame:
+    """A results frame read from parquet, migrated row by row to the current schema (a current-version
+    frame with every column added since, :data:`~cpbench.results.schema.V2_DEFAULTS`, is returned as it is)."""
+    raw = df.get("schema_version", pd.Series([manifest.get("schema_version", 1)] * len(df)))
+    if (pd.to_numeric(raw, errors="coerce") == SCHEMA_VERSION).all() and {*V2_DEFAULTS, "prefix_lens"} <= set(df):
+        return df
+    return pd.DataFrame([migrate_row(r) for r in df.to_dict("records")])
+
+
+def _check_versions(d: Path, df: pd.DataFrame) -> None:
+    raw = df["schema_version"].dropna() if "schema_version" in df else pd.Series(dtype=float)
+    versions = {int(v) if math.isfinite(v) and v == int(v) else -1  # 1.7, inf, "x": not a schema we read
+                for v in pd.to_numeric(raw, errors="coerce").fillna(-1).astype(float)}
+    if versions and versions != {SCHEMA_VERSION}:
+        raise CpbenchInputError(
+            f"{str(d)!r} uses results schema {sorted(versions)}, this cpbench reads 1 and {SCHEMA_VERSION}: "
+            "re-run the sweep or use the matching cpbench version")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Rows of a ``results.jsonl`` as written (not migrated); a torn last line (killed mid-write) is
+    ignored. Other lines that are not JSON objects are skipped with a :class:`CpbenchWarning` naming them.
+
+    Raises:
+        CpbenchInputError: the file is not UTF-8 text.
+    """
+    rows = []
+    if not path.exists():
+        return rows
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise CpbenchInputError(f"{str(path)!r} is not UTF-8 text: it is not a cpbench results file") from None
+    lines = text.splitlines()
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    bad = []
+    for i, line in enumerate(lines):
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError, ValueError):  # nesting too deep, a huge integer
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        elif line.strip() and i != last:
+            bad.append(i + 1)
+    if bad and (str(path), tuple(bad)) not in _WARNED:  # once per file and set of lines in a process
+        _WARNED.add((str(path), tuple(bad)))
+        shown = ", ".join(map(str, bad[:10])) + (f" (+{len(bad) - 10} more)" if len(bad) > 10 else "")
+        warnings.warn(f"{path}: line {shown} is not a result row and was skipped", CpbenchWarning, stacklevel=2)
+    return rows
+
+
+def read_manifest(path: Path) -> dict:
+    """``manifest.json`` as a dict ({} when absent). A ``config`` that is not an object becomes {}, and a
+    ``resumed_by``/``sweep_wall_s``/``sweep_phase_s`` that is not a list becomes [] (hand-edited files). A v1 config's
+    ``seq_lens`` is read as ``extend_lens``.
+
+    Raises:
+        CpbenchInputError: the file is not UTF-8 JSON holding an object.
+    """
+    if not path.exists():
+        return {}
+    try:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):  # too deep, huge integers
+        manifest = None
+    if not isinstance(manifest, dict):
+        raise CpbenchInputError(f"{str(path)!r} is not a cpbench manifest (a JSON object): restore it, or delete "
+                                "it (the results stay readable)")
+    if not isinstance(manifest.get("config", {}), dict):
+        manifest["config"] = {}
+    cfg = manifest.get("config", {})
+    if "seq_lens" in cfg and "extend_lens" not in cfg:
+        cfg["extend_lens"] = cfg.pop("seq_lens")
+    for key in ("resumed_by", "sweep_wall_s", "sweep_phase_s"):
+        if key in manifest and not isinstance(manifest[key], list):
+            manifest[key] = []
+    return manifest
+
+
+def _jsonable(row: dict) -> dict:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    """Write ``obj`` to ``path`` atomically (a kill leaves the old file or the new one, never half)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def _union(a: list, b: list) -> list:
+    """Sorted union of two config lists (numbers numerically; mixed or odd values by their text)."""
+    try:
+        return sorted(set(a) | set(b))
+    except TypeError:  # unhashable or mixed types in a hand-edited manifest
+        return sorted({json.dumps(x): x for x in [*a, *b]}.values(), key=json.dumps)

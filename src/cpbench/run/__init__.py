@@ -1,0 +1,1 @@
+"""Commands without UI: sweep, profile, explain, doctor."""

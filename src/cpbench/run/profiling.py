@@ -1,0 +1,130 @@
+"""Kernel counts per rank and mode for a few cells (`cpbench profile`), and the nsys child run.
+
+Each forward is run once un-profiled (JIT load, caches), then profiled with torch.profiler
+(``runner.count_kernels``): attention kernels are GPU executions matched by the backend's kernel
+names (the torch reference counts attention calls). Under nsys the same forwards run once each,
+NVTX-annotated, inside one cudaProfilerStart/Stop capture range.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from cpbench.kernels.backends import get_backend
+from cpbench.spec.geometry import all_ranks, eligibility
+from cpbench.measure.rank import forward_label
+from cpbench.run.runner import DTYPES, CellSpec, count_kernels
+from cpbench.results.schema import MODES
+from cpbench.kernels.workload import build_cell, rank_work
+from cpbench.errors import CpbenchInputError
+
+
+
+def _prepared(model, cell: CellSpec, backend: str, device: torch.device, dtype: str, seed: int,
+              ranks: list[int] | None, context_len: int | None):
+    """Yield ``(rank, mode, prepared)`` for every rank and mode of a cell, each forward run once."""
+    ok, reason = eligibility(cell.extend_lens, cell.cp_size)
+    if not ok:
+        raise CpbenchInputError(f"{cell.label()} is not CP-eligible: {reason}")
+    be = get_backend(backend)
+    why = be.supports(device, model, DTYPES[dtype])
+    if why:
+        raise CpbenchInputError(f"backend {backend}: {why}")
+    inputs = build_cell(model, cell.extend_lens, cell.prefix_lens, page_size=model.page_size,
+                        dtype=DTYPES[dtype], device=device, seed=seed, context_len=context_len)
+    geoms = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)
+    for r in ranks if ranks is not None else range(cell.cp_size):
+        work = rank_work(inputs, geoms[r])
+        for mode in MODES:
+            prep = be.prepare(work, mode)
+            prep.forward()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            yield r, mode, prep
+
+
+def profile_cell(model, cell: CellSpec, *, backend: str, device: torch.device, dtype: str = "bf16",
+                 seed: int = 0, ranks: list[int] | None = None, trace_dir: Path | None = None,
+                 context_len: int | None = None) -> list[dict]:
+    """Kernel-count rows (one per rank and mode) of one cell; Chrome traces go to ``trace_dir``.
+
+    Row keys: ``rank, mode, label, attn_kernels, attn_kernels_expected, kernels_per_call, attn_calls,
+    other_kernels, kernels, launches`` (+ ``trace``). Raises CpbenchInputError for an ineligible cell
+    or an unsupported backend; ProfileError when no attention work is seen.
+    """
+    rows = []
+    for r, mode, prep in _prepared(model, cell, backend, device, dtype, seed, ranks, context_len):
+        label = forward_label(cell.label(), r, mode)
+        counts = count_kernels(prep, label.removesuffix(" eager"), device, trace_dir)
+        rows.append({"rank": r, "mode": mode, "label": label, **counts})
+    return rows
+
+
+def nsys_child(model, cells: list[CellSpec], *, backend: str, device: torch.device, dtype: str = "bf16",
+               seed: int = 0, ranks: list[int] | None = None, context_len: int | None = None) -> None:
+    """Run every (cell, rank, mode) forward once, NVTX-annotated, inside one profiler capture range."""
+    from cpbench.profiles.nsys import cuda_profiler_range
+    from cpbench.profiles.ranges import annotated_forward
+
+    forwards = []
+    for cell in cells:
+        for r, mode, prep in _prepared(model, cell, backend, device, dtype, seed, ranks, context_len):
+            payload = {"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len, "rank": r}
+            forwards.append((prep, annotated_forward(prep, forward_label(cell.label(), r, mode), payload, nvtx_on=True)))
+    torch.cuda.synchronize()
+    with cuda_profiler_range():
+        for _, fwd in forwards:
+            fwd()
+        torch.cuda.synchronize()
+
+
+def totals(rows: list[dict], cp_size: int) -> dict:
+    """Attention kernels summed over the measured ranks per mode, with which ranks they are, e.g.
+    ``{"two-call": 288, "fused": 144, "ranks": [0, 1, 2, 3], "all_ranks": True, "ranks_label": "all 4 ranks"}``;
+    with ``--ranks 0`` of cp_size 4: ``"all_ranks": False, "ranks_label": "rank 0 only (1 of 4)"`` (a sum
+    over one rank, not the all-rank count)."""
+    from cpbench.results.critical_path import ranks_label
+
+    out: dict = {m: 0 for m in MODES}
+    for r in rows:
+        out[r["mode"]] += int(r["attn_kernels"])
+    ranks = sorted({int(r["rank"]) for r in rows})
+    out.update(ranks=ranks, all_ranks=ranks == list(range(cp_size)), ranks_label=ranks_label(ranks, cp_size))
+    return out
+
+
+def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: torch.device, dtype: str,
+                  trace_dir: Path, gather: str, seed: int = 0) -> list[dict]:
+    """Kernel counts per rank of a torchrun launch: each process profiles its own rank's forwards (one
+    Chrome trace per rank and mode, with torch.distributed's rank info in it); rank 0 gets
+    ``[{cp_size, bs, seq_len, extend_lens, per_rank: [...], total}]`` (other ranks: []).
+
+    Each per-rank row adds ``comm_kernels_expected`` (layers x collectives per layer on NCCL: 1 packed,
+    2 separate; 0 on gloo, whose collectives run on the CPU) and ``comm_check`` (the two agree).
+    """
+    from cpbench.run.runner import Runner, SweepConfig
+
+    rows: list[dict] = []
+    cfg = SweepConfig(model=model, cp_sizes=sorted({c.cp_size for c in cells}), bs_list=[], seq_list=[],
+                      backend=backend, device=device, timings=["eager"], budget_ms=1.0, warmup=1, dtype=dtype,
+                      seed=seed, gather=gather)
+    runner = Runner(cfg, rows.append, trace_dir=trace_dir, group=group)
+    for cell in cells:
+        runner.run_cell(cell)
+    if not group.writes_rows:
+        return []
+    per_collective = {"packed": 1, "separate": 2}.get(gather, 0) if device.type == "cuda" else 0
+    out = []
+    for cell in cells:
+        mine = [r for r in rows if (r["cp_size"], r["extend_lens"]) == (cell.cp_size, ",".join(map(str, cell.extend_lens)))]
+        for r in mine:
+            r["label"] = forward_label(cell.label(), r["rank"], r["mode"])
+            r["comm_kernels_expected"] = model.num_layers * per_collective
+            r["comm_check"] = r.get("comm_kernels") == r["comm_kernels_expected"] if r["status"] == "ok" else None
+            if r["status"] != "ok":
+                raise RuntimeError(f"{cell.label()} rank {r['rank']} {r['mode']}: {r['status']}: {r['reason']}")
+        out.append({"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
+                    "extend_lens": list(cell.extend_lens), "per_rank": mine, "total": totals(mine, cell.cp_size)})
+    return out

@@ -1,0 +1,348 @@
+"""The cell loop: cells of a sweep -> the ranks this process owns -> rows to the writer.
+
+Per cell (a batch at one cp_size) the inputs are built once per process; each rank this process owns
+(:meth:`RankGroup.local_ranks`) is measured by :func:`cpbench.measure.rank.measure_rank`; rows go to
+the writer (rank 0) through :meth:`RankGroup.collect`. A cell that cannot run becomes rows with a
+status and a reason on every rank, and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from cpbench.kernels.backends import get_backend
+from cpbench.results.derived import add_cell_columns
+from cpbench.spec.eligibility import CpRule, parse_rule
+from cpbench.measure.env import sm_clock_mhz
+from cpbench.spec.flops import forward_flops
+from cpbench.spec.geometry import all_ranks, eligibility
+from cpbench.kernels.kv import duplicate_block_tables, table_bytes
+from cpbench.measure.kernel_counts import count_kernels
+from cpbench.measure.rank import DTYPES, RankJob, is_oom, measure_rank
+from cpbench.spec.models import ModelSpec
+from cpbench.ranks.group import LocalGroup, RankGroup
+from cpbench.results.schema import SCHEMA_VERSION, row_key
+from cpbench.measure.timing import Clock, time_op_us
+from cpbench.measure.walltime import PhaseTimes
+from cpbench.kernels.workload import CellInputs, build_cell, rank_work
+from cpbench.errors import CpbenchInputError, one_line
+
+__all__ = ["DTYPES", "CellSpec", "Runner", "SweepConfig", "count_kernels", "cpu_refusal", "cpu_tflop_limit",
+           "is_oom", "plan_cells"]
+
+
+def cpu_tflop_limit() -> float:
+    """TFLOP per forward above which the CPU reference refuses a cell: ``$CPBENCH_CPU_TFLOP_LIMIT``, default 2
+    (about a minute per forward on 2 cores). Raises CpbenchInputError for a value that is not a number > 0."""
+    text = os.environ.get("CPBENCH_CPU_TFLOP_LIMIT", "2")
+    try:
+        limit = float(text)
+    except ValueError:
+        limit = math.nan
+    if not limit > 0:
+        raise CpbenchInputError(f"CPBENCH_CPU_TFLOP_LIMIT must be a number of TFLOP > 0, got {text!r}")
+    return limit
+
+
+def cpu_refusal(model: ModelSpec, cell: CellSpec) -> str | None:
+    """Why the CPU reference refuses ``cell`` (too many TFLOP per forward for rank 0), or None."""
+    tflop = forward_flops(model, all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)[0]) / 1e12
+    limit = cpu_tflop_limit()
+    if tflop > limit:
+        return (f"about {tflop:.3g} TFLOP per forward is too much for the CPU reference (limit {limit:g}, "
+                "CPBENCH_CPU_TFLOP_LIMIT): use a GPU, or a smaller --seq/--bs")
+    return None
+
+
+@dataclass
+class SweepConfig:
+    """What to measure. Lengths in tokens, budget in ms."""
+
+    model: ModelSpec
+    cp_sizes: list[int]
+    bs_list: list[int]
+    seq_list: list[int]
+    backend: str  # one backend, or a comma-separated list measured on the same cells (see ``backends``)
+    device: torch.device
+    extend_lens: list[int] | None = None  # one explicit (heterogeneous) batch instead of bs x seq
+    prefix: int = 0
+    ranks: list[int] | None = None  # None: every rank
+    modes: list[str] = field(default_factory=lambda: ["two-call", "fused"])
+    timings: list[str] = field(default_factory=lambda: ["eager"])
+    budget_ms: float = 200.0
+    rel_ci: float | None = 0.01  # stop sampling a variant once its median's 95 % CI is this narrow (None: never)
+    warmup: int = 3
+    dtype: str = "bf16"
+    seed: int = 0
+    check: bool = True
+    context_len: int | None = None
+    profile: bool = True
+    nvtx: bool = False  # NVTX ranges (cell, layer, call) around timed eager forwards
+    gather: str = "none"  # per-layer K|V all-gather of a torchrun launch: packed | separate | none
+    fused_order: str = "prev-next"  # segment order of the fused batch (geometry.FUSED_ORDERS)
+    tp_size: int = 1  # attention TP: ``model`` holds one GPU's heads (spec.tp.split_heads)
+    # a length mix or trace: every batch as [extend_lens, prefix_lens] (replaces bs x seq and extend_lens)
+    batches: list | None = None
+    lengths: str | None = None  # the --lengths, --trace and --prefix-hit they came from (manifest record)
+    trace: str | None = None
+    prefix_hit: float | None = None
+    # SGLang's max_prefill_tokens: a batch with more extend tokens than this is not run (status skipped);
+    # 0 = no cap
+    max_prefill_tokens: int = 0
+    # which batches SGLang runs with CP (spec.eligibility): pr | upstream | a number; a total-token minimum
+    cp_min_extend: str = "pr"
+    cp_min_tokens: int = 0
+    # a separate sliding-window KV pool (SGLang SWAKVPool): window layers' own page table, duplicated too
+    swa_pool: bool = False
+
+    @property
+    def cp_rule(self) -> CpRule:
+        return parse_rule(self.cp_min_extend, self.cp_min_tokens)
+
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The backends this sweep measures, in order (``backend`` split at commas)."""
+        return tuple(b for b in self.backend.split(",") if b)
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    cp_size: int
+    extend_lens: tuple[int, ...]
+    prefix_lens: tuple[int, ...]
+    batch: int = 0  # index in a length mix or trace
+
+    @property
+    def bs(self) -> int:
+        return len(self.extend_lens)
+
+    @property
+    def seq_len(self) -> int:
+        return max(self.extend_lens)
+
+    def label(self) -> str:
+        return f"cp{self.cp_size} bs{self.bs} seq{self.seq_len}" + (f" b{self.batch}" if self.batch else "")
+
+
+def plan_cells(cfg: SweepConfig) -> list[CellSpec]:
+    """Every cell of the sweep, in cp, bs, seq order (or cp x the one explicit batch, or cp x the batches
+    of a length mix or trace, ``batch`` numbering them)."""
+    if cfg.batches:
+        return [CellSpec(cp, tuple(ext), tuple(pre), i) for cp in cfg.cp_sizes
+                for i, (ext, pre) in enumerate(cfg.batches)]
+    batches = ([tuple(cfg.extend_lens)] if cfg.extend_lens else
+               [(seq,) * bs for bs in cfg.bs_list for seq in cfg.seq_list])
+    return [CellSpec(cp, ext, (cfg.prefix,) * len(ext)) for cp in cfg.cp_sizes for ext in batches]
+
+
+def over_token_budget(cell: CellSpec, max_prefill_tokens: int) -> tuple[str, str] | None:
+    """``("skipped", reason)`` when ``cell``'s batch holds more extend tokens (prefix tokens are cached, not
+    prefilled) than ``max_prefill_tokens`` (0: no cap), else None. SGLang's scheduler builds no prefill
+    batch over its ``--max-prefill-tokens`` (a single longer request runs alone), so such a cell is not a
+    batch an engine would run."""
+    tokens = sum(cell.extend_lens)
+    if not max_prefill_tokens or tokens <= max_prefill_tokens or cell.bs == 1:
+        return None
+    return "skipped", (f"{tokens} extend tokens in one batch > --max-prefill-tokens {max_prefill_tokens}: "
+                       "raise it (0 = no cap) to measure this cell")
+
+
+def omp_threads() -> int | None:
+    """``OMP_NUM_THREADS`` as a positive int, None when unset or not one (OpenMP ignores it then too)."""
+    try:
+        n = int(os.environ.get("OMP_NUM_THREADS", ""))
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
+def cpu_sweep_threads() -> int:
+    """Intra-op threads a CPU sweep uses: ``OMP_NUM_THREADS`` when set, else 1. On an idle 2-core machine
+    two threads ran the default CPU sweep about 1.5x faster, but with another process busy on one core
+    about 7x slower (OpenMP threads waiting on each other); one thread is steady either way. A torchrun
+    launch sets OMP_NUM_THREADS=1 per rank."""
+    return omp_threads() or 1
+
+
+class Runner:
+    """Runs cells, handing each row to ``emit(row)`` on the writer as soon as its cell is measured.
+
+    ``done`` holds row keys (schema.row_key) already on disk; those rows are not measured again.
+    ``group`` says which ranks this process measures (default: every rank here, one after another).
+    With ``cfg.profile`` one eager forward per rank and mode is profiled (torch.profiler) to fill the
+    kernel-count columns; ``trace_dir`` (optional) receives its Chrome trace.
+    """
+
+    def __init__(self, cfg: SweepConfig, emit: Callable[[dict], None], done: set | None = None,
+                 trace_dir: Path | None = None, group: RankGroup | None = None) -> None:
+        self.cfg = cfg
+        self._sink = emit
+        self.done = done or set()
+        self.trace_dir = trace_dir
+        cuda = cfg.device.type == "cuda"
+        self.clock = Clock(cfg.device, read_clock_mhz=(lambda: sm_clock_mhz(cfg.device)) if cuda else None)
+        self.group = group if group is not None else LocalGroup(self.clock.sync)
+        self._kpc: dict = {}  # kernels per call, measured once per (cell, backend, mode)
+        self._inputs: tuple[CellInputs, dict] | None = None  # the current cell's, shared by its backends
+        self.cpu_threads: int | None = None
+        if cfg.device.type == "cpu":
+            torch.set_num_threads(cpu_sweep_threads())
+            self.cpu_threads = torch.get_num_threads()
+        self.backends = {name: get_backend(name) for name in cfg.backends}
+        self.mismatches = 0
+        self.peak_tflops = math.nan  # the run's measured GEMM peak (measure/peak.py), set by the sweep
+        self.times = PhaseTimes()  # where this process's wall time goes (measure/walltime.py)
+
+    # -- rows ------------------------------------------------------------------------------------
+    def emit(self, row: dict) -> None:
+        """Hand a row to the sink and remember its key (so no later status row duplicates it)."""
+        self.done.add(row_key(row))
+        if row.get("status") == "ok":
+            row["gemm_peak_tflops"] = self.peak_tflops
+        if row.get("status") == "mismatch":
+            self.mismatches += 1
+        self._sink(row)
+
+    def base(self, cell: CellSpec, backend: str) -> dict:
+        """Columns shared by every row of ``cell`` on ``backend`` (the key without rank, mode and timing)."""
+        c, g = self.cfg, self.group
+        return dict(schema_version=SCHEMA_VERSION, model=c.model.name, backend=backend, dtype=c.dtype,
+                    launch=g.launch, world_size=g.world_size, seed=c.seed, gather=c.gather, tp_size=c.tp_size,
+                    fused_order=c.fused_order,
+                    cp_size=cell.cp_size, bs=cell.bs, seq_len=cell.seq_len, prefix_len=max(cell.prefix_lens),
+                    extend_lens=",".join(map(str, cell.extend_lens)), batch=cell.batch,
+                    prefix_lens=",".join(map(str, cell.prefix_lens)), page_size=c.model.page_size,
+                    num_layers=c.model.num_layers)
+
+    def ranks(self, cell: CellSpec) -> list[int]:
+        """The CP ranks of ``cell`` this sweep measures (``--ranks``, or all)."""
+        return [r for r in (self.cfg.ranks if self.cfg.ranks is not None else range(cell.cp_size)) if r < cell.cp_size]
+
+    def todo(self, cell: CellSpec, rank: int, backend: str) -> list[tuple[str, str]]:
+        """``(mode, timing)`` pairs of ``rank`` on ``backend`` not yet on disk."""
+        base = self.base(cell, backend)
+        return [(m, t) for m in self.cfg.modes for t in self.cfg.timings
+                if row_key({**base, "rank": rank, "mode": m, "timing": t}) not in self.done]
+
+    def _status_rows(self, cell: CellSpec, backend: str, ranks: list[int], status: str, reason: str,
+                     todo: dict[int, list]) -> list[dict]:
+        base = self.base(cell, backend)
+        return [{**base, "rank": r, "mode": m, "timing": t, "status": status, "reason": reason}
+                for r in ranks for m, t in todo[r]]
+
+    # -- cells -----------------------------------------------------------------------------------
+    def run_cell(self, cell: CellSpec, on_rank: Callable[[], None] = lambda: None) -> None:
+        """Measure every missing row of one cell, on every backend of the sweep in turn (the cell's
+        inputs built once), on the ranks this process owns; the writer emits every process's rows.
+        Never raises for a cell that cannot run (CpbenchInputError propagates)."""
+        self.group.begin_cell(cell.label(), cell.cp_size)
+        self._inputs = None
+        try:
+            for backend in self.backends:
+                self._run_cell_on(cell, backend, on_rank)
+        finally:
+            self._inputs = None
+            if self.cfg.device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    def _run_cell_on(self, cell: CellSpec, backend: str, on_rank: Callable[[], None]) -> None:
+        g = self.group
+        ranks = self.ranks(cell)
+        todo = {r: self.todo(cell, r, backend) for r in ranks}
+        if g.launch != "simulated":  # ranks time together: every rank measures what any rank lacks
+            union = list(dict.fromkeys(x for r in ranks for x in todo[r]))
+            todo = {r: union for r in ranks}
+        mine = [r for r in g.local_ranks(cell.cp_size, ranks) if todo[r]]
+        rows: list[dict] = []
+        if any(todo.values()):
+            rows = self._measure_cell(cell, backend, mine, todo, on_rank)
+        for row in add_cell_columns(g.collect(rows)):
+            self.emit(row)
+        for _ in range(len(ranks) - len(mine) if g.launch == "simulated" else 0):
+            on_rank()  # ranks already on disk
+
+    def _measure_cell(self, cell: CellSpec, backend: str, mine: list[int], todo: dict, on_rank) -> list[dict]:
+        g = self.group
+        ok, reason = eligibility(cell.extend_lens, cell.cp_size, self.cfg.cp_rule)
+        why = (None if ok else ("ineligible", reason)) or over_token_budget(cell, self.cfg.max_prefill_tokens) \
+            or self._unsupported(cell, backend)
+        if why:
+            for _ in mine:
+                on_rank()
+            return self._status_rows(cell, backend, mine, *why, todo)
+        rows: list[dict] = []
+        status, (inputs, shared) = ("ok", ""), (None, {})
+        if mine:
+            try:
+                inputs, shared = self._cell_inputs(cell)
+            except CpbenchInputError:
+                raise
+            except Exception as e:
+                status = ("oom", f"out of memory building or running the cell: {one_line(e)}") if is_oom(e) \
+                    else ("error", one_line(e))
+        status = g.agree_status(status)
+        if status != ("ok", ""):
+            for _ in mine:
+                on_rank()
+            return self._status_rows(cell, backend, mine, *status, todo)
+        geoms = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)
+        for r in mine:
+            try:
+                work = rank_work(inputs, geoms[r], self.cfg.fused_order)
+                rows += measure_rank(self._job(cell, backend, shared, todo[r]), work, g)
+            except CpbenchInputError:
+                raise
+            except Exception as e:  # measure_rank records failures itself; this is a last resort
+                rows += self._status_rows(cell, backend, [r], "oom" if is_oom(e) else "error", one_line(e), todo)
+            on_rank()
+        return rows
+
+    def _cell_inputs(self, cell: CellSpec) -> tuple[CellInputs, dict]:
+        """The cell's inputs and cell-wide metrics, built on first use and kept for the cell's other
+        backends (dropped by :meth:`run_cell`). Raises what building raises (OOM included)."""
+        if self._inputs is None:
+            t_build = time.perf_counter()
+            inputs = build_cell(self.cfg.model, cell.extend_lens, cell.prefix_lens,
+                                page_size=self.cfg.model.page_size, dtype=DTYPES[self.cfg.dtype],
+                                device=self.cfg.device, seed=self.cfg.seed, context_len=self.cfg.context_len,
+                                swa_pool=self.cfg.swa_pool)
+            self._inputs = (inputs, self._cell_metrics(inputs))
+            self.times.add("build", time.perf_counter() - t_build)
+        return self._inputs
+
+    def _job(self, cell: CellSpec, backend: str, shared: dict, todo: list) -> RankJob:
+        c = self.cfg
+        return RankJob(self.backends[backend], self.clock, c.device, c.dtype, self.base(cell, backend), shared, todo,
+                       cell.label(),
+                       warmup=c.warmup, budget_ms=c.budget_ms, rel_ci=c.rel_ci, check=c.check, profile=c.profile,
+                       nvtx=c.nvtx, trace_dir=self.trace_dir, kpc_cache=self._kpc.setdefault((cell, backend), {}),
+                       times=self.times)
+
+    def _unsupported(self, cell: CellSpec, backend: str) -> tuple[str, str] | None:
+        reason = self.backends[backend].supports(self.cfg.device, self.cfg.model, DTYPES[self.cfg.dtype])
+        if reason:
+            return "unsupported", reason
+        if self.cfg.device.type == "cpu":  # the reference on a CPU: refuse what would run for hours
+            why = cpu_refusal(self.cfg.model, cell)
+            if why:
+                return "unsupported", why
+        return None
+
+    def _cell_metrics(self, inputs: CellInputs) -> dict:
+        """Per-cell page-table columns: bytes of every table (the SWA pool's too with --swa-pool) and the
+        time of duplicating all of them (the fused call's cat(t, t) of each)."""
+        tables = [t for t in (inputs.block_tables, inputs.swa_block_tables) if t is not None]
+        swa = inputs.swa_block_tables
+        return dict(page_table_bytes=sum(table_bytes(t) for t in tables),
+                    swa_page_table_bytes=table_bytes(swa) if swa is not None else 0,
+                    kv_cache_bytes=inputs.kv_cache_bytes, context_len=inputs.context_len,
+                    kv_buffers=len(inputs.kv_buffers),
+                    dup_copy_us=time_op_us(lambda: [duplicate_block_tables(t) for t in tables], self.clock))

@@ -1,0 +1,235 @@
+"""A sweep without its user interface: plan cells, open (or resume) the run directory, write the
+manifest, run every cell through a :class:`Runner`, finalize the tables, decide the exit code.
+
+The CLI (``cli.sweep``) adds the progress bar, the summary table and the report. Under torchrun every
+process runs a :class:`Sweep`; only the writer (rank 0) touches the run directory, and it shares the
+plan (cells, rows already on disk) and any input error with the other processes before anything runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Callable
+
+from cpbench.measure.affinity import parse_cpu_list
+from cpbench.kernels.backends import get_backend, resolve_auto
+from cpbench.measure.env import environment
+from cpbench.spec.geometry import eligibility
+from cpbench.measure.peak import gemm_peak
+from cpbench.ranks.group import LocalGroup, RankGroup
+from cpbench.run.runner import (DTYPES, CellSpec, Runner, SweepConfig, cpu_sweep_threads, cpu_tflop_limit,
+                                over_token_budget, plan_cells)
+from cpbench.results.schema import FIXED_ON_RESUME
+from cpbench.results.store import RunDir
+from cpbench.errors import CpbenchInputError
+
+
+def make_config(backend: str, **kw) -> SweepConfig:
+    """A SweepConfig with ``auto`` resolved for ``kw["device"]``; ``backend`` is one name or a
+    comma-separated list (measured on the same cells, in that order; duplicates dropped). Raises
+    CpbenchInputError for an unknown backend."""
+    names = [resolve_auto(kw["device"]) if b == "auto" else b for b in backend.split(",") if b.strip()]
+    for name in names:
+        get_backend(name)  # unknown names fail here, before a directory is made
+    return SweepConfig(backend=",".join(dict.fromkeys(names)), **kw)
+
+
+def check_cells(cfg: SweepConfig, cells: list[CellSpec]) -> None:
+    """Raise CpbenchInputError, before a run directory is made, when no cell could run: the backend cannot
+    run on this device, model and dtype (what ``cpbench doctor`` reports), or no batch is CP-eligible; or
+    when the CPU TFLOP limit is not a number."""
+    for name in cfg.backends:
+        why = get_backend(name).supports(cfg.device, cfg.model, DTYPES[cfg.dtype])
+        if why:
+            raise CpbenchInputError(f"backend {name} cannot run here: {why} (`cpbench doctor` lists the "
+                                    "backends this machine can run)")
+    if cfg.device.type == "cpu":
+        cpu_tflop_limit()
+    rule = cfg.cp_rule
+    if not any(eligibility(c.extend_lens, c.cp_size, rule)[0] for c in cells):
+        c = cells[0]
+        raise CpbenchInputError(f"no cell can run: {eligibility(c.extend_lens, c.cp_size, rule)[1]} "
+                                f"(every batch must pass --cp-min-extend {rule.min_extend})")
+    over = [over_token_budget(c, cfg.max_prefill_tokens) for c in cells]
+    if all(o or not eligibility(c.extend_lens, c.cp_size, rule)[0] for o, c in zip(over, cells)):
+        first = next(o for o in over if o)[1]
+        raise CpbenchInputError(f"no cell can run: {first}" if all(over) else
+                                f"no cell can run: each is not CP-eligible or over the token cap ({first})")
+
+
+class Sweep:
+    """One sweep: ``Sweep.open(...)`` then :meth:`run`, :meth:`finish`, :meth:`exit_code`."""
+
+    def __init__(self, cfg: SweepConfig, cells: list[CellSpec], run: RunDir | None, runner: Runner,
+                 resumed_rows: int, started: float) -> None:
+        self.cfg, self.cells, self.run_dir, self.runner = cfg, cells, run, runner
+        self.resumed_rows = resumed_rows
+        self._t0 = started
+
+    @classmethod
+    def open(cls, cfg: SweepConfig, out, resume: bool, group: RankGroup | None = None,
+             env_extra: dict | None = None) -> "Sweep":
+        """Plan the cells, open the run directory (writer only) and write its manifest.
+
+        Raises:
+            CpbenchInputError: no cell can run, a bad --out, a resume with other options, or a run
+                directory another sweep holds (raised on every process of a launch).
+        """
+        t0 = time.monotonic()
+        group = group or LocalGroup()
+        cells = plan_cells(cfg)
+        run, done, error = None, set(), None
+        if group.writes_rows:
+            try:
+                check_cells(cfg, cells)
+                run = RunDir.create(out, resume)
+                if resume:
+                    check_resume_config(run, cfg, group)
+                    threads = cpu_sweep_threads() if cfg.device.type == "cpu" else None
+                    check_resume_host(run, threads, (env_extra or {}).get("cpu_affinity"))
+                done = run.done_keys()
+            except CpbenchInputError as e:
+                error = str(e)
+                if run is not None:
+                    run.unlock()
+        error, done = group.share((error, sorted(done)))
+        if error:
+            raise CpbenchInputError(error)
+        runner = Runner(cfg, run.append if run is not None else _no_writer, set(map(tuple, done)), group=group)
+        if run is not None:
+            peak = gemm_peak(cfg.device, DTYPES[cfg.dtype])
+            runner.peak_tflops = peak["gemm_tflops"]
+            env = environment(cfg.device)
+            env["gemm_peak"] = peak
+            env.update(getattr(group, "manifest_info", dict)())
+            env.update(env_extra or {})
+            env["timing_method"] = timing_method(cfg, runner.cpu_threads)
+            if runner.cpu_threads is not None:
+                env["cpu_threads"] = runner.cpu_threads
+            run.write_manifest(env, config_dict(cfg, group))
+            runner.times.add("startup", time.monotonic() - t0)
+            run.record_wall_time(time.monotonic() - t0, new_entry=True, phases=runner.times.breakdown(0.0))
+        return cls(cfg, cells, run, runner, len(done), t0)
+
+    def total_ranks(self) -> int:
+        """Rank measurements this process makes in the plan (for a progress bar)."""
+        g = self.runner.group
+        return len(self.cfg.backends) * sum(len(g.local_ranks(c.cp_size, self.runner.ranks(c))) for c in self.cells)
+
+    def run(self, on_cell: Callable[[CellSpec], None] = lambda c: None,
+            on_rank: Callable[[], None] = lambda: None) -> None:
+        """Measure every cell (``on_cell`` before each, ``on_rank`` after each rank)."""
+        for c in self.cells:
+            on_cell(c)
+            self.runner.run_cell(c, on_rank=on_rank)
+            self._record_wall_time()
+
+    def finish(self):
+        """Write the final tables (writer); return the results frame (None on other processes)."""
+        if self.run_dir is None:
+            return None
+        df = self.run_dir.finalize()
+        self._record_wall_time()
+        return df
+
+    def _record_wall_time(self) -> None:
+        if self.run_dir is not None:
+            wall = time.monotonic() - self._t0
+            self.run_dir.record_wall_time(wall, phases=self.runner.times.breakdown(wall))
+
+    def close(self) -> None:
+        if self.run_dir is not None:
+            self.run_dir.unlock()
+
+    def exit_code(self, df, allow_mismatch: bool) -> tuple[int, str]:
+        """``(code, message)``: 2 when no cell could run, 1 on a correctness mismatch (unless
+        ``allow_mismatch``), else 0."""
+        if df is None:
+            return 0, ""
+        if df.empty or not (df["status"].isin(["ok", "mismatch"])).any():
+            reasons = sorted(set(df.get("reason", []))) if not df.empty else []
+            return 2, f"no cell could run: {'; '.join(map(str, reasons))[:300]}"
+        if self.runner.mismatches and not allow_mismatch:
+            return 1, f"{self.runner.mismatches} row(s) failed the correctness check (--allow-mismatch to accept)"
+        return 0, ""
+
+
+def _no_writer(row: dict) -> None:
+    raise RuntimeError("only the writer (rank 0) emits rows")
+
+
+def config_dict(cfg: SweepConfig, group: RankGroup) -> dict:
+    """The manifest's ``config``: every SweepConfig field (model as a dict), plus launch and world_size."""
+    config = {k: (str(v) if k == "device" else v) for k, v in dataclasses.asdict(cfg).items()}
+    config["launch"], config["world_size"] = group.launch, group.world_size
+    return config
+
+
+def check_resume_config(run: RunDir, cfg: SweepConfig, group: RankGroup) -> None:
+    """Raise CpbenchInputError when --resume would mix rows measured under other options
+    (:data:`~cpbench.results.schema.FIXED_ON_RESUME`)."""
+    old = run.read_manifest().get("config", {})
+    # the model last: at another --tp its per-GPU heads differ too, and the message should name tp_size
+    new = {"launch": group.launch, "world_size": group.world_size,
+           **{k: getattr(cfg, k) for k in FIXED_ON_RESUME if k != "model" and hasattr(cfg, k)},
+           "model": dataclasses.asdict(cfg.model)}
+    if isinstance(old.get("model"), dict):  # fields added to ModelSpec later (window_rule) are not in old runs
+        new["model"] = {k: v for k, v in new["model"].items() if k in old["model"]}
+    for key in new:
+        if key in old and json.loads(json.dumps(old[key])) != json.loads(json.dumps(new[key])):
+            was = old[key].get("name", old[key]) if key == "model" and isinstance(old[key], dict) else old[key]
+            raise CpbenchInputError(f"--resume: {run} was measured with a different {key} "
+                                    f"({str(was)[:80]}): resume with the same options or pick another --out")
+    # The rows themselves, in case the manifest was lost or edited: model (its name carries overrides),
+    # backend and dtype must match.
+    rows = run.rows()
+    for key, values in (("model", {cfg.model.name}), ("backend", set(cfg.backends)), ("dtype", {cfg.dtype})):
+        other = sorted({str(r.get(key)) for r in rows} - values)
+        if other:
+            raise CpbenchInputError(f"--resume: {run} holds rows measured with {key} {other[0]!r}, not "
+                                    f"{', '.join(sorted(values))!r}: resume with the same options or pick another --out")
+
+
+def check_resume_host(run: RunDir, cpu_threads: int | None, cpu_affinity: dict | None) -> None:
+    """Raise CpbenchInputError when a resumed CPU sweep would run on another number of intra-op threads,
+    or a sweep under another ``--cpu-affinity``, than the manifest records (its timing method would no
+    longer describe every row). Manifests without the record are not checked."""
+    old = run.read_manifest()
+    was_threads = old.get("cpu_threads")
+    if (cpu_threads is not None and isinstance(was_threads, int) and not isinstance(was_threads, bool)
+            and was_threads > 0 and was_threads != cpu_threads):
+        raise CpbenchInputError(f"--resume: {run} was measured on {was_threads} CPU thread(s), this sweep would "
+                                f"use {cpu_threads}: set OMP_NUM_THREADS={was_threads} or pick another --out")
+    was = old["cpu_affinity"].get("requested") if isinstance(old.get("cpu_affinity"), dict) else None
+    now = (cpu_affinity or {}).get("requested")
+    if "timing_method" in old and _cores(was) != _cores(now):
+        raise CpbenchInputError(f"--resume: {run} was measured with --cpu-affinity {was or '(none)'}, not "
+                                f"{now or '(none)'}: resume with the same option or pick another --out")
+
+
+def _cores(cpu_list) -> tuple | None:
+    """The cores of a recorded ``--cpu-affinity`` list (None: none given, or unreadable as a list)."""
+    if not isinstance(cpu_list, str) or not cpu_list.strip():
+        return None
+    try:
+        return tuple(parse_cpu_list(cpu_list))
+    except CpbenchInputError:
+        return (cpu_list,)  # a hand-edited value: compared as written
+
+
+def timing_method(cfg: SweepConfig, cpu_threads: int | None) -> str:
+    """One sentence of what a sample is, for the manifest and the report."""
+    clock = "CUDA events" if cfg.device.type == "cuda" else "time.perf_counter"
+    graph = " (graph = CUDA graph replay)" if "graph" in cfg.timings else ""
+    layers, warm = cfg.model.num_layers, cfg.warmup
+    sync = "device synchronised before each sample" if cfg.device.type == "cuda" else "one forward at a time"
+    return (f"{clock}, one whole forward ({layers} layer{'' if layers == 1 else 's'}) per sample, {sync}; "
+            f"{warm} warm-up forward{'' if warm == 1 else 's'}; up to ~{cfg.budget_ms:g} ms of samples per variant"
+            f"{f', fewer once the median is known within {100 * cfg.rel_ci:g} % (95 % CI)' if cfg.rel_ci else ''} "
+            f"(>= {5 if cfg.device.type == 'cuda' else 3}"
+            f"{'' if cpu_threads is None else f', {cpu_threads} CPU thread' + ('' if cpu_threads == 1 else 's')}"
+            f"); two-call and fused interleaved "
+            f"ABBA; timings: {', '.join(cfg.timings)}{graph}; setup (metadata, page tables"
+            f"{', plan' if cfg.device.type == 'cuda' else ''}) timed separately on the host")

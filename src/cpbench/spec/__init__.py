@@ -1,0 +1,1 @@
+"""What is measured, as pure integers (no torch): geometry, models, lengths, FLOPs, the work split."""
