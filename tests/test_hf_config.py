@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from cpbench.spec.models import from_hf_config, with_overrides
+from cpbench.spec.hf_config import from_hf_config
+from cpbench.spec.models import with_overrides
 from cpbench.errors import CpbenchInputError
 from clirun import cpbench
 

@@ -133,6 +133,34 @@ def test_mismatch_exit_code(tmp_path, monkeypatch):
                      backend="torch", **kw) == 0
 
 
+def test_a_resume_fails_on_the_mismatch_rows_of_earlier_invocations(tmp_path, monkeypatch, capsys):
+    """The exit code reflects every row of the run directory: a --resume that completes a run with earlier
+    mismatch rows, measuring only rows that pass, still exits 1 (and says how many rows came before)."""
+    real = TorchBackend.prepare
+
+    def broken(self, work, mode):
+        prep = real(self, work, mode)
+        if mode == "fused":
+            fwd = prep.forward
+            prep.forward = lambda: (fwd(), [o.add_(1.0) for o in prep.outputs.values()])
+        return prep
+
+    monkeypatch.setattr(TorchBackend, "prepare", broken)
+    model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=16)
+    kw = dict(model=model, cp_sizes=[2], bs_list=[1], extend_lens=None, prefix=0, ranks=None,
+              modes=["two-call", "fused"], timings=["eager"], budget_ms=5, warmup=0, dtype="fp32", seed=0,
+              check=True, context_len=None, device=torch.device("cpu"), profile=False, backend="torch",
+              out=tmp_path / "run", report=False, console=console)
+    assert run_sweep(resume=False, allow_mismatch=False, seq_list=[64], **kw) == 1
+    monkeypatch.setattr(TorchBackend, "prepare", real)
+    capsys.readouterr()
+    assert run_sweep(resume=True, allow_mismatch=False, seq_list=[64, 128], **kw) == 1
+    assert "2 row(s) failed the correctness check, 2 of them written before this resume" in capsys.readouterr().out
+    rows = read_jsonl(tmp_path / "run" / "results.jsonl")
+    assert {x["status"] for x in rows if x["seq_len"] == 128} == {"ok"}
+    assert run_sweep(resume=True, allow_mismatch=True, seq_list=[64, 128], **kw) == 0
+
+
 def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path):
     out = tmp_path / "run"
     args = ["sweep", "--cp", "2,4", "--bs", "1,2", "--seq", "64,128", "--out", str(out), "--no-report", *TINY,

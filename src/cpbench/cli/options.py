@@ -177,7 +177,8 @@ DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="cuda, cuda:N
 
 def resolve_model(model: str, model_config: Optional[Path], layers, heads, kv_heads, head_dim, window,
                   sinks, page_size):
-    from cpbench.spec.models import from_hf_config, get_preset, with_overrides
+    from cpbench.spec.hf_config import from_hf_config
+    from cpbench.spec.models import get_preset, with_overrides
 
     from dataclasses import replace
 

@@ -284,10 +284,3 @@ def gather_bytes(plan: GatherPlan, num_kv_heads: int, head_dim: int, elem_size: 
     _check_mode(mode)
     return plan.cp_size * plan.max_tokens * num_kv_heads * 2 * head_dim * elem_size
 
-
-def bus_bandwidth_gbps(nbytes: int, world_size: int, us: float) -> float:
-    """Ring all-gather bus bandwidth, GB/s (1e9 bytes/s): ``(n - 1) / n * nbytes / time``, with
-    ``nbytes`` the gathered output size (:func:`gather_bytes`) and ``us`` the time in microseconds."""
-    if world_size < 1 or not us > 0:
-        raise CpbenchInputError(f"need world_size >= 1 and time > 0 us, got {world_size} and {us}")
-    return (world_size - 1) / world_size * nbytes / (us * 1e-6) / 1e9

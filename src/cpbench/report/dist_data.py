@@ -16,6 +16,7 @@ import pandas as pd
 
 from cpbench.results.uncertainty import critical_per_sample
 from cpbench.report.data import cells
+from cpbench.spec.ring import ring_time_us
 
 PHASES = ("gather_us", "kv_write_us", "attn_us", "wait_us")
 CELL = ["model", "backend", "dtype", "timing", "cp_size", "bs", "seq_len", "prefix_len", "extend_lens"]
@@ -90,10 +91,7 @@ def share(df: pd.DataFrame) -> pd.DataFrame:
 def t_gather_us(num_layers: float, cp_size: float, gather_bytes: float, gbps: float) -> float:
     """Estimated all-gather time per forward at link bandwidth ``gbps`` (GB/s = 1e9 B/s), µs:
     ``num_layers * (n-1)/n * gather_bytes / bw`` with n = cp_size and ``gather_bytes`` per layer per rank."""
-    n = float(cp_size)
-    if not n >= 1 or not gbps > 0:
-        return math.nan
-    return float(num_layers) * (n - 1) / n * float(gather_bytes) / (gbps * 1e9) * 1e6
+    return ring_time_us(float(num_layers) * float(gather_bytes), cp_size, gbps)
 
 
 def cell_summary(df: pd.DataFrame) -> pd.DataFrame:

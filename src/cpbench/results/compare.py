@@ -39,7 +39,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from cpbench.results.compare_speedup import speedup_frame
 from cpbench.results.critical_path import flags
+from cpbench.results.keys import canon, numeric_first
 from cpbench.results.schema import CELL_COLUMNS, KEY_COLUMNS, RUN_COLUMNS
 from cpbench.results.store import load_run
 from cpbench.results.verdicts import ratio_verdict
@@ -114,23 +116,6 @@ class CompareResult:
     def exit_code(self) -> int:
         """1 when the gate fails (a regression, or a lost row without ``allow_missing``), else 0."""
         return 1 if self.gate_reasons() else 0
-
-
-def canon(v) -> str:
-    """A key value as text, equal for the same value read from parquet, CSV or JSON lines."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    if isinstance(v, (list, tuple, np.ndarray)):
-        return ",".join(canon(x) for x in v)
-    if isinstance(v, (float, np.floating)) and float(v).is_integer():
-        return str(int(v))
-    return str(v)
-
-
-def numeric_first(col: pd.Series) -> pd.Series:
-    """Sort key for a key column: numbers as numbers (2048 before 16384), anything else as its text."""
-    num = pd.to_numeric(col, errors="coerce")
-    return num if num.notna().all() else col.map(canon)
 
 
 def _keyed(df: pd.DataFrame) -> pd.DataFrame:
@@ -220,8 +205,6 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, fail_above: float = 0.
         allow_missing: rows ok in BASE but not measured in NEW do not fail the gate.
     Raises: CpbenchInputError for a negative or non-finite fail_above, or min_samples < 2.
     """
-    from cpbench.results.compare_speedup import speedup_frame
-
     if not (math.isfinite(fail_above) and fail_above >= 0):
         raise CpbenchInputError(f"--fail-above must be a fraction >= 0 (e.g. 0.05), got {fail_above}")
     if min_samples < 2:

@@ -18,8 +18,8 @@ import math
 
 import pandas as pd
 
-from cpbench.results.compare import canon, numeric_first
 from cpbench.results.critical_path import critical_path
+from cpbench.results.keys import canon, numeric_first
 from cpbench.results.schema import CELL_COLUMNS
 from cpbench.results.verdicts import NO_VERDICT, speedup_verdict
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cpbench.ranks.kv_gather import bus_bandwidth_gbps
 from cpbench.results.uncertainty import critical_per_sample
+from cpbench.spec.ring import bus_bandwidth_gbps
 
 
 def add_cell_columns(rows: list[dict]) -> list[dict]:

@@ -144,15 +144,19 @@ class Sweep:
             self.run_dir.unlock()
 
     def exit_code(self, df, allow_mismatch: bool) -> tuple[int, str]:
-        """``(code, message)``: 2 when no cell could run, 1 on a correctness mismatch (unless
-        ``allow_mismatch``), else 0."""
+        """``(code, message)``: 2 when no cell could run, 1 when any row of the run directory failed the
+        correctness check (unless ``allow_mismatch``), else 0. ``df`` is the whole run directory, so a
+        ``--resume`` that completes a run still fails on the mismatch rows an earlier invocation wrote."""
         if df is None:
             return 0, ""
         if df.empty or not (df["status"].isin(["ok", "mismatch"])).any():
             reasons = sorted(set(df.get("reason", []))) if not df.empty else []
             return 2, f"no cell could run: {'; '.join(map(str, reasons))[:300]}"
-        if self.runner.mismatches and not allow_mismatch:
-            return 1, f"{self.runner.mismatches} row(s) failed the correctness check (--allow-mismatch to accept)"
+        mismatches = int((df["status"] == "mismatch").sum())
+        if mismatches and not allow_mismatch:
+            earlier = mismatches - self.runner.mismatches
+            note = f", {earlier} of them written before this resume" if earlier > 0 else ""
+            return 1, f"{mismatches} row(s) failed the correctness check{note} (--allow-mismatch to accept)"
         return 0, ""
 
 

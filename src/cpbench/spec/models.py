@@ -8,7 +8,6 @@ is ``window_left = w - 1`` (SGLang get_attention_sliding_window_size); ``-1`` me
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from cpbench.errors import CpbenchInputError
 
@@ -85,13 +84,6 @@ def check_page_size(page_size: int) -> int:
         raise CpbenchInputError(
             f"page size {page_size} is not a power of two in 1..256: use e.g. 16, 32 or 64")
     return page_size
-
-
-def from_hf_config(path: str | Path) -> ModelSpec:
-    """Read a local Hugging Face ``config.json`` (see :func:`cpbench.spec.hf_config.from_hf_config`)."""
-    from cpbench.spec.hf_config import from_hf_config as read
-
-    return read(path)
 
 
 SHAPE_FIELDS = ("num_layers", "num_q_heads", "num_kv_heads", "head_dim", "window_left_per_layer", "has_sinks")
