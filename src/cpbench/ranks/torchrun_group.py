@@ -21,8 +21,6 @@ from cpbench.ranks.kv_gather import (allocate_gather_buffers, build_gather_plan,
                                      gather_kv, gather_kv_checked, write_kv)
 from cpbench.ranks.group import Exchange, Status
 
-GATHER_MODES = ("packed", "separate", "none")
-
 
 class TorchrunGroup:
     """This process is global rank ``info.rank`` of ``info.world_size``; it measures CP rank
