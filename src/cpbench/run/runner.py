@@ -61,9 +61,9 @@ def cpu_refusal(model: ModelSpec, cell: CellSpec) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class SweepConfig:
-    """What to measure. Lengths in tokens, budget in ms."""
+    """What to measure, parsed once from the options and never changed after. Lengths in tokens, budget in ms."""
 
     model: ModelSpec
     cp_sizes: list[int]
