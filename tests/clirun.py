@@ -1,5 +1,5 @@
 """Run the cpbench CLI in this process, as ``cpbench ARGS`` would run: ``cpbench.cli.app.main`` on ``sys.argv``,
-so errors go through the same exception table (cli_errors) and exit codes as the installed command.
+so errors go through the same exception table (cli/errors.py) and exit codes as the installed command.
 
 About 100x faster than ``python -m cpbench`` in a subprocess. Use a subprocess only where a real process
 matters (signals, a killed sweep, a missing torch). Process state the CLI touches is put back afterwards:

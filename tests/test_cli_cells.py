@@ -1,5 +1,5 @@
-"""The CLI's shared pieces: the cell options of sweep and profile (cli_cells) and the exception table
-(cli_errors: one line on stderr, exit codes, CPBENCH_DEBUG)."""
+"""The CLI's shared pieces: the cell options of sweep and profile (cli/cells.py) and the exception table
+(cli/errors.py: one line on stderr, exit codes, CPBENCH_DEBUG)."""
 
 import pytest
 

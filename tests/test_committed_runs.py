@@ -95,6 +95,20 @@ def test_report_lists_planned_cells_that_were_not_measured(tmp_path):
     assert "Every cell ran" in (RUNS / "h200-fa3-gpt-oss-120b" / "report.md").read_text()
 
 
+@pytest.mark.parametrize("name", ["h200-fa3-cp2-cp8", "h200x2-fa3-torchrun"])
+def test_a_report_takes_the_critical_path_once(tmp_path, monkeypatch, name):
+    """Charts, tables and summary of one report share one critical-path view (it bootstraps a CI per cell):
+    one computation per report, graph-timing charts and the torchrun sections included."""
+    import cpbench.report.data as data
+
+    calls = []
+    monkeypatch.setattr(data, "critical_path", lambda df: calls.append(len(df)) or critical_path(df))
+    run = tmp_path / name
+    shutil.copytree(RUNS / name, run, ignore=shutil.ignore_patterns("plots", "report.md"))
+    write_report(run)
+    assert len(calls) == 1
+
+
 def test_fmha_v2_vs_fa3_report_answers_per_backend_and_marks_host_bound_cells():
     """The committed H200 run of trtllm-fmha-v2 and fa3 on the same cells: the report opens with the per-backend
     answer, and the host-bound eager cell (bs 1 x 2K) carries its mark and GPU-time ratio in every table."""

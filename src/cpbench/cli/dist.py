@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from datetime import datetime
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Callable, Optional
@@ -94,10 +93,11 @@ class DistOptions:
                                         "cp_size C runs on the first C ranks, so C must divide WORLD_SIZE")
 
 
-def launch_torchrun(opts: DistOptions, cp_sizes, dev, backend: str, out: Optional[str], default_out: str,
+def launch_torchrun(opts: DistOptions, cp_sizes, dev, backend: str, out: Optional[str], kind: str,
                     resume_hint: bool = True) -> int:
     """Check the launch, then re-run this command under torchrun --standalone (one process per GPU);
-    return its exit code (``resume_hint``: the command has --resume, so a failure message offers it)."""
+    return its exit code (``kind``: "" for a sweep, "profile": names the default run directory;
+    ``resume_hint``: the command has --resume, so a failure message offers it)."""
     import torch
 
     from cpbench.ranks.launch import check_launch, run_torchrun
@@ -111,7 +111,9 @@ def launch_torchrun(opts: DistOptions, cp_sizes, dev, backend: str, out: Optiona
     check_launch(nproc, cp_sizes, dev.type, gpus, opts.dist_backend.value, backend)
     argv = list(sys.argv[1:])
     if out is None:  # every rank must agree on the output directory: name it here
-        argv += ["--out", str(Path("runs") / datetime.now().strftime(default_out))]
+        from cpbench.results.store import default_run_dir
+
+        argv += ["--out", str(default_run_dir(kind))]
     return run_torchrun(nproc, argv, resume_hint)
 
 

@@ -2,17 +2,15 @@
 
 The command re-runs itself under Nsight Compute (``--explain-child``): the child runs the rank's
 two-call and fused forwards once each inside NVTX ranges (run/explain.py); ncu profiles only the
-kernels inside them and writes its raw CSV (profiles/ncu.py). The parent groups the kernels into
-attention calls, adds the work split (spec/worksplit.py) and writes ``explain.json``, ``explain.md``
+kernels inside them and writes its raw CSV (profiles/ncu.py). The parent (run/explain.run_under_ncu)
+groups the kernels into attention calls and adds the work split (spec/worksplit.py); this command writes ``explain.json``, ``explain.md``
 (the verdict) and a chart (report/explain_*.py).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -26,8 +24,6 @@ EXPLAIN_EPILOG = ("Examples:  cpbench explain --cp 4 --bs 1 --extend-len 2048 --
                   "cpbench explain --cp 4 --bs 16 --extend-len 2048 --rank 0 --backend trtllm-fmha-v2  |  "
                   "cpbench explain --cp 4 --bs 1 --extend-len 2048 --rank 0 --backend fa2 --timing eager --json")
 EXPLAINED = ("fa2", "fa3", "trtllm-fmha-v2")  # backends whose kernels explain groups into calls (ncu metrics)
-WORK_SPLIT = ("fa2", "fa3")  # ... and those with a work-split model (spec/worksplit.py) beside the metrics
-NCU_TIMEOUT_S = 1800  # one forward per mode under kernel replay: minutes at most; never wait forever
 NO_NCU = ("ncu (Nsight Compute) not found: install Nsight Compute or put ncu on PATH; "
           "`cpbench profile` counts and times kernels without it")
 
@@ -85,7 +81,9 @@ def explain(
 
     cell = CellSpec(cp, cells.batches[0], (cells.prefix,) * len(cells.batches[0]))
     check_out(out, "runs/explain-<time>")
-    run_dir = Path(out) if out else Path("runs") / datetime.now().strftime("explain-%Y%m%d-%H%M%S")
+    from cpbench.results.store import default_run_dir
+
+    run_dir = Path(out) if out else default_run_dir("explain")
     if run_dir.exists() and not run_dir.is_dir():
         raise CpbenchInputError(f"--out {str(run_dir)!r} is a file: pass a directory")
     if explain_child:
@@ -112,11 +110,14 @@ def explain(
     argv = [a for a in sys.argv[1:] if a != "--json"]
     if out is None:
         argv += ["--out", str(run_dir)]
-    rep = run_under_ncu(exe, argv, run_dir, spec, cell, rank, name, timing, fused_order)
+    from cpbench.report.explain_report import build_explain
+    from cpbench.run.explain import run_under_ncu
+
+    rep = build_explain(*run_under_ncu(exe, argv, run_dir, spec, cell, rank, name, timing, fused_order))
     (run_dir / "explain.json").write_text(json.dumps(rep, indent=2, default=str) + "\n", encoding="utf-8")
-    from cpbench.results.store import as_utf8
-    from cpbench.report.explain_report import explain_markdown
     from cpbench.report.explain_chart import explain_chart
+    from cpbench.report.explain_report import explain_markdown
+    from cpbench.results.store import as_utf8
 
     md = explain_markdown(rep)
     (run_dir / "explain.md").write_text(as_utf8(md), encoding="utf-8")
@@ -126,73 +127,3 @@ def explain(
     else:
         c.console.print(md, markup=False, highlight=False, soft_wrap=True)  # no wrapping: the table stays pasteable
         c.console.print(f"report: {run_dir / 'explain.md'}, chart: {run_dir / 'explain.png'}")
-
-
-def run_under_ncu(exe: str, argv: list[str], run_dir: Path, spec, cell, rank: int, backend: str, timing: str,
-                  fused_order: str) -> dict:
-    """Run ``cpbench <argv> --explain-child`` under ncu, read its CSV back and build the report dict.
-    Raises CpbenchInputError when ncu cannot read the counters or the child fails (one line)."""
-    from cpbench.run.explain import CHILD_FILE, explain_label
-    from cpbench.spec.geometry import all_ranks
-    from cpbench.results.schema import MODES
-    from cpbench.spec.worksplit import split_rank
-    from cpbench.report.explain_report import build_explain, call_rows
-    from cpbench.profiles.kernels import ProfileError
-    from cpbench.profiles.ncu import (METRICS, check_ncu_output, group_calls, ncu_argv, parse_ncu_csv, parse_ncu_version,
-                                      tiles_from_kernel_name)
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log = run_dir / "ncu_raw.csv"
-    for stale in (log, run_dir / CHILD_FILE):  # from an earlier run into the same --out
-        stale.unlink(missing_ok=True)
-    child = [sys.executable, "-m", "cpbench", *argv, "--explain-child"]
-    ranges = [explain_label(cell, rank, m, timing) for m in MODES]
-    ver = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
-    try:
-        proc = subprocess.run(ncu_argv(exe, child, ranges, log), capture_output=True, text=True,
-                              timeout=NCU_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise CpbenchInputError(f"ncu did not finish within {NCU_TIMEOUT_S} s: try a smaller cell (--layers, "
-                                "--extend-len) or `cpbench profile`") from None
-    text = proc.stdout + proc.stderr + (log.read_text(encoding="utf-8") if log.exists() else "")
-    (run_dir / "ncu_output.txt").write_text(proc.stdout + proc.stderr, encoding="utf-8")
-    try:
-        check_ncu_output(text)
-    except ProfileError as e:
-        raise CpbenchInputError(str(e)) from None
-    info_path = run_dir / CHILD_FILE
-    if proc.returncode != 0 or not info_path.exists():
-        tail = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()][-1:] or ["no output"]
-        raise CpbenchInputError(f"the profiled child failed under ncu (exit {proc.returncode}): {tail[0][:200]} "
-                                f"(full output: {run_dir / 'ncu_output.txt'})")
-    info = json.loads(info_path.read_text(encoding="utf-8"))
-    try:
-        kernels = parse_ncu_csv(log.read_text(encoding="utf-8"))
-        pats = tuple(info["kernel_patterns"])
-        n2 = len(info["calls"]["two-call"])
-        groups = group_calls(kernels, info["calls"]["two-call"] + info["calls"]["fused"], pats)
-    except ProfileError as e:
-        raise CpbenchInputError(f"{e} (ncu CSV: {log})") from None
-    by_mode = {"two-call": groups[:n2], "fused": groups[n2:]}
-    rows = call_rows(by_mode, list(spec.window_left_per_layer))
-    sms = next((r["sms"] for r in rows if r.get("sms")), None)
-    g = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)[rank]
-    splits = {}
-    for w in (spec.layer_kinds if backend in WORK_SPLIT else ()):  # tile sizes as the profiled kernels' names carry them (first layer of the kind)
-        layer = min(r["layer"] for r in rows if r["window_left"] == w)
-        named = {("fused" if r["call"] == "combined" else r["call"]): tiles_from_kernel_name(r["kernel"])
-                 for r in rows if r["layer"] == layer}
-        splits[w] = {k: v.to_json() for k, v in split_rank(
-            g.actual_seq_q_prev, g.kv_len_prev, g.actual_seq_q_next, g.kv_len_next, fused_order=fused_order,
-            tiles={k: t for k, t in named.items() if t}, backend=backend, num_q_heads=spec.num_q_heads,
-            num_kv_heads=spec.num_kv_heads, head_dim=spec.head_dim, window_left=w, num_sms=int(sms or 132),
-            page_size=spec.page_size).items()}
-        for k, t in named.items():
-            splits[w][k]["tiles_from"] = "kernel name" if t else "default"
-    meta = {"model": spec.name, "backend": backend, "cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
-            "extend_lens": list(cell.extend_lens), "rank": rank, "timing": timing, "fused_order": fused_order,
-            "num_layers": spec.num_layers, "ncu_version": parse_ncu_version(ver.stdout),
-            "metrics": list(METRICS), "sms": sms, "diff_vs_two_call": info.get("diff_vs_two_call"),
-            "max_abs_err": info.get("max_abs_err"),
-            "ncu_csv": str(log)}
-    return build_explain(meta, rows, splits)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -86,12 +85,14 @@ def profile(
         raise CpbenchInputError("--nsys with --launch torchrun is not supported: run nsys around torchrun "
                                 "yourself, or drop --nsys")
     if dist.distributed and not under_torchrun():
-        raise typer.Exit(launch_torchrun(dist, parsed.cp_sizes, dev, name, out, "profile-%Y%m%d-%H%M%S",
+        raise typer.Exit(launch_torchrun(dist, parsed.cp_sizes, dev, name, out, "profile",
                                          resume_hint=False))
     if nsys and find_nsys() is None:
         raise CpbenchInputError("--nsys: nsys not found; install Nsight Systems or put nsys on PATH "
                                 "(`cpbench doctor` shows what is found), or drop --nsys")
-    run_dir = Path(out) if out else Path("runs") / datetime.now().strftime("profile-%Y%m%d-%H%M%S")
+    from cpbench.results.store import default_run_dir
+
+    run_dir = Path(out) if out else default_run_dir("profile")
     if run_dir.exists() and not run_dir.is_dir():
         raise CpbenchInputError(f"--out {str(run_dir)!r} is a file: pass a directory")
     from cpbench.results.store import RunDir

@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from cpbench.cli.options import err_console
 from cpbench.errors import CpbenchInputError
+from cpbench.results.verdicts import MIN_SAMPLES
 
 RunArg = Annotated[Path, typer.Argument(help="Run directory written by `cpbench sweep` (holds results.*).",
                                         show_default=False, metavar="RUN")]
@@ -93,7 +94,7 @@ def compare(
     out: Annotated[Optional[Path], typer.Option(help="Also write the markdown to this file.")] = None,
     seed: Annotated[int, typer.Option(help="Bootstrap seed (results are reproducible for a seed).")] = 0,
     min_samples: Annotated[int, typer.Option(
-        help="Timed samples both rows need before a slowdown can fail the run (raise --budget-ms to get more).")] = 10,
+        help="Timed samples both rows need before a slowdown can fail the run (raise --budget-ms to get more).")] = MIN_SAMPLES,
     allow_missing: Annotated[bool, typer.Option(
         "--allow-missing", help="Rows ok in BASE that NEW did not measure (not ok, or absent) do not fail the gate.")
     ] = False,

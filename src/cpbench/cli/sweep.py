@@ -158,7 +158,7 @@ def sweep(
     if not dist.distributed:
         raise typer.Exit(run_sweep(**kw))
     if not under_torchrun():
-        raise typer.Exit(launch_torchrun(dist, cells.cp_sizes, dev, kw["backend"], out, "%Y%m%d-%H%M%S"))
+        raise typer.Exit(launch_torchrun(dist, cells.cp_sizes, dev, kw["backend"], out, ""))
     raise typer.Exit(run_as_rank(dist, dev, lambda group, device: run_sweep(**{**kw, "device": device}, group=group)))
 
 

@@ -17,7 +17,7 @@ COUNT_COLUMNS = ("attn_kernels", "attn_calls", "comm_kernels", "merge_kernels", 
 
 
 def count_kernels(prep: Prepared, label: str, device: torch.device, trace_dir: Path | None = None,
-                  kpc_cache: dict | None = None, kpc_key=None,
+                  per_call_cache: dict | None = None, per_call_key=None,
                   window_left_per_layer: Sequence[int] | None = None) -> dict:
     """Kernel-count columns of one eager forward (profiles.capture), checked against
     ``layers x attention calls per layer x kernels per call`` where kernels can be told apart by name.
@@ -48,13 +48,13 @@ def count_kernels(prep: Prepared, label: str, device: torch.device, trace_dir: P
            "comm_kernels": c.comm, "gpu_busy_us": c.gpu_busy_us if device.type == "cuda" else math.nan,
            "merge_kernels": c.merge, "fill_kernels": c.fill, "copy_kernels": c.copy,
            "other_kernels": c.other + c.merge + c.fill + c.copy, "kernels": c.kernels, "launches": c.launches}
-    kpc = (kpc_cache or {}).get(kpc_key)
-    if kpc is None:
-        kpc = kernels_per_call(prep.first_attention_call(), prep.kernel_patterns, device) if by_kernel else 1
-        if kpc_cache is not None:
-            kpc_cache[kpc_key] = kpc
-    row["kernels_per_call"] = kpc
-    row["attn_kernels_expected"] = expected_for(prep, kpc)
+    per_call = (per_call_cache or {}).get(per_call_key)
+    if per_call is None:
+        per_call = kernels_per_call(prep.first_attention_call(), prep.kernel_patterns, device) if by_kernel else 1
+        if per_call_cache is not None:
+            per_call_cache[per_call_key] = per_call
+    row["kernels_per_call"] = per_call
+    row["attn_kernels_expected"] = expected_for(prep, per_call)
     if row["attn_kernels"] != row["attn_kernels_expected"]:
         raise RuntimeError(f"counted {row['attn_kernels']} attention kernels, expected "
                            f"{row['attn_kernels_expected']} (layers x calls x kernels/call)")

@@ -50,7 +50,7 @@ class RankJob:
     Attributes:
         base: key and context columns shared by every row of the cell (model, backend, dtype, launch,
             world_size, seed, gather, cp_size, bs, seq_len, prefix_len, extend_lens, page_size, num_layers).
-        shared: cell metrics (page-table bytes, KV-cache bytes, duplication copy µs, ...).
+        cell_metrics: cell metrics (page-table bytes, KV-cache bytes, duplication copy µs, ...).
         todo: ``(mode, timing)`` pairs to measure for this rank.
         label: the cell's label, e.g. ``"cp4 bs1 seq8192"`` (forward labels add rank and mode).
     """
@@ -60,7 +60,7 @@ class RankJob:
     device: torch.device
     dtype: str
     base: dict
-    shared: dict
+    cell_metrics: dict
     todo: list[tuple[str, str]]
     label: str
     warmup: int = 3
@@ -70,7 +70,7 @@ class RankJob:
     profile: bool = True
     nvtx: bool = False
     trace_dir: Path | None = None
-    kpc_cache: dict = field(default_factory=dict)
+    per_call_cache: dict = field(default_factory=dict)
     times: PhaseTimes = field(default_factory=PhaseTimes)  # harness wall time by phase (measure/walltime.py)
 
 
@@ -131,7 +131,7 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         def count(m: str) -> None:
             try:
                 info[m].update(count_kernels(prepared[m], f"{job.label} r{rank} {m}", job.device,
-                                             job.trace_dir, job.kpc_cache, m, work.model.window_left_per_layer))
+                                             job.trace_dir, job.per_call_cache, m, work.model.window_left_per_layer))
             except Exception as e:
                 if is_oom(e):
                     raise
@@ -285,9 +285,9 @@ def _measured_row(job: RankJob, work: RankWork, mode, timing, xs, prep: Prepared
     fused_dup = mode == "fused" and g.cp_size > 1
     row = {**job.base, "fused_order": work.fused_order, "rank": g.rank, "mode": mode, "timing": timing, **stats,
            "samples_us": [round(x, 3) for x in xs], "per_layer_us": med / model.num_layers, "flops": flops,
-           "tflops": flops / (med * 1e-6) / 1e12 if med > 0 else math.nan, **job.shared,
-           "page_table_dup_bytes": 2 * job.shared["page_table_bytes"] if fused_dup else 0,
-           "dup_copy_us": job.shared["dup_copy_us"] if fused_dup else 0.0,
+           "tflops": flops / (med * 1e-6) / 1e12 if med > 0 else math.nan, **job.cell_metrics,
+           "page_table_dup_bytes": 2 * job.cell_metrics["page_table_bytes"] if fused_dup else 0,
+           "dup_copy_us": job.cell_metrics["dup_copy_us"] if fused_dup else 0.0,
            "tokens_logical": g.tokens_logical, "tokens_padded": g.tokens_padded, "max_kv_len": g.max_kv_len,
            "calls_per_layer": prep.calls_per_layer, "steps_per_layer": prep.steps_per_layer,
            "sm_clock_mhz_before": clk0, "sm_clock_mhz_after": clk1,

@@ -1,6 +1,6 @@
 """Nsight Compute (``ncu``): argv for a profiled child, its version, and its raw CSV read back.
 
-Flow (the CLI, ``cli/explain.py``, owns the subprocesses; this module builds argv and parses text)::
+Flow (``run/explain.py`` owns the subprocesses; this module builds argv and parses text)::
 
     exe = find_ncu()                                   # None -> "ncu not found", exit 2
     subprocess.run(ncu_argv(exe, child, ranges, log)) # child wraps each forward in an NVTX range
@@ -228,3 +228,29 @@ def group_calls(kernels: list[dict], calls: list[str], attention_patterns: tuple
 
 __all__ = ["METRICS", "PERMISSION_ERROR", "check_ncu_output", "find_ncu", "group_calls", "ncu_argv",
            "nvtx_include", "nvtx_ranges", "parse_ncu_csv", "parse_ncu_version", "tiles_from_kernel_name"]
+
+
+ATTN_KEYS = ("duration", "grid", "block", "regs", "smem_static", "smem_dynamic", "occupancy_pct", "waves",
+             "sm_pct", "dram_pct", "sms")
+
+
+def attention_call_rows(groups: dict[str, list[dict]], window_left_per_layer: list[int]) -> list[dict]:
+    """One row per attention call: ``mode, layer, window_left, call``, the attention kernel's metrics
+    (:data:`ATTN_KEYS`, duration in µs), ``merge_kernels`` / ``merge_us`` (split-KV merges after it),
+    ``total_us`` (attention + merges) and ``kernel`` (its name).
+
+    ``groups``: mode -> ncu.group_calls output of that mode's forward (calls in layer order)."""
+    rows = []
+    for mode, calls in groups.items():
+        per_layer = len(calls) // max(len(window_left_per_layer), 1)
+        for i, g in enumerate(calls):
+            attn = next(k for k in g["kernels"] if k.get("kind") == "attention")
+            merges = [k for k in g["kernels"] if k.get("kind") == "merge"]
+            layer = i // max(per_layer, 1)
+            row = {"mode": mode, "layer": layer, "window_left": window_left_per_layer[layer], "call": g["call"],
+                   "kernel": attn["name"], **{k: attn.get(k) for k in ATTN_KEYS},
+                   "merge_kernels": len(merges), "merge_us": sum(k.get("duration") or 0.0 for k in merges),
+                   "other_kernels": len(g["kernels"]) - 1 - len(merges)}
+            row["total_us"] = (row["duration"] or 0.0) + row["merge_us"]
+            rows.append(row)
+    return rows

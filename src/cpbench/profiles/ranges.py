@@ -25,7 +25,6 @@ from typing import Callable
 import torch
 
 from cpbench.profiles.forward import ForwardLike
-from cpbench.profiles.kernels import CALL_NAMES  # noqa: F401  (re-exported: the call range names)
 
 try:  # nvtx is a declared dependency, but a broken install must not break profiling
     import nvtx as _nvtx

@@ -23,8 +23,6 @@ from cpbench.ranks.kv_gather import (allocate_gather_buffers, build_gather_plan,
 from cpbench.ranks.group import Exchange, PeerFailure, Status
 from cpbench.errors import CpbenchInputError
 
-GATHER_MODES = ("packed", "separate", "none")
-
 
 class TorchrunGroup:
     """This process is global rank ``info.rank`` of ``info.world_size``; it measures CP rank

@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-from cpbench.results.critical_path import flags
+from cpbench.results.critical_path import flag
 from cpbench.report.style import human_tokens
 from cpbench.report.tables import HOST_MARK, md_table, ms, times, times_ci, verdict
 
@@ -34,7 +34,7 @@ def _fuse_text(c: pd.Series) -> str:
     if c["status"] != "ok" or not math.isfinite(float(c["speedup"])):
         return c["status"] if c["status"] != "ok" else "—"
     text = f"{verdict(c)} {times_ci(c)}"
-    if c["timing"] == "eager" and bool(flags(pd.Series([c.get("host_bound")])).iloc[0]):
+    if c["timing"] == "eager" and flag(c.get("host_bound")):
         text += f" {HOST_MARK} (GPU time {times(c.get('gpu_speedup', math.nan))})"
     return text
 

@@ -10,7 +10,7 @@ import pandas as pd
 from cpbench.results.store import RunDir, load_run
 from cpbench.report.costs import kernels_chart, memory_chart
 from cpbench.report import style
-from cpbench.report.data import groups, on_cpu, prepare
+from cpbench.report.data import groups, on_cpu, one_view, prepare
 from cpbench.report.dist_data import has_phases
 from cpbench.report.gather import gather_share_chart
 from cpbench.report.latency import latency_chart, speedup_heatmap
@@ -135,4 +135,5 @@ def render_all(run_dir: str | Path) -> list[Path]:
     Raises: CpbenchInputError (from ``load_run``): missing directory, no results, other schema version.
     """
     df, manifest = load_run(run_dir)
-    return render_frame(df, RunDir(run_dir).plots, cpu=on_cpu(manifest))
+    with one_view():
+        return render_frame(df, RunDir(run_dir).plots, cpu=on_cpu(manifest))

@@ -10,6 +10,7 @@ import numpy as np
 
 from cpbench.results.compare import CompareResult, cells_of, run_difference
 from cpbench.results.compare_speedup import agreement_line
+from cpbench.results.critical_path import flag
 from cpbench.results.schema import CELL_COLUMNS
 from cpbench.results.verdicts import TIE_BAND
 from cpbench.report.data import on_cpu
@@ -42,7 +43,7 @@ def _rows_table(t) -> str:
     for _, r in t.iterrows():
         v = r["verdict"] if r["verdict"] == "tie" else f"**{r['verdict']}**"
         v += " ⚠ regression" if r["regression"] else ""
-        v += " (host-bound: the launching CPU's time)" if bool(r.get("host_bound", False)) else ""
+        v += " (host-bound: the launching CPU's time)" if flag(r.get("host_bound")) else ""
         rows.append([r[c] for c in cols] + [r["timing"], r["cp_size"], r["bs"], r["seq_len"], r["prefix_len"],
                                             r["rank"], r["mode"], ms(r["base_us"]), ms(r["new_us"]),
                                             f"{r['ratio']:.3f}" if math.isfinite(r["ratio"]) else "—",

@@ -9,12 +9,11 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
-from cpbench.results.schema import CELL_COLUMNS
+from cpbench.results.schema import CELL_COLUMNS, MODES
 from cpbench.report import style
-from cpbench.report.data import pick_timing, ranks_label
+from cpbench.report.data import pick_timing
+from cpbench.results.critical_path import ranks_label
 from cpbench.report.style import MODE_COLOR, no_data, positive
-
-MODES = ("two-call", "fused")
 
 
 def kernel_cell(df: pd.DataFrame) -> pd.DataFrame:

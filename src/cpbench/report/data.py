@@ -1,17 +1,19 @@
 """Shape a results frame for charts and the report (pandas only; no matplotlib, no torch).
 
 ``prepare`` makes any results frame safe to read (missing columns added as NaN, keys normalised);
-``cells`` is the critical-path view (slowest rank per mode) with that rank's p10/p90 added.
+``cells`` is the critical-path view (slowest rank per mode) with that rank's p10/p90 added. Inside
+``one_view()`` (a report: charts, tables and summary read the same rows) each is computed once per frame.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
 
-from cpbench.results.critical_path import critical_path, ranks_label, span_text  # noqa: F401 (re-exported)
+from cpbench.results.critical_path import critical_path
 from cpbench.results.schema import CELL_COLUMNS, COLUMNS
 
 NUMERIC = ["latency_us_median", "latency_us_p10", "latency_us_p90", "latency_us_ci_low",
@@ -30,6 +32,34 @@ VIEW_COLUMNS = list(CELL_COLUMNS) + [
     "p90_fused_us", "context_len", "label", "all_ranks", "ranks_measured", "ranks_label"]
 
 
+_MEMO: dict | None = None  # (function, id(frame)) -> (frame, result), inside one_view() only
+
+
+@contextmanager
+def one_view():
+    """Within the block, :func:`prepare` and :func:`cells` run once per frame object (the critical path
+    bootstraps a CI per cell: once per report, not once per chart). Frames are read-only here."""
+    global _MEMO
+    outer = _MEMO
+    _MEMO = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _MEMO = outer
+
+
+def _memo(fn):
+    def wrapper(df: pd.DataFrame) -> pd.DataFrame:
+        if _MEMO is None:
+            return fn(df)
+        hit = _MEMO.get((fn.__name__, id(df)))
+        if hit is None or hit[0] is not df:
+            hit = _MEMO[(fn.__name__, id(df))] = (df, fn(df))  # the frame is kept, so its id stays its own
+        return hit[1]
+    wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
+    return wrapper
+
+
 def _lens_text(v) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
@@ -38,6 +68,7 @@ def _lens_text(v) -> str:
     return str(v)
 
 
+@_memo
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
     """A copy of a results frame with every documented column present and keys normalised.
 
@@ -105,6 +136,8 @@ def groups(df: pd.DataFrame) -> list[tuple[str, str, str, pd.DataFrame]]:
         return [("", "", "", df)]
     out = []
     keys = list(df.groupby(["model", "backend"], sort=True).groups)
+    if len(keys) == 1:  # the frame itself, so that its critical-path view is shared with the report's
+        return [(*keys[0], "", df)]
     for model, backend in keys:
         suffix = "" if len(keys) == 1 else f"_{model}_{backend}".replace("/", "-").replace(" ", "-")
         out.append((model, backend, suffix, df[(df["model"] == model) & (df["backend"] == backend)]))
@@ -120,6 +153,7 @@ def pick_timing(df: pd.DataFrame, prefer: str = "eager") -> tuple[str, pd.DataFr
     return present[0], df[df["timing"] == present[0]]
 
 
+@_memo
 def cells(df: pd.DataFrame) -> pd.DataFrame:
     """Critical-path view of a prepared frame: one row per cell (``results.critical_path`` columns)
     plus ``p10_<tag>_us`` / ``p90_<tag>_us`` of the slowest rank (tag ``two_call``/``fused``),
@@ -139,6 +173,13 @@ def cells(df: pd.DataFrame) -> pd.DataFrame:
     cp = cp.merge(ctx, on=keys, how="left")
     cp["label"] = [line_label(b, p, s) for b, p, s in zip(cp["bs"], cp["prefix_len"], cp["extend_lens"])]
     return cp.sort_values(["cp_size", "bs", "prefix_len", "seq_len", "extend_lens"]).reset_index(drop=True)
+
+
+def timing_cells(df: pd.DataFrame, timing: str) -> pd.DataFrame:
+    """``cells`` of the rows of one timing, read off the whole frame's view (the critical path is computed
+    per cell, so this is the same frame without a second computation)."""
+    view = cells(df)
+    return view[view["timing"] == timing].reset_index(drop=True) if len(view) else view
 
 
 def ranks_text(a, b) -> str:

@@ -31,7 +31,9 @@ def _num(df: pd.DataFrame, col: str) -> pd.Series:
 
 def torchrun_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Rows of a prepared frame launched one process per rank."""
-    return df[df["launch"] == "torchrun"] if len(df) else df
+    if not len(df) or (df["launch"] == "torchrun").all():
+        return df  # the frame itself: its critical-path view is shared within data.one_view()
+    return df[df["launch"] == "torchrun"]
 
 
 def phase_rows(df: pd.DataFrame) -> pd.DataFrame:

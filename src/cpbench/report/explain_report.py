@@ -10,32 +10,6 @@ from __future__ import annotations
 
 import math
 
-ATTN_KEYS = ("duration", "grid", "block", "regs", "smem_static", "smem_dynamic", "occupancy_pct", "waves",
-             "sm_pct", "dram_pct", "sms")
-
-
-def call_rows(groups: dict[str, list[dict]], window_left_per_layer: list[int]) -> list[dict]:
-    """One row per attention call: ``mode, layer, window_left, call``, the attention kernel's metrics
-    (:data:`ATTN_KEYS`, duration in µs), ``merge_kernels`` / ``merge_us`` (split-KV merges after it),
-    ``total_us`` (attention + merges) and ``kernel`` (its name).
-
-    ``groups``: mode -> ncu.group_calls output of that mode's forward (calls in layer order)."""
-    rows = []
-    for mode, calls in groups.items():
-        per_layer = len(calls) // max(len(window_left_per_layer), 1)
-        for i, g in enumerate(calls):
-            attn = next(k for k in g["kernels"] if k.get("kind") == "attention")
-            merges = [k for k in g["kernels"] if k.get("kind") == "merge"]
-            layer = i // max(per_layer, 1)
-            row = {"mode": mode, "layer": layer, "window_left": window_left_per_layer[layer], "call": g["call"],
-                   "kernel": attn["name"], **{k: attn.get(k) for k in ATTN_KEYS},
-                   "merge_kernels": len(merges), "merge_us": sum(k.get("duration") or 0.0 for k in merges),
-                   "other_kernels": len(g["kernels"]) - 1 - len(merges)}
-            row["total_us"] = (row["duration"] or 0.0) + row["merge_us"]
-            rows.append(row)
-    return rows
-
-
 def _pct(x) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.0f} %"
 
@@ -100,7 +74,7 @@ def layer_verdict(window_left: int, two: list[dict], fused: dict, split: dict | 
 
 def build_explain(meta: dict, rows: list[dict], splits: dict[int, dict]) -> dict:
     """The explain report: ``meta`` (model, backend, cell, rank, timing, fused_order, ncu version,
-    metrics), the call ``rows`` (:func:`call_rows`), ``splits`` (window_left -> launch -> LaunchSplit
+    metrics), the call ``rows`` (profiles.ncu.attention_call_rows), ``splits`` (window_left -> launch -> LaunchSplit
     json) and one verdict per layer kind (:func:`layer_verdict`, first layer of each kind)."""
     verdicts = []
     for w in dict.fromkeys(r["window_left"] for r in rows):

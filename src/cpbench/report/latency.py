@@ -14,8 +14,9 @@ from cpbench.results.verdicts import is_tie
 from cpbench.report import style
 from cpbench.report.data import cells, uniform
 from cpbench.report.style import MODE_LINE, MODE_MARKER, no_data, positive
+from cpbench.results.schema import MODES
 
-MODES = (("two-call", "two_call"), ("fused", "fused"))
+MODE_COLUMNS = tuple((m, m.replace("-", "_")) for m in MODES)  # the mode and its tag in column names
 
 
 def _grid(df: pd.DataFrame) -> tuple[list[str], list[int]]:
@@ -65,7 +66,7 @@ def latency_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
     if drawn:
         handles = [Line2D([], [], color=colors[lab], lw=2, label=lab) for lab in labels]
         handles += [Line2D([], [], color="#333333", ls=MODE_LINE[m], marker=MODE_MARKER[m], label=m)
-                    for m, _ in MODES]
+                    for m, _ in MODE_COLUMNS]
         fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), frameon=False)
     return style.save(fig, out_dir, name)
 
@@ -74,7 +75,7 @@ def _panel(ax, v: pd.DataFrame, colors: dict) -> bool:
     drawn = False
     for lab, g in v.groupby("label", sort=False):
         g = g.sort_values("seq_len")
-        for mode, tag in MODES:
+        for mode, tag in MODE_COLUMNS:
             y = g[f"{tag}_us"].to_numpy(float) / 1e3
             keep = positive(y)
             if not keep.any():

@@ -11,10 +11,10 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from cpbench.report import style
-from cpbench.report.data import cells, pick_timing
+from cpbench.report.data import cells, pick_timing, timing_cells
 from cpbench.report.style import MODE_COLOR, MODE_LINE, MODE_MARKER, no_data, positive
+from cpbench.results.schema import MODES
 
-MODES = ("two-call", "fused")
 # (quantity, timing, line style, marker, legend text)
 QUANTITIES = (("gpu", "eager", "-", "o", "GPU forward, eager"), ("gpu", "graph", "--", "s", "GPU forward, graph"),
               ("setup", None, ":", "^", "host setup (metadata+page table+plan)"),
@@ -108,7 +108,7 @@ def balance_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
     if df.empty:
         return style.empty_chart(out_dir, name, title)
     timing, rows = pick_timing(df, "graph")
-    view = cells(rows)
+    view = timing_cells(df, timing) if len(rows) else cells(rows)
     cps = sorted(set(view["cp_size"])) if len(view) else [0]
     fig, axes = style.new_figure(2, len(cps), height_in=3.0)
     fig.suptitle(f"{title} ({timing})" if timing else title)

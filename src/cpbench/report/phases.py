@@ -17,6 +17,7 @@ from matplotlib.patches import Patch
 from cpbench.report import style
 from cpbench.report.dist_data import representative_cell, stacks
 from cpbench.report.style import MODE_COLOR, no_data
+from cpbench.results.schema import MODES
 
 # (column, legend, colour, hatch): bottom to top in a stack, left to right within a layer of the timeline
 PHASES = (("attn_us", "attention", "#009E73", ""), ("kv_write_us", "KV write", "#CC79A7", ""),
@@ -24,7 +25,6 @@ PHASES = (("attn_us", "attention", "#009E73", ""), ("kv_write_us", "KV write", "
           ("wait_us", "wait in all-gather (for slower ranks)", "#F6D08B", "///"))
 TIMELINE_ORDER = ("wait_us", "gather_own_us", "kv_write_us", "attn_us")  # gather (wait first), KV write, attention
 MAX_FACETS = 12
-MODES = ("two-call", "fused")
 
 
 def _cell_title(c: pd.Series) -> str:

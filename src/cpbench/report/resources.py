@@ -14,8 +14,8 @@ from cpbench.report import style
 from cpbench.report.memory import setup_memory_frame, share_text
 from cpbench.report.style import MODE_LINE, MODE_MARKER, human_bytes, human_tokens, no_data
 from cpbench.report.tables import md_table
+from cpbench.results.schema import MODES
 
-MODES = ("two-call", "fused")
 KEYS = ["model", "backend", "timing", "cp_size", "bs", "seq_len", "prefix_len", "extend_lens"]
 
 

@@ -23,7 +23,8 @@ from cpbench.report.backend_answer import backend_answer
 from cpbench.report.charts import chart_stems, render_frame
 from cpbench.report.costs import kernel_counts
 from cpbench.errors import CpbenchInputError, CpbenchWarning
-from cpbench.report.data import cells, groups, on_cpu, prepare, span_text
+from cpbench.report.data import cells, groups, on_cpu, one_view, prepare
+from cpbench.results.critical_path import span_text
 from cpbench.report.dist_data import sim_vs_real
 from cpbench.report.dist_report import real_cp_section, sim_vs_real_section
 from cpbench.report.precision import precision_section
@@ -275,17 +276,18 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
         check_simulated_pair(df, sim_df, run, Path(simulated))
     plot_dir = RunDir(run).plots
     cpu = on_cpu(manifest)
-    stems = chart_stems(prepare(df), cpu)
-    if replot or any(not (plot_dir / f"{s}.png").exists() for s, *_ in stems):
-        render_frame(df, plot_dir, cpu=cpu)
-    d = prepare(df)
-    sim = _simulated(d, sim_df)
-    if sim is not None:
-        sim_vs_real_chart(d, sim, plot_dir)
-    sim_name = Path(simulated).resolve().name if simulated is not None else ""
-    path = RunDir(run).report
-    path.write_text(as_utf8(render_report(df, manifest, run.resolve().name, plot_dir, sim_df=sim_df,
-                                          sim_name=sim_name)), encoding="utf-8")
+    with one_view():  # the rows are prepared and their critical path computed once for charts and text
+        stems = chart_stems(prepare(df), cpu)
+        if replot or any(not (plot_dir / f"{s}.png").exists() for s, *_ in stems):
+            render_frame(df, plot_dir, cpu=cpu)
+        d = prepare(df)
+        sim = _simulated(d, sim_df)
+        if sim is not None:
+            sim_vs_real_chart(d, sim, plot_dir)
+        sim_name = Path(simulated).resolve().name if simulated is not None else ""
+        path = RunDir(run).report
+        path.write_text(as_utf8(render_report(df, manifest, run.resolve().name, plot_dir, sim_df=sim_df,
+                                              sim_name=sim_name)), encoding="utf-8")
     return path
 
 

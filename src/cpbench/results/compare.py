@@ -13,7 +13,7 @@ Rule (``fail_above`` default 0.05):
   * verdict: :func:`cpbench.results.verdicts.ratio_verdict`, the one tie rule of every cpbench verdict
     (faster / slower when the CI lies below / above 1, tie when it contains 1; without a CI ±TIE_BAND).
   * regression: ratio > 1 + fail_above, the CI lies entirely above 1, and both rows hold at least
-    ``min_samples`` timed samples (default 10): with fewer, the bootstrap CI is too narrow a guide and
+    ``min_samples`` timed samples (default ``verdicts.MIN_SAMPLES``): with fewer, the bootstrap CI is too narrow a guide and
     the row is reported but not gated. The CI covers noise within each run only; noise between runs
     (another process, clocks, a CPU machine) is not in it, so gate on a quiet GPU.
   * lost: a row ``ok`` in BASE that is not ok in NEW (unsupported, error, oom, mismatch, ineligible,
@@ -40,11 +40,11 @@ import pandas as pd
 from scipy import stats
 
 from cpbench.results.compare_speedup import speedup_frame
-from cpbench.results.critical_path import flags
+from cpbench.results.critical_path import flag
 from cpbench.results.keys import canon, numeric_first
 from cpbench.results.schema import CELL_COLUMNS, KEY_COLUMNS, RUN_COLUMNS
 from cpbench.results.store import load_run
-from cpbench.results.verdicts import ratio_verdict
+from cpbench.results.verdicts import MIN_SAMPLES, ratio_verdict
 from cpbench.errors import CpbenchInputError
 
 MISSING = "missing"
@@ -77,7 +77,7 @@ class CompareResult:
     only_new: pd.DataFrame
     not_comparable: pd.DataFrame
     fail_above: float
-    min_samples: int = 10
+    min_samples: int = MIN_SAMPLES
     lost: pd.DataFrame | None = None
     allow_missing: bool = False
     speedups: pd.DataFrame | None = None
@@ -197,7 +197,7 @@ def _n_samples(row: pd.Series, samples: np.ndarray) -> int:
 
 
 def compare_frames(base: pd.DataFrame, new: pd.DataFrame, fail_above: float = 0.05, n_boot: int = 2000,
-                   seed: int = 0, min_samples: int = 10, allow_missing: bool = False) -> CompareResult:
+                   seed: int = 0, min_samples: int = MIN_SAMPLES, allow_missing: bool = False) -> CompareResult:
     """Compare two results frames (see the module docstring for the rule).
 
     Args: fail_above: fraction >= 0 (0.05 = 5%); n_boot: bootstrap resamples; seed: base seed;
@@ -227,7 +227,7 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, fail_above: float = 0.
         recs.append({**{c: br[c] for c in keys}, "base_us": bm, "new_us": nm, "ratio": ratio, "ci_low": lo,
                      "ci_high": hi, "verdict": ratio_verdict(ratio, lo, hi), "regression": bool(slow and enough),
                      "ungated": bool(slow and not enough),
-                     "host_bound": bool(flags(pd.Series([br.get("host_bound"), nr.get("host_bound")])).any())})
+                     "host_bound": flag(br.get("host_bound")) or flag(nr.get("host_bound"))})
     table = pd.DataFrame(recs, columns=keys + ["base_us", "new_us", "ratio", "ci_low", "ci_high", "verdict",
                                                "regression", "ungated", "host_bound"])
     table = table.sort_values(keys, key=numeric_first, kind="stable").reset_index(drop=True) if recs else table
@@ -245,7 +245,7 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, fail_above: float = 0.
 
 
 def compare_runs(base_dir: str | Path, new_dir: str | Path, fail_above: float = 0.05, n_boot: int = 2000,
-                 seed: int = 0, min_samples: int = 10,
+                 seed: int = 0, min_samples: int = MIN_SAMPLES,
                  allow_missing: bool = False) -> tuple[CompareResult, dict, dict]:
     """Load two run directories and compare them: ``(result, base_manifest, new_manifest)``.
 

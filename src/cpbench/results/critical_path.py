@@ -149,7 +149,12 @@ def _gpu_time(g: pd.DataFrame) -> dict:
     return out
 
 
+def flag(value) -> bool:
+    """One boolean read back from parquet/JSON (``host_bound``, ``clock_drop``: bool, 0/1, NaN or None for a
+    row that lacks it) as True/False, a missing value False. The one parser of such columns."""
+    return isinstance(value, (bool, int, float, np.bool_)) and bool(value == 1)
+
+
 def flags(values: pd.Series) -> pd.Series:
-    """A boolean column read back from parquet/JSON (bool, 0/1, NaN or None for rows that lack it) as
-    True/False, missing values False."""
-    return values.map(lambda v: isinstance(v, (bool, int, float, np.bool_)) and bool(v == 1))
+    """:func:`flag` over a column."""
+    return values.map(flag)

@@ -29,6 +29,13 @@ GROWING = ("cp_sizes", "bs_list", "seq_list", "timings", "modes")  # config list
 _WARNED: set[tuple[str, tuple[int, ...]]] = set()
 
 
+
+def default_run_dir(kind: str = "") -> Path:
+    """Where a command writes without --out: ``runs/<YYYYmmdd-HHMMSS>`` for a sweep, ``runs/<kind>-<...>``
+    for ``profile`` and ``explain`` (the one spelling of the default run-directory name)."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / (f"{kind}-{stamp}" if kind else stamp)
+
 class RunDir:
     """A run directory (see the module docstring). ``RunDir(path)`` only names it; :meth:`create`
     makes or reopens one for writing and takes its lock; :meth:`load` reads one."""
@@ -79,7 +86,7 @@ class RunDir:
                 ``resume``, holds other run directories, ``resume`` names a directory without results, or
                 another sweep holds it.
         """
-        d = Path(out) if out else Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S")
+        d = Path(out) if out else default_run_dir()
         run = cls(d)
         if d.exists() and not d.is_dir():
             raise CpbenchInputError(f"--out {str(d)!r} is a file: pass a directory path")

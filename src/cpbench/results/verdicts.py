@@ -20,7 +20,10 @@ TIE_BAND = 0.02
 """Tie band (fraction) used only when a value has no finite 95 % interval."""
 
 NO_VERDICT = "n/a"
-VERDICTS = ("faster", "slower", "tie")
+
+MIN_SAMPLES = 10
+"""Timed samples both rows of a comparison need before a slowdown can count as a regression (the compare
+gate; ``cpbench compare --min-samples``): with fewer, the bootstrap CI is too narrow a guide."""
 
 
 def _f(x) -> float:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -22,8 +24,14 @@ from cpbench.run.runner import DTYPES, CellSpec
 from cpbench.results.schema import MODES
 from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.errors import CpbenchInputError
+from cpbench.profiles.kernels import ProfileError
+from cpbench.profiles.ncu import (METRICS, attention_call_rows, check_ncu_output, group_calls, ncu_argv,
+                                  parse_ncu_csv, parse_ncu_version, tiles_from_kernel_name)
+from cpbench.spec.worksplit import split_rank
 
 CHILD_FILE = "explain_child.json"
+WORK_SPLIT = ("fa2", "fa3")  # backends with a work-split model (spec/worksplit.py) beside the ncu metrics
+NCU_TIMEOUT_S = 1800  # one forward per mode under kernel replay: minutes at most; never wait forever
 
 
 def explain_label(cell: CellSpec, rank: int, mode: str, timing: str) -> str:
@@ -83,7 +91,73 @@ def run_explain_child(model, cell: CellSpec, rank: int, *, backend: str, device:
             "calls": {m: [s.name for layer in p.layers for s in layer if s.kind == "attention"] for m, p in preps.items()},
             "kernel_patterns": list(preps["fused"].kernel_patterns),
             "diff_vs_two_call": None if math.isnan(diff) else diff,
-            "max_abs_err": {m: None if math.isnan(e) else e for m, e in errs.items()}}
+            "max_abs_err": {m: None if math.isnan(e) else e for m, e in errs.items()},
+            "sms": torch.cuda.get_device_properties(device).multi_processor_count}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / CHILD_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return info
+
+
+def run_under_ncu(exe: str, argv: list[str], run_dir: Path, spec, cell, rank: int, backend: str, timing: str,
+                  fused_order: str) -> tuple[dict, list[dict], dict]:
+    """Run ``cpbench <argv> --explain-child`` under ncu and read its CSV back: ``(meta, rows, splits)``, what
+    report.explain_report.build_explain turns into the report. The SM count of the work split is ncu's
+    (``device__attribute_multiprocessor_count``), else the one the child read from its device.
+    Raises CpbenchInputError when ncu cannot read the counters or the child fails (one line)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / "ncu_raw.csv"
+    for stale in (log, run_dir / CHILD_FILE):  # from an earlier run into the same --out
+        stale.unlink(missing_ok=True)
+    child = [sys.executable, "-m", "cpbench", *argv, "--explain-child"]
+    ranges = [explain_label(cell, rank, m, timing) for m in MODES]
+    ver = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+    try:
+        proc = subprocess.run(ncu_argv(exe, child, ranges, log), capture_output=True, text=True,
+                              timeout=NCU_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise CpbenchInputError(f"ncu did not finish within {NCU_TIMEOUT_S} s: try a smaller cell (--layers, "
+                                "--extend-len) or `cpbench profile`") from None
+    text = proc.stdout + proc.stderr + (log.read_text(encoding="utf-8") if log.exists() else "")
+    (run_dir / "ncu_output.txt").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+    try:
+        check_ncu_output(text)
+    except ProfileError as e:
+        raise CpbenchInputError(str(e)) from None
+    info_path = run_dir / CHILD_FILE
+    if proc.returncode != 0 or not info_path.exists():
+        tail = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()][-1:] or ["no output"]
+        raise CpbenchInputError(f"the profiled child failed under ncu (exit {proc.returncode}): {tail[0][:200]} "
+                                f"(full output: {run_dir / 'ncu_output.txt'})")
+    info = json.loads(info_path.read_text(encoding="utf-8"))
+    try:
+        kernels = parse_ncu_csv(log.read_text(encoding="utf-8"))
+        pats = tuple(info["kernel_patterns"])
+        n2 = len(info["calls"]["two-call"])
+        groups = group_calls(kernels, info["calls"]["two-call"] + info["calls"]["fused"], pats)
+    except ProfileError as e:
+        raise CpbenchInputError(f"{e} (ncu CSV: {log})") from None
+    by_mode = {"two-call": groups[:n2], "fused": groups[n2:]}
+    rows = attention_call_rows(by_mode, list(spec.window_left_per_layer))
+    sms = next((r["sms"] for r in rows if r.get("sms")), None) or info.get("sms")
+    if sms is None and backend in WORK_SPLIT:
+        raise CpbenchInputError(f"neither ncu nor the device reported the GPU's SM count (ncu CSV: {log})")
+    g = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)[rank]
+    splits = {}
+    for w in (spec.layer_kinds if backend in WORK_SPLIT else ()):  # tile sizes as the profiled kernels' names carry them (first layer of the kind)
+        layer = min(r["layer"] for r in rows if r["window_left"] == w)
+        named = {("fused" if r["call"] == "combined" else r["call"]): tiles_from_kernel_name(r["kernel"])
+                 for r in rows if r["layer"] == layer}
+        splits[w] = {k: v.to_json() for k, v in split_rank(
+            g.actual_seq_q_prev, g.kv_len_prev, g.actual_seq_q_next, g.kv_len_next, fused_order=fused_order,
+            tiles={k: t for k, t in named.items() if t}, backend=backend, num_q_heads=spec.num_q_heads,
+            num_kv_heads=spec.num_kv_heads, head_dim=spec.head_dim, window_left=w, num_sms=int(sms),
+            page_size=spec.page_size).items()}
+        for k, t in named.items():
+            splits[w][k]["tiles_from"] = "kernel name" if t else "default"
+    meta = {"model": spec.name, "backend": backend, "cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
+            "extend_lens": list(cell.extend_lens), "rank": rank, "timing": timing, "fused_order": fused_order,
+            "num_layers": spec.num_layers, "ncu_version": parse_ncu_version(ver.stdout),
+            "metrics": list(METRICS), "sms": sms, "diff_vs_two_call": info.get("diff_vs_two_call"),
+            "max_abs_err": info.get("max_abs_err"),
+            "ncu_csv": str(log)}
+    return meta, rows, splits

@@ -61,9 +61,9 @@ def cpu_refusal(model: ModelSpec, cell: CellSpec) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class SweepConfig:
-    """What to measure. Lengths in tokens, budget in ms."""
+    """What to measure, parsed once from the options and never changed after. Lengths in tokens, budget in ms."""
 
     model: ModelSpec
     cp_sizes: list[int]
@@ -190,7 +190,7 @@ class Runner:
         cuda = cfg.device.type == "cuda"
         self.clock = Clock(cfg.device, read_clock_mhz=(lambda: sm_clock_mhz(cfg.device)) if cuda else None)
         self.group = group if group is not None else LocalGroup(self.clock.sync)
-        self._kpc: dict = {}  # kernels per call, measured once per (cell, backend, mode)
+        self._kernels_per_call: dict = {}  # kernels per call, measured once per (cell, backend, mode)
         self._inputs: tuple[CellInputs, dict] | None = None  # the current cell's, shared by its backends
         self.cpu_threads: int | None = None
         if cfg.device.type == "cpu":
@@ -279,10 +279,10 @@ class Runner:
                 on_rank()
             return self._status_rows(cell, backend, mine, *why, todo)
         rows: list[dict] = []
-        status, (inputs, shared) = ("ok", ""), (None, {})
+        status, (inputs, cell_metrics) = ("ok", ""), (None, {})
         if mine:
             try:
-                inputs, shared = self._cell_inputs(cell)
+                inputs, cell_metrics = self._cell_inputs(cell)
             except CpbenchInputError:
                 raise
             except Exception as e:
@@ -297,7 +297,7 @@ class Runner:
         for r in mine:
             try:
                 work = rank_work(inputs, geoms[r], self.cfg.fused_order)
-                rows += measure_rank(self._job(cell, backend, shared, todo[r]), work, g)
+                rows += measure_rank(self._job(cell, backend, cell_metrics, todo[r]), work, g)
             except CpbenchInputError:
                 raise
             except Exception as e:  # measure_rank records failures itself; this is a last resort
@@ -318,12 +318,13 @@ class Runner:
             self.times.add("build", time.perf_counter() - t_build)
         return self._inputs
 
-    def _job(self, cell: CellSpec, backend: str, shared: dict, todo: list) -> RankJob:
+    def _job(self, cell: CellSpec, backend: str, cell_metrics: dict, todo: list) -> RankJob:
         c = self.cfg
-        return RankJob(self.backends[backend], self.clock, c.device, c.dtype, self.base(cell, backend), shared, todo,
-                       cell.label(),
+        return RankJob(self.backends[backend], self.clock, c.device, c.dtype, self.base(cell, backend), cell_metrics,
+                       todo, cell.label(),
                        warmup=c.warmup, budget_ms=c.budget_ms, rel_ci=c.rel_ci, check=c.check, profile=c.profile,
-                       nvtx=c.nvtx, trace_dir=self.trace_dir, kpc_cache=self._kpc.setdefault((cell, backend), {}),
+                       nvtx=c.nvtx, trace_dir=self.trace_dir,
+                       per_call_cache=self._kernels_per_call.setdefault((cell, backend), {}),
                        times=self.times)
 
     def _unsupported(self, cell: CellSpec, backend: str) -> tuple[str, str] | None:
