@@ -51,7 +51,7 @@ _COLUMNS = [
     _c("schema_version", "int", "", "results format version", "value"),
     # -- run: identical for every row of a run directory (a resume must keep them) -----------------
     _c("model", "str", "", "preset or config name (overrides appended, e.g. llama-3.1-8b+window4096)", "run", "model"),
-    _c("backend", "str", "torch | fa2 | fa3 | trtllm-gen", "attention backend", "run", "backend"),
+    _c("backend", "str", "torch | fa2 | fa3 | trtllm-fmha-v2 | trtllm-gen", "attention backend", "run", "backend"),
     _c("dtype", "str", "bf16 | fp16 | fp32", "q/k/v dtype", "run", "dtype"),
     _c("launch", "str", " | ".join(LAUNCHES), "ranks in one process one after another, or one process per rank",
        "run", "launch"),
