@@ -2,8 +2,9 @@
 
 A run with at least :data:`MIN_BATCHES` batch sizes at one (cp_size, extend length, prefix) gets this chart:
 x = segments in the fused call (2*bs, log2), left panel the two-call / fused speedup on the critical path
-with its 95 % interval (one line per backend, eager dashed, graph solid), right panel the fused forward's
-latency per segment (µs, log), where a kernel that stalls past some segment count shows as a step.
+with its 95 % interval (one line per backend, eager dashed, graph solid; a host-bound eager cell crossed),
+right panel the fused forward's latency per segment (µs, log), where a kernel that stalls past some segment
+count shows as a step.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
 
 from cpbench.report import style
 from cpbench.report.data import cells
+from cpbench.results.critical_path import flags
 
 MIN_BATCHES = 3
 TIMING_LINE = {"graph": "-", "eager": "--"}
@@ -56,6 +59,7 @@ def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
     fig.suptitle(f"{title}: cp {c0['cp_size']}, {style.human_tokens(c0['seq_len'])} extend tokens per request")
     left, right = axes[0, 0], axes[0, 1]
     backends = sorted(set(axis["backend"]))
+    marked = False
     for i, backend in enumerate(backends):
         color = style.PALETTE[i % len(style.PALETTE)]
         for timing, v in axis[axis["backend"] == backend].groupby("timing"):
@@ -65,6 +69,10 @@ def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
             hi = np.nan_to_num(v["speedup_ci_high"].to_numpy(float) - s, nan=0.0).clip(0)
             style_kw = dict(color=color, ls=TIMING_LINE.get(timing, ":"), marker="o", ms=3.5)
             left.errorbar(x, s, yerr=[lo, hi], capsize=2, label=f"{backend} · {timing}", **style_kw)
+            hb = flags(v["host_bound"]).to_numpy(bool) if "host_bound" in v else np.zeros(len(v), bool)
+            if hb.any():  # the eager ratio of a host-bound cell measures the launching CPU
+                left.plot(x[hb], s[hb], ls="none", marker="x", ms=9, mew=1.6, color="#222222")
+                marked = True
             right.plot(x, v["fused_us"].to_numpy(float) / x, label=f"{backend} · {timing}", **style_kw)
     left.axhline(1.0, color="#555555", lw=0.8)
     left.set_ylabel("two-call / fused (> 1: fused faster)")
@@ -74,5 +82,9 @@ def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
     style.log_y(right)
     for ax in (left, right):
         style.log2_xaxis(ax, axis["segments"], label="segments in the fused call (2·bs)")
-    left.legend(fontsize=7, loc="best")
+    handles, labels = left.get_legend_handles_labels()
+    if marked:
+        handles.append(Line2D([], [], ls="none", marker="x", ms=8, mew=1.6, color="#222222"))
+        labels.append("host-bound (eager: the CPU's launch rate)")
+    left.legend(handles, labels, fontsize=7, loc="best")
     return style.save(fig, out_dir, name)
