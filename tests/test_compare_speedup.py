@@ -120,6 +120,18 @@ def test_compare_names_differences_in_cpu_threads_and_token_cap(tmp_path):
     assert "- ⚠ different --max-prefill-tokens (131072 vs 0)" in cpbench("compare", base, capped).stdout
 
 
+def test_compare_names_options_that_change_every_row(tmp_path):
+    """--swa-pool adds a second page table and --context-len widens every table: rows with the same key
+    then mean different things, and compare says so (the committed H200 pair with and without the SWA pool)."""
+    from pathlib import Path
+
+    runs = Path(__file__).parent.parent / "docs" / "runs"
+    out = cpbench("compare", str(runs / "h200-fmha-v2-default-a"), str(runs / "h200-fmha-v2-swa-pool")).stdout
+    assert "- ⚠ different --swa-pool (False vs True)" in out
+    same = cpbench("compare", str(runs / "h200-fmha-v2-default-a"), str(runs / "h200-fmha-v2-default-b")).stdout
+    assert "⚠ different --" not in same
+
+
 def test_regressions_name_host_bound_rows(tmp_path):
     base_rows = make_rows(latency=speedups(lambda bs, seq: 1.0), seed=1, **SMALL)
     new_rows = make_rows(latency=speedups(lambda bs, seq: 1.0), seed=2, **SMALL)

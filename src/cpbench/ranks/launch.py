@@ -147,7 +147,9 @@ def failure_summary(stderr: str, returncode: int, notes: dict[int, str] | None =
         return f"rank {r}: {text}"
     rank = re.search(r"rank\s*:\s*(\d+)", stderr)
     code = re.search(r"exitcode\s*:\s*(-?\d+)", stderr)
-    errors = [ln.strip() for ln in stderr.splitlines()
+    # torchrun prefixes each rank's lines with "[rankN]: "; the error line is the same after it
+    lines = [re.sub(r"^\[(?:default)?rank\d+\]:\s?", "", ln) for ln in stderr.splitlines()]
+    errors = [ln.strip() for ln in lines
               if ln.startswith("error:") or re.match(r"^\s*[\w.]*(Error|Exception)\b: ", ln)]
     errors = [e.removeprefix("error:").strip() for e in errors if "ChildFailedError" not in e]
     if rank and code:

@@ -4,6 +4,7 @@ NEW, every row, not-comparable and unmatched cells."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -93,6 +94,15 @@ def _speedups_table(f) -> str:
     return (f"_{caption}_\n\n" if caption else "") + md_table(heads, rows) + note
 
 
+# sweep options that change what every row means (its page tables or its cells), with their defaults
+ROW_MEANING = {"swa_pool": False, "context_len": None, "prefix_hit": None, "cp_min_extend": "pr", "cp_min_tokens": 0}
+
+
+def _short(v) -> str:
+    """A recorded option value for one line: ``none`` for None, at most 40 characters."""
+    return "none" if v is None else str(v)[:40]
+
+
 def _hb(r, side: str) -> str:
     """`` †`` when ``side``'s cell was host-bound (its eager speedup is the launching CPU's), else ''."""
     return f" {HOST_MARK}" if bool(r.get(f"{side}_host_bound", False)) else ""
@@ -129,6 +139,11 @@ def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man
         ints = all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2 ** 31 for x in (a, b))
         if ints and a != b:  # hand-edited values that are not counts are not compared
             parts.append(f"- ⚠ different {what} ({a} vs {b}): the runs were not measured alike.")
+    for key, default in ROW_MEANING.items():  # a run made before an option existed ran with its default
+        a, b = ((m.get("config") or {}).get(key, default) for m in (base_man, new_man))
+        if base_man.get("config") and new_man.get("config") and json.dumps(a, default=str) != json.dumps(b, default=str):
+            parts.append(f"- ⚠ different --{key.replace('_', '-')} ({_short(a)} vs {_short(b)}): the rows' page tables "
+                         "or cells differ in meaning, not only in code.")
     if on_cpu(base_man) != on_cpu(new_man) and base_man and new_man:
         parts.append("- ⚠ one run is on a CPU and the other on a GPU: the ratios compare devices, not code.")
     if cpu:
