@@ -61,7 +61,9 @@ def test_the_list_form_takes_the_batch_from_the_options(tmp_path):
     ('[{"rank": 0, "reason": ""}]', "no field to compare"),
     ('{"ranks": [{"rank": 0, "kv_len_prev": [1]}], "seq": [3]}', "unknown key 'seq'"),
     ('{"cp_size": 2, "ranks": [{"rank": 0, "kv_len_prev": [1]}]}', "needs cp_size and extend_seq_lens"),
-    ('[{"rank": 7, "actual_seq_q_prev": [1]}]', "rank 7, outside [0, cp_size=4)"),
+    ('{"cp_size": 4, "extend_seq_lens": [11, 13], "ranks": [{"rank": 7, "actual_seq_q_prev": [1]}]}',
+     "rank 7, outside [0, cp_size=4)"),
+    ('[{"rank": 0, "actual_seq_q_prev": [1]}]', "does not say its batch"),
     ('{"cp_size": 1, "extend_seq_lens": [5], "ranks": [{"rank": 0, "bs": 1}]}', "builds no CP strategy"),
 ])
 def test_malformed_dump_exit_2(tmp_path, content, needle):
@@ -79,3 +81,15 @@ def test_options_that_clash_with_the_dump(tmp_path):
     assert r.returncode == 2 and "drop --json and --rank" in r.stderr
     r = cpbench("geometry", "--check", str(tmp_path / "missing.json"))
     assert r.returncode == 2 and "cannot read --check" in r.stderr
+
+
+def test_a_dump_without_its_batch_needs_the_batch_given(tmp_path):
+    """The list `geometry --json` prints carries no batch: it is never checked against a default one (a dump
+    of extend 20,30 was once compared with 11,13 and reported 28 false differences)."""
+    p = tmp_path / "list.json"
+    p.write_text(cpbench("geometry", "--cp", "4", "--extend-lens", "20,30", "--json").stdout)
+    r = cpbench("geometry", "--check", str(p), "--prefix-lens", "0")
+    assert r.returncode == 2 and "does not say its batch" in r.stderr and "--extend-lens" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    ok = cpbench("geometry", "--check", str(p), "--cp", "4", "--extend-lens", "20,30", "--prefix-lens", "0")
+    assert ok.returncode == 0 and "fields agree" in ok.stdout

@@ -170,11 +170,12 @@ def _is_int(v) -> bool:
 
 
 def resolve_batch(dump: Dump, cp: int | None, extend: list[int] | None, prefix: list[int] | None) -> Batch:
-    """The batch to check ``dump`` against: the dump's own, else the options' (``cp`` default 4, ``extend``
-    default 11,13); ``prefix`` (--prefix-lens) only where the dump gives no prefix.
+    """The batch to check ``dump`` against: the dump's own, else the options' (``--cp`` and ``--extend-lens``
+    both required then); ``prefix`` (--prefix-lens) only where the dump gives no prefix.
 
     Raises:
-        CpbenchInputError: options that clash with the dump's batch; extend_prefix_lens and seq_lens that
+        CpbenchInputError: a dump without its batch and no --cp / --extend-lens; options that clash with the
+            dump's batch; extend_prefix_lens and seq_lens that
             disagree; a compared field needs the prefix and neither the dump nor --prefix-lens gives it;
             a bad batch (geometry.validate_batch).
     """
@@ -188,8 +189,11 @@ def resolve_batch(dump: Dump, cp: int | None, extend: list[int] | None, prefix: 
         if pre is not None and prefix is not None:
             raise CpbenchInputError(f"{dump.source!r} gives the prefix lengths: drop --prefix-lens")
         pre = prefix if pre is None else pre
+    elif cp is None or extend is None:  # never check a dump against a batch nobody gave
+        raise CpbenchInputError(f"{dump.source!r} does not say its batch (cp_size, extend_seq_lens): give --cp and "
+                                "--extend-lens (and --prefix-lens) of the batch it was dumped from")
     else:
-        cp, ext, pre = (4 if cp is None else cp), (extend or [11, 13]), prefix
+        cp, ext, pre = cp, extend, prefix
     if pre is not None and len(pre) == 1 and len(ext) > 1:
         pre = pre * len(ext)
     needs = sorted({k for r in dump.ranks for k, v in r.items() if canonical(k) in NEEDS_PREFIX and v is not None})
