@@ -1,4 +1,4 @@
-"""Backend registry, `auto`, refusal reasons, and the trtllm-gen call's arguments (function patched)."""
+"""Backend registry, `auto`, refusal reasons, and the FlashInfer wrappers' plans (wrappers patched)."""
 
 import json
 import os
@@ -60,50 +60,6 @@ def test_flashinfer_missing_reason(monkeypatch):
     monkeypatch.setitem(sys.modules, "flashinfer", None)  # import fails
     reason = get_backend("fa2").supports(torch.device("cuda"), get_preset("llama-3.1-8b"), torch.bfloat16)
     assert "not installed" in reason and "cpbench[flashinfer]" in reason
-
-
-def _trtllm_calls(monkeypatch, mode):
-    seen = []
-    fake = types.ModuleType("flashinfer.prefill")
-    fake.trtllm_batch_context_with_kv_cache = lambda **kw: seen.append(kw)
-    pkg = types.ModuleType("flashinfer")
-    pkg.prefill = fake
-    monkeypatch.setitem(sys.modules, "flashinfer", pkg)
-    monkeypatch.setitem(sys.modules, "flashinfer.prefill", fake)
-    model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=4)
-    cell = build_cell(model, [11, 13], [8, 14], page_size=4, dtype=torch.bfloat16, device="cpu",
-                      context_len=64)
-    work = rank_work(cell, rank_geometry([11, 13], [8, 14], 4, 0))
-    prep = get_backend("trtllm-gen").prepare(work, mode)
-    prep.forward()
-    return seen, cell
-
-
-def test_trtllm_fused_arguments(monkeypatch):
-    seen, cell = _trtllm_calls(monkeypatch, "fused")
-    assert len(seen) == 2  # 2 layers x 1 call
-    kw = seen[0]
-    assert kw["batch_size"] == 4
-    assert torch.equal(kw["block_tables"], torch.cat([cell.block_tables, cell.block_tables]))
-    assert kw["seq_lens"].tolist() == [10, 16, 19, 27]
-    assert kw["cum_seq_lens_q"].tolist() == [0, 2, 4, 5, 6]
-    assert kw["cum_seq_lens_kv"].tolist() == [0, 10, 26, 45, 72]
-    assert kw["max_q_len"] == 2 and kw["max_kv_len"] == 64
-    assert kw["bmm1_scale"] == 16 ** -0.5 and kw["bmm2_scale"] == 1.0
-    assert [c["window_left"] for c in seen] == [127, -1]
-    assert kw["kv_cache"][0].shape == (cell.num_pages, 2, 4, 16)  # HND view
-    assert kw["sinks"][0].dtype == torch.float32 and kw["out"].shape == kw["query"].shape
-    assert kw["kv_layout"] == "HND"
-
-
-def test_trtllm_two_call_arguments(monkeypatch):
-    seen, cell = _trtllm_calls(monkeypatch, "two-call")
-    assert len(seen) == 4  # 2 layers x (prev, next)
-    prev, nxt = seen[0], seen[1]
-    assert prev["batch_size"] == nxt["batch_size"] == 2
-    assert torch.equal(prev["block_tables"], cell.block_tables) and torch.equal(nxt["block_tables"], cell.block_tables)
-    assert prev["seq_lens"].tolist() == [10, 16] and nxt["seq_lens"].tolist() == [19, 27]
-    assert prev["cum_seq_lens_q"].tolist() == [0, 2, 4] and nxt["cum_seq_lens_kv"].tolist() == [0, 19, 46]
 
 
 class _FakeWrapper:

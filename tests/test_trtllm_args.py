@@ -81,23 +81,25 @@ def test_kv_block_offsets_address_k_and_v_of_one_allocation():
     assert torch.equal(flat[int(off[0, 1, 0])], v[3].reshape(-1)) and torch.equal(flat[int(off[1, 0, 1])], k[5].reshape(-1))
 
 
-def _fmha_v2_calls(monkeypatch, mode):
+def _calls(monkeypatch, backend, mode):
+    """Prepare and run one forward of ``backend`` (2 layers: window, full) with flashinfer's TRT-LLM function
+    replaced by a recorder; returns (the recorded keyword arguments per call, the cell, the forward)."""
     seen = []
     fake = types.ModuleType("flashinfer.prefill")
-    fake.trtllm_fmha_v2_prefill = lambda **kw: seen.append(kw)
+    fake.trtllm_fmha_v2_prefill = fake.trtllm_batch_context_with_kv_cache = lambda **kw: seen.append(kw)
     pkg = types.ModuleType("flashinfer")
     pkg.prefill = fake
     monkeypatch.setitem(sys.modules, "flashinfer", pkg)
     monkeypatch.setitem(sys.modules, "flashinfer.prefill", fake)
     model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=4)
     cell = build_cell(model, EXT, PRE, page_size=4, dtype=torch.bfloat16, device="cpu", context_len=64)
-    prep = get_backend("trtllm-fmha-v2").prepare(rank_work(cell, rank_geometry(EXT, PRE, 4, 0)), mode)
+    prep = get_backend(backend).prepare(rank_work(cell, rank_geometry(EXT, PRE, 4, 0)), mode)
     prep.forward()
     return seen, cell, prep
 
 
 def test_fmha_v2_fused_call_as_the_pr_makes_it(monkeypatch):
-    seen, cell, prep = _fmha_v2_calls(monkeypatch, "fused")
+    seen, cell, prep = _calls(monkeypatch, "trtllm-fmha-v2", "fused")
     assert len(seen) == 2 and prep.calls_per_layer == 1  # 2 layers x 1 call
     kw = seen[0]
     assert kw["input_layout"] == "Q_PAGED_KV_NHD" and kw["batch_size"] == 4
@@ -115,7 +117,7 @@ def test_fmha_v2_fused_call_as_the_pr_makes_it(monkeypatch):
 
 
 def test_fmha_v2_two_call_uses_the_plain_table(monkeypatch):
-    seen, cell, prep = _fmha_v2_calls(monkeypatch, "two-call")
+    seen, cell, prep = _calls(monkeypatch, "trtllm-fmha-v2", "two-call")
     assert len(seen) == 4 and prep.calls_per_layer == 2
     prev, nxt = seen[0], seen[1]
     plain = torch.stack([cell.block_tables, cell.block_tables + cell.num_pages], dim=1)
@@ -123,6 +125,33 @@ def test_fmha_v2_two_call_uses_the_plain_table(monkeypatch):
     assert prev["seq_lens"].tolist() == [10, 16] and nxt["seq_lens"].tolist() == [19, 27]
     assert prev["qkv"][0].shape[0] == 4 and nxt["qkv"][0].shape[0] == 2  # q rows: prev blocks, then next blocks
     assert prev["out"].data_ptr() != nxt["out"].data_ptr()
+
+
+def test_trtllm_gen_fused_arguments(monkeypatch):
+    seen, cell, _ = _calls(monkeypatch, "trtllm-gen", "fused")
+    assert len(seen) == 2  # 2 layers x 1 call
+    kw = seen[0]
+    assert kw["batch_size"] == 4
+    assert torch.equal(kw["block_tables"], torch.cat([cell.block_tables, cell.block_tables]))
+    assert kw["seq_lens"].tolist() == [10, 16, 19, 27]
+    assert kw["cum_seq_lens_q"].tolist() == [0, 2, 4, 5, 6]
+    assert kw["cum_seq_lens_kv"].tolist() == [0, 10, 26, 45, 72]
+    assert kw["max_q_len"] == 2 and kw["max_kv_len"] == 64
+    assert kw["bmm1_scale"] == 16 ** -0.5 and kw["bmm2_scale"] == 1.0
+    assert [c["window_left"] for c in seen] == [127, -1]
+    assert kw["kv_cache"][0].shape == (cell.num_pages, 2, 4, 16)  # HND view
+    assert kw["sinks"][0].dtype == torch.float32 and kw["out"].shape == kw["query"].shape
+    assert kw["kv_layout"] == "HND"
+
+
+def test_trtllm_gen_two_call_arguments(monkeypatch):
+    seen, cell, _ = _calls(monkeypatch, "trtllm-gen", "two-call")
+    assert len(seen) == 4  # 2 layers x (prev, next)
+    prev, nxt = seen[0], seen[1]
+    assert prev["batch_size"] == nxt["batch_size"] == 2
+    assert torch.equal(prev["block_tables"], cell.block_tables) and torch.equal(nxt["block_tables"], cell.block_tables)
+    assert prev["seq_lens"].tolist() == [10, 16] and nxt["seq_lens"].tolist() == [19, 27]
+    assert prev["cum_seq_lens_q"].tolist() == [0, 2, 4] and nxt["cum_seq_lens_kv"].tolist() == [0, 19, 46]
 
 
 def test_fmha_v2_refused_on_cpu_in_one_line(tmp_path):
