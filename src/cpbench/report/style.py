@@ -20,7 +20,7 @@ from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 WIDTH_IN = 9.0  # 9 in at 100 dpi = GitHub's ~900 px column; PNGs are saved at 2x for sharpness
 PNG_DPI = 160
@@ -165,24 +165,20 @@ def bs_colors(bss: Iterable) -> dict:
 
 
 def log_y(ax: Axes, fmt: Callable[[float], str] = lambda v: f"{v:,.0f}" if v >= 1e4 else f"{v:g}") -> None:
-    """Log y axis with plain labels (0.1, 1, 10; 2 and 5 as well when the span is under two decades); a
+    """Log y axis with plain labels (0.1, 1, 10; 2 and 5 as well when the span is two decades or less); a
     linear one when the data span less than a decade (a log axis would carry one or two labels). Call
     after plotting, when the limits are known."""
+    ax.set_yscale("log")  # the span is read from the log autoscale: linear limits may reach down to 0
     lo, hi = ax.get_ylim()
     span = math.log10(hi / lo) if lo > 0 and hi > lo else 0.0
     if span < 1:  # under a decade a log axis gets one or two labels: linear reads better
+        ax.set_yscale("linear")
+        ax.autoscale_view()
         return
-    ax.set_yscale("log")
-
-    def label(v, _pos, minor):
-        if v <= 0:
-            return ""
-        mant = v / 10 ** math.floor(math.log10(v) + 1e-9)
-        nice = (1,) if span > 2 or not minor else (2, 5) if span > 0.7 else (2, 3, 4, 5, 6, 7, 8, 9)
-        return fmt(v) if any(abs(mant - n) < 1e-6 for n in nice) else ""
-
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, p: label(v, p, False)))
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, p: label(v, p, True)))
+    # labelled ticks at 1, 2, 5 x 10^k under two decades (a decade-only axis may show one label), else decades
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if span <= 2 else (1.0,)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: fmt(v) if v > 0 else ""))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def bytes_y(ax: Axes) -> None:
