@@ -3,8 +3,8 @@
 A run with at least :data:`MIN_BATCHES` batch sizes at one (cp_size, extend length, prefix) gets this chart:
 x = segments in the fused call (2*bs, log2), left panel the two-call / fused speedup on the critical path
 with its 95 % interval (one line per backend, eager dashed, graph solid; a host-bound eager cell crossed),
-right panel the fused forward's latency per segment (µs, log), where a kernel that stalls past some segment
-count shows as a step.
+right panel the fused forward's latency per segment (µs; a log axis when it spans a decade), where a kernel
+that stalls past some segment count shows as a step.
 """
 
 from __future__ import annotations
