@@ -1,10 +1,13 @@
 """The torchrun launch's pure parts: argument rewriting, launch validation, derived columns."""
 
+import math
 import statistics
 
 import pytest
 
-from cpbench.results.derived import add_cell_columns
+import pandas as pd
+
+from cpbench.results.derived import derive
 from cpbench.ranks.launch import (check_launch, child_argv, failure_summary, max_cpu_processes, torchrun_argv,
                                   world_size_from_env)
 from cpbench.cli.dist import DistBackend, DistOptions, Launch
@@ -45,8 +48,8 @@ def _row(rank, mode, samples, gather_us):
 
 
 def test_critical_path_is_the_per_sample_maximum_over_ranks():
-    rows = [_row(0, "fused", [10.0, 30.0, 20.0], 5.0), _row(1, "fused", [25.0, 12.0, 21.0], 8.0)]
-    add_cell_columns(rows)
+    rows = derive(pd.DataFrame([_row(0, "fused", [10.0, 30.0, 20.0], 5.0),
+                                _row(1, "fused", [25.0, 12.0, 21.0], 8.0)])).to_dict("records")
     # per-sample max: 25, 30, 21 -> median 25 (the max of the medians would be 21)
     assert rows[0]["critical_us_median"] == rows[1]["critical_us_median"] == 25.0
     assert statistics.median([max(a, b) for a, b in zip([10, 30, 20], [25, 12, 21])]) == 25
@@ -56,9 +59,17 @@ def test_critical_path_is_the_per_sample_maximum_over_ranks():
 
 
 def test_simulated_rows_get_no_cross_rank_columns():
-    rows = [{**_row(0, "fused", [1.0], 1.0), "launch": "simulated"}]
-    add_cell_columns(rows)
-    assert "critical_us_median" not in rows[0] and "wait_us" not in rows[0]
+    rows = derive(pd.DataFrame([{**_row(0, "fused", [1.0], 1.0), "launch": "simulated"}])).to_dict("records")
+    assert math.isnan(rows[0]["critical_us_median"]) and math.isnan(rows[0]["wait_us"])
+
+
+def test_cells_of_other_modes_and_batches_do_not_share_a_critical_path():
+    rows = [_row(0, "fused", [10.0, 30.0, 20.0], 5.0), _row(1, "fused", [25.0, 12.0, 21.0], 8.0),
+            _row(0, "two-call", [40.0, 41.0, 42.0], 1.0), _row(1, "two-call", [50.0, 51.0, 52.0], 2.0),
+            {**_row(0, "fused", [7.0, 7.0, 7.0], 1.0), "bs": 4}, {**_row(1, "fused", [9.0, 9.0, 9.0], 1.0), "bs": 4}]
+    rows = derive(pd.DataFrame([{"bs": 1, **r} for r in rows])).to_dict("records")
+    assert [r["critical_us_median"] for r in rows] == [25.0, 25.0, 51.0, 51.0, 9.0, 9.0]
+    assert [r["wait_us"] for r in rows] == [0.0, 3.0, 0.0, 1.0, 0.0, 0.0]
 
 
 TORCHRUN_FAILURE = """[2026-11-30 21:40:01] torch.distributed.elastic.multiprocessing.api: failed (exitcode: 3)

@@ -8,6 +8,7 @@ import pytest
 from cpbench.kernels.backends.registry import kernel_patterns
 from cpbench.spec.models import get_preset
 from cpbench.results.critical_path import critical_path
+from cpbench.results.derived import derive
 from cpbench.results.store import load_run
 from cpbench.report.run_report import render_report
 from cpbench.profiles.capture import load_trace
@@ -69,8 +70,7 @@ def test_host_bound_cells_are_named_with_their_gpu_time_speedup():
         small = r["seq_len"] == 1024
         # small cells: the GPU is busy for a third of the eager forward (launch-bound)
         r["gpu_busy_us"] = r["latency_us_median"] / (3.0 if small else 1.05) * (1.1 if r["mode"] == "fused" else 1)
-        r["host_bound"] = bool(r["latency_us_median"] > 1.2 * r["gpu_busy_us"])
-    df = pd.DataFrame(rows)
+    df = derive(pd.DataFrame(rows))  # host_bound: eager latency > 1.2 x GPU busy time
     cp = critical_path(df)
     assert list(cp.sort_values("seq_len")["host_bound"]) == [True, False]
     small = cp[cp.seq_len == 1024].iloc[0]

@@ -127,8 +127,10 @@ def test_check_row_reports_unknown_column_and_wrong_type():
     missing = {k: v for k, v in good.items() if k != "launch"}
     assert check_row(missing) == ["key column 'launch' missing"]
     # allowed: NaN in an int column, None anywhere, an int in a float column, a setup_us_* part
-    assert check_row({**good, "n_samples": float("nan"), "tflops": None, "flops": 3,
+    assert check_row({**good, "n_samples": float("nan"), "max_abs_err": None, "flops": 3,
                       "setup_us_custom": 1.0}) == []
+    # a derived column is computed on read (results.derived), never stored
+    assert check_row({**good, "tflops": None}) == ["column 'tflops' is derived on read (results.derived), not stored"]
 
 
 def test_a_stored_v2_frame_without_fused_order_gets_prev_next(tmp_path):

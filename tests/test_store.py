@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from cpbench.results.compare import compare_runs
-from cpbench.results.schema import KEY_COLUMNS, SCHEMA_VERSION, check_row
+from cpbench.results.schema import DERIVED_COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, check_row
 from cpbench.results.store import RunDir, load_run, read_jsonl
 from cpbench.errors import CpbenchInputError
 from clirun import cpbench
@@ -58,7 +58,8 @@ def test_committed_v1_run_loads_migrated(name):
     for r in df.itertuples():  # extend_lens holds what v1 called seq_lens, row for row
         assert r.extend_lens == by_key[(r.cp_size, r.bs, r.seq_len, r.rank, r.mode, r.timing)]
     for r in run.rows():  # the jsonl path migrates the same way, and every migrated row is a valid v2 row
-        assert check_row({k: v for k, v in r.items() if not (isinstance(v, float) and v != v)}) == [], name
+        stored = {k: v for k, v in r.items() if k not in DERIVED_COLUMNS and not (isinstance(v, float) and v != v)}
+        assert check_row(stored) == [], name  # (v1 stored some derived columns; a reader recomputes them)
     assert "seq_lens" not in manifest["config"]  # a v1 config key is read as extend_lens
     ok = df[df["status"] == "ok"]
     assert len(ok) and (ok["latency_us_median"] > 0).all()
@@ -138,7 +139,7 @@ def test_lock_held_in_this_process_refuses_a_sweep(tmp_path):
     out = tmp_path / "run"
     held = RunDir.create(out, resume=False)
     try:
-        RunDir(out).append({"schema_version": SCHEMA_VERSION, "status": "ok"})
+        RunDir(out).append(_row(0))
         before = (out / "results.jsonl").read_bytes()
         r = cpbench(*_sweep(out, "--seq", "32", "--budget-ms", "5"))
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -165,7 +166,11 @@ def test_resume_of_a_v1_run_is_refused_in_one_line(tmp_path):
 
 # -- torn last line -----------------------------------------------------------------------------------
 def _row(i):
-    return {"schema_version": SCHEMA_VERSION, "rank": i, "mode": "fused", "status": "ok", "latency_us_median": 1.5 * i}
+    """A minimal valid row (every key column) of rank ``i``."""
+    return {"schema_version": SCHEMA_VERSION, "model": "m", "backend": "torch", "dtype": "fp32", "launch": "simulated",
+            "world_size": 1, "gather": "none", "fused_order": "prev-next", "tp_size": 1, "timing": "eager",
+            "cp_size": 4, "bs": 1, "seq_len": 32, "prefix_len": 0, "extend_lens": "32", "batch": 0,
+            "rank": i, "mode": "fused", "status": "ok", "latency_us_median": 1.5 * i}
 
 
 def test_append_after_a_torn_last_line_keeps_every_row(tmp_path):
@@ -181,19 +186,28 @@ def test_append_after_a_torn_last_line_keeps_every_row(tmp_path):
     lines = after.decode().splitlines()
     assert [json.loads(x)["rank"] for x in lines] == [0, 1, 2, 3]  # every line parses, no row lost
     # rows come back as written, with the columns added within schema 2 filled in
-    assert run.rows() == [{**_row(i), "tp_size": 1, "batch": 0, "prefix_lens": "", "fused_order": "prev-next"}
-                          for i in range(4)]
+    assert run.rows() == [{**_row(i), "prefix_lens": "0"} for i in range(4)]
 
 
 def test_append_after_a_torn_first_line_and_nan(tmp_path):
     run = RunDir(tmp_path)
     run.results.write_bytes(b'{"schema_ver')  # killed while writing the first row
-    run.append({**_row(0), "tflops": float("nan")})
-    assert run.results.read_text() == json.dumps({**_row(0), "tflops": None}) + "\n"  # NaN stored as null
+    run.append({**_row(0), "max_abs_err": float("nan")})
+    assert run.results.read_text() == json.dumps({**_row(0), "max_abs_err": None}) + "\n"  # NaN stored as null
     run.append(_row(1))
     assert [r["rank"] for r in run.rows()] == [0, 1]
     df = run.finalize()
     assert len(df) == 2 and pd.read_parquet(run.parquet)["rank"].tolist() == [0, 1]
+
+
+def test_append_refuses_a_row_that_breaks_the_schema(tmp_path):
+    run = RunDir(tmp_path)
+    for bad, why in (({**_row(0), "tflops": 1.0}, "column 'tflops' is derived on read"),
+                     ({**_row(0), "cp_size": "4"}, "cp_size='4' is not int"),
+                     ({k: v for k, v in _row(0).items() if k != "rank"}, "key column 'rank' missing")):
+        with pytest.raises(ValueError, match=why):
+            run.append(bad)
+    assert not run.results.exists()  # nothing written
 
 
 def test_out_into_a_directory_of_other_runs_is_refused(tmp_path):

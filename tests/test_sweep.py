@@ -18,7 +18,7 @@ import torch
 from cpbench.kernels.backends.torch_ref import TorchBackend
 from cpbench.spec.models import get_preset, with_overrides
 from cpbench.results.critical_path import critical_path
-from cpbench.results.schema import KEY_COLUMNS
+from cpbench.results.schema import DERIVED_COLUMNS, KEY_COLUMNS
 from cpbench.results.store import RunDir, _union, load_run, read_jsonl
 from cpbench.cli.options import console
 from cpbench.cli.sweep import run_sweep
@@ -36,8 +36,10 @@ def test_sweep_writes_run_directory(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     for name in ("results.jsonl", "results.parquet", "results.csv", "manifest.json"):
         assert (out / name).stat().st_size > 0
-    df = pd.read_parquet(out / "results.parquet")
+    df, _ = load_run(out)  # the stored measurements with the derived columns
     assert len(df) == 2 * (2 + 4) * 2  # bs x ranks(cp2 + cp4) x modes (eager only on CPU)
+    stored = pd.read_parquet(out / "results.parquet")
+    assert not set(DERIVED_COLUMNS) & set(stored) and len(stored) == len(df)  # derived on read, never stored
     assert set(df["status"]) == {"ok"}
     assert (df["n_samples"] >= 3).all() and df["samples_us"].map(len).eq(df["n_samples"]).all()
     fused = df[df["mode"] == "fused"]

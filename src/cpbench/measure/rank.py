@@ -38,9 +38,6 @@ from cpbench.errors import CpbenchInputError, one_line
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 OK: Status = ("ok", "")
-# an eager forward whose latency exceeds its GPU busy time by this factor is launch-bound: its latency
-# measures how fast the host enqueues work (cf. docs/design.md §4)
-HOST_BOUND_RATIO = 1.2
 
 
 @dataclass
@@ -279,26 +276,21 @@ def forward_label(cell_label: str, rank: int, mode: str, timing: str = "eager") 
 
 def _measured_row(job: RankJob, work: RankWork, mode, timing, xs, prep: Prepared, info, flops, clk0, clk1,
                   phases: dict) -> dict:
-    g, model = work.geometry, work.model
+    g = work.geometry
     stats = summarize(xs)
     med = stats["latency_us_median"]
     fused_dup = mode == "fused" and g.cp_size > 1
     row = {**job.base, "fused_order": work.fused_order, "rank": g.rank, "mode": mode, "timing": timing, **stats,
-           "samples_us": [round(x, 3) for x in xs], "per_layer_us": med / model.num_layers, "flops": flops,
-           "tflops": flops / (med * 1e-6) / 1e12 if med > 0 else math.nan, **job.cell_metrics,
-           "page_table_dup_bytes": 2 * job.cell_metrics["page_table_bytes"] if fused_dup else 0,
+           "samples_us": [round(x, 3) for x in xs], "flops": flops, **job.cell_metrics,
            "dup_copy_us": job.cell_metrics["dup_copy_us"] if fused_dup else 0.0,
            "tokens_logical": g.tokens_logical, "tokens_padded": g.tokens_padded, "max_kv_len": g.max_kv_len,
            "calls_per_layer": prep.calls_per_layer, "steps_per_layer": prep.steps_per_layer,
-           "sm_clock_mhz_before": clk0, "sm_clock_mhz_after": clk1,
-           "clock_drop": bool(clk0 > 0 and clk1 < 0.9 * clk0), **info, **phases}
+           "sm_clock_mhz_before": clk0, "sm_clock_mhz_after": clk1, **info, **phases}
     if timing == "graph":  # kernels and layer times come from the profiled eager forward (no ranges in a graph)
         for k in COUNT_COLUMNS:
             row[k] = math.nan
         for k in KIND_COLUMNS.values():
             row.pop(k, None)
-    busy = row.get("gpu_busy_us", math.nan)
-    row["host_bound"] = bool(timing == "eager" and busy > 0 and med > HOST_BOUND_RATIO * busy)
     tol = checks.TOLERANCE[DTYPES[job.dtype]]
     err = row.get("max_abs_err", math.nan)
     diff = row.get("diff_vs_two_call", 0.0)

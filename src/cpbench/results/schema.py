@@ -30,8 +30,8 @@ class Column:
         unit: unit or allowed values, e.g. ``"µs"``, ``"bytes"``, ``"tokens"``.
         doc: what it holds.
         role: ``"run"`` (one value per run: part of the row key, fixed on --resume), ``"cell"`` (part of
-            the key, identifies the cell), ``"row"`` (part of the key, rank/mode within a cell) or
-            ``"value"`` (measured or derived).
+            the key, identifies the cell), ``"row"`` (part of the key, rank/mode within a cell),
+            ``"value"`` (measured, stored) or ``"derived"`` (computed on read by results.derived, never stored).
         option: the sweep option (SweepConfig field) a ``"run"`` column comes from.
     """
 
@@ -87,10 +87,10 @@ _COLUMNS = [
     _c("stop_reason", "str", "precision | time budget | max samples", "why sampling stopped (--rel-ci, --budget-ms)"),
     _c("ci_rel_width", "float", "", "width of the median's 95% CI / median when sampling stopped"),
     _c("samples_us", "list", "µs", "every raw sample, in the agreed ABBA order"),
-    _c("per_layer_us", "float", "µs", "latency_us_median / num_layers"),
+    _c("per_layer_us", "float", "µs", "latency_us_median / num_layers", "derived"),
     _c("flops", "float", "FLOP", "per forward, from per-segment causal (windowed) areas"),
-    _c("tflops", "float", "TFLOP/s", "flops / latency_us_median"),
-    _c("gemm_peak_tflops", "float", "TFLOP/s", "the run's measured matmul peak (manifest gemm_peak: n×n×n matmuls, n = 8192 on a GPU)"),
+    _c("tflops", "float", "TFLOP/s", "flops / latency_us_median", "derived"),
+    _c("gemm_peak_tflops", "float", "TFLOP/s", "the run's measured matmul peak (manifest gemm_peak: n×n×n matmuls, n = 8192 on a GPU)", "derived"),
     _c("host_launch_us", "float", "µs", "median host time to enqueue one forward inside the timed samples (graph: one replay; NaN on CPU)"),
     _c("setup_us_metadata", "float", "µs", "host setup: metadata"),
     _c("setup_us_page_table", "float", "µs", "host setup: page tables"),
@@ -118,7 +118,7 @@ _COLUMNS = [
        "pool's [bs, W] with --swa-pool"),
     _c("swa_page_table_bytes", "int", "bytes", "bytes of the SWA pool's table [bs, W] (--swa-pool; else 0)"),
     _c("page_table_dup_bytes", "int", "bytes", "bytes of the row-duplicated [2*bs, W] tables, both with "
-       "--swa-pool (fused only)"),
+       "--swa-pool (fused only)", "derived"),
     _c("dup_copy_us", "float", "µs", "measured time of cat(t, t) of every page table (fused only)"),
     _c("kv_cache_bytes", "int", "bytes", "one layer's K+V cache"),
     _c("kv_buffers", "int", "", "distinct KV caches the layers rotate through"),
@@ -132,7 +132,7 @@ _COLUMNS = [
     _c("diff_vs_two_call", "float", "", "max |fused - two-call| output (fused rows)"),
     _c("sm_clock_mhz_before", "float", "MHz", "SM clock before timing (NaN: unknown)"),
     _c("sm_clock_mhz_after", "float", "MHz", "SM clock after timing"),
-    _c("clock_drop", "bool", "", "SM clock fell by more than 10% while timing"),
+    _c("clock_drop", "bool", "", "SM clock fell by more than 10% while timing", "derived"),
     _c("sm_clock_mhz_min", "float", "MHz", "lowest SM clock read after a timed sample (NaN: unknown)"),
     _c("sm_clock_mhz_max", "float", "MHz", "highest SM clock read after a timed sample"),
     _c("attn_kernels", "float", "", "attention kernels per forward (GPU executions; torch backend: calls)"),
@@ -149,7 +149,7 @@ _COLUMNS = [
     _c("gpu_busy_us", "float", "µs", "GPU busy time of the profiled eager forward (union of kernel, memset and "
        "memcpy intervals; NaN on CPU)"),
     _c("host_bound", "bool", "", "eager row whose median latency exceeds 1.2 x its GPU busy time: it measures "
-       "how fast the host launches"),
+       "how fast the host launches", "derived"),
     _c("trace", "str", "path", "Chrome trace of the profiled forward"),
     # -- torchrun launches: per-rank phases, medians of 3 separately timed eager forwards (sums over layers)
     _c("gather_us", "float", "µs", "the gather step per forward: pack, all_gather_into_tensor, strip and reorder "
@@ -157,11 +157,11 @@ _COLUMNS = [
     _c("kv_write_us", "float", "µs", "writing the gathered K|V into the paged pool, per forward"),
     _c("attn_us", "float", "µs", "attention calls per forward"),
     _c("wait_us", "float", "µs", "gather_us minus the cell's smallest gather_us: time spent waiting in the "
-       "all-gather for slower ranks"),
+       "all-gather for slower ranks", "derived"),
     _c("gather_bytes", "int", "bytes", "bytes each rank receives per layer (all ranks' padded K|V)"),
     _c("bus_gbps", "float", "GB/s", "(n-1)/n * gather_bytes * num_layers / the cell's smallest gather_us: a lower "
-       "bound of the link's bus bandwidth (the step includes packing and reordering)"),
-    _c("critical_us_median", "float", "µs", "median over samples of the per-sample maximum over ranks"),
+       "bound of the link's bus bandwidth (the step includes packing and reordering)", "derived"),
+    _c("critical_us_median", "float", "µs", "median over samples of the per-sample maximum over ranks", "derived"),
     # -- workloads: tensor parallelism, length mixes and traces, per-layer-kind times -------------------
     _c("tp_size", "int", "GPUs", "attention tensor parallelism: the row measures one GPU's heads "
        "(q heads / tp_size, max(1, kv heads / tp_size))", "run", "tp_size"),
@@ -177,6 +177,7 @@ COLUMNS: dict[str, Column] = {c.name: c for c in _COLUMNS}
 RUN_COLUMNS = tuple(c.name for c in _COLUMNS if c.role == "run")
 CELL_COLUMNS = RUN_COLUMNS + tuple(c.name for c in _COLUMNS if c.role == "cell")
 KEY_COLUMNS = CELL_COLUMNS + tuple(c.name for c in _COLUMNS if c.role == "row")
+DERIVED_COLUMNS = tuple(c.name for c in _COLUMNS if c.role == "derived")  # computed on read (results.derived)
 # sweep options a resumed sweep must keep: the run columns' options, plus options that change every
 # row's meaning without being a column of their own
 FIXED_ON_RESUME = tuple(c.option for c in _COLUMNS if c.option) + ("prefix", "context_len", "check", "batches",
@@ -232,13 +233,16 @@ def add_defaults(row: dict) -> dict:
 
 
 def check_row(row: dict) -> list[str]:
-    """Problems of a row against the schema (unknown columns, wrong types, unknown status), [] if none.
-    The runner's rows must pass this (a test checks every emitted row)."""
+    """Problems of a row to be stored, against the schema (unknown columns, derived columns, wrong types,
+    unknown status, missing key columns), [] if none. ``RunDir.append`` refuses a row with problems."""
     problems = []
     for k, v in row.items():
         col = COLUMNS.get(k)
         if col is None and not k.startswith("setup_us_"):
             problems.append(f"unknown column {k!r}")
+            continue
+        if col is not None and col.role == "derived":
+            problems.append(f"column {k!r} is derived on read (results.derived), not stored")
             continue
         if v is None or col is None:
             continue

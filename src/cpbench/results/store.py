@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from cpbench.results.schema import SCHEMA_VERSION, V2_DEFAULTS, migrate_row, row_key
+from cpbench.results.derived import derive
+from cpbench.results.schema import SCHEMA_VERSION, V2_DEFAULTS, check_row, migrate_row, row_key
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 
 GROWING = ("cp_sizes", "bs_list", "seq_list", "timings", "modes")  # config lists a resume may extend
@@ -143,7 +144,15 @@ class RunDir:
     # -- rows ----------------------------------------------------------------------------------------
     def append(self, row: dict) -> None:
         """Append one row to ``results.jsonl`` and fsync it. A torn last line (a kill mid-write) is cut
-        off first, so the new row starts its own line."""
+        off first, so the new row starts its own line.
+
+        Raises:
+            ValueError: the row breaks the schema (``schema.check_row``: an unknown or derived column, a
+                wrong type, a missing key column); nothing is written.
+        """
+        problems = check_row(row)
+        if problems:
+            raise ValueError(f"row not written, it breaks the results schema: {'; '.join(problems[:5])}")
         with open(self.results, "ab+") as f:
             f.seek(0, os.SEEK_END)
             if f.tell():
@@ -169,8 +178,10 @@ class RunDir:
         return {row_key(r) for r in self.rows() if r.get("status") != "skipped"}
 
     def finalize(self) -> pd.DataFrame:
-        """Deduplicate ``results.jsonl`` and write ``results.parquet`` / ``results.csv``; return the frame."""
-        return self.write_tables(self.latest_rows())
+        """Deduplicate ``results.jsonl`` and write ``results.parquet`` / ``results.csv`` (what was measured);
+        return the frame with the derived columns (:func:`~cpbench.results.derived.derive`), as :meth:`load` would."""
+        df = self.write_tables(self.latest_rows())
+        return derive(df, self.read_manifest()) if not df.empty else df
 
     def write_tables(self, rows: list[dict]) -> pd.DataFrame:
         """Write ``rows`` as ``results.parquet`` and ``results.csv`` (samples as a JSON list in the CSV)."""
@@ -226,7 +237,8 @@ class RunDir:
 
     # -- reading -------------------------------------------------------------------------------------
     def load(self) -> tuple[pd.DataFrame, dict]:
-        """``(results frame, manifest)``, rows migrated to the current schema.
+        """``(results frame, manifest)``, rows migrated to the current schema and the derived columns
+        computed (:func:`~cpbench.results.derived.derive`).
 
         Reads ``results.parquet``, or ``results.jsonl`` (deduplicated, last wins) when there is no
         parquet or the jsonl holds rows the parquet lacks (an interrupted sweep; a CpbenchWarning says so).
@@ -261,7 +273,7 @@ class RunDir:
         if df.empty:
             raise CpbenchInputError(f"{str(d)!r} holds no result rows")
         _check_versions(d, df)
-        return df, manifest
+        return derive(df, manifest), manifest
 
 
 def as_utf8(text: str) -> str:

@@ -18,7 +18,6 @@ from typing import Callable
 import torch
 
 from cpbench.kernels.backends import get_backend
-from cpbench.results.derived import add_cell_columns
 from cpbench.spec.eligibility import CpRule, parse_rule
 from cpbench.measure.env import sm_clock_mhz
 from cpbench.spec.flops import forward_flops
@@ -198,15 +197,12 @@ class Runner:
             self.cpu_threads = torch.get_num_threads()
         self.backends = {name: get_backend(name) for name in cfg.backends}
         self.mismatches = 0
-        self.peak_tflops = math.nan  # the run's measured GEMM peak (measure/peak.py), set by the sweep
         self.times = PhaseTimes()  # where this process's wall time goes (measure/walltime.py)
 
     # -- rows ------------------------------------------------------------------------------------
     def emit(self, row: dict) -> None:
         """Hand a row to the sink and remember its key (so no later status row duplicates it)."""
         self.done.add(row_key(row))
-        if row.get("status") == "ok":
-            row["gemm_peak_tflops"] = self.peak_tflops
         if row.get("status") == "mismatch":
             self.mismatches += 1
         self._sink(row)
@@ -264,7 +260,7 @@ class Runner:
         rows: list[dict] = []
         if any(todo.values()):
             rows = self._measure_cell(cell, backend, mine, todo, on_rank)
-        for row in add_cell_columns(g.collect(rows)):
+        for row in g.collect(rows):
             self.emit(row)
         for _ in range(len(ranks) - len(mine) if g.launch == "simulated" else 0):
             on_rank()  # ranks already on disk

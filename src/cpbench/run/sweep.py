@@ -100,7 +100,6 @@ class Sweep:
         runner = Runner(cfg, run.append if run is not None else _no_writer, set(map(tuple, done)), group=group)
         if run is not None:
             peak = gemm_peak(cfg.device, DTYPES[cfg.dtype])
-            runner.peak_tflops = peak["gemm_tflops"]
             env = environment(cfg.device)
             env["gemm_peak"] = peak
             env.update(getattr(group, "manifest_info", dict)())
