@@ -64,6 +64,9 @@ def test_sweep_counts_both_tables(tmp_path):
     assert set(fused["page_table_dup_bytes"]) == {4 * one} and set(two["page_table_dup_bytes"]) == {0}
     assert (fused["dup_copy_us"] > 0).all() and (two["dup_copy_us"] == 0).all()
     assert fused["setup_us_swa_page_table"].notna().all()
+    # 2 layers (window, full) fit the budget: one cache a pool, the window layer's in the SWA pool
+    assert set(df["kv_buffers"]) == {2} and set(df["swa_kv_buffers"]) == {1}
+    assert set(df["kv_cache_bytes"]) == {2 * 2 * 3 * 16 * 1 * 16 * 2}  # K+V [pages 6, 16, Hkv 1, D 16] bf16
 
 
 # gpt-oss-like, tiny: 4 layers (window 7, full, window 7, full), sinks; uneven batch with prefixes
