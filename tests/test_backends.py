@@ -71,15 +71,17 @@ class _FakeWrapper:
         self.kw = kw
 
     def plan(self, qo_indptr, kv_indptr, kv_indices, last_page_len, *args, **kw):
+        self.window_left = kw["window_left"]
         _FakeWrapper.log.append(dict(kind=type(self).__name__, init=self.kw, qo=qo_indptr.tolist(),
                                      kv_indptr=kv_indptr.tolist(), kv_indices=kv_indices.tolist(),
                                      last=last_page_len.tolist(), args=args, **kw))
 
     def run(self, q, kv, *rest, out):
+        _FakeWrapper.ran.append(dict(window_left=self.window_left, kv=kv))
         out.copy_(q)
 
 
-def _fa_plans(monkeypatch, mode, split_kv=True):
+def _fa_plans(monkeypatch, mode, split_kv=True, swa_pool=False):
     from cpbench.kernels.backends.flashinfer_fa import FlashInferBackend
 
     pkg = types.ModuleType("flashinfer")
@@ -87,10 +89,12 @@ def _fa_plans(monkeypatch, mode, split_kv=True):
     pkg.BatchAttentionWithAttentionSinkWrapper = type("BatchAttentionWithAttentionSinkWrapper", (_FakeWrapper,), {})
     monkeypatch.setitem(sys.modules, "flashinfer", pkg)
     monkeypatch.setattr(_FakeWrapper, "log", [])
+    monkeypatch.setattr(_FakeWrapper, "ran", [], raising=False)
     be = FlashInferBackend("fa2", split_kv=split_kv)
     monkeypatch.setattr(be, "supports", lambda *a: None)
     model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=4)
-    cell = build_cell(model, [11, 13], [8, 14], page_size=4, dtype=torch.bfloat16, device="cpu", context_len=64)
+    cell = build_cell(model, [11, 13], [8, 14], page_size=4, dtype=torch.bfloat16, device="cpu", context_len=64,
+                      swa_pool=swa_pool)
     work = rank_work(cell, rank_geometry([11, 13], [8, 14], 4, 0))
     prep = be.prepare(work, mode)
     prep.forward()
@@ -112,6 +116,27 @@ def test_fa_fused_plans_the_combined_segments_over_the_duplicated_table(monkeypa
     assert "disable_split_kv" not in p  # FlashInfer's default planner
     assert prep.calls_per_layer == 1 and set(prep.setup_us) == {"page_table", "metadata", "plan", "outputs"}
     assert prep.setup_mem == {}  # CPU: no allocator statistics
+
+
+@pytest.mark.parametrize("mode", ["fused", "two-call"])
+def test_fa_window_plans_read_the_swa_pool(monkeypatch, mode):
+    """--swa-pool: the window kind's plans index the SWA pool's table (fused: its duplicate, cat(t, t)) and
+    its layer runs on the SWA pool's caches; the full kind's plans and layer keep the full pool's."""
+    plans, cell, prep = _fa_plans(monkeypatch, mode, swa_pool=True)
+    bt, swa = cell.block_tables.tolist(), cell.swa_block_tables.tolist()
+    if mode == "fused":
+        want = {127: [swa[0][:3] + swa[1][:4] + swa[0][:5] + swa[1][:7]],  # rows of cat(swa, swa) [2*bs, W]
+                -1: [bt[0][:3] + bt[1][:4] + bt[0][:5] + bt[1][:7]]}
+    else:  # prev (kv 10, 16), next (kv 19, 27) over the plain tables
+        want = {127: [swa[0][:3] + swa[1][:4], swa[0][:5] + swa[1][:7]],
+                -1: [bt[0][:3] + bt[1][:4], bt[0][:5] + bt[1][:7]]}
+    assert {w: [p["kv_indices"] for p in plans if p["window_left"] == w] for w in (127, -1)} == want
+    assert [p["last"] for p in plans if p["window_left"] == 127] == [p["last"] for p in plans if p["window_left"] == -1]
+    ran = {r["window_left"]: r["kv"] for r in _FakeWrapper.ran}
+    ptrs = lambda kv: [t.data_ptr() for t in kv]  # noqa: E731
+    assert ptrs(ran[127]) == ptrs(cell.swa_kv_buffers[0]) and ptrs(ran[-1]) == ptrs(cell.kv_buffers[0])
+    assert "swa_page_table" in prep.setup_us and len(prep.held) == 1
+    assert prep.held[0].shape[0] == (4 if mode == "fused" else 2)
 
 
 def test_fa_two_call_plans_prev_and_next_and_split_kv_off(monkeypatch):

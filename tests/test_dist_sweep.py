@@ -38,10 +38,12 @@ def by_key(rows):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("gather", ["packed", "separate"])
-def test_outputs_with_the_all_gather_equal_the_simulated_outputs_bit_for_bit(gather):
+@pytest.mark.parametrize("gather,swa", [("packed", ()), ("separate", ()), ("packed", ("--swa-pool",))],
+                         ids=["packed", "separate", "packed-swa-pool"])
+def test_outputs_with_the_all_gather_equal_the_simulated_outputs_bit_for_bit(gather, swa):
+    """With --swa-pool the window layers' gathered K|V must land in the SWA pool, at its table's slots."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           str(SCRIPTS / "outputs_check.py"), gather]
+           str(SCRIPTS / "outputs_check.py"), gather, *swa]
     p = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=100)
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])

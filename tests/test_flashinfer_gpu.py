@@ -18,6 +18,7 @@ from cpbench.kernels.check import TOLERANCE, max_abs_diff, max_abs_error
 from cpbench.spec.geometry import all_ranks
 from cpbench.spec.models import get_preset, with_overrides
 from cpbench.kernels.workload import build_cell, rank_work
+from swacheck import SWA_BATCHES, check_swa_pool
 
 pytestmark = pytest.mark.gpu
 MODELS = {"gpt-oss-120b": dict(layers=2), "llama-3.1-8b": dict(layers=1)}
@@ -68,6 +69,17 @@ def test_fused_equals_two_call_and_reference(backend, model, cp, batch):
             assert max_abs_diff(fused_ns, two_ns) == 0.0, f"rank {g.rank}: split-KV off, fused differs"
         print(f"{backend} {model} cp{cp} {batch[0]} r{g.rank}: max|err| {err:.2e}, max|fused - two-call| "
               f"{diff:.2e}" + (" (0 with split-KV off)" if backend == "fa2" else ""))
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+@pytest.mark.parametrize("batch", SWA_BATCHES, ids=[b[0] for b in SWA_BATCHES])
+def test_fa3_swa_pool_window_layers_read_their_own_table(cp, batch):
+    """--swa-pool: window layers run on the SWA pool through its table (the fused call through cat(t, t));
+    fused == two-call bit for bit and both match the fp32 reference, as without it."""
+    if "fa3" not in _backends():
+        pytest.skip("needs a GPU that runs fa3 (compute capability 9.0) and flashinfer")
+    _, ext, pre = batch
+    check_swa_pool("fa3", cp, ext, pre)
 
 
 @pytest.mark.parametrize("backend", ["fa2", "fa3"])

@@ -81,7 +81,7 @@ def test_kv_block_offsets_address_k_and_v_of_one_allocation():
     assert torch.equal(flat[int(off[0, 1, 0])], v[3].reshape(-1)) and torch.equal(flat[int(off[1, 0, 1])], k[5].reshape(-1))
 
 
-def _calls(monkeypatch, backend, mode):
+def _calls(monkeypatch, backend, mode, swa_pool=False):
     """Prepare and run one forward of ``backend`` (2 layers: window, full) with flashinfer's TRT-LLM function
     replaced by a recorder; returns (the recorded keyword arguments per call, the cell, the forward)."""
     seen = []
@@ -92,7 +92,8 @@ def _calls(monkeypatch, backend, mode):
     monkeypatch.setitem(sys.modules, "flashinfer", pkg)
     monkeypatch.setitem(sys.modules, "flashinfer.prefill", fake)
     model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=4)
-    cell = build_cell(model, EXT, PRE, page_size=4, dtype=torch.bfloat16, device="cpu", context_len=64)
+    cell = build_cell(model, EXT, PRE, page_size=4, dtype=torch.bfloat16, device="cpu", context_len=64,
+                      swa_pool=swa_pool)
     prep = get_backend(backend).prepare(rank_work(cell, rank_geometry(EXT, PRE, 4, 0)), mode)
     prep.forward()
     return seen, cell, prep
@@ -152,6 +153,40 @@ def test_trtllm_gen_two_call_arguments(monkeypatch):
     assert torch.equal(prev["block_tables"], cell.block_tables) and torch.equal(nxt["block_tables"], cell.block_tables)
     assert prev["seq_lens"].tolist() == [10, 16] and nxt["seq_lens"].tolist() == [19, 27]
     assert prev["cum_seq_lens_q"].tolist() == [0, 2, 4] and nxt["cum_seq_lens_kv"].tolist() == [0, 19, 46]
+
+
+@pytest.mark.parametrize("mode", ["fused", "two-call"])
+def test_fmha_v2_window_layers_read_the_swa_pool(monkeypatch, mode):
+    """--swa-pool (SGLang: swa_page_table / zigzag_swa_page_table): the window layer passes the SWA pool's
+    table, [2*bs, W] cat(t, t) for fused, as K/V block offsets into the SWA pool's one allocation, and that
+    pool's caches; the full layer passes the full pool's."""
+    seen, cell, prep = _calls(monkeypatch, "trtllm-fmha-v2", mode, swa_pool=True)
+    dup = (lambda t: torch.cat([t, t])) if mode == "fused" else (lambda t: t)
+    offsets = lambda t: torch.stack([dup(t), dup(t) + cell.num_pages], dim=1)  # noqa: E731
+    window = [c for c in seen if c["window_left"] == 127]
+    full = [c for c in seen if c["window_left"] == -1]
+    assert len(window) == len(full) == prep.calls_per_layer
+    swa_k, swa_v = cell.swa_kv_buffers[0]
+    for c in window:
+        assert torch.equal(c["block_tables"], offsets(cell.swa_block_tables))
+        assert [t.data_ptr() for t in c["qkv"][1]] == [swa_k.data_ptr(), swa_v.data_ptr()]
+        assert swa_v.data_ptr() - swa_k.data_ptr() == swa_k.numel() * swa_k.element_size()  # one allocation
+    for c in full:
+        assert torch.equal(c["block_tables"], offsets(cell.block_tables))
+        assert c["qkv"][1][0].data_ptr() == cell.kv_buffers[0][0].data_ptr()
+    assert "swa_page_table" in prep.setup_us
+
+
+def test_trtllm_gen_fused_window_layer_reads_the_duplicated_swa_table(monkeypatch):
+    seen, cell, _ = _calls(monkeypatch, "trtllm-gen", "fused", swa_pool=True)
+    window, full = seen  # layer 0 (window 127), layer 1 (full)
+    swa = cell.swa_block_tables
+    assert window["window_left"] == 127 and torch.equal(window["block_tables"], torch.cat([swa, swa]))
+    assert window["block_tables"].shape == (4, swa.shape[1]) and window["block_tables"].dtype == torch.int32
+    k, v = cell.swa_kv_buffers[0]
+    assert window["kv_cache"][0].data_ptr() == k.data_ptr() and window["kv_cache"][1].data_ptr() == v.data_ptr()
+    assert torch.equal(full["block_tables"], torch.cat([cell.block_tables, cell.block_tables]))
+    assert full["kv_cache"][0].data_ptr() == cell.kv_buffers[0][0].data_ptr()
 
 
 def test_fmha_v2_refused_on_cpu_in_one_line(tmp_path):

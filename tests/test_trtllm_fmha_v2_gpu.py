@@ -16,6 +16,7 @@ from cpbench.spec.geometry import all_ranks
 from cpbench.spec.models import get_preset, with_overrides
 from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.profiles import capture, ranges
+from swacheck import SWA_BATCHES, check_swa_pool
 
 pytestmark = pytest.mark.gpu
 MODELS = {"gpt-oss-120b": dict(layers=2), "llama-3.1-8b": dict(layers=1)}
@@ -59,6 +60,17 @@ def test_fused_equals_two_call_and_reference(model, cp, batch):
             vs_fa3 = max_abs_diff(fused, other)
             assert vs_fa3 <= TOLERANCE[torch.bfloat16], f"rank {g.rank}: vs fa3 {vs_fa3}"
         print(f"trtllm-fmha-v2 {model} cp{cp} {batch[0]} r{g.rank}: max|err| {err:.2e}, fused == two-call")
+
+
+@needs_gpu
+@pytest.mark.parametrize("cp", [2, 4])
+@pytest.mark.parametrize("batch", SWA_BATCHES, ids=[b[0] for b in SWA_BATCHES])
+def test_swa_pool_window_layers_read_their_own_table(cp, batch):
+    """--swa-pool: window layers pass the SWA pool's K/V block offsets (fused: of cat(t, t)) into its own
+    [2, pages, ...] allocation; fused == two-call == the fp32 reference, and it agrees with fa3 where fa3 runs."""
+    _, ext, pre = batch
+    fa3 = "fa3" if BACKENDS["fa3"].runs_on(torch.cuda.get_device_capability()) else None
+    check_swa_pool("trtllm-fmha-v2", cp, ext, pre, other=fa3)
 
 
 @needs_gpu

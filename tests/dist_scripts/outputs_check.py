@@ -4,6 +4,8 @@ equal, bit for bit in fp32, the outputs of the same rank simulated in one proces
 
 Each rank's paged cache starts with the extend K/V of the whole batch zeroed (a rank only holds its own
 tokens), so attention reads the right keys only if the gather and the paged write put them there.
+With ``--swa-pool`` the window layers read the SWA pool, whose extend K/V is zeroed too: they match only
+if the gather's paged write puts their K/V at the SWA table's slots of the SWA pool.
 Rank 0 prints one JSON line: {"equal": {...}, "world_size": N}.
 """
 
@@ -20,9 +22,10 @@ from cpbench.spec.models import get_preset, with_overrides
 from cpbench.kernels.workload import build_cell, rank_work
 
 
-def outputs(model, extend, prefix, cp, rank, mode, backend, device, group=None):
+def outputs(model, extend, prefix, cp, rank, mode, backend, device, group=None, swa_pool=False):
     dtype = torch.float32 if backend == "torch" else torch.bfloat16
-    cell = build_cell(model, extend, prefix, page_size=model.page_size, dtype=dtype, device=device, seed=3)
+    cell = build_cell(model, extend, prefix, page_size=model.page_size, dtype=dtype, device=device, seed=3,
+                      swa_pool=swa_pool)
     work = rank_work(cell, all_ranks(extend, prefix, cp)[rank])
     prep = get_backend(backend).prepare(work, mode)
     if group is not None:
@@ -35,8 +38,10 @@ def outputs(model, extend, prefix, cp, rank, mode, backend, device, group=None):
 
 
 def main() -> None:
-    gather = sys.argv[1]
-    backend = sys.argv[2] if len(sys.argv) > 2 else "torch"
+    args = [a for a in sys.argv[1:] if a != "--swa-pool"]
+    swa_pool = "--swa-pool" in sys.argv[1:]
+    gather = args[0]
+    backend = args[1] if len(args) > 1 else "torch"
     torch.set_num_threads(1)
     info = groups.init_process_group_from_env("gloo" if backend == "torch" else "nccl", 60)
     group = TorchrunGroup(info, gather)
@@ -47,8 +52,8 @@ def main() -> None:
     for extend, prefix in (((40,), (0,)), ((23, 37), (5, 17))):
         for mode in ("two-call", "fused"):
             cp = info.world_size
-            dist_out = outputs(model, extend, prefix, cp, info.rank, mode, backend, info.device, group)
-            sim_out = outputs(model, extend, prefix, cp, info.rank, mode, backend, info.device)
+            dist_out = outputs(model, extend, prefix, cp, info.rank, mode, backend, info.device, group, swa_pool)
+            sim_out = outputs(model, extend, prefix, cp, info.rank, mode, backend, info.device, swa_pool=swa_pool)
             same = all(torch.equal(dist_out[w], sim_out[w]) for w in sim_out)
             result[f"{extend} {prefix} {mode} r{info.rank}"] = same
     every = groups.all_gather_object_gloo(result)

@@ -73,8 +73,9 @@ def sweep(
     cp_min_tokens: CpMinTokensOpt = 0,
     swa_pool: Annotated[bool, typer.Option(
         "--swa-pool", help="A separate sliding-window KV pool (SGLang's hybrid SWA memory, GPT-OSS): window layers "
-                           "have their own page table [bs, W] and the fused call duplicates it too; page-table "
-                           "bytes, duplicate bytes, copy time and memory count both tables.")] = False,
+                           "read their own caches through their own page table [bs, W], which the fused call "
+                           "duplicates too; page-table bytes, duplicate bytes, copy time and memory count both "
+                           "tables.")] = False,
     budget_ms: Annotated[float, typer.Option("--budget-ms", help="Time budget per timed variant, ms (the cap).")] = 200.0,
     rel_ci: Annotated[float, typer.Option(
         "--rel-ci", help="Stop sampling a variant once the 95% CI of its median is within this fraction of the "

@@ -34,8 +34,10 @@ def _row_spans(q_len: int, rows_per_end: int) -> list[tuple[int, int]]:
 def max_abs_error(work: RankWork, prepared: Prepared, rows_per_end: int = 64, cache: dict | None = None) -> float:
     """Max |output - fp32 reference| over every layer kind's output and the sampled rows.
 
-    ``prepared.forward()`` must have run. Uses the KV buffer of the last layer of each kind (whose
-    output the forward leaves in ``prepared.outputs``). ``cache`` (optional, one dict per rank): the
+    ``prepared.forward()`` must have run. Uses the KV values of the last layer of each kind (whose
+    output the forward leaves in ``prepared.outputs``), read from the full pool through ``block_tables``
+    (``kv_buffers[layer_buffer[layer]]``) also for a window layer that the kernels ran on the SWA pool's
+    copy: a kernel that reads the SWA pool through the wrong table fails the check. ``cache`` (optional, one dict per rank): the
     reference rows computed here are kept in it and reused by the next mode's check (two-call and fused
     are checked against the same rows). One device sync in all; a NaN anywhere is returned as NaN.
     """

@@ -113,6 +113,28 @@ def allocate_kv_cache(num_pages: int, page_size: int, num_kv_heads: int, head_di
     return kv[0], kv[1]
 
 
+def copy_kv_pages(k: torch.Tensor, v: torch.Tensor, block_tables: torch.Tensor, to_tables: torch.Tensor,
+                  seq_lens: Sequence[int], page_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The K and V caches ``[num_pages, page_size, Hkv, D]`` (paged by ``block_tables [bs, W]``) copied
+    into a new pair laid out by ``to_tables [bs, W]``: page ``to_tables[s, p]`` of the copy holds page
+    ``block_tables[s, p]`` of ``k``/``v`` for each request's used pages ``p < ceil(seq_lens[s] / page_size)``,
+    so every token reads the same K/V through either table (the SWA pool's caches, SGLang SWAKVPool).
+    The copy is one ``[2, num_pages, ...]`` allocation like :func:`allocate_kv_cache`'s, so
+    :func:`kv_block_offsets` addresses it; pages no request uses hold a copy of page 0 (never read).
+    One gather per half, no temporary. Raises torch.OutOfMemoryError when the device is full."""
+    need = [pages_for(n, page_size) for n in seq_lens]
+    src = torch.cat([block_tables[s, :n] for s, n in enumerate(need)]).long()
+    dst = torch.cat([to_tables[s, :n] for s, n in enumerate(need)]).long()
+    if dst.unique().numel() != dst.numel():
+        raise ValueError("to_tables maps two used pages to one page")
+    source = torch.zeros(k.shape[0], dtype=torch.int64, device=k.device)  # source[d]: the page copied to d
+    source[dst.to(k.device)] = src.to(k.device)
+    kv = torch.empty((2, *k.shape), dtype=k.dtype, device=k.device)  # kv: [2, num_pages, page_size, Hkv, D]
+    for half, cache in zip(kv, (k, v)):
+        torch.index_select(cache, 0, source, out=half)
+    return kv[0], kv[1]
+
+
 def kv_block_offsets(block_tables: torch.Tensor, num_pages: int) -> torch.Tensor:
     """Pre-expanded K/V block offsets ``[rows, 2, W]`` int32 of a page table ``[rows, W]`` for a cache
     made by :func:`allocate_kv_cache`: ``[:, 0]`` = the page (K block), ``[:, 1]`` = page + ``num_pages``

@@ -45,7 +45,7 @@ class TorchrunGroup:
         self._cp: Any = None  # default-backend CP group (NCCL on GPUs)
         self._cp_host: Any = None  # gloo CP group (agreement, status)
         self._host_groups: dict[int, Any] = {}
-        self._exchange: dict = {}  # per cell: (plan, buffers, local K/V per KV buffer)
+        self._exchange: dict = {}  # per cell: (plans, buffers, local K/V per KV buffer)
         self._cells = 0  # cells begun
         self._agreeing = False  # every gather is preceded by a status agreement (Exchange.agreeing)
 
@@ -142,10 +142,11 @@ class TorchrunGroup:
 
         def steps(layer: int) -> list[Step]:
             b = cell.layer_buffer[layer]
-            k_cache, v_cache = cell.kv_buffers[b]
-            k_loc, v_loc = local[b]
+            k_loc, v_loc = local[b]  # the layer's own K/V rows (its values are those of full cache b)
+            k_cache, v_cache = cell.layer_kv(layer)  # a window layer with --swa-pool: its SWA-pool cache
+            at = ex["swa_plan"] if cell.reads_swa_pool(layer) else plan  # ... written at the SWA table's slots
             return [Step("gather", lambda: gather(k_loc, v_loc, layer), "comm"),
-                    Step("kv_write", lambda: write_kv(plan, bufs.k_full, bufs.v_full, k_cache, v_cache), "kv_write")]
+                    Step("kv_write", lambda: write_kv(at, bufs.k_full, bufs.v_full, k_cache, v_cache), "kv_write")]
 
         m = work.model
         return Exchange(steps, {"gather_bytes": gather_bytes(plan, m.num_kv_heads, m.head_dim,
@@ -171,30 +172,38 @@ class TorchrunGroup:
             raise PeerFailure(st)
 
     def _build(self, work) -> dict:
-        """Plan, buffers and this rank's own K/V rows of every KV buffer (no collective)."""
+        """Plan, buffers and this rank's own K/V rows of every full-pool KV buffer (no collective); with
+        ``--swa-pool`` also the plan of the SWA pool's table (its slots: where window layers write)."""
         cell, g, m = work.cell, work.geometry, work.model
         plan = build_gather_plan(cell.extend_lens, cell.prefix_lens, g.cp_size, cell.page_size,
                                  cell.block_tables, cell.device)
+        swa_plan = (None if cell.swa_block_tables is None else
+                    build_gather_plan(cell.extend_lens, cell.prefix_lens, g.cp_size, cell.page_size,
+                                      cell.swa_block_tables, cell.device))
         bufs = allocate_gather_buffers(plan, m.num_kv_heads, m.head_dim, cell.dtype, cell.device, self.gather)
         own = plan.slots.index_select(0, plan.rank_token_index[g.rank].to(cell.device))
         flat = [tuple(c.view(-1, *c.shape[2:]) for c in pair) for pair in cell.kv_buffers]
         local = [tuple(f.index_select(0, own) for f in pair) for pair in flat]  # [tokens_local, Hkv, D] each
         rows = check_gather(plan, *local[0], self._cp, self.gather, bufs)  # validated once, not per layer
-        return {"plan": plan, "buffers": bufs, "local": local, "flat": flat, "rows": rows, "checked": False}
+        swa_flat = [tuple(c.view(-1, *c.shape[2:]) for c in pair) for pair in cell.swa_kv_buffers]
+        return {"plan": plan, "swa_plan": swa_plan, "buffers": bufs, "local": local, "flat": flat,
+                "swa_flat": swa_flat, "rows": rows, "checked": False}
 
     def _check(self, work) -> None:
         """Once per cell (every rank): a rank holds only its own tokens before the gather, so the
-        extend slots of every KV buffer are zeroed, then one gather + paged write must restore buffer 0
-        bit for bit (the forward's own per-layer writes restore the others). Raises RuntimeError."""
+        extend slots of every KV buffer (the SWA pool's too, at its table's slots) are zeroed, then one
+        gather + paged write must restore full buffer 0 bit for bit (the forward's own per-layer writes
+        restore the others: a window layer's into its SWA-pool cache). Raises RuntimeError."""
         ex = self._exchange
         if ex["checked"]:
             return
         ex["checked"] = True
         plan, flat = ex["plan"], ex["flat"]
         want = tuple(f.index_select(0, plan.slots) for f in flat[0])  # full extend K, V in token order
-        for pair in flat:
-            for f in pair:
-                f.index_fill_(0, plan.slots, 0)
+        for pool, at in ((flat, plan), (ex["swa_flat"], ex["swa_plan"])):
+            for pair in pool:
+                for f in pair:
+                    f.index_fill_(0, at.slots, 0)
         if self._agreeing:
             self._before_gather()
         try:

@@ -120,8 +120,12 @@ _COLUMNS = [
     _c("page_table_dup_bytes", "int", "bytes", "bytes of the row-duplicated [2*bs, W] tables, both with "
        "--swa-pool (fused only)", "derived"),
     _c("dup_copy_us", "float", "µs", "measured time of cat(t, t) of every page table (fused only)"),
-    _c("kv_cache_bytes", "int", "bytes", "one layer's K+V cache"),
-    _c("kv_buffers", "int", "", "distinct KV caches the layers rotate through"),
+    _c("kv_cache_bytes", "int", "bytes", "one layer's K+V cache (in either pool with --swa-pool: an SWA-pool "
+       "cache has as many pages)"),
+    _c("kv_buffers", "int", "", "distinct KV caches the layers rotate through, both pools with --swa-pool "
+       "(the cell allocates kv_buffers x kv_cache_bytes of K+V)"),
+    _c("swa_kv_buffers", "int", "", "of kv_buffers, the SWA pool's caches, which the window layers read "
+       "(--swa-pool; else 0)"),
     _c("context_len", "int", "tokens", "tokens the page table is sized for"),
     _c("tokens_logical", "int", "tokens", "local query rows"),
     _c("tokens_padded", "int", "tokens", "rows padded to a multiple of 2*cp_size"),

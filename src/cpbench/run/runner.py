@@ -334,12 +334,13 @@ class Runner:
         return None
 
     def _cell_metrics(self, inputs: CellInputs) -> dict:
-        """Per-cell page-table columns: bytes of every table (the SWA pool's too with --swa-pool) and the
-        time of duplicating all of them (the fused call's cat(t, t) of each)."""
+        """Per-cell page-table and KV columns: bytes of every table (the SWA pool's too with --swa-pool), the
+        time of duplicating all of them (the fused call's cat(t, t) of each), one layer's KV bytes and the
+        KV caches of both pools."""
         tables = [t for t in (inputs.block_tables, inputs.swa_block_tables) if t is not None]
         swa = inputs.swa_block_tables
         return dict(page_table_bytes=sum(table_bytes(t) for t in tables),
                     swa_page_table_bytes=table_bytes(swa) if swa is not None else 0,
                     kv_cache_bytes=inputs.kv_cache_bytes, context_len=inputs.context_len,
-                    kv_buffers=len(inputs.kv_buffers),
+                    kv_buffers=inputs.kv_buffer_count, swa_kv_buffers=len(inputs.swa_kv_buffers),
                     dup_copy_us=time_op_us(lambda: [duplicate_block_tables(t) for t in tables], self.clock))

@@ -57,7 +57,7 @@ class Prepared:
     kernel_patterns: tuple[str, ...] = ()
     setup_mem: dict[str, int] = field(default_factory=dict)
     row_order: torch.Tensor | None = None
-    held: list = field(default_factory=list)  # tensors the forward keeps allocated (the SWA table's duplicate)
+    held: list = field(default_factory=list)  # tensors the forward keeps allocated (the SWA pool's table)
 
     def __post_init__(self) -> None:
         self.layers = [[s if isinstance(s, Step) else Step(*s) for s in steps] for steps in self.layers]
@@ -160,19 +160,26 @@ def calls_and_table(work: RankWork, mode: str) -> tuple[list, torch.Tensor]:
     return calls, duplicate_block_tables(work.cell.block_tables, work.fused_order) if fused else work.cell.block_tables
 
 
-def swa_table(work: RankWork, mode: str, sw: Stopwatch) -> list[torch.Tensor]:
-    """The fused call's duplicate of the SWA pool's table, ``[2*bs, W]`` int32, built once per forward as
-    SGLang builds ``zigzag_swa_page_table``, timed and measured as setup part ``swa_page_table`` of ``sw``
-    (``[]`` and no part without ``--swa-pool``; two-call and cp_size 1 read the plain table). Held by the
-    forward (``Prepared.held``); cpbench's kernels read ``block_tables`` for every layer."""
+def swa_table(work: RankWork, mode: str, sw: Stopwatch) -> torch.Tensor | None:
+    """The page table the window layers' calls read with ``--swa-pool``: the SWA pool's ``[bs, W]`` int32
+    for two-call (and cp_size 1), or its row-duplicated ``[2*bs, W]`` that the fused call reads, built here
+    once per forward as SGLang builds ``zigzag_swa_page_table``; timed and measured as setup part
+    ``swa_page_table`` of ``sw``. None, and no part, without ``--swa-pool``. Window layers read it with the
+    SWA pool's caches (:meth:`CellInputs.layer_kv`); full layers read ``calls_and_table``'s table."""
     from cpbench.kernels.kv import duplicate_block_tables
 
     t = work.cell.swa_block_tables
     if t is None:
-        return []
+        return None
     with sw("swa_page_table"):
         fused = mode == "fused" and work.geometry.cp_size > 1
-        return [duplicate_block_tables(t, work.fused_order)] if fused else []
+        return duplicate_block_tables(t, work.fused_order) if fused else t
+
+
+def layer_tables(work: RankWork, table: torch.Tensor, swa: torch.Tensor | None) -> dict[int, torch.Tensor]:
+    """``window_left -> the table that layer kind's calls read``: ``swa`` (:func:`swa_table`) for window
+    kinds (``window_left >= 0``) when the cell has an SWA pool, else ``table`` (:func:`calls_and_table`)."""
+    return {w: swa if w >= 0 and swa is not None else table for w in work.model.layer_kinds}
 
 
 def call_rows(work: RankWork, calls) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -4,16 +4,18 @@ Models without sinks use ``BatchPrefillWithPagedKVCacheWrapper``; models with si
 ``BatchAttentionWithAttentionSinkWrapper`` (the plain wrapper ignores ``sinks=`` on fa2/fa3). The
 window is fixed at plan time, so each (call, layer kind) gets its own planned wrapper: two-call plans
 prev and next over the page table ``[bs, W]``; fused plans one call over the 2*bs combined segments
-whose page indices come from the row-duplicated table ``[2*bs, W]``. All plans, outputs and the
-workspace are built in ``prepare``; the forward only calls ``run(..., out=...)``.
+whose page indices come from the row-duplicated table ``[2*bs, W]``. With ``--swa-pool`` the window
+kinds' plans take their paged-KV arrays from the SWA pool's table (its duplicate for fused) and their
+layers run on the SWA pool's caches. All plans, outputs and the workspace are built in ``prepare``; the
+forward only calls ``run(..., out=...)``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from cpbench.kernels.backends.base import (Prepared, Stopwatch, call_rows, calls_and_table, output_buffers,
-                                           row_ranges, swa_table)
+from cpbench.kernels.backends.base import (Prepared, Stopwatch, call_rows, calls_and_table, layer_tables,
+                                           output_buffers, row_ranges, swa_table)
 from cpbench.kernels.backends.registry import capability_refusal, get_spec
 from cpbench.kernels.kv import paged_kv_arrays
 from cpbench.spec.models import ModelSpec
@@ -96,8 +98,9 @@ class FlashInferBackend:
         return flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, kv_layout="NHD", backend=self.name)
 
     def prepare(self, work: RankWork, mode: str) -> Prepared:
-        """Plan every (call, layer kind); page_table = duplication (fused), metadata = host arrays,
-        plan = ``wrapper.plan`` (host sync). Raises CpbenchInputError for an ineligible rank."""
+        """Plan every (call, layer kind); page_table = duplication (fused), metadata = host arrays (per
+        table read: with ``--swa-pool`` the window kinds' from the SWA pool's table), plan = ``wrapper.plan``
+        (host sync). Raises CpbenchInputError for an ineligible rank."""
         reason = self.supports(work.q.device, work.model, work.q.dtype)
         if reason:
             raise RuntimeError(reason)
@@ -105,21 +108,24 @@ class FlashInferBackend:
         cell, m = work.cell, work.model
         with sw("page_table"):
             calls, table = calls_and_table(work, mode)
-        held = swa_table(work, mode, sw)
+        swa = swa_table(work, mode, sw)
+        tables = layer_tables(work, table, swa)
         with sw("metadata"):
             ranges = row_ranges(calls)
             q, row_order = call_rows(work, calls)
-            arrays = []
-            for (_, segs), (r0, r1) in zip(calls, ranges):
-                qo = torch.tensor([0, *torch.tensor([s.q_len for s in segs]).cumsum(0).tolist()],
-                                  dtype=torch.int32, device=work.q.device)  # qo_indptr: [n+1]
-                arrays.append((qo, *paged_kv_arrays(segs, table, cell.page_size)))
+            qos = [torch.tensor([0, *torch.tensor([s.q_len for s in segs]).cumsum(0).tolist()],
+                                dtype=torch.int32, device=work.q.device) for _, segs in calls]  # qo_indptr: [n+1]
+            arrays = {}  # id(table) -> per call (qo_indptr, kv_indptr, kv_indices, last_page_len)
+            for t in tables.values():
+                if id(t) not in arrays:
+                    arrays[id(t)] = [(qo, *paged_kv_arrays(segs, t, cell.page_size))
+                                     for qo, (_, segs) in zip(qos, calls)]
         sw.hold("workspace", self._workspace_for(work.q.device))  # allocated once, outside the parts
         planned: dict[tuple[int, int], object] = {}
         extra = {} if self.split_kv or self.name != "fa2" else {"disable_split_kv": True}
         with sw("plan"):
             for w in m.layer_kinds:
-                for ci, (qo, kv_indptr, kv_indices, last) in enumerate(arrays):
+                for ci, (qo, kv_indptr, kv_indices, last) in enumerate(arrays[id(tables[w])]):
                     wrapper = self._wrapper(work, w)
                     wrapper.plan(qo, kv_indptr, kv_indices, last, m.num_q_heads, m.num_kv_heads, m.head_dim,
                                  cell.page_size, causal=True, window_left=w, sm_scale=m.head_dim ** -0.5,
@@ -129,11 +135,11 @@ class FlashInferBackend:
             outputs = output_buffers(work)
         layers = []
         for i, w in enumerate(m.window_left_per_layer):
-            kv = cell.kv_buffers[cell.layer_buffer[i]]
+            kv = cell.layer_kv(i)  # the SWA pool's caches for a window layer with --swa-pool
             layers.append([(name, _run(planned[(w, ci)], q[r0:r1], kv, cell.sinks, outputs[w][r0:r1]))
                            for ci, ((name, _), (r0, r1)) in enumerate(zip(calls, ranges))])
         return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec(self.name).kernel_patterns, setup_mem=sw.mem,
-                        row_order=row_order, held=held)
+                        row_order=row_order, held=[] if swa is None else [swa])
 
 
 def _run(wrapper, q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], sinks: torch.Tensor | None,

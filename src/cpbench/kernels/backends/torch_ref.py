@@ -22,8 +22,8 @@ from itertools import accumulate
 import torch
 import torch.nn.functional as F
 
-from cpbench.kernels.backends.base import (Prepared, Stopwatch, call_rows, calls_and_table, output_buffers,
-                                           row_ranges, swa_table)
+from cpbench.kernels.backends.base import (Prepared, Stopwatch, call_rows, calls_and_table, layer_tables,
+                                           output_buffers, row_ranges, swa_table)
 from cpbench.kernels.backends.registry import get_spec
 from cpbench.spec.geometry import Segment
 from cpbench.kernels.kv import token_slots
@@ -257,31 +257,38 @@ class TorchBackend:
         return None
 
     def prepare(self, work: RankWork, mode: str) -> Prepared:
-        """Metadata = geometry calls + per-segment cache slots; page_table = the duplicated table
-        (fused, cp > 1). Raises CpbenchInputError for an ineligible rank or unknown mode."""
+        """Metadata = geometry calls + per-segment cache slots of each table read (with ``--swa-pool`` the
+        window layers' slots come from the SWA pool's table, and they read its caches); page_table = the
+        duplicated table (fused, cp > 1). Raises CpbenchInputError for an ineligible rank or unknown mode."""
         sw = Stopwatch(work.q.device)
         ps = work.cell.page_size
         with sw("page_table"):
             calls, table = calls_and_table(work, mode)
-        held = swa_table(work, mode, sw)
+        swa = swa_table(work, mode, sw)
+        tables = layer_tables(work, table, swa)
         with sw("metadata"):
             ranges = row_ranges(calls)
             q_all, row_order = call_rows(work, calls)
-            slots = [[token_slots(table[s.table_row], s.kv_len, ps) for s in segs] for _, segs in calls]
+            slots = {}  # id(table) -> per call, per segment: int64 [kv_len] cache slots
+            for t in tables.values():
+                if id(t) not in slots:
+                    slots[id(t)] = [[token_slots(t[s.table_row], s.kv_len, ps) for s in segs] for _, segs in calls]
         with sw("outputs"):
             outputs = output_buffers(work)
         layers = []
         for i, w in enumerate(work.model.window_left_per_layer):
-            kv = work.cell.kv_buffers[work.cell.layer_buffer[i]]
+            kv = work.cell.layer_kv(i)
             layers.append([(name, _call_closure(work, segs, sl, rr, w, kv, outputs[w], q_all))
-                           for (name, segs), sl, rr in zip(calls, slots, ranges)])
+                           for (name, segs), sl, rr in zip(calls, slots[id(tables[w])], ranges)])
         return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec("torch").kernel_patterns, setup_mem=sw.mem,
-                        row_order=row_order, held=held)
+                        row_order=row_order, held=[] if swa is None else [swa])
 
 
 def sequence_reference(cell: CellInputs, request: int, layer: int) -> torch.Tensor:
     """Non-CP causal attention of layer ``layer`` over a whole request (prefix included):
-    ``[extend_len, Hq, D]``, the ground truth every rank's rows must match in token order."""
+    ``[extend_len, Hq, D]``, the ground truth every rank's rows must match in token order. It reads the
+    layer's values through the full pool (``kv_buffers[layer_buffer[layer]]`` by ``block_tables``), also for
+    a window layer that reads the SWA pool's copy."""
     window_left = cell.model.window_left_per_layer[layer]
     e, p = cell.extend_lens[request], cell.prefix_lens[request]
     kv = cell.kv_buffers[cell.layer_buffer[layer]]

@@ -10,7 +10,9 @@
 Both take the same per-call argument set from :mod:`cpbench.kernels.backends.trtllm_args` (page table
 ``[bs, W]`` for two-call, the row-duplicated ``[2*bs, W]`` for fused, kv lengths, cumulative lengths,
 ``max_kv_len`` = context length, ``bmm1_scale = head_dim**-0.5``, ``bmm2_scale = 1``, ``window_left`` per
-layer), fp32 ``sinks``, SGLang's zeroed 512 MiB workspace and a pre-allocated ``out``.
+layer), fp32 ``sinks``, SGLang's zeroed 512 MiB workspace and a pre-allocated ``out``. With ``--swa-pool``
+window layers pass the SWA pool's table (``swa_page_table``; fused: its duplicate, ``zigzag_swa_page_table``)
+and the SWA pool's caches, as SGLang's backend does; full layers pass the full pool's.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from typing import Callable
 
 import torch
 
-from cpbench.kernels.backends.base import (Prepared, Stopwatch, call_rows, calls_and_table, output_buffers,
-                                           swa_table)
+from cpbench.kernels.backends.base import (Prepared, Stopwatch, call_rows, calls_and_table, layer_tables,
+                                           output_buffers, swa_table)
 from cpbench.kernels.backends.registry import capability_refusal, get_spec
 from cpbench.kernels.backends.trtllm_args import call_tensors, layer_args, trtllm_calls
 from cpbench.kernels.kv import kv_block_offsets
@@ -65,32 +67,39 @@ class _TrtllmBackend:
         return None
 
     def prepare(self, work: RankWork, mode: str) -> Prepared:
-        """Build every call's arguments once (page_table = the duplicated table, metadata = the
-        argument tensors, outputs); the forward only launches. Raises CpbenchInputError for an
-        ineligible rank."""
+        """Build every call's arguments once (page_table = the duplicated table, swa_page_table = the SWA
+        pool's, each as the kernel reads it; metadata = the argument tensors, per table read; outputs); the
+        forward only launches. Raises CpbenchInputError for an ineligible rank."""
         sw = Stopwatch(work.q.device)
         cell, m = work.cell, work.model
         with sw("page_table"):
             calls, table = calls_and_table(work, mode)
             table = self._table(table, cell.num_pages)
-        held = swa_table(work, mode, sw)
+        swa = swa_table(work, mode, sw)
+        if swa is not None:
+            with sw("swa_page_table"):  # the SWA pool's caches have as many pages (kernels.workload.build_cell)
+                swa = self._table(swa, cell.num_pages)
+        tables = layer_tables(work, table, swa)
         with sw("metadata"):
             q, row_order = call_rows(work, calls)
             tcalls = trtllm_calls(work.geometry, mode, cell.context_len, work.fused_order)
-            args = [call_tensors(c, table) for c in tcalls]
+            args = {}  # id(table) -> per call, its argument tensors
+            for t in tables.values():
+                if id(t) not in args:
+                    args[id(t)] = [call_tensors(c, t) for c in tcalls]
         ws = workspace(work.q.device)
         sw.hold("workspace", ws)
         with sw("outputs"):
             outputs = output_buffers(work)
         layers = []
         for i, w in enumerate(m.window_left_per_layer):
-            kv = cell.kv_buffers[cell.layer_buffer[i]]
+            kv = cell.layer_kv(i)  # the SWA pool's caches for a window layer with --swa-pool
             per_layer = layer_args(w, m.head_dim)
             layers.append([(c.name, self._launcher(dict(a, **per_layer), q[c.q_rows[0]:c.q_rows[1]], kv, ws,
                                                    cell.sinks, outputs[w][c.q_rows[0]:c.q_rows[1]]))
-                           for c, a in zip(tcalls, args)])
+                           for c, a in zip(tcalls, args[id(tables[w])])])
         return Prepared(layers, outputs, sw.us, kernel_patterns=get_spec(self.name).kernel_patterns, setup_mem=sw.mem,
-                        row_order=row_order, held=held)
+                        row_order=row_order, held=[] if swa is None else [swa])
 
     def _table(self, table: torch.Tensor, num_pages: int) -> torch.Tensor:
         """The page table as this kernel reads it (default: as is, ``[rows, W]``)."""

@@ -5,7 +5,9 @@ SGLang's TRT-LLM MHA backend (``_trtllm_context_attn``, PR #33137) calls the con
 ``seq_lens`` = kv lengths, ``max_q_len``, ``max_kv_len`` = the context length the table is sized for,
 ``batch_size`` = segments, ``cum_seq_lens_q/kv`` = ``[0] + cumsum(...)`` (int32), ``bmm1_scale =
 head_dim**-0.5``, ``bmm2_scale = 1`` and, per layer, ``window_left`` (-1 on full layers). FMHAv2 also
-takes ``mask_mode``: ``"sliding_window"`` on window layers, ``"causal"`` on full layers.
+takes ``mask_mode``: ``"sliding_window"`` on window layers, ``"causal"`` on full layers. With a separate
+SWA KV pool, window layers pass the SWA pool's table in ``block_tables`` (``swa_page_table``, fused: its
+duplicate ``zigzag_swa_page_table``); :func:`call_tensors` builds a call's tensors from either table.
 
 Both ``trtllm-gen`` (``trtllm_batch_context_with_kv_cache``, Blackwell) and ``trtllm-fmha-v2``
 (``trtllm_fmha_v2_prefill``, Hopper/SM120) take their arguments from :func:`trtllm_calls` and
