@@ -9,7 +9,7 @@ import torch
 
 from cpbench.run.explain import CHILD_FILE, run_explain_child
 from cpbench.spec.models import get_preset, with_overrides
-from cpbench.run.runner import CellSpec
+from cpbench.spec.cells import CellSpec
 from clirun import cpbench
 
 pytestmark = pytest.mark.gpu

@@ -2,6 +2,7 @@
 graph timing on CPU, a bad --mode; and `cpbench profile` picks CPU-sized defaults on a CPU, as sweep does."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -44,3 +45,20 @@ def test_profile_without_cell_options_uses_cpu_defaults(tmp_path, no_gpu):
     cell = json.loads(r.stdout)["cells"][0]
     assert (cell["cp_size"], cell["bs"], cell["seq_len"]) == (4, 1, 64)
     assert cell["total"]["two-call"] == 16 and cell["total"]["fused"] == 8  # 2 layers x (2 | 1) x 4 ranks
+
+
+def test_profile_refuses_a_run_directory_another_command_writes(tmp_path):
+    """profile takes the run directory's lock as sweep does: a second writer gets one line, and nothing of
+    the holder's is touched."""
+    from cpbench.results.store import RunDir
+
+    held = RunDir.create(tmp_path / "run", resume=False)
+    try:
+        r = cpbench("profile", "--out", str(tmp_path / "run"), *TINY)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-800:]
+        assert f"is being written by pid {os.getpid()} " in r.stderr
+        assert not (tmp_path / "run" / "profile.json").exists()
+    finally:
+        held.unlock()
+    r = cpbench("profile", "--out", str(tmp_path / "run"), *TINY)  # free again: it runs
+    assert r.returncode == 0 and (tmp_path / "run" / "profile.json").exists(), r.stderr[-800:]

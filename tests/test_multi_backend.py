@@ -8,22 +8,19 @@ import dataclasses
 
 import pandas as pd
 import pytest
-import torch
 
 from cpbench.kernels.backends import registry
 from cpbench.spec.models import get_preset, with_overrides
 from cpbench.results.store import read_jsonl
-from cpbench.run.sweep import make_config
-from cpbench.cli.options import console
 from cpbench.cli.sweep import run_sweep
+from sweepcfg import grid_config, output
 from cpbench.errors import CpbenchInputError
 from cpbench.report.backend_answer import backend_answer, best_of
 from clirun import cpbench
 
 MODEL = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=16)
-KW = dict(model=MODEL, cp_sizes=[2], bs_list=[1, 2], seq_list=[64], extend_lens=None, prefix=0, ranks=None,
-          modes=["two-call", "fused"], timings=["eager"], budget_ms=5, warmup=0, dtype="fp32", seed=0,
-          check=True, context_len=None, device=torch.device("cpu"), profile=False)
+def config(backend: str):
+    return grid_config(backend, bs_list=(1, 2), seq_list=(64,))
 
 
 @pytest.fixture
@@ -36,8 +33,7 @@ def twin(monkeypatch):
 
 def test_each_backend_measures_every_cell(tmp_path, twin):
     out = tmp_path / "run"
-    assert run_sweep(out=out, resume=False, report=True, allow_mismatch=False, console=console,
-                     backend=f"torch,{twin}", **KW) == 0
+    assert run_sweep(config(f"torch,{twin}"), output(out, report=True)) == 0
     rows = pd.DataFrame(read_jsonl(out / "results.jsonl"))
     assert len(rows) == 2 * 2 * 2 * 2  # backends x bs x ranks x modes
     for backend, g in rows.groupby("backend"):
@@ -52,19 +48,17 @@ def test_each_backend_measures_every_cell(tmp_path, twin):
 
 def test_resume_with_another_backend_list_is_refused(tmp_path, twin):
     out = tmp_path / "run"
-    assert run_sweep(out=out, resume=False, report=False, allow_mismatch=False, console=console, backend="torch",
-                     **KW) == 0
+    assert run_sweep(config("torch"), output(out)) == 0
     with pytest.raises(CpbenchInputError, match="different backend"):  # the manifest names one backend
-        run_sweep(out=out, resume=True, report=False, allow_mismatch=False, console=console,
-                  backend=f"torch,{twin}", **KW)
+        run_sweep(config(f"torch,{twin}"), output(out, resume=True))
 
 
 def test_make_config_keeps_order_and_drops_duplicates(twin):
-    cfg = make_config("torch,torch-twin,torch", **KW)
+    cfg = config("torch,torch-twin,torch")
     assert cfg.backends == ("torch", "torch-twin") and cfg.backend == "torch,torch-twin"
-    assert make_config("auto", **KW).backends == (registry.resolve_auto("cpu"),)
+    assert config("auto").backends == (registry.resolve_auto("cpu"),)
     with pytest.raises(CpbenchInputError, match="unknown backend 'fa9'"):
-        make_config("torch,fa9", **KW)
+        config("torch,fa9")
 
 
 def test_cli_refuses_a_gpu_backend_in_the_list_on_cpu(tmp_path):

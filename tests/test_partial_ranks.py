@@ -121,7 +121,7 @@ def test_profile_records_an_oom_cell_and_goes_on(tmp_path, no_gpu, monkeypatch):
     real = profiling.profile_cell
 
     def oom_at_64(model, cell, **kw):
-        if cell.seq_len == 64:
+        if cell.max_extend_len == 64:
             raise RuntimeError("DefaultCPUAllocator: can't allocate memory")
         return real(model, cell, **kw)
 

@@ -16,12 +16,11 @@ import pytest
 import torch
 
 from cpbench.kernels.backends.torch_ref import TorchBackend
-from cpbench.spec.models import get_preset, with_overrides
 from cpbench.results.critical_path import critical_path
 from cpbench.results.schema import DERIVED_COLUMNS, KEY_COLUMNS
 from cpbench.results.store import RunDir, _union, load_run, read_jsonl
-from cpbench.cli.options import console
 from cpbench.cli.sweep import run_sweep
+from sweepcfg import grid_config, output
 from cpbench.errors import CpbenchWarning
 from clirun import cpbench
 
@@ -122,17 +121,11 @@ def test_mismatch_exit_code(tmp_path, monkeypatch):
         return prep
 
     monkeypatch.setattr(TorchBackend, "prepare", broken)
-    model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=16)
-    kw = dict(model=model, cp_sizes=[2], bs_list=[1], seq_list=[64], extend_lens=None, prefix=0, ranks=None,
-              modes=["two-call", "fused"], timings=["eager"], budget_ms=5, warmup=0, dtype="fp32", seed=0,
-              check=True, context_len=None, device=torch.device("cpu"), profile=False)
-    code = run_sweep(out=tmp_path / "a", resume=False, report=False, allow_mismatch=False, console=console,
-                     backend="torch", **kw)
+    code = run_sweep(grid_config(), output(tmp_path / "a"))
     rows = read_jsonl(tmp_path / "a" / "results.jsonl")
     assert code == 1 and {x["status"] for x in rows if x["mode"] == "fused"} == {"mismatch"}
     assert {x["status"] for x in rows if x["mode"] == "two-call"} == {"ok"}
-    assert run_sweep(out=tmp_path / "b", resume=False, report=False, allow_mismatch=True, console=console,
-                     backend="torch", **kw) == 0
+    assert run_sweep(grid_config(), output(tmp_path / "b", allow_mismatch=True)) == 0
 
 
 def test_a_resume_fails_on_the_mismatch_rows_of_earlier_invocations(tmp_path, monkeypatch, capsys):
@@ -148,19 +141,15 @@ def test_a_resume_fails_on_the_mismatch_rows_of_earlier_invocations(tmp_path, mo
         return prep
 
     monkeypatch.setattr(TorchBackend, "prepare", broken)
-    model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=16)
-    kw = dict(model=model, cp_sizes=[2], bs_list=[1], extend_lens=None, prefix=0, ranks=None,
-              modes=["two-call", "fused"], timings=["eager"], budget_ms=5, warmup=0, dtype="fp32", seed=0,
-              check=True, context_len=None, device=torch.device("cpu"), profile=False, backend="torch",
-              out=tmp_path / "run", report=False, console=console)
-    assert run_sweep(resume=False, allow_mismatch=False, seq_list=[64], **kw) == 1
+    run = tmp_path / "run"
+    assert run_sweep(grid_config(seq_list=(64,)), output(run)) == 1
     monkeypatch.setattr(TorchBackend, "prepare", real)
     capsys.readouterr()
-    assert run_sweep(resume=True, allow_mismatch=False, seq_list=[64, 128], **kw) == 1
+    assert run_sweep(grid_config(seq_list=(64, 128)), output(run, resume=True)) == 1
     assert "2 row(s) failed the correctness check, 2 of them written before this resume" in capsys.readouterr().out
     rows = read_jsonl(tmp_path / "run" / "results.jsonl")
     assert {x["status"] for x in rows if x["seq_len"] == 128} == {"ok"}
-    assert run_sweep(resume=True, allow_mismatch=True, seq_list=[64, 128], **kw) == 0
+    assert run_sweep(grid_config(seq_list=(64, 128)), output(run, resume=True, allow_mismatch=True)) == 0
 
 
 def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path):
@@ -261,11 +250,7 @@ def test_a_mode_whose_first_forward_fails_leaves_the_other_mode_measured(tmp_pat
         return prep
 
     monkeypatch.setattr(TorchBackend, "prepare", fused_fails)
-    model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=16)
-    code = run_sweep(out=tmp_path / "a", resume=False, report=False, allow_mismatch=False, console=console,
-                     backend="torch", model=model, cp_sizes=[2], bs_list=[1], seq_list=[64], extend_lens=None, prefix=0,
-                     ranks=None, modes=["two-call", "fused"], timings=["eager"], budget_ms=5, warmup=0, dtype="fp32",
-                     seed=0, check=True, context_len=None, device=torch.device("cpu"), profile=True)
+    code = run_sweep(grid_config(profile=True), output(tmp_path / "a"))
     status = {(x["rank"], x["mode"]): (x["status"], x["reason"]) for x in read_jsonl(tmp_path / "a" / "results.jsonl")}
     assert status[(0, "fused")] == ("error", "RuntimeError: simulated kernel failure")
     assert status[(0, "two-call")][0] == status[(1, "fused")][0] == status[(1, "two-call")][0] == "ok"

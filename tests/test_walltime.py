@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from cpbench.run.runner import CellSpec, omp_threads, over_token_budget
+from cpbench.run.runner import omp_threads, over_token_budget
+from cpbench.spec.cells import CellSpec
 from cpbench.measure.walltime import PHASES, PhaseTimes
 from clirun import cpbench
 

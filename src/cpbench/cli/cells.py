@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from cpbench.cli.options import MAX_TOKENS, int_list, typed
+from cpbench.spec.cells import Batch
 from cpbench.errors import CpbenchInputError
 
 
@@ -117,3 +118,21 @@ def workload_batches(cells: Cells, *, lengths: Optional[str], trace: Optional[st
     found = plan_batches(cells.bs_list, mix=mix, trace=read_trace(trace) if trace is not None else None,
                          prefix=cells.prefix, prefix_hit=prefix_hit, batches=batches, seed=seed)
     return [[list(e), list(p)] for e, p in found]
+
+
+def batches_of(cells: Cells, mix: Optional[list]) -> tuple[Batch, ...]:
+    """The batches a command measures, the one way cells are named from here on (spec.cells): the batches
+    of a ``--lengths`` mix, ``--trace`` or ``--prefix-hit`` (:func:`workload_batches`, numbered by their
+    ``index``), else every ``--bs`` x ``--extend-len`` (or the one ``--extend-lens`` batch) with ``--prefix``."""
+    if mix is not None:
+        return tuple(Batch(tuple(ext), tuple(pre), i) for i, (ext, pre) in enumerate(mix))
+    return tuple(Batch.uniform(ext, cells.prefix) for ext in cells.batches)
+
+
+def cells_record(cells: Cells, mix: Optional[list], *, lengths: Optional[str], trace: Optional[str],
+                 prefix_hit: Optional[float]) -> tuple[tuple[str, object], ...]:
+    """The options the batches came from, as a sweep's manifest records them (``SweepConfig.cells_from``):
+    bs_list, seq_list, extend_lens, prefix, the mix's batches, lengths, trace, prefix_hit."""
+    return (("bs_list", list(cells.bs_list)), ("seq_list", list(cells.seq_list)), ("extend_lens", cells.seq_lens),
+            ("prefix", cells.prefix), ("batches", mix), ("lengths", lengths), ("trace", trace),
+            ("prefix_hit", prefix_hit))

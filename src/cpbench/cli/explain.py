@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 import typer
 
 from cpbench.cli import options as c
-from cpbench.cli.cells import backend_name, check_out, parse_cells
+from cpbench.cli.cells import backend_name, batches_of, check_out, parse_cells
 from cpbench.errors import CpbenchInputError
 
 EXPLAIN_EPILOG = ("Examples:  cpbench explain --cp 4 --bs 1 --extend-len 2048 --rank 0 --backend fa3  |  "
@@ -77,9 +77,9 @@ def explain(
                         default_bs="1", default_seq="2048")
     if len(cells.batches) != 1:
         raise CpbenchInputError("cpbench explain takes one cell: give one --bs and one --seq (or --seq-lens)")
-    from cpbench.run.runner import CellSpec
+    from cpbench.spec.cells import plan_cells
 
-    cell = CellSpec(cp, cells.batches[0], (cells.prefix,) * len(cells.batches[0]))
+    cell, = plan_cells([cp], batches_of(cells, None))
     check_out(out, "runs/explain-<time>")
     from cpbench.results.store import default_run_dir
 
@@ -111,17 +111,19 @@ def explain(
     if out is None:
         argv += ["--out", str(run_dir)]
     from cpbench.report.explain_report import build_explain
+    from cpbench.results.store import RunDir
     from cpbench.run.explain import run_under_ncu
 
-    rep = build_explain(*run_under_ncu(exe, argv, run_dir, spec, cell, rank, name, timing, fused_order))
-    (run_dir / "explain.json").write_text(json.dumps(rep, indent=2, default=str) + "\n", encoding="utf-8")
-    from cpbench.report.explain_chart import explain_chart
-    from cpbench.report.explain_report import explain_markdown
-    from cpbench.results.store import as_utf8
+    with RunDir(run_dir).held():  # another explain, profile or sweep writing here is refused
+        rep = build_explain(*run_under_ncu(exe, argv, run_dir, spec, cell, rank, name, timing, fused_order))
+        (run_dir / "explain.json").write_text(json.dumps(rep, indent=2, default=str) + "\n", encoding="utf-8")
+        from cpbench.report.explain_chart import explain_chart
+        from cpbench.report.explain_report import explain_markdown
+        from cpbench.results.store import as_utf8
 
-    md = explain_markdown(rep)
-    (run_dir / "explain.md").write_text(as_utf8(md), encoding="utf-8")
-    explain_chart(rep, run_dir)
+        md = explain_markdown(rep)
+        (run_dir / "explain.md").write_text(as_utf8(md), encoding="utf-8")
+        explain_chart(rep, run_dir)
     if as_json:
         print(json.dumps(rep, default=str))
     else:

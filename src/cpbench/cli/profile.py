@@ -12,7 +12,7 @@ import typer
 
 from cpbench.cli import options as c
 from cpbench.ranks.launch import under_torchrun
-from cpbench.cli.cells import backend_name, check_out, parse_cells
+from cpbench.cli.cells import backend_name, batches_of, check_out, parse_cells
 from cpbench.cli.profile_out import (CPU_DEFAULT_SEQ, GPU_ONLY, counted_as, cpu_rows, print_counts, skip_reason,
                                      skipped_cell)
 from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch,
@@ -52,8 +52,9 @@ def profile(
     4 ranks), and write Perfetto-openable Chrome traces (one per rank and mode; with --launch torchrun
     each rank writes its own, with the collective kernels counted as their own class)."""
     from cpbench.kernels.backends import get_backend
-    from cpbench.run.profiling import nsys_child as run_child, profile_cell, totals
-    from cpbench.run.runner import DTYPES, CellSpec, is_oom
+    from cpbench.run.profiling import nsys_child as run_child
+    from cpbench.run.runner import DTYPES
+    from cpbench.spec.cells import plan_cells
     from cpbench.profiles.nsys import find_nsys
 
     dev = c.resolve_device(device)
@@ -64,7 +65,7 @@ def profile(
     name = backend_name(backend.value, dev)
     parsed = parse_cells(cp=cp, bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=ranks,
                          default_bs="1", default_seq="8192" if dev.type == "cuda" else CPU_DEFAULT_SEQ)
-    cells = [CellSpec(p, ext, (parsed.prefix,) * len(ext)) for p in parsed.cp_sizes for ext in parsed.batches]
+    cells = plan_cells(parsed.cp_sizes, batches_of(parsed, None))
     kw = dict(backend=name, device=dev, dtype=dtype.value, ranks=parsed.ranks)
     if nsys_child:
         run_child(spec, [cl for cl in cells if not skip_reason(spec, cl, dev)], **kw)
@@ -98,13 +99,13 @@ def profile(
     from cpbench.results.store import RunDir
 
     trace_dir = RunDir(run_dir).profiles
-    trace_dir.mkdir(parents=True, exist_ok=True)
     report = {"model": spec.name, "tp_size": tp, "backend": name, "device": str(dev), "counted": counted_as(name, dev),
               "cells": [skipped_cell(cl, why) for cl, why in skipped.items()]}
     if dist.distributed:
         def body(group, device) -> int:
             from cpbench.run.profiling import profile_ranks
 
+            trace_dir.mkdir(parents=True, exist_ok=True)
             report["device"], report["launch"] = str(device), {"world_size": group.world_size, "gather": dist.gather_mode}
             measured = profile_ranks(spec, cells, group, backend=name, device=device, dtype=dtype.value,
                                      trace_dir=trace_dir, gather=dist.gather_mode)
@@ -115,7 +116,29 @@ def profile(
                 _finish(report, run_dir, as_json)
             return 1 if any(r.get("comm_check") is False for cell in report["cells"] for r in cell["per_rank"]) else 0
 
-        raise typer.Exit(run_as_rank(dist, dev, body))
+        raise typer.Exit(run_as_rank(dist, dev, lambda group, device: _locked(
+            run_dir, group.writes_rows, lambda: body(group, device))))
+    with RunDir(run_dir).held():  # another profile, explain or sweep writing here is refused
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        _profile_here(spec, cells, kw, report, run_dir, trace_dir, dev, name, nsys, as_json)
+
+
+def _locked(run_dir: Path, writer: bool, fn):
+    """``fn()`` holding ``run_dir``'s lock when this process writes it (rank 0 of a launch)."""
+    from cpbench.results.store import RunDir
+
+    if not writer:
+        return fn()
+    with RunDir(run_dir).held():
+        return fn()
+
+
+def _profile_here(spec, cells, kw, report, run_dir: Path, trace_dir: Path, dev, name: str, nsys: bool,
+                  as_json: bool) -> None:
+    """Profile every cell in this process (ranks one after another), then write profile.json and print."""
+    from cpbench.run.profiling import profile_cell, totals
+    from cpbench.run.runner import is_oom
+
     for cell in cells:
         try:
             rows = profile_cell(spec, cell, trace_dir=trace_dir, **kw)
@@ -125,7 +148,7 @@ def profile(
             report["cells"].append({**skipped_cell(cell, f"does not fit in memory ({one_line(e)[:120]}): use a "
                                                          "smaller --extend-len/--bs"), "status": "oom"})
             continue
-        report["cells"].append({"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
+        report["cells"].append({"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.max_extend_len,
                                 "extend_lens": list(cell.extend_lens), "status": "ok",
                                 "per_rank": cpu_rows(rows, dev), "total": totals(rows, cell.cp_size)})
     if not any(cell["status"] == "ok" for cell in report["cells"]):

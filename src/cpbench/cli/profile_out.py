@@ -31,7 +31,7 @@ def skip_reason(model, cell, device) -> str | None:
 
 def skipped_cell(cell, reason: str) -> dict:
     """The profile.json entry of a cell that was not profiled: ``status`` ``ineligible`` and its reason."""
-    return {"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len, "extend_lens": list(cell.extend_lens),
+    return {"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.max_extend_len, "extend_lens": list(cell.extend_lens),
             "status": "ineligible", "reason": reason, "per_rank": [], "total": None}
 
 

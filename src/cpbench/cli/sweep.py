@@ -3,6 +3,7 @@ runner, final table, exit code. run/ is imported when a sweep runs, so other com
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from typing import Annotated, Optional
@@ -13,7 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from cpbench.ranks.launch import under_torchrun
-from cpbench.cli.cells import check_out, parse_cells, workload_batches
+from cpbench.cli.cells import batches_of, cells_record, check_out, parse_cells, workload_batches
 from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch,
                               LaunchOpt, NprocOpt, launch_torchrun, run_as_rank)
 from cpbench.cli.options import (BACKEND_CHOICES, CpMinExtendOpt, CpMinTokensOpt, DeviceOpt, DType, ExtendLensOpt,
@@ -146,33 +147,35 @@ def sweep(
         parse_cpu_list(cpu_affinity)  # a bad list fails here, before a launch starts its ranks
     dist = DistOptions(launch, nproc_per_node, gather, dist_backend, dist_timeout)
     dist.check(cells.ranks, cells.cp_sizes)
-    kw = dict(model=spec, cp_sizes=cells.cp_sizes, bs_list=cells.bs_list, seq_list=cells.seq_list,
-              extend_lens=cells.seq_lens, prefix=cells.prefix, ranks=cells.ranks,
-              modes=choice_list(mode, ("two-call", "fused"), "--mode"), backend=",".join(choice_list(backend, BACKEND_CHOICES, "--backend", both=False)),
-              timings=timings,
-              budget_ms=budget_ms, rel_ci=rel_ci or None, warmup=warmup, dtype=dtype.value, seed=seed, check=check,
-              context_len=context_len, device=dev, profile=profile, nvtx=nvtx, out=out, resume=resume, tp_size=tp,
-              batches=mix, lengths=lengths, trace=trace, prefix_hit=prefix_hit, max_prefill_tokens=max_prefill_tokens,
-              cp_min_extend=rule.min_extend, cp_min_tokens=rule.min_tokens, swa_pool=swa_pool,
-              report=report, allow_mismatch=allow_mismatch, console=console, gather=dist.gather_mode,
-              fused_order=check_fused_order(fused_order), cpu_affinity=cpu_affinity)
+    from cpbench.run.sweep import SweepOutput, make_config
+
+    cfg = make_config(",".join(choice_list(backend, BACKEND_CHOICES, "--backend", both=False)),
+                      model=spec, cp_sizes=tuple(cells.cp_sizes), batches=batches_of(cells, mix),
+                      cells_from=cells_record(cells, mix, lengths=lengths, trace=trace, prefix_hit=prefix_hit),
+                      device=dev, ranks=None if cells.ranks is None else tuple(cells.ranks),
+                      modes=tuple(choice_list(mode, ("two-call", "fused"), "--mode")), timings=tuple(timings),
+                      budget_ms=budget_ms, rel_ci=rel_ci or None, warmup=warmup, dtype=dtype.value, seed=seed,
+                      check=check, context_len=context_len, profile=profile, nvtx=nvtx, gather=dist.gather_mode,
+                      fused_order=check_fused_order(fused_order), tp_size=tp, max_prefill_tokens=max_prefill_tokens,
+                      cp_min_extend=rule.min_extend, cp_min_tokens=rule.min_tokens, swa_pool=swa_pool)
+    output = SweepOutput(out, resume, report, allow_mismatch)
     if not dist.distributed:
-        raise typer.Exit(run_sweep(**kw))
+        raise typer.Exit(run_sweep(cfg, output, cpu_affinity=cpu_affinity))
     if not under_torchrun():
-        raise typer.Exit(launch_torchrun(dist, cells.cp_sizes, dev, kw["backend"], out, ""))
-    raise typer.Exit(run_as_rank(dist, dev, lambda group, device: run_sweep(**{**kw, "device": device}, group=group)))
+        raise typer.Exit(launch_torchrun(dist, cells.cp_sizes, dev, backend, out, ""))
+    raise typer.Exit(run_as_rank(dist, dev, lambda group, device: run_sweep(
+        dataclasses.replace(cfg, device=device), output, group=group, cpu_affinity=cpu_affinity)))
 
 
-def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend: str, group=None,
-              cpu_affinity: str | None = None, **kw) -> int:
-    """Run a sweep with a progress bar; return the exit code (0 ok, 1 mismatch, 2 nothing could run).
-    ``group``: where ranks run (default: every rank here, one after another). ``cpu_affinity``: a CPU
-    list this process is pinned to first (its local rank's share under torchrun; the manifest records
-    the writer's cores).
+def run_sweep(cfg, output, *, console: Console = console, group=None, cpu_affinity: str | None = None) -> int:
+    """Run the sweep ``cfg`` (run.runner.SweepConfig) into ``output`` (run.sweep.SweepOutput) with a progress
+    bar; return the exit code (0 ok, 1 mismatch, 2 nothing could run). ``group``: where ranks run (default:
+    every rank here, one after another). ``cpu_affinity``: a CPU list this process is pinned to first (its
+    local rank's share under torchrun; the manifest records the writer's cores).
 
     Raises CpbenchInputError for bad input found before anything is measured.
     """
-    from cpbench.run.sweep import Sweep, make_config
+    from cpbench.run.sweep import Sweep
 
     env_extra = {}
     if cpu_affinity is not None:
@@ -180,10 +183,9 @@ def run_sweep(*, out, resume, report, allow_mismatch, console: Console, backend:
 
         cores = pin(cpu_affinity, int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
         env_extra["cpu_affinity"] = {"requested": cpu_affinity, "cores": cores}
-    cfg = make_config(backend, **kw)
-    sweep = Sweep.open(cfg, out, resume, group, env_extra=env_extra)
+    sweep = Sweep.open(cfg, output.out, output.resume, group, env_extra=env_extra)
     try:
-        return _run(sweep, console, report, allow_mismatch)
+        return _run(sweep, console, output.report, output.allow_mismatch)
     finally:
         sweep.close()
 

@@ -278,7 +278,6 @@ def _measured_row(job: RankJob, work: RankWork, mode, timing, xs, prep: Prepared
                   phases: dict) -> dict:
     g = work.geometry
     stats = summarize(xs)
-    med = stats["latency_us_median"]
     fused_dup = mode == "fused" and g.cp_size > 1
     row = {**job.base, "fused_order": work.fused_order, "rank": g.rank, "mode": mode, "timing": timing, **stats,
            "samples_us": [round(x, 3) for x in xs], "flops": flops, **job.cell_metrics,

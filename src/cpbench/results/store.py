@@ -17,6 +17,7 @@ import math
 import os
 import sys
 import warnings
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -135,6 +136,21 @@ class RunDir:
         command = os.environ.get("CPBENCH_COMMAND") or " ".join(["cpbench", *sys.argv[1:]])  # a rank: the launch's
         os.pwrite(fd, f"pid {os.getpid()} ({command[:200]})".encode("utf-8", "backslashreplace"), 0)
         self._lock_fd = fd
+
+    @contextmanager
+    def held(self):
+        """Create the directory and hold its lock for the ``with`` block (``profile`` and ``explain``, which
+        write into a run directory as a sweep does). Raises CpbenchInputError as :meth:`lock` does, or when
+        the directory cannot be created."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CpbenchInputError(f"cannot write to {str(self.path)!r} ({e.strerror or e}): choose another --out") from None
+        self.lock()
+        try:
+            yield self
+        finally:
+            self.unlock()
 
     def unlock(self) -> None:
         if self._lock_fd is not None:

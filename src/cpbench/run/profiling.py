@@ -15,7 +15,8 @@ import torch
 from cpbench.kernels.backends import get_backend
 from cpbench.spec.geometry import all_ranks, eligibility
 from cpbench.measure.rank import forward_label
-from cpbench.run.runner import DTYPES, CellSpec, count_kernels
+from cpbench.run.runner import DTYPES, count_kernels
+from cpbench.spec.cells import CellSpec
 from cpbench.results.schema import MODES
 from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.errors import CpbenchInputError
@@ -71,7 +72,7 @@ def nsys_child(model, cells: list[CellSpec], *, backend: str, device: torch.devi
     forwards = []
     for cell in cells:
         for r, mode, prep in _prepared(model, cell, backend, device, dtype, seed, ranks, context_len):
-            payload = {"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len, "rank": r}
+            payload = {"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.max_extend_len, "rank": r}
             forwards.append((prep, annotated_forward(prep, forward_label(cell.label(), r, mode), payload, nvtx_on=True)))
     torch.cuda.synchronize()
     with cuda_profiler_range():
@@ -107,8 +108,8 @@ def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: 
     from cpbench.run.runner import Runner, SweepConfig
 
     rows: list[dict] = []
-    cfg = SweepConfig(model=model, cp_sizes=sorted({c.cp_size for c in cells}), bs_list=[], seq_list=[],
-                      backend=backend, device=device, timings=["eager"], budget_ms=1.0, warmup=1, dtype=dtype,
+    cfg = SweepConfig(model=model, cp_sizes=tuple(sorted({c.cp_size for c in cells})), batches=(),
+                      backend=backend, device=device, timings=("eager",), budget_ms=1.0, warmup=1, dtype=dtype,
                       seed=seed, gather=gather)
     runner = Runner(cfg, rows.append, trace_dir=trace_dir, group=group)
     for cell in cells:
@@ -125,6 +126,6 @@ def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: 
             r["comm_check"] = r.get("comm_kernels") == r["comm_kernels_expected"] if r["status"] == "ok" else None
             if r["status"] != "ok":
                 raise RuntimeError(f"{cell.label()} rank {r['rank']} {r['mode']}: {r['status']}: {r['reason']}")
-        out.append({"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.seq_len,
+        out.append({"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.max_extend_len,
                     "extend_lens": list(cell.extend_lens), "per_rank": mine, "total": totals(mine, cell.cp_size)})
     return out

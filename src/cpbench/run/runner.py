@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 from cpbench.kernels.backends import get_backend
+from cpbench.spec.cells import Batch, CellSpec, plan_cells
 from cpbench.spec.eligibility import CpRule, parse_rule
 from cpbench.measure.env import sm_clock_mhz
 from cpbench.spec.flops import forward_flops
@@ -33,8 +34,7 @@ from cpbench.measure.walltime import PhaseTimes
 from cpbench.kernels.workload import CellInputs, build_cell, rank_work
 from cpbench.errors import CpbenchInputError, one_line
 
-__all__ = ["DTYPES", "CellSpec", "Runner", "SweepConfig", "count_kernels", "cpu_refusal", "cpu_tflop_limit",
-           "is_oom", "plan_cells"]
+__all__ = ["DTYPES", "Runner", "SweepConfig", "count_kernels", "cpu_refusal", "cpu_tflop_limit", "is_oom"]
 
 
 def cpu_tflop_limit() -> float:
@@ -62,19 +62,23 @@ def cpu_refusal(model: ModelSpec, cell: CellSpec) -> str | None:
 
 @dataclass(frozen=True)
 class SweepConfig:
-    """What to measure, parsed once from the options and never changed after. Lengths in tokens, budget in ms."""
+    """What to measure and how, parsed once from the options (the CLI builds it) and never changed after.
+    Lengths in tokens, budget in ms.
+
+    The cells are ``cp_sizes`` x ``batches``, the one way to name them (spec.cells); ``cells_from``
+    records the options the batches came from (``bs_list``, ``seq_list``, ``extend_lens``, ``prefix``,
+    ``lengths``, ``trace``, ``prefix_hit``) for the manifest, and is never read to plan cells.
+    """
 
     model: ModelSpec
-    cp_sizes: list[int]
-    bs_list: list[int]
-    seq_list: list[int]
+    cp_sizes: tuple[int, ...]
+    batches: tuple[Batch, ...]
     backend: str  # one backend, or a comma-separated list measured on the same cells (see ``backends``)
     device: torch.device
-    extend_lens: list[int] | None = None  # one explicit (heterogeneous) batch instead of bs x seq
-    prefix: int = 0
-    ranks: list[int] | None = None  # None: every rank
-    modes: list[str] = field(default_factory=lambda: ["two-call", "fused"])
-    timings: list[str] = field(default_factory=lambda: ["eager"])
+    cells_from: tuple[tuple[str, object], ...] = ()  # (option, value) pairs; see ``config_dict``
+    ranks: tuple[int, ...] | None = None  # None: every rank
+    modes: tuple[str, ...] = ("two-call", "fused")
+    timings: tuple[str, ...] = ("eager",)
     budget_ms: float = 200.0
     rel_ci: float | None = 0.01  # stop sampling a variant once its median's 95 % CI is this narrow (None: never)
     warmup: int = 3
@@ -87,11 +91,6 @@ class SweepConfig:
     gather: str = "none"  # per-layer K|V all-gather of a torchrun launch: packed | separate | none
     fused_order: str = "prev-next"  # segment order of the fused batch (geometry.FUSED_ORDERS)
     tp_size: int = 1  # attention TP: ``model`` holds one GPU's heads (spec.tp.split_heads)
-    # a length mix or trace: every batch as [extend_lens, prefix_lens] (replaces bs x seq and extend_lens)
-    batches: list | None = None
-    lengths: str | None = None  # the --lengths, --trace and --prefix-hit they came from (manifest record)
-    trace: str | None = None
-    prefix_hit: float | None = None
     # SGLang's max_prefill_tokens: a batch with more extend tokens than this is not run (status skipped);
     # 0 = no cap
     max_prefill_tokens: int = 0
@@ -105,41 +104,14 @@ class SweepConfig:
     def cp_rule(self) -> CpRule:
         return parse_rule(self.cp_min_extend, self.cp_min_tokens)
 
-
     @property
     def backends(self) -> tuple[str, ...]:
         """The backends this sweep measures, in order (``backend`` split at commas)."""
         return tuple(b for b in self.backend.split(",") if b)
 
-
-@dataclass(frozen=True)
-class CellSpec:
-    cp_size: int
-    extend_lens: tuple[int, ...]
-    prefix_lens: tuple[int, ...]
-    batch: int = 0  # index in a length mix or trace
-
-    @property
-    def bs(self) -> int:
-        return len(self.extend_lens)
-
-    @property
-    def seq_len(self) -> int:
-        return max(self.extend_lens)
-
-    def label(self) -> str:
-        return f"cp{self.cp_size} bs{self.bs} seq{self.seq_len}" + (f" b{self.batch}" if self.batch else "")
-
-
-def plan_cells(cfg: SweepConfig) -> list[CellSpec]:
-    """Every cell of the sweep, in cp, bs, seq order (or cp x the one explicit batch, or cp x the batches
-    of a length mix or trace, ``batch`` numbering them)."""
-    if cfg.batches:
-        return [CellSpec(cp, tuple(ext), tuple(pre), i) for cp in cfg.cp_sizes
-                for i, (ext, pre) in enumerate(cfg.batches)]
-    batches = ([tuple(cfg.extend_lens)] if cfg.extend_lens else
-               [(seq,) * bs for bs in cfg.bs_list for seq in cfg.seq_list])
-    return [CellSpec(cp, ext, (cfg.prefix,) * len(ext)) for cp in cfg.cp_sizes for ext in batches]
+    def cells(self) -> list[CellSpec]:
+        """Every cell of the sweep: cp_size order, then the batches' order (spec.cells.plan_cells)."""
+        return plan_cells(self.cp_sizes, self.batches)
 
 
 def over_token_budget(cell: CellSpec, max_prefill_tokens: int) -> tuple[str, str] | None:
@@ -213,7 +185,7 @@ class Runner:
         return dict(schema_version=SCHEMA_VERSION, model=c.model.name, backend=backend, dtype=c.dtype,
                     launch=g.launch, world_size=g.world_size, seed=c.seed, gather=c.gather, tp_size=c.tp_size,
                     fused_order=c.fused_order,
-                    cp_size=cell.cp_size, bs=cell.bs, seq_len=cell.seq_len, prefix_len=max(cell.prefix_lens),
+                    cp_size=cell.cp_size, bs=cell.bs, seq_len=cell.max_extend_len, prefix_len=max(cell.prefix_lens),
                     extend_lens=",".join(map(str, cell.extend_lens)), batch=cell.batch,
                     prefix_lens=",".join(map(str, cell.prefix_lens)), page_size=c.model.page_size,
                     num_layers=c.model.num_layers)

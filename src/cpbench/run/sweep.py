@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 from cpbench.measure.affinity import parse_cpu_list
@@ -19,21 +20,34 @@ from cpbench.measure.env import environment
 from cpbench.spec.geometry import eligibility
 from cpbench.measure.peak import gemm_peak
 from cpbench.ranks.group import LocalGroup, RankGroup
-from cpbench.run.runner import (DTYPES, CellSpec, Runner, SweepConfig, cpu_sweep_threads, cpu_tflop_limit,
-                                over_token_budget, plan_cells)
+from cpbench.run.runner import (DTYPES, Runner, SweepConfig, cpu_sweep_threads, cpu_tflop_limit,
+                                over_token_budget)
+from cpbench.spec.cells import CellSpec
 from cpbench.results.schema import FIXED_ON_RESUME
 from cpbench.results.store import RunDir
 from cpbench.errors import CpbenchInputError
 
 
-def make_config(backend: str, **kw) -> SweepConfig:
-    """A SweepConfig with ``auto`` resolved for ``kw["device"]``; ``backend`` is one name or a
+@dataclass(frozen=True)
+class SweepOutput:
+    """Where a sweep writes and what it does at the end: ``out`` (run directory; None: runs/<timestamp>),
+    ``resume`` (continue it), ``report`` (charts and report.md), ``allow_mismatch`` (exit 0 despite failed
+    checks)."""
+
+    out: str | None = None
+    resume: bool = False
+    report: bool = True
+    allow_mismatch: bool = False
+
+
+def make_config(backend: str, **fields) -> SweepConfig:
+    """A SweepConfig with ``auto`` resolved for ``fields["device"]``; ``backend`` is one name or a
     comma-separated list (measured on the same cells, in that order; duplicates dropped). Raises
     CpbenchInputError for an unknown backend."""
-    names = [resolve_auto(kw["device"]) if b == "auto" else b for b in backend.split(",") if b.strip()]
+    names = [resolve_auto(fields["device"]) if b == "auto" else b for b in backend.split(",") if b.strip()]
     for name in names:
         get_backend(name)  # unknown names fail here, before a directory is made
-    return SweepConfig(backend=",".join(dict.fromkeys(names)), **kw)
+    return SweepConfig(backend=",".join(dict.fromkeys(names)), **fields)
 
 
 def check_cells(cfg: SweepConfig, cells: list[CellSpec]) -> None:
@@ -79,7 +93,7 @@ class Sweep:
         """
         t0 = time.monotonic()
         group = group or LocalGroup()
-        cells = plan_cells(cfg)
+        cells = cfg.cells()
         run, done, error = None, set(), None
         if group.writes_rows:
             try:
@@ -164,20 +178,24 @@ def _no_writer(row: dict) -> None:
 
 
 def config_dict(cfg: SweepConfig, group: RankGroup) -> dict:
-    """The manifest's ``config``: every SweepConfig field (model as a dict), plus launch and world_size."""
-    config = {k: (str(v) if k == "device" else v) for k, v in dataclasses.asdict(cfg).items()}
+    """The manifest's ``config``: every SweepConfig field (model as a dict) but the planned batches, the
+    options the batches came from (``cells_from``: bs_list, seq_list, extend_lens, prefix, lengths, trace,
+    prefix_hit, batches), plus launch and world_size. Lists as JSON lists."""
+    fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("batches", "cells_from")}
+    config = {k: (str(v) if k == "device" else dataclasses.asdict(v) if k == "model" else v) for k, v in fields.items()}
+    config.update(dict(cfg.cells_from))
     config["launch"], config["world_size"] = group.launch, group.world_size
-    return config
+    return json.loads(json.dumps(config))
 
 
 def check_resume_config(run: RunDir, cfg: SweepConfig, group: RankGroup) -> None:
     """Raise CpbenchInputError when --resume would mix rows measured under other options
     (:data:`~cpbench.results.schema.FIXED_ON_RESUME`)."""
     old = run.read_manifest().get("config", {})
+    now = config_dict(cfg, group)
     # the model last: at another --tp its per-GPU heads differ too, and the message should name tp_size
     new = {"launch": group.launch, "world_size": group.world_size,
-           **{k: getattr(cfg, k) for k in FIXED_ON_RESUME if k != "model" and hasattr(cfg, k)},
-           "model": dataclasses.asdict(cfg.model)}
+           **{k: now[k] for k in FIXED_ON_RESUME if k != "model" and k in now}, "model": now["model"]}
     if isinstance(old.get("model"), dict):  # fields added to ModelSpec later (window_rule) are not in old runs
         new["model"] = {k: v for k, v in new["model"].items() if k in old["model"]}
     for key in new:

@@ -1,0 +1,57 @@
+"""The cell plan, pure integers: the batches a command measures and the cells they make at each cp_size.
+
+Every command names its cells one way: a list of :class:`Batch` (extend and prefix lengths per request)
+crossed with the cp_size values. How the batches were given (``--bs`` x ``--extend-len``, one explicit
+``--extend-lens`` batch, a ``--lengths`` mix, a ``--trace``, ``--prefix-hit``) is the CLI's business
+(cli/cells.py); from there on only the batches exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One prefill batch: ``extend_lens`` (new tokens) and ``prefix_lens`` (cached tokens) per request,
+    in tokens, of equal length >= 1. ``index`` numbers the batches of a ``--lengths`` mix or ``--trace``
+    (the ``batch`` column); 0 for a bs x extend-len grid or one explicit batch."""
+
+    extend_lens: tuple[int, ...]
+    prefix_lens: tuple[int, ...]
+    index: int = 0
+
+    @classmethod
+    def uniform(cls, extend_lens: Sequence[int], prefix: int = 0, index: int = 0) -> "Batch":
+        """A batch whose requests all have ``prefix`` cached tokens."""
+        return cls(tuple(extend_lens), (prefix,) * len(extend_lens), index)
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """One cell: a batch at one cp_size (lengths in tokens)."""
+
+    cp_size: int
+    extend_lens: tuple[int, ...]
+    prefix_lens: tuple[int, ...]
+    batch: int = 0  # index in a length mix or trace
+
+    @property
+    def bs(self) -> int:
+        return len(self.extend_lens)
+
+    @property
+    def max_extend_len(self) -> int:
+        """The longest extend length of the batch (the ``max_extend_len`` column), tokens."""
+        return max(self.extend_lens)
+
+    def label(self) -> str:
+        """``cp4 bs1 seq8192`` (``b<i>`` appended for a batch of a mix): the progress bar's and the NVTX
+        ranges' name of the cell; ``seq`` is the longest extend length."""
+        return f"cp{self.cp_size} bs{self.bs} seq{self.max_extend_len}" + (f" b{self.batch}" if self.batch else "")
+
+
+def plan_cells(cp_sizes: Sequence[int], batches: Sequence[Batch]) -> list[CellSpec]:
+    """Every cell, in cp_size order, then the batches' order."""
+    return [CellSpec(cp, b.extend_lens, b.prefix_lens, b.index) for cp in cp_sizes for b in batches]
