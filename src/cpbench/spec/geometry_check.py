@@ -29,7 +29,8 @@ from cpbench.spec.eligibility import CpRule
 from cpbench.spec.geometry import rank_geometry, validate_batch
 from cpbench.spec.jsonfile import read_json
 from cpbench.spec.sglang_fields import (BATCH_KEYS, ENGINE_ONLY, NEEDS_PREFIX, RANK_KEYS, TABLES, canonical,
-                                        expected_fields, table_expectations, table_value)
+                                        expected_fields, table_difference, table_expectations,
+                                        table_unchecked, table_value)
 from cpbench.errors import CpbenchInputError
 
 MAX_CP = 1024  # the bound of --cp
@@ -263,12 +264,15 @@ def diff_dump(dump: Dump, batch: Batch, rule: CpRule | None = None) -> CheckResu
                     skipped[k] = "no fused call: the batch runs without CP under the rule"
                     continue
                 if v is None or tables.get(name) is None:
-                    skipped[k] = "null in the dump" if v is None else "its source table is not in the dump"
+                    skipped[k] = "null in the dump" if v is None else table_unchecked(name, r, g.bs)
                     continue
+                n += 1
                 got, exp = table_value(name, v), tables[name]
-            else:
-                got, exp = v, want[name]
+                if got != exp:
+                    out.append(f"rank {r['rank']} {k}: {table_difference(name, got, exp)}")
+                continue
             n += 1
+            got, exp = v, want[name]
             if got != exp:
                 out.append(f"rank {r['rank']} {k}: engine {_short(got)}, cpbench {_short(exp)}")
     return CheckResult(out, n, skipped)
