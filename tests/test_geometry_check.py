@@ -99,3 +99,12 @@ def test_a_dump_without_its_batch_needs_the_batch_given(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
     ok = cpbench("geometry", "--check", str(p), "--cp", "4", "--extend-lens", "20,30", "--prefix-lens", "0")
     assert ok.returncode == 0 and "fields agree" in ok.stdout
+
+
+def test_a_dump_with_a_utf8_byte_order_mark_is_read(tmp_path):
+    """An editor that saves UTF-8 with a BOM (Notepad, PowerShell's Out-File) does not make the dump 'invalid
+    JSON'; the model config goes through the same reader."""
+    p = tmp_path / "bom.json"
+    p.write_bytes(b"\xef\xbb\xbf" + EXAMPLE.read_bytes())
+    r = cpbench("geometry", "--check", str(p))
+    assert r.returncode == 0 and "all 28 fields agree" in r.stdout, r.stdout + r.stderr
