@@ -114,3 +114,17 @@ def test_messages_name_the_option_as_typed(tmp_path, args, line):
     r = cpbench("sweep", "--cp", "2", "--layers", "2", "--device", "cpu", "--out", tmp_path / "r", *args)
     assert r.returncode == 2 and r.stderr.strip() == line, r.stderr
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("cmd, choices", [
+    ("profile", "auto, torch, fa2, fa3, trtllm-fmha-v2, trtllm-gen"), ("explain", "auto, fa2, fa3, trtllm-fmha-v2"),
+])
+def test_profile_and_explain_take_one_backend(cmd, choices):
+    """A list (which sweep takes) gets its own line naming the choices, not click's 'Value error, ... is not
+    one of'; an unknown name too. Both are checked before anything else (explain on CPU included)."""
+    r = cpbench(cmd, "--backend", "torch,fa2", "--device", "cpu")
+    assert r.returncode == 2 and r.stderr.strip() == (f"error: cpbench {cmd} takes one --backend, got 'torch,fa2': "
+                                                      f"use one of {choices} (run it once per backend)"), r.stderr
+    r = cpbench(cmd, "--backend", "nope", "--device", "cpu")
+    assert r.returncode == 2 and r.stderr.strip() == f"error: unknown --backend 'nope': use one of {choices}", r.stderr
+    assert f"--backend <{choices.replace(', ', '|')}>" in cpbench(cmd, "--help").stdout

@@ -24,3 +24,22 @@ def test_sweep_help_shows_flags_and_aliases():
                  "--prefix-len, --prefix", "--ranks, --rank",
                  "Stop sampling a variant once the 95% CI of its median is within this fraction of the median"):
         assert text in flat, text
+
+
+@pytest.mark.parametrize("command, usage", [
+    ("geometry", "geometry [OPTIONS]"), ("models", "models [OPTIONS]"), ("columns", "columns [OPTIONS]"),
+    ("sweep", "sweep [OPTIONS]"), ("profile", "profile [OPTIONS]"), ("explain", "explain [OPTIONS]"),
+    ("doctor", "doctor [OPTIONS]"), ("plot", "plot [OPTIONS] RUN"), ("report", "report [OPTIONS] RUN"),
+    ("compare", "compare [OPTIONS] BASE NEW"),
+])
+def test_usage_line_names_arguments_without_braces(command, usage):
+    """typer writes a required argument as ``{RUN}``; cpbench's usage lines read ``... [OPTIONS] RUN``."""
+    r = cpbench(command, "--help", env={"COLUMNS": "120"})
+    first = r.stdout.splitlines()[0]
+    assert r.returncode == 0 and first == f"Usage: cpbench {usage}", first
+    assert not any(f"{{{name}}}" in r.stdout for name in ("RUN", "BASE", "NEW", "run", "base", "new"))
+
+
+def test_usage_error_names_the_argument_without_braces():
+    r = cpbench("compare", "runs/a")
+    assert r.returncode == 2 and "Missing argument 'NEW'" in r.stderr and "{" not in r.stderr

@@ -225,3 +225,23 @@ def test_clear_changes_keep_their_verdicts_on_fixed_data():
         assert set(res.table["verdict"]) == {want}, (factor, res.table[["ratio", "ci_low", "ci_high"]])
         assert len(res.regressions) == regressions and res.exit_code == (1 if regressions else 0)
         assert ((res.table["ci_low"] <= res.table["ratio"]) & (res.table["ratio"] <= res.table["ci_high"])).all()
+
+
+def test_a_directory_of_runs_is_refused_naming_its_latest_run(tmp_path):
+    """`report runs/` uses the latest run; `compare` never guesses which of two runs was meant: it names
+    the argument, how many runs the directory holds, and its latest run."""
+    small = dict(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",))
+    a = make_run(tmp_path / "runs" / "a", seed=1, **small)
+    b = make_run(tmp_path / "runs" / "b", seed=2, **small)
+    runs = tmp_path / "runs"
+    r = cpbench("compare", runs, a)
+    assert r.returncode == 2 and r.stderr.strip() == (f"error: BASE {str(runs)!r} holds 2 runs, not one: pass one run "
+                                                      f"directory such as {b} (the latest)"), r.stderr
+    r = cpbench("compare", a, runs)
+    assert r.returncode == 2 and r.stderr.startswith(f"error: NEW {str(runs)!r} holds 2 runs, not one")
+    only = tmp_path / "one"
+    make_run(only / "c", seed=3, **small)
+    r = cpbench("compare", a, only)
+    assert r.returncode == 2 and f"holds 1 run, not results of its own: pass one run directory such as {only / 'c'}" \
+        in r.stderr
+    assert cpbench("compare", a, b).returncode == 0

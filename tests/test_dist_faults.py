@@ -42,6 +42,29 @@ def test_a_malformed_fault_spec_is_refused_in_one_line(spec):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("spec, world, valid", [("5:raise", 2, "ranks 0..1"), ("2:oom:1:forward", 2, "ranks 0..1"),
+                                                 ("1:exit", 1, "rank 0")])
+def test_a_fault_naming_a_rank_outside_the_launch_is_refused(spec, world, valid):
+    with pytest.raises(CpbenchInputError) as e:
+        faults.parse(spec, world_size=world)
+    rank = spec.split(":")[0]
+    assert str(e.value) == (f"CPBENCH_INJECT_FAULT={spec!r} names rank {rank}, but the launch has only {valid}: "
+                            f"name one of {valid}")
+    assert faults.parse(f"{world - 1}:raise", world_size=world) == (world - 1, "raise", None, "prepare")
+
+
+def test_a_sweep_with_a_fault_on_a_rank_it_does_not_have_ends_before_the_launch(tmp_path):
+    """Checked by the launcher, before torchrun starts: one line, exit 2, no run directory."""
+    from clirun import cpbench
+
+    out = tmp_path / "run"
+    r = cpbench("sweep", "--device", "cpu", *LAUNCH, "--seq", "40", *SMALL, "--out", out,
+                env={"CPBENCH_INJECT_FAULT": "5:raise"})
+    assert r.returncode == 2 and r.stderr.strip() == ("error: CPBENCH_INJECT_FAULT='5:raise' names rank 5, but the "
+                                                      "launch has only ranks 0..1: name one of ranks 0..1"), r.stderr
+    assert not out.exists()
+
+
 def test_a_killed_agent_is_named_not_blamed_on_a_rank():
     assert failure_summary("", -9) == "torchrun was killed by SIGKILL; its ranks were stopped"
 

@@ -128,6 +128,28 @@ def test_a_dead_rank_ends_the_launch_in_one_line_and_resume_finishes_it(tmp_path
     assert len(rows) == 8 and len(by_key(rows)) == 8
 
 
+@pytest.mark.timeout(120)
+def test_ctrl_c_of_a_launch_prints_one_interrupted_line(tmp_path):
+    """Ctrl-C in a terminal reaches the launcher, torchrun and the ranks (one process group): the launcher
+    says once that the launch was stopped (the CLI adds no second 'interrupted' line), exit 130."""
+    out = tmp_path / "ctrl-c"
+    args = ["--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1",
+            "--seq", ",".join(str(32 + 8 * i) for i in range(6)), "--out", out, *SMALL[:-2], "--dist-timeout", "20",
+            "--no-profile"]
+    p = subprocess.Popen([sys.executable, "-m", "cpbench", "sweep", *map(str, args)], env=_env(),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(RunDir(out).rows()) < 4:  # the first cell is on disk
+        time.sleep(0.2)
+    assert RunDir(out).rows(), p.stderr.read() if p.poll() is not None else "no rows after 60 s"
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert p.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert lines == ["interrupted: the launch was stopped; rows measured so far are kept: rerun the same command "
+                     "with --resume"], err[-2000:]
+
+
 def _processes_mentioning(marker: str) -> list[str]:
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [ln for ln in out.splitlines() if marker in ln and "ps -eo" not in ln]

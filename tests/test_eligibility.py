@@ -63,6 +63,18 @@ def test_bad_rules(args, needle):
         parse_rule(*args)
 
 
+@pytest.mark.parametrize("option,value,message", [
+    ("--cp-min-extend", "99999999999999999999", "--cp-min-extend must be pr (2*cp_size, SGLang PR #33137), upstream "
+     "(max(128, 2*cp_size)) or a number of tokens in [1, 2147483647], got '99999999999999999999'"),
+    ("--cp-min-tokens", "99999999999999999999", "--cp-min-tokens must be a number of tokens in [0, 2147483647] "
+     "(0: none), got 99999999999999999999"),
+])
+def test_a_huge_rule_value_names_the_allowed_range(option, value, message):
+    r = cpbench("geometry", "--cp", "4", "--extend-lens", "11,13", option, value)
+    assert r.returncode == 2 and r.stderr.strip() == f"error: {message}", r.stderr
+    assert cpbench("geometry", "--cp", "4", "--extend-lens", "11,13", option, "2147483647").returncode == 0
+
+
 def test_geometry_cli_follows_the_rule():
     r = cpbench("geometry", "--cp", "4", "--extend", "11,13", "--json", "--cp-min-extend", "upstream")
     rows = json.loads(r.stdout)

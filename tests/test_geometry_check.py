@@ -65,6 +65,12 @@ def test_the_list_form_takes_the_batch_from_the_options(tmp_path):
      "rank 7, outside [0, cp_size=4)"),
     ('[{"rank": 0, "actual_seq_q_prev": [1]}]', "does not say its batch"),
     ('{"cp_size": 1, "extend_seq_lens": [5], "ranks": [{"rank": 0, "bs": 1}]}', "builds no CP strategy"),
+    ('{"cp_size": 4, "extend_seq_lens": [11, 13], "extend_prefix_lens": [-6, 14], "seq_lens": [5, 27], '
+     '"ranks": [{"rank": 0, "kv_len_prev": [1, 1]}]}',
+     "extend_prefix_lens [-6, 14] holds a negative prefix length (-6, request 0): prefix lengths must be >= 0"),
+    ('{"cp_size": 4, "extend_seq_lens": [11, 13], "seq_lens": [5, 27], "ranks": [{"rank": 0, "kv_len_prev": [1, 1]}]}',
+     "request 0 has seq_len 5 < extend_len 11, a negative prefix length (-6): prefix lengths (seq_len - "
+     "extend_len) must be >= 0"),
 ])
 def test_malformed_dump_exit_2(tmp_path, content, needle):
     p = tmp_path / "bad.json"
@@ -93,3 +99,12 @@ def test_a_dump_without_its_batch_needs_the_batch_given(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
     ok = cpbench("geometry", "--check", str(p), "--cp", "4", "--extend-lens", "20,30", "--prefix-lens", "0")
     assert ok.returncode == 0 and "fields agree" in ok.stdout
+
+
+def test_a_dump_with_a_utf8_byte_order_mark_is_read(tmp_path):
+    """An editor that saves UTF-8 with a BOM (Notepad, PowerShell's Out-File) does not make the dump 'invalid
+    JSON'; the model config goes through the same reader."""
+    p = tmp_path / "bom.json"
+    p.write_bytes(b"\xef\xbb\xbf" + EXAMPLE.read_bytes())
+    r = cpbench("geometry", "--check", str(p))
+    assert r.returncode == 0 and "all 28 fields agree" in r.stdout, r.stdout + r.stderr

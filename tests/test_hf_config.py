@@ -155,3 +155,9 @@ def test_sweep_says_the_rule_and_records_it(tmp_path):
     from cpbench.measure.env import code_sha256
 
     assert man["code_sha256"] == code_sha256() and "git_commit" in man  # every manifest names its code
+
+
+def test_a_config_with_a_utf8_byte_order_mark_is_read(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_bytes(b"\xef\xbb\xbf" + json.dumps({**HEADS, "num_hidden_layers": 2}).encode())
+    assert from_hf_config(p).num_kv_heads == 1

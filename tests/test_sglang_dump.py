@@ -42,7 +42,8 @@ def test_one_rank_file_without_editing():
     ("zigzag_index", [0, 7, 8, 15], "engine [0, 7, 8, 15], cpbench [0, 8, 7, 15]"),
     ("zigzag_page_table", [[412], [412], [95], [95]], "engine [[412], [412], [95], [95]], cpbench [[412], [95], [412], [95]]"),
     ("zigzag_swa_page_table", [[412], [95], [412], [95]], "cpbench [[37], [12], [37], [12]]"),
-    ("swa_page_table", [[37, 0], [12, 0]], "engine [2, 2], cpbench [2, 1]"),  # and its duplicate then differs
+    ("swa_page_table", [[37, 0], [12, 0]], "wrong shape: engine [2, 2], cpbench expects [2, 1] (page_table's"),
+    ("zigzag_page_table", [[412], [95], [412]], "wrong shape: engine [3, 1], cpbench expects [4, 1] ([2*bs, W]"),
 ])
 def test_first_difference_names_the_field_and_both_values(tmp_path, field, value, expect):
     d = _rank(0)
@@ -100,6 +101,22 @@ def test_table_without_its_source_is_not_checked(tmp_path):
     assert r.returncode == 0 and "all 32 fields agree" in r.stdout
     assert "not checked (its source table is not in the dump): swa_page_table" not in r.stdout
     assert "not checked (its source table is not in the dump): zigzag_swa_page_table" in r.stdout
+
+
+@pytest.mark.parametrize("rows", [[[412], [95], [7]], [[412]]])
+def test_wrong_shaped_page_table_is_a_wrong_shape(tmp_path, rows):
+    """A page_table without one row per request is a difference that names the shape, and the tables derived
+    from it say why they are not checked (not 'not in the dump')."""
+    d = _rank(0)
+    d["page_table"] = rows
+    r = cpbench("geometry", "--check", str(_write(tmp_path, d)))
+    n = len(rows)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (f"first difference: rank 0 page_table: wrong shape: engine {n} row{'' if n == 1 else 's'}, cpbench "
+            "expects 2 (one per request: [bs, W])") in r.stdout
+    assert (f"not checked (its source table page_table has a wrong shape: {n} row{'' if n == 1 else 's'}, "
+            "expected bs = 2): swa_page_table, zigzag_page_table") in r.stdout
+    assert "not in the dump" not in r.stdout and "1 of 32 fields differ" in r.stdout
 
 
 def test_directory_of_two_batches_is_refused(tmp_path):

@@ -15,6 +15,7 @@ import re
 import sys
 
 import typer
+from typer.core import TyperArgument, TyperCommand
 
 from cpbench.cli import (doctor as cli_doctor, errors as cli_errors, explain as cli_explain,
                          geometry as cli_geometry, profile as cli_profile, report as cli_report,
@@ -57,8 +58,25 @@ def short_help(doc: str | None) -> str:
     return re.split(r"(?<=\.)\s+(?=[A-Z])", text)[0] if text else ""
 
 
+class Command(TyperCommand):
+    """A cpbench command whose usage line names its arguments as click does (``cpbench report [OPTIONS]
+    RUN``): typer writes a required argument in braces (``{RUN}``), which reads like a placeholder left
+    unformatted."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument):
+                name = param.metavar or param.name.upper()
+                name = name if param.required else f"[{name}]"
+                pieces.append(name + ("..." if param.nargs != 1 else ""))
+            else:
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
+
+
 for command, epilog in COMMANDS:
-    app.command(epilog=epilog, short_help=short_help(command.__doc__))(command)
+    app.command(cls=Command, epilog=epilog, short_help=short_help(command.__doc__))(command)
 
 
 def main() -> None:

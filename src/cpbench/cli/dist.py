@@ -100,6 +100,7 @@ def launch_torchrun(opts: DistOptions, cp_sizes, dev, backend: str, out: Optiona
     ``resume_hint``: the command has --resume, so a failure message offers it)."""
     import torch
 
+    from cpbench.ranks import faults
     from cpbench.ranks.launch import check_launch, run_torchrun
 
     gpus = torch.cuda.device_count() if dev.type == "cuda" else 0
@@ -109,6 +110,7 @@ def launch_torchrun(opts: DistOptions, cp_sizes, dev, backend: str, out: Optiona
             raise CpbenchInputError("--launch torchrun on CPU needs --nproc-per-node (processes to start)")
         nproc = gpus
     check_launch(nproc, cp_sizes, dev.type, gpus, opts.dist_backend.value, backend)
+    faults.parse(world_size=nproc)  # a malformed CPBENCH_INJECT_FAULT or one naming no rank: before the launch
     argv = list(sys.argv[1:])
     if out is None:  # every rank must agree on the output directory: name it here
         from cpbench.results.store import default_run_dir
@@ -130,7 +132,7 @@ def run_as_rank(opts: DistOptions, dev, body: Callable[[object, object], int]) -
         backend = backend or "gloo"
     info = groups.init_process_group_from_env(backend, opts.dist_timeout)
     try:
-        faults.parse()  # a malformed CPBENCH_INJECT_FAULT is an input error before any work
+        faults.parse(world_size=info.world_size)  # a malformed CPBENCH_INJECT_FAULT: an input error before any work
         code = body(TorchrunGroup(info, opts.gather_mode), info.device if dev.type == "cuda" else dev)
     except CpbenchInputError as e:
         if info.rank == 0:

@@ -35,7 +35,7 @@ class Rule(NamedTuple):
 
     types: tuple
     message: Callable[[BaseException], str]
-    code: int
+    code: int | Callable[[BaseException], int]  # an exit code, or how to read it from the exception
     error: bool = True
     stream: str = "stderr"
     debug_raises: bool = True  # CPBENCH_DEBUG=1 re-raises it
@@ -53,6 +53,8 @@ RULES: tuple[Rule, ...] = (
     Rule(("UsageError",), _usage, 2),
     Rule(("Abort",), lambda e: "aborted", 130, error=False),
     Rule((KeyboardInterrupt,), lambda e: INTERRUPTED, 130, error=False, debug_raises=False),
+    # Ctrl-C / SIGTERM of a torchrun launch: its own line (the launch was stopped), not a second one
+    Rule(("LaunchInterrupted",), str, lambda e: getattr(e, "code", 130), error=False, debug_raises=False),
 )
 
 
@@ -69,8 +71,9 @@ def rule_for(e: BaseException) -> Optional[Rule]:
 def report(rule: Rule, e: BaseException) -> int:
     """Print ``rule``'s message for ``e``; return its exit code."""
     text = rule.message(e)
+    code = rule.code(e) if callable(rule.code) else rule.code
     if os.environ.get("RANK", "0") != "0" and "WORLD_SIZE" in os.environ:
-        return rule.code  # one of several ranks of a launch: rank 0 says it once
+        return code  # one of several ranks of a launch: rank 0 says it once
     if rule.stream == "stdout":
         if text:
             print(text)
@@ -78,7 +81,7 @@ def report(rule: Rule, e: BaseException) -> int:
         err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
     else:
         err_console.print(escape(text), highlight=False, soft_wrap=True)
-    return rule.code
+    return code
 
 
 def debug() -> bool:

@@ -36,8 +36,9 @@ def explain(
     seq_lens: c.ExtendLensOpt = None,
     prefix: c.PrefixLenOpt = 0,
     rank: Annotated[int, typer.Option("--rank", help="The CP rank to explain.")] = 0,
-    backend: Annotated[c.BackendName, typer.Option(
-        "--backend", help="fa2, fa3 or trtllm-fmha-v2 (auto: trtllm-fmha-v2 on Hopper).")] = c.BackendName.auto,
+    backend: Annotated[str, typer.Option(
+        "--backend", help="fa2, fa3 or trtllm-fmha-v2 (auto: trtllm-fmha-v2 on Hopper).",
+        metavar=c.backend_metavar(("auto", *EXPLAINED)))] = "auto",
     timing: Annotated[str, typer.Option(
         "--timing", help="eager or graph (one CUDA-graph replay per mode); ncu profiles kernels one at a time, so "
                          "this changes how the forward is launched, not the kernels' metrics.")] = "eager",
@@ -56,6 +57,7 @@ def explain(
     """Explain fused vs two-call for one cell and rank with Nsight Compute: per attention kernel its
     duration, grid, waves, occupancy, SM and DRAM throughput, the work split (tiles and waves of prev,
     next and fused) and a verdict naming the measured cause."""
+    backend = c.one_backend(backend, "explain", ("auto", *EXPLAINED))
     dev = c.resolve_device(device)
     if dev.type != "cuda":
         raise CpbenchInputError("cpbench explain profiles GPU kernels with Nsight Compute and needs a CUDA GPU; "
@@ -67,7 +69,7 @@ def explain(
     if layers is None:  # one layer of each window kind (gpt-oss: a window layer, then a full one)
         spec = c.resolve_model(model, model_config, len(spec.layer_kinds), heads, kv_heads, head_dim, window, sinks,
                                page_size)
-    name = backend_name(backend.value, dev)
+    name = backend_name(backend, dev)
     if name not in EXPLAINED:
         raise CpbenchInputError(f"cpbench explain reads the kernels of {', '.join(EXPLAINED)}, not {name}: use one of "
                                 "them (`cpbench profile` counts any backend's kernels)")

@@ -202,6 +202,26 @@ def resolve_device(device: Optional[str]):
     return resolve(device)
 
 
+def backend_metavar(allowed: tuple[str, ...] = BACKEND_CHOICES) -> str:
+    """How ``--help`` shows a one-backend ``--backend``: ``<auto|torch|...>``."""
+    return "<" + "|".join(allowed) + ">"
+
+
+def one_backend(text: str, command: str, allowed: tuple[str, ...] = BACKEND_CHOICES) -> str:
+    """The ``--backend`` of a command that runs one backend (profile, explain), checked: one known name.
+    ``allowed`` are the choices the message names (the command may narrow a known name further itself).
+
+    Raises CpbenchInputError: a list (``a,b``), or a name no backend has."""
+    name = text.strip()
+    if name in BACKEND_CHOICES:
+        return name
+    choices = ", ".join(allowed)
+    if "," in name:
+        raise CpbenchInputError(f"cpbench {command} takes one --backend, got {text!r}: use one of {choices} "
+                                "(run it once per backend)")
+    raise CpbenchInputError(f"unknown --backend {text!r}: use one of {choices}")
+
+
 def choice_list(text: str, allowed: tuple[str, ...], what: str, both: bool = True) -> list[str]:
     """Parse ``"a,b"`` (or, with ``both``, ``"both"`` for every allowed value) into a list of allowed
     choices, duplicates dropped.

@@ -34,7 +34,8 @@ def profile(
     prefix: c.PrefixLenOpt = 0,
     ranks: Annotated[str, typer.Option(
         "--ranks", "--rank", help="'all' or a list of ranks, e.g. 0,3.")] = "all",
-    backend: Annotated[c.BackendName, typer.Option("--backend", help="Attention backend.")] = c.BackendName.auto,
+    backend: Annotated[str, typer.Option("--backend", help="Attention backend (one).",
+                                         metavar=c.backend_metavar())] = "auto",
     dtype: Annotated[c.DType, typer.Option("--dtype")] = c.DType.bf16,
     out: Annotated[Optional[str], typer.Option("--out", help="Directory for traces (default runs/profile-<time>).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
@@ -57,12 +58,13 @@ def profile(
     from cpbench.spec.cells import plan_cells
     from cpbench.profiles.nsys import find_nsys
 
+    backend = c.one_backend(backend, "profile")
     dev = c.resolve_device(device)
     spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
     from cpbench.spec.tp import split_heads
 
     spec = split_heads(spec, tp)
-    name = backend_name(backend.value, dev)
+    name = backend_name(backend, dev)
     parsed = parse_cells(cp=cp, bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=ranks,
                          default_bs="1", default_seq="8192" if dev.type == "cuda" else CPU_DEFAULT_SEQ)
     cells = plan_cells(parsed.cp_sizes, batches_of(parsed, None))

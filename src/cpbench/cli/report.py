@@ -126,6 +126,12 @@ def compare(
         if real.name in RunDir.FILES or RunDir(real.parent).is_run_dir():
             raise CpbenchInputError(f"--out {str(out)!r} would write into a run directory ({real.parent}): "
                                     "give a path outside it, such as compare.md")
+    for name, run in (("BASE", base), ("NEW", new)):  # never guess which run of runs/ was meant here
+        inside = RunDir(run).runs_inside()
+        if inside:
+            many = f"{len(inside)} runs, not one" if len(inside) > 1 else "1 run, not results of its own"
+            raise CpbenchInputError(f"{name} {str(run)!r} holds {many}: pass one run directory such as "
+                                    f"{inside[-1].path} (the latest)")
     with readable(base, new):
         res, bman, nman = compare_runs(base, new, fail_above=fail_above, seed=seed, min_samples=min_samples,
                                        allow_missing=allow_missing)

@@ -22,9 +22,10 @@ FAULTS = ("raise", "oom", "exit", "stop")
 PHASES = ("prepare", "forward")
 
 
-def parse(spec: str | None = None) -> tuple[int, str, int | None, str] | None:
+def parse(spec: str | None = None, world_size: int | None = None) -> tuple[int, str, int | None, str] | None:
     """``(rank, fault, cell or None, phase)`` from ``spec`` (default: ``$CPBENCH_INJECT_FAULT``), None when
-    empty. Raises CpbenchInputError for a malformed spec."""
+    empty. Raises CpbenchInputError for a malformed spec, or one naming a rank outside ``[0, world_size)``
+    (when given: the fault would never fire)."""
     spec = os.environ.get(ENV, "") if spec is None else spec
     if not spec.strip():
         return None
@@ -36,6 +37,10 @@ def parse(spec: str | None = None) -> tuple[int, str, int | None, str] | None:
     if len(parts) > 4 or not rank.isdigit() or fault not in FAULTS or phase not in ("", *PHASES) \
             or not (cell in ("", "*") or (cell.isdigit() and int(cell) >= 1)):
         raise CpbenchInputError(form)
+    if world_size is not None and int(rank) >= world_size:
+        valid = "rank 0" if world_size == 1 else f"ranks 0..{world_size - 1}"
+        raise CpbenchInputError(f"{ENV}={spec!r} names rank {int(rank)}, but the launch has only {valid}: "
+                                f"name one of {valid}")
     return int(rank), fault, int(cell) if cell.isdigit() else None, phase or "prepare"
 
 

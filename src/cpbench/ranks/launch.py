@@ -32,6 +32,15 @@ GRACE_S = 2.0  # after a rank's collective failed: how long the other ranks get 
 STOP_WAIT_S = 30.0  # after SIGINT / SIGTERM or a kill: how long torchrun gets before SIGKILL, s
 
 
+class LaunchInterrupted(Exception):
+    """This process got SIGINT or SIGTERM during a launch, which was then stopped. The message is the one
+    line to print (the CLI prints it and nothing else); ``code`` is the exit code, 128 + the signal."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
 def under_torchrun() -> bool:
     """True when this process was started by torchrun (RANK and WORLD_SIZE are set)."""
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
@@ -103,7 +112,8 @@ def torchrun_argv(nproc: int, argv: Sequence[str]) -> list[str]:
 
 def run_torchrun(nproc: int, argv: Sequence[str], resume_hint: bool = True) -> int:
     """Run the launch and return cpbench's exit code: rank 0's code when it finished; 1 with a one-line
-    message naming the failed rank when a rank died; 130 / 143 when this process was interrupted.
+    message naming the failed rank when a rank died. Raises :class:`LaunchInterrupted` (exit code 130 /
+    143) when this process was interrupted.
 
     torchrun dies with this process (``PR_SET_PDEATHSIG``), each rank with torchrun, and SIGINT / SIGTERM
     sent to this process are passed on to torchrun, which stops its ranks; ranks still alive when
@@ -126,8 +136,7 @@ def run_torchrun(nproc: int, argv: Sequence[str], resume_hint: bool = True) -> i
         resume = "; rows measured so far are kept: rerun the same command with --resume" if resume_hint else ""
         if signal_no is not None:
             sys.stderr.write(_child_lines(stderr, keep_errors=False))
-            sys.stderr.write(f"interrupted: the launch was stopped{resume}\n")
-            return 128 + signal_no
+            raise LaunchInterrupted(f"interrupted: the launch was stopped{resume}", 128 + signal_no)
         code = exit_file.read_text(encoding="utf-8").strip() if exit_file.exists() else ""
         if proc.returncode == 0 and code.isdigit():
             sys.stderr.write(_child_lines(stderr))

@@ -71,12 +71,16 @@ class CpRule:
         return True, ""
 
 
+MAX_TOKENS = 2**31 - 1  # the bound of --cp-min-extend and --cp-min-tokens (the largest int32)
+
+
 def parse_rule(min_extend: str | int | None = None, min_tokens: int | None = None) -> CpRule:
     """The rule of ``--cp-min-extend`` (``pr``, ``upstream`` or a number >= 1; default ``pr``) and
     ``--cp-min-tokens`` (>= 0; default 0).
 
     Raises:
-        CpbenchInputError: another name, a number < 1 or > 2**31-1, a negative token minimum.
+        CpbenchInputError: another name, a number outside [1, MAX_TOKENS], a token minimum outside
+            [0, MAX_TOKENS].
     """
     text = "pr" if min_extend is None else str(min_extend).strip()
     if text not in RULE_NAMES:
@@ -84,13 +88,15 @@ def parse_rule(min_extend: str | int | None = None, min_tokens: int | None = Non
             n = int(text)
         except ValueError:
             n = 0
-        if not 1 <= n <= 2**31 - 1:
+        if not 1 <= n <= MAX_TOKENS:
             raise CpbenchInputError(f"--cp-min-extend must be pr (2*cp_size, SGLang PR #33137), upstream "
-                                    f"(max({UPSTREAM_FLOOR}, 2*cp_size)) or a number of tokens >= 1, got {text!r}")
+                                    f"(max({UPSTREAM_FLOOR}, 2*cp_size)) or a number of tokens in [1, {MAX_TOKENS}], "
+                                    f"got {text!r}")
         text = str(n)
     tokens = 0 if min_tokens is None else min_tokens
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 <= tokens <= 2**31 - 1:
-        raise CpbenchInputError(f"--cp-min-tokens must be a number of tokens >= 0 (0: none), got {min_tokens!r}")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 <= tokens <= MAX_TOKENS:
+        raise CpbenchInputError(f"--cp-min-tokens must be a number of tokens in [0, {MAX_TOKENS}] (0: none), "
+                                f"got {min_tokens!r}")
     return CpRule(text, tokens)
 
 

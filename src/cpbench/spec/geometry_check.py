@@ -29,7 +29,8 @@ from cpbench.spec.eligibility import CpRule
 from cpbench.spec.geometry import rank_geometry, validate_batch
 from cpbench.spec.jsonfile import read_json
 from cpbench.spec.sglang_fields import (BATCH_KEYS, ENGINE_ONLY, NEEDS_PREFIX, RANK_KEYS, TABLES, canonical,
-                                        expected_fields, table_expectations, table_value)
+                                        expected_fields, table_difference, table_expectations,
+                                        table_unchecked, table_value)
 from cpbench.errors import CpbenchInputError
 
 MAX_CP = 1024  # the bound of --cp
@@ -208,11 +209,23 @@ def resolve_batch(dump: Dump, cp: int | None, extend: list[int] | None, prefix: 
 
 
 def _dump_prefix(b: dict, ext: list[int], source: str) -> list[int] | None:
-    """Prefix lengths from ``extend_prefix_lens`` or ``seq_lens`` (SGLang: max(seq_len - extend_len, 0))."""
-    from_seq = [max(s - e, 0) for s, e in zip(b["seq_lens"], ext)] if "seq_lens" in b else None
+    """Prefix lengths from ``extend_prefix_lens`` or ``seq_lens`` (prefix = seq_len - extend_len).
+
+    A negative prefix length (given, or a seq_len shorter than its extend_len) is an error that says so,
+    never a clamped or derived value the user did not write."""
+    given = b.get("extend_prefix_lens")
+    if given is not None and any(x < 0 for x in given):
+        i = next(i for i, x in enumerate(given) if x < 0)
+        raise CpbenchInputError(f"{source!r}: extend_prefix_lens {list(given)} holds a negative prefix length "
+                                f"({given[i]}, request {i}): prefix lengths must be >= 0")
+    from_seq = [s - e for s, e in zip(b["seq_lens"], ext)] if "seq_lens" in b else None
     if from_seq is not None and len(b["seq_lens"]) != len(ext):
         raise CpbenchInputError(f"{source!r}: {len(ext)} extend_seq_lens but {len(b['seq_lens'])} seq_lens")
-    given = b.get("extend_prefix_lens")
+    if from_seq is not None and any(x < 0 for x in from_seq):
+        i = next(i for i, x in enumerate(from_seq) if x < 0)
+        raise CpbenchInputError(f"{source!r}: request {i} has seq_len {b['seq_lens'][i]} < extend_len {ext[i]}, "
+                                f"a negative prefix length ({from_seq[i]}): prefix lengths (seq_len - extend_len) "
+                                "must be >= 0")
     if given is not None and from_seq is not None and list(given) != from_seq:
         raise CpbenchInputError(f"{source!r}: extend_prefix_lens {list(given)} disagree with seq_lens - "
                                 f"extend_seq_lens = {from_seq}")
@@ -251,12 +264,15 @@ def diff_dump(dump: Dump, batch: Batch, rule: CpRule | None = None) -> CheckResu
                     skipped[k] = "no fused call: the batch runs without CP under the rule"
                     continue
                 if v is None or tables.get(name) is None:
-                    skipped[k] = "null in the dump" if v is None else "its source table is not in the dump"
+                    skipped[k] = "null in the dump" if v is None else table_unchecked(name, r, g.bs)
                     continue
+                n += 1
                 got, exp = table_value(name, v), tables[name]
-            else:
-                got, exp = v, want[name]
+                if got != exp:
+                    out.append(f"rank {r['rank']} {k}: {table_difference(name, got, exp)}")
+                continue
             n += 1
+            got, exp = v, want[name]
             if got != exp:
                 out.append(f"rank {r['rank']} {k}: engine {_short(got)}, cpbench {_short(exp)}")
     return CheckResult(out, n, skipped)

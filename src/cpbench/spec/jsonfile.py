@@ -25,7 +25,7 @@ def read_json(path: str | Path, what: str):
         if p.stat().st_size > MAX_BYTES:
             raise CpbenchInputError(f"{what} {str(p)!r} is larger than {MAX_BYTES >> 20} MiB: not a JSON file of "
                                     "the kind expected")
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a byte order mark (Windows editors write one) is not an error
     except OSError as e:
         raise CpbenchInputError(f"cannot read {what} {str(p)!r}: {e.strerror or e}") from None
     except UnicodeDecodeError:

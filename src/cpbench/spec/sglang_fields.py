@@ -19,6 +19,8 @@ All lengths are tokens, all values Python ints (lists of ints).
 
 from __future__ import annotations
 
+import json
+
 from cpbench.spec.geometry import RankGeometry, block_sizes
 
 # per-request fields: canonical (cpbench) name -> also accepted with these suffixes
@@ -141,13 +143,44 @@ def table_expectations(g: RankGeometry, tables: dict) -> dict:
     if "page_table" in tables:
         out["page_table"] = g.bs
     if "swa_page_table" in tables:
-        out["swa_page_table"] = _shape(base) if base is not None else None
+        out["swa_page_table"] = _shape(base) if base is not None and len(base) == g.bs else None
     for dup, src in (("zigzag_page_table", "page_table"), ("zigzag_swa_page_table", "swa_page_table")):
         if dup in tables:
             t = tables.get(src)
             out[dup] = [t[s] for s in segments] if t is not None and segments is not None and \
                 len(t) == g.bs else None
     return out
+
+
+def table_unchecked(name: str, tables: dict, bs: int) -> str:
+    """Why :func:`table_expectations` derived no value for the duplicated table ``name`` (or the SWA table):
+    its source table is missing, or has a wrong shape (the source is then reported as a difference)."""
+    src = "swa_page_table" if name == "zigzag_swa_page_table" else "page_table"
+    t = tables.get(src)
+    if t is None:
+        return "its source table is not in the dump"
+    return f"its source table {src} has a wrong shape: {_rows(len(t))}, expected bs = {bs}"
+
+
+def table_difference(name: str, got, exp) -> str:
+    """``engine ..., cpbench ...`` for a table that differs: a wrong shape says so (expected vs got), equal
+    shapes show both tables."""
+    if name == "page_table":
+        return f"wrong shape: engine {_rows(got)}, cpbench expects {exp} (one per request: [bs, W])"
+    if name == "swa_page_table":
+        return f"wrong shape: engine {got}, cpbench expects {exp} (page_table's [rows, columns])"
+    if _shape(got) != _shape(exp):
+        return f"wrong shape: engine {_shape(got)}, cpbench expects {_shape(exp)} ([2*bs, W]: its source table twice)"
+    return f"engine {_short(got)}, cpbench {_short(exp)}"
+
+
+def _rows(n: int) -> str:
+    return f"{n} row{'' if n == 1 else 's'}"
+
+
+def _short(v) -> str:
+    text = json.dumps(v)
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def table_value(name: str, value):
