@@ -111,7 +111,7 @@ def test_unmatched_and_not_comparable_rows(tmp_path):
     res, _, _ = compare_runs(base, new)
     assert len(res.table) == 6  # cp 4, 1024: ranks 1-3 x 2 modes
     assert len(res.only_base) == 4 and set(res.only_base["cp_size"]) == {2}
-    assert len(res.only_new) == 8 and set(res.only_new["seq_len"]) == {2048}
+    assert len(res.only_new) == 8 and set(res.only_new["max_extend_len"]) == {2048}
     assert len(res.not_comparable) == 2 and set(res.not_comparable["new_status"]) == {"oom"}
     assert len(res.lost) == 6 and res.exit_code == 1  # 4 rows gone (cp 2) + 2 oom: the gate fails
     r = cpbench("compare", base, new)

@@ -104,7 +104,7 @@ def test_a_torch_run_and_an_fa3_run_name_the_backend(tmp_path):
 def test_run_difference_names_cell_keys_when_the_run_keys_agree():
     a = pd.DataFrame(make_rows(seqs=(1024,), cp_sizes=(2,), bss=(1,), timings=("eager",)))
     b = pd.DataFrame(make_rows(seqs=(2048, 16384), cp_sizes=(2,), bss=(1,), timings=("eager",)))
-    assert run_difference(a, b) == "seq_len: 1024 in base, 2048, 16384 in new"
+    assert run_difference(a, b) == "max_extend_len: 1024 in base, 2048, 16384 in new"
     assert run_difference(a, b.iloc[0:0]) == "4 row(s) only in base"
 
 

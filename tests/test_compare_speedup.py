@@ -30,9 +30,9 @@ def test_speedup_verdicts_agree_per_cell(tmp_path):
 
     f = speedup_frame(load_run(base)[0], load_run(new)[0])
     assert len(f) == 8 and set(f["base_verdict"]) == {"faster"}
-    assert list(f["bs"]) == [1, 1, 4, 4] * 2 and list(f["seq_len"]) == [1024, 8192] * 4  # numeric order
+    assert list(f["bs"]) == [1, 1, 4, 4] * 2 and list(f["max_extend_len"]) == [1024, 8192] * 4  # numeric order
     assert ((f["base_ci_low"] < 1.2) & (1.2 < f["base_ci_high"]) & (f["base_ci_low"] > 1.1)).all()
-    new_v = dict(zip(zip(f["timing"], f["bs"], f["seq_len"]), f["new_verdict"]))
+    new_v = dict(zip(zip(f["timing"], f["bs"], f["max_extend_len"]), f["new_verdict"]))
     assert new_v[("eager", 1, 8192)] == "faster" and new_v[("graph", 4, 1024)] == "tie"
     assert new_v[("eager", 4, 8192)] == "slower"
     assert list(f["agree"]) == [True, True, False, False] * 2 and agreement(f) == (4, 8)
@@ -187,7 +187,7 @@ def test_agreement_among_cells_host_bound_in_neither_run():
     runs = Path(__file__).parent.parent / "docs" / "runs"
     f = speedup_frame(load_run(runs / "h200-fmha-v2-default-a")[0], load_run(runs / "h200-fmha-v2-default-b")[0])
     hb = f[f["base_host_bound"] | f["new_host_bound"]]
-    assert [(r.timing, r.bs, r.seq_len) for r in hb.itertuples()] == [("eager", 1, 2048)]
+    assert [(r.timing, r.bs, r.max_extend_len) for r in hb.itertuples()] == [("eager", 1, 2048)]
     assert agreement(f) == (16, 16) and agreement(f, gpu_bound_only=True) == (15, 15)
     assert agreement_line(f) == ("verdicts agree in 16 of 16 cells (100 %; 15 of 15 not host-bound); "
                                  "the two intervals overlap in 14 of 16")

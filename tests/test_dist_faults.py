@@ -81,7 +81,7 @@ def test_a_stopped_rank_ends_the_launch_naming_it_and_resume_finishes(tmp_path):
     assert "--dist-timeout 10 s" in err[0] and "rerun the same command with --resume" in err[0]
     assert _gone(str(out)) == []  # the stopped rank was killed too
     kept = RunDir(out).rows()
-    assert sorted((r["seq_len"], r["rank"]) for r in kept) == [(40, 0), (40, 0), (40, 1), (40, 1)]
+    assert sorted((r["max_extend_len"], r["rank"]) for r in kept) == [(40, 0), (40, 0), (40, 1), (40, 1)]
     assert all(r["status"] == "ok" for r in kept)
     again = sweep(*args, "--resume", timeout=120)
     assert again.returncode == 0, again.stderr[-2000:]

@@ -34,7 +34,7 @@ def sweep(*args, env=None, timeout=90) -> subprocess.CompletedProcess:
 
 
 def by_key(rows):
-    return {(r["cp_size"], r["bs"], r["seq_len"], r["rank"], r["mode"]): r for r in rows}
+    return {(r["cp_size"], r["bs"], r["max_extend_len"], r["rank"], r["mode"]): r for r in rows}
 
 
 @pytest.mark.timeout(120)
@@ -121,7 +121,7 @@ def test_a_dead_rank_ends_the_launch_in_one_line_and_resume_finishes_it(tmp_path
     assert len(err) == 1 and err[0].startswith("error: rank 1 exited with code 3; rows measured so far are kept"), p.stderr[-2000:]
     assert "Traceback" not in p.stderr
     kept = RunDir(out).rows()
-    assert {r["seq_len"] for r in kept} == {40} and len(kept) == 4  # the first cell survived
+    assert {r["max_extend_len"] for r in kept} == {40} and len(kept) == 4  # the first cell survived
     again = sweep(*args, "--resume")
     assert again.returncode == 0, again.stderr[-2000:]
     rows = RunDir(out).rows()

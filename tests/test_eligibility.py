@@ -94,9 +94,9 @@ def test_sweep_share_follows_the_rule(tmp_path):
     assert r.returncode == 0, r.stdout[-800:] + r.stderr[-800:]
     df, manifest = load_run(out)
     assert manifest["config"]["cp_min_extend"] == "upstream" and manifest["config"]["cp_min_tokens"] == 0
-    status = df.groupby("seq_len")["status"].agg(set).to_dict()
+    status = df.groupby("max_extend_len")["status"].agg(set).to_dict()
     assert status == {16: {"ineligible"}, 130: {"ok"}}
-    assert "rule upstream" in df.loc[df["seq_len"] == 16, "reason"].iloc[0]
+    assert "rule upstream" in df.loc[df["max_extend_len"] == 16, "reason"].iloc[0]
     report = (out / "report.md").read_text()
     assert ("1 of 2 requests (50 %) in 1 of 2 batch(es) ran with CP; the others are in batches SGLang runs "
             "without CP under rule upstream: every extend >= max(128, 2*cp_size) = 128") in report

@@ -43,7 +43,7 @@ def test_profile_without_cell_options_uses_cpu_defaults(tmp_path, no_gpu):
     r = cpbench("profile", "--json", "--out", str(tmp_path), *TINY)
     assert r.returncode == 0, r.stderr
     cell = json.loads(r.stdout)["cells"][0]
-    assert (cell["cp_size"], cell["bs"], cell["seq_len"]) == (4, 1, 64)
+    assert (cell["cp_size"], cell["bs"], cell["max_extend_len"]) == (4, 1, 64)
     assert cell["total"]["two-call"] == 16 and cell["total"]["fused"] == 8  # 2 layers x (2 | 1) x 4 ranks
 
 

@@ -28,7 +28,7 @@ def test_union_length_counts_overlaps_once():
 def test_gpu_busy_time_of_the_h200_traces_matches_the_graph_latency(mode):
     c = count_events(load_trace(FIX / f"h200_fa3_cp4_bs1_seq8192_r0_{mode}.json.gz"), kernel_patterns("fa3"))
     df, _ = load_run(RUNS / "h200-fa3-gpt-oss-120b")
-    graph = df[(df.cp_size == 4) & (df.bs == 1) & (df.seq_len == 8192) & (df["rank"] == 0) & (df["mode"] == mode)
+    graph = df[(df.cp_size == 4) & (df.bs == 1) & (df.max_extend_len == 8192) & (df["rank"] == 0) & (df["mode"] == mode)
                & (df.timing == "graph")]["latency_us_median"].iloc[0]
     # one forward's kernels back to back: the GPU busy time is what a CUDA-graph replay takes
     assert c.gpu_busy_us == pytest.approx(graph, rel=0.02)
@@ -67,13 +67,13 @@ def test_layer_times_of_the_h200_traces_add_up_to_the_gpu_busy_time(mode):
 def test_host_bound_cells_are_named_with_their_gpu_time_speedup():
     rows = make_rows(cp_sizes=(4,), bss=(1,), seqs=(1024, 8192), timings=("eager",))
     for r in rows:
-        small = r["seq_len"] == 1024
+        small = r["max_extend_len"] == 1024
         # small cells: the GPU is busy for a third of the eager forward (launch-bound)
         r["gpu_busy_us"] = r["latency_us_median"] / (3.0 if small else 1.05) * (1.1 if r["mode"] == "fused" else 1)
     df = derive(pd.DataFrame(rows))  # host_bound: eager latency > 1.2 x GPU busy time
     cp = critical_path(df)
-    assert list(cp.sort_values("seq_len")["host_bound"]) == [True, False]
-    small = cp[cp.seq_len == 1024].iloc[0]
+    assert list(cp.sort_values("max_extend_len")["host_bound"]) == [True, False]
+    small = cp[cp.max_extend_len == 1024].iloc[0]
     assert small["gpu_speedup"] == pytest.approx(small["gpu_busy_two_call_us"] / small["gpu_busy_fused_us"])
     text = render_report(df, {}, "hb")
     bullet = next(ln for ln in text.splitlines() if "Host-bound" in ln)

@@ -37,7 +37,7 @@ def cell():
 
 def _job(model, inputs, todo, **kw) -> RankJob:
     base = dict(schema_version=SCHEMA_VERSION, model=model.name, backend="torch", dtype="fp32", launch="simulated",
-                world_size=1, seed=0, gather="none", cp_size=CP, bs=1, seq_len=max(EXTEND), prefix_len=0,
+                world_size=1, seed=0, gather="none", cp_size=CP, bs=1, max_extend_len=max(EXTEND), prefix_len=0,
                 extend_lens=",".join(map(str, EXTEND)), page_size=16, num_layers=LAYERS, tp_size=1, batch=0,
                 prefix_lens=",".join("0" for _ in EXTEND))
     shared = dict(page_table_bytes=table_bytes(inputs.block_tables), kv_cache_bytes=inputs.kv_cache_bytes,

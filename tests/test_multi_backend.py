@@ -70,7 +70,7 @@ def test_cli_refuses_a_gpu_backend_in_the_list_on_cpu(tmp_path):
 
 
 def test_backend_answer_names_the_fastest_backend():
-    base = dict(model="m", cp_size=4, bs=1, seq_len=2048, prefix_len=0, extend_lens="2048", timing="graph",
+    base = dict(model="m", cp_size=4, bs=1, max_extend_len=2048, prefix_len=0, extend_lens="2048", timing="graph",
                 status="ok", host_bound=False, p10_two_call_us=float("nan"), p90_two_call_us=float("nan"),
                 p10_fused_us=90.0, p90_fused_us=110.0)
     view = pd.DataFrame([

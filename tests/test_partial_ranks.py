@@ -128,6 +128,6 @@ def test_profile_records_an_oom_cell_and_goes_on(tmp_path, no_gpu, monkeypatch):
     monkeypatch.setattr(profiling, "profile_cell", oom_at_64)
     r = cpbench("profile", "--cp", "2", "--seq", "32,64", "--json", "--out", str(tmp_path), *TINY)
     assert r.returncode == 0, r.stderr
-    got = {c["seq_len"]: c for c in json.loads(r.stdout)["cells"]}
+    got = {c["max_extend_len"]: c for c in json.loads(r.stdout)["cells"]}
     assert got[64]["status"] == "oom" and "does not fit in memory" in got[64]["reason"]
     assert got[32]["status"] == "ok" and got[32]["total"]["fused"] == 4  # 2 layers x 1 call x 2 ranks

@@ -48,9 +48,9 @@ def dist_rows(timings=("eager", "graph"), phases=True, noise=0.01):
     for r in rows:
         r.update(launch="torchrun", world_size=CP, gather="packed")
         if phases and r["timing"] == "eager" and r["status"] == "ok":
-            r.update(phases_of(r["bs"], r["seq_len"], r["rank"], r["mode"]), gather_bytes=4096 * r["bs"] * r["seq_len"])
+            r.update(phases_of(r["bs"], r["max_extend_len"], r["rank"], r["mode"]), gather_bytes=4096 * r["bs"] * r["max_extend_len"])
     df = pd.DataFrame(rows)
-    for _, g in df.groupby(["timing", "bs", "seq_len", "mode"]):
+    for _, g in df.groupby(["timing", "bs", "max_extend_len", "mode"]):
         crit = float(np.median(np.max(np.vstack(g["samples_us"].tolist()), axis=0)))
         df.loc[g.index, "critical_us_median"] = crit
         if phases and "gather_us" in g and g["gather_us"].notna().all():
@@ -73,7 +73,7 @@ def test_phase_stacks_sum_to_each_ranks_phases():
     s = stacks(prepare(dist_rows()))
     assert len(s) == len(BSS) * len(SEQS) * CP * 2 and set(s["timing"]) == {"eager"}
     for _, r in s.iterrows():
-        p = phases_of(r["bs"], r["seq_len"], r["rank"], r["mode"])
+        p = phases_of(r["bs"], r["max_extend_len"], r["rank"], r["mode"])
         assert r["total_us"] == pytest.approx(p["gather_us"] + p["kv_write_us"] + p["attn_us"])
         assert r["gather_own_us"] + r["wait_us"] == pytest.approx(p["gather_us"])
         assert r["wait_us"] == pytest.approx(37.0 if r["rank"] == 1 else 0.0)  # gather beyond the fastest rank's
@@ -84,7 +84,7 @@ def test_report_gather_share_is_gather_over_latency(report_text):
     df = dist_rows()
     assert "## Real CP (torchrun)" in report_text
     eager = df[df["timing"] == "eager"]
-    for (bs, seq), c in eager.groupby(["bs", "seq_len"]):
+    for (bs, seq), c in eager.groupby(["bs", "max_extend_len"]):
         share = {m: np.median(g["gather_us"] / g["latency_us_median"]) for m, g in c.groupby("mode")}
         wait = {m: g["wait_us"].max() / 1e3 for m, g in c.groupby("mode")}
         crit = {m: g["critical_us_median"].iloc[0] for m, g in c.groupby("mode")}
@@ -104,7 +104,7 @@ def test_bandwidth_estimate_equals_the_formula(report_text):
     df = dist_rows()
     eager = df[df["timing"] == "eager"]
     lines = report_text.splitlines()
-    for (bs, seq, mode), g in eager.groupby(["bs", "seq_len", "mode"]):
+    for (bs, seq, mode), g in eager.groupby(["bs", "max_extend_len", "mode"]):
         nbytes = 4096 * bs * seq
         work = (g["attn_us"] + g["kv_write_us"]).max()
         row = next(ln for ln in lines if ln.startswith(f"| gpt-oss-120b | {CP} | {bs} | {seq // 1024}K | {mode} |"))
@@ -149,7 +149,7 @@ def test_sim_vs_real_matches_cells_and_takes_the_difference():
     m = sim_vs_real(prepare(real), prepare(sim))
     assert len(m) == len(BSS) * len(SEQS) * 2 * 2  # cells x modes x timings
     for _, r in m.iterrows():
-        args = ("gpt-oss-120b", "fa3", r["timing"], CP, r["bs"], r["seq_len"])
+        args = ("gpt-oss-120b", "fa3", r["timing"], CP, r["bs"], r["max_extend_len"])
         want_sim = max(sim_latency(*args, k, r["mode"]) for k in range(CP))
         want_real = max(real_latency(*args, k, r["mode"]) for k in range(CP))
         assert r["sim_us"] == pytest.approx(want_sim) and r["real_us"] == pytest.approx(want_real)

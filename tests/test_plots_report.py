@@ -99,7 +99,7 @@ EDGE = {
     "zeros": _zeros,
     "all_failed": _all_failed,
     "sparse_columns": lambda: [{"model": "m", "backend": "b", "timing": "eager", "cp_size": 2, "bs": 1,
-                                "seq_len": 64, "rank": 0, "mode": "fused", "status": "ok",
+                                "max_extend_len": 64, "rank": 0, "mode": "fused", "status": "ok",
                                 "latency_us_median": 5.0}],
 }
 

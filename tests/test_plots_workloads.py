@@ -52,7 +52,7 @@ def test_mixed_entries_and_length_bins():
         1000: "≤ 1K", 2048: "≤ 2K", 2049: "≤ 4K", 3000: "≤ 4K", 5000: "≤ 8K", 9000: "≤ 16K", 16384: "≤ 16K"}
     assert _length_bins([1024, 8192]) == {1024: "1K", 8192: "8K"}
     view = pd.DataFrame({"model": "m", "backend": "fa3", "timing": "eager", "tp_size": 4, "cp_size": 4, "bs": 4,
-                         "seq_len": [1000, 1100, 1200, 3000, 5000, 9000, 17000], "status": "ok",
+                         "max_extend_len": [1000, 1100, 1200, 3000, 5000, 9000, 17000], "status": "ok",
                          "speedup": [1.2, 1.3, 0.99, 1.0, 1.0, 1.0, 1.0],
                          "speedup_ci_low": [1.1, 1.2, 0.98, 0.9, 0.9, 0.9, 0.9],
                          "speedup_ci_high": [1.3, 1.4, 1.01, 1.1, 1.1, 1.1, 1.1]})

@@ -28,7 +28,7 @@ def test_the_tflop_limit_that_refused_a_cell_is_in_the_command(tmp_path, no_gpu)
                 env={"CPBENCH_CPU_TFLOP_LIMIT": "1e-6"})
     assert r.returncode == 0, r.stderr
     rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
-    assert {x["seq_len"]: x["status"] for x in rows} == {16: "ok", 512: "unsupported"}
+    assert {x["max_extend_len"]: x["status"] for x in rows} == {16: "ok", 512: "unsupported"}
     command = json.loads((out / "manifest.json").read_text())["command"]
     assert command.startswith("CPBENCH_CPU_TFLOP_LIMIT=1e-6 cpbench sweep --cp 2")
     assert f"```sh\n{command}\n```" in (out / "report.md").read_text()

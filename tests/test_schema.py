@@ -25,8 +25,8 @@ def sweep_rows(tmp_path_factory):
 def test_every_row_of_a_real_sweep_passes_check_row(sweep_rows):
     assert len(sweep_rows) == 3 * 2 * 2  # 3 seqs x 2 ranks x 2 modes
     for row in sweep_rows:
-        assert check_row(row) == [], (row["seq_len"], row["rank"], row["mode"], check_row(row))
-    status = {(r["seq_len"], r["rank"], r["mode"]): r["status"] for r in sweep_rows}
+        assert check_row(row) == [], (row["max_extend_len"], row["rank"], row["mode"], check_row(row))
+    status = {(r["max_extend_len"], r["rank"], r["mode"]): r["status"] for r in sweep_rows}
     assert {s for (seq, *_), s in status.items() if seq == 3} == {"ineligible"}  # the status rows are checked too
     assert {s for (seq, *_), s in status.items() if seq != 3} == {"ok"}
     ok = [r for r in sweep_rows if r["status"] == "ok"]
@@ -45,7 +45,7 @@ def test_status_rows_carry_the_whole_key(sweep_rows):
 
 
 def test_key_columns_and_fixed_on_resume_come_from_the_columns():
-    for c in ("dtype", "launch", "world_size", "gather", "model", "backend", "timing", "cp_size", "bs", "seq_len",
+    for c in ("dtype", "launch", "world_size", "gather", "model", "backend", "timing", "cp_size", "bs", "max_extend_len",
               "prefix_len", "extend_lens", "rank", "mode"):
         assert c in KEY_COLUMNS, c
     assert "seq_lens" not in COLUMNS and "latency_us_median" not in KEY_COLUMNS

@@ -56,7 +56,7 @@ def test_committed_v1_run_loads_migrated(name):
     assert set(df["schema_version"]) == {SCHEMA_VERSION}
     by_key = {(r["cp_size"], r["bs"], r["seq_len"], r["rank"], r["mode"], r["timing"]): r["seq_lens"] for r in raw}
     for r in df.itertuples():  # extend_lens holds what v1 called seq_lens, row for row
-        assert r.extend_lens == by_key[(r.cp_size, r.bs, r.seq_len, r.rank, r.mode, r.timing)]
+        assert r.extend_lens == by_key[(r.cp_size, r.bs, r.max_extend_len, r.rank, r.mode, r.timing)]
     for r in run.rows():  # the jsonl path migrates the same way, and every migrated row is a valid v2 row
         stored = {k: v for k, v in r.items() if k not in DERIVED_COLUMNS and not (isinstance(v, float) and v != v)}
         assert check_row(stored) == [], name  # (v1 stored some derived columns; a reader recomputes them)
@@ -129,7 +129,7 @@ def test_second_sweep_into_a_locked_out_exits_2_naming_the_holder(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     rows = read_jsonl(out / "results.jsonl")
-    assert all(r["seq_len"] != 16 for r in rows)  # no row of the refused sweep
+    assert all(r["max_extend_len"] != 16 for r in rows)  # no row of the refused sweep
     # once the holder is gone the lock is free again (a killed process releases its flock)
     held = RunDir.create(out, resume=True)
     held.unlock()
@@ -169,7 +169,7 @@ def _row(i):
     """A minimal valid row (every key column) of rank ``i``."""
     return {"schema_version": SCHEMA_VERSION, "model": "m", "backend": "torch", "dtype": "fp32", "launch": "simulated",
             "world_size": 1, "gather": "none", "fused_order": "prev-next", "tp_size": 1, "timing": "eager",
-            "cp_size": 4, "bs": 1, "seq_len": 32, "prefix_len": 0, "extend_lens": "32", "batch": 0,
+            "cp_size": 4, "bs": 1, "max_extend_len": 32, "prefix_len": 0, "extend_lens": "32", "batch": 0,
             "rank": i, "mode": "fused", "status": "ok", "latency_us_median": 1.5 * i}
 
 

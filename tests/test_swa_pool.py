@@ -177,7 +177,7 @@ def test_memory_chart_shows_both_duplicated_tables(tmp_path, monkeypatch):
     them as two parts and labels the fused bar with their joint share."""
     from cpbench.report import memory, style
 
-    base = dict(status="ok", cp_size=4, bs=1, seq_len=8192, setup_mem_metadata=1000.0, setup_mem_plan=0.0,
+    base = dict(status="ok", cp_size=4, bs=1, max_extend_len=8192, setup_mem_metadata=1000.0, setup_mem_plan=0.0,
                 setup_mem_workspace=0.0, setup_mem_outputs=5000.0, setup_mem_comm=0.0, setup_mem_other=0.0,
                 forward_mem_bytes=100.0, peak_mem_bytes=7000.0)
     df = pd.DataFrame([

@@ -58,9 +58,9 @@ def test_ineligible_cell_recorded_and_sweep_goes_on(tmp_path):
     r = cpbench("sweep", "--cp", "4", "--bs", "1", "--seq", "7,64", "--out", str(out), "--no-report", "--nvtx", *QUICK)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = read_jsonl(out / "results.jsonl")
-    bad = [x for x in rows if x["seq_len"] == 7]
+    bad = [x for x in rows if x["max_extend_len"] == 7]
     assert bad and {x["status"] for x in bad} == {"ineligible"} and "2*cp_size = 8" in bad[0]["reason"]
-    assert {x["status"] for x in rows if x["seq_len"] == 64} == {"ok"}
+    assert {x["status"] for x in rows if x["max_extend_len"] == 64} == {"ok"}
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -88,8 +88,8 @@ def test_oom_cell_recorded_and_sweep_goes_on(tmp_path):
                 env={"CPBENCH_CPU_TFLOP_LIMIT": "1e30"})  # let it reach the allocation
     assert r.returncode == 0 and "Traceback" not in r.stderr
     rows = read_jsonl(out / "results.jsonl")
-    assert {x["status"] for x in rows if x["seq_len"] == 64} == {"ok"}
-    big = [x for x in rows if x["seq_len"] == 16777216]  # 1e9 tokens: q alone would be 256 GB
+    assert {x["status"] for x in rows if x["max_extend_len"] == 64} == {"ok"}
+    big = [x for x in rows if x["max_extend_len"] == 16777216]  # 1e9 tokens: q alone would be 256 GB
     assert len(big) == 4 and {x["status"] for x in big} == {"oom"} and "allocate" in big[0]["reason"]
 
 
@@ -148,7 +148,7 @@ def test_a_resume_fails_on_the_mismatch_rows_of_earlier_invocations(tmp_path, mo
     assert run_sweep(grid_config(seq_list=(64, 128)), output(run, resume=True)) == 1
     assert "2 row(s) failed the correctness check, 2 of them written before this resume" in capsys.readouterr().out
     rows = read_jsonl(tmp_path / "run" / "results.jsonl")
-    assert {x["status"] for x in rows if x["seq_len"] == 128} == {"ok"}
+    assert {x["status"] for x in rows if x["max_extend_len"] == 128} == {"ok"}
     assert run_sweep(grid_config(seq_list=(64, 128)), output(run, resume=True, allow_mismatch=True)) == 0
 
 
@@ -190,7 +190,7 @@ def test_cpu_refuses_cells_too_big_for_the_reference(tmp_path):
     out = tmp_path / "run"
     r = cpbench("sweep", "--cp", "4", "--bs", "1", "--seq", "64,10000000", "--out", str(out), "--no-report", *QUICK)
     assert r.returncode == 0
-    big = [x for x in read_jsonl(out / "results.jsonl") if x["seq_len"] == 10000000]
+    big = [x for x in read_jsonl(out / "results.jsonl") if x["max_extend_len"] == 10000000]
     assert big and {x["status"] for x in big} == {"unsupported"} and "TFLOP" in big[0]["reason"]
 
 

@@ -62,7 +62,7 @@ def test_critical_path_carries_the_interval():
         for mode, c in (("two-call", tc), ("fused", fu)):
             xs = noisy(c, 100)
             rows.append({"model": "m", "backend": "torch", "dtype": "bf16", "launch": "simulated", "world_size": 1,
-                         "gather": "none", "timing": "eager", "cp_size": 2, "bs": 1, "seq_len": 64, "prefix_len": 0,
+                         "gather": "none", "timing": "eager", "cp_size": 2, "bs": 1, "max_extend_len": 64, "prefix_len": 0,
                          "extend_lens": "64", "rank": rank, "mode": mode, "status": "ok", "reason": "",
                          "latency_us_median": float(np.median(xs)), "samples_us": xs})
     cp = critical_path(pd.DataFrame(rows))

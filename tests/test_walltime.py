@@ -131,9 +131,9 @@ def test_cp_share_leaves_out_batches_skipped_over_the_cap():
     from cpbench.report.workloads import cp_share_lines
 
     base = dict(model="m", tp_size=1, cp_size=2, prefix_len=0, batch=0)
-    view = pd.DataFrame([{**base, "bs": 1, "seq_len": 16, "extend_lens": "16", "status": "ok"},
-                         {**base, "bs": 4, "seq_len": 16, "extend_lens": "16,16,16,16", "status": "skipped"},
-                         {**base, "bs": 2, "seq_len": 2, "extend_lens": "2,2", "status": "ineligible"}])
+    view = pd.DataFrame([{**base, "bs": 1, "max_extend_len": 16, "extend_lens": "16", "status": "ok"},
+                         {**base, "bs": 4, "max_extend_len": 16, "extend_lens": "16,16,16,16", "status": "skipped"},
+                         {**base, "bs": 2, "max_extend_len": 2, "extend_lens": "2,2", "status": "ineligible"}])
     (line,) = cp_share_lines(view)
     assert line == ("- m · tp 1 · cp 2: 1 of 3 requests (33 %) in 1 of 2 batch(es) ran with CP; the others are in "
                     "batches SGLang runs without CP under rule pr: every extend >= 2*cp_size = 4 (1 batch(es) "

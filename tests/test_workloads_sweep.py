@@ -31,7 +31,7 @@ def test_trace_gives_its_batches_and_the_share_run_with_cp(tmp_path):
     cells = df.drop_duplicates("batch").sort_values("batch")
     assert list(cells["extend_lens"]) == ["16,3", "32,12", "8"]
     assert list(cells["prefix_lens"]) == ["4,7", "8,0", "1"]
-    assert list(cells["prefix_len"]) == [7, 8, 1] and list(cells["seq_len"]) == [16, 32, 8]
+    assert list(cells["prefix_len"]) == [7, 8, 1] and list(cells["max_extend_len"]) == [16, 32, 8]
     assert list(cells["bs"]) == [2, 2, 1] and set(df["tp_size"]) == {2}
     assert set(df.loc[df["batch"] == 0, "status"]) == {"ineligible"}
     assert set(df.loc[df["batch"] > 0, "status"]) == {"ok"}
@@ -132,4 +132,4 @@ def test_prefix_hit_on_the_grid(tmp_path):
     assert manifest["config"]["batches"] == [[[48], [16]], [[48, 48], [16, 16]]]
     cells = df.drop_duplicates("batch").sort_values("batch")
     assert list(cells["extend_lens"]) == ["48", "48,48"] and list(cells["prefix_len"]) == [16, 16]
-    assert list(cells["seq_len"]) == [48, 48] and list(cells["context_len"]) == [64, 64]
+    assert list(cells["max_extend_len"]) == [48, 48] and list(cells["context_len"]) == [64, 64]

@@ -31,7 +31,7 @@ def skip_reason(model, cell, device) -> str | None:
 
 def skipped_cell(cell, reason: str) -> dict:
     """The profile.json entry of a cell that was not profiled: ``status`` ``ineligible`` and its reason."""
-    return {"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.max_extend_len, "extend_lens": list(cell.extend_lens),
+    return {"cp_size": cell.cp_size, "bs": cell.bs, "max_extend_len": cell.max_extend_len, "extend_lens": list(cell.extend_lens),
             "status": "ineligible", "reason": reason, "per_rank": [], "total": None}
 
 
@@ -55,7 +55,7 @@ def print_counts(console, report: dict, run_dir: Path) -> None:
     cpu = str(report.get("device", "")).startswith("cpu")
     unit = report.get("counted", "kernels")
     for cell in report["cells"]:
-        name = f"{report['model']} {report['backend']}: cp{cell['cp_size']} bs{cell['bs']} seq{cell['seq_len']}"
+        name = f"{report['model']} {report['backend']}: cp{cell['cp_size']} bs{cell['bs']} seq{cell['max_extend_len']}"
         if cell.get("status", "ok") != "ok":
             console.print(escape(f"{name}: {cell['status']}: {cell['reason']} (recorded in profile.json)"))
             continue

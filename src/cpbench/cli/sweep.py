@@ -258,9 +258,9 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
                 Col("two-call ms"), Col("fused ms"), Col("two-call / fused" if cpu else "speedup"),
                 *([] if cpu else [Col("95% CI")]), Col("status", number=False)]  # a CPU ratio carries no claim
         rows = []
-        for _, r in g.sort_values(["bs", "seq_len"]).iterrows():
+        for _, r in g.sort_values(["bs", "max_extend_len"]).iterrows():
             sp, lo, hi = r["speedup"], r.get("speedup_ci_low", math.nan), r.get("speedup_ci_high", math.nan)
-            rows.append([str(r["bs"]), str(r["seq_len"]), *([r["ranks_label"]] if partial else []),
+            rows.append([str(r["bs"]), str(r["max_extend_len"]), *([r["ranks_label"]] if partial else []),
                          _ms(r["two_call_us"]), _ms(r["fused_us"]), "-" if sp != sp else f"{sp:.2f}x",
                          *([] if cpu else ["-" if lo != lo or hi != hi else f"{lo:.2f}-{hi:.2f}"]),
                          r["status"] if r["status"] == "ok" else f"{r['status']}: {str(r['reason'])[:120]}"])

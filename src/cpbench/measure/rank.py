@@ -30,6 +30,7 @@ from cpbench.measure.kernel_counts import COUNT_COLUMNS, count_kernels
 from cpbench.measure.layer_kinds import KIND_COLUMNS
 from cpbench.measure.memory import SetupMemory, memory_columns
 from cpbench.measure.phases import phase_times_us
+from cpbench.results.rows import make_row
 from cpbench.ranks.group import Exchange, PeerFailure, RankGroup, Status
 from cpbench.measure.timing import Clock, capture_graph, release_graphs, summarize, time_interleaved
 from cpbench.measure.walltime import PhaseTimes
@@ -46,7 +47,7 @@ class RankJob:
 
     Attributes:
         base: key and context columns shared by every row of the cell (model, backend, dtype, launch,
-            world_size, seed, gather, cp_size, bs, seq_len, prefix_len, extend_lens, page_size, num_layers).
+            world_size, seed, gather, cp_size, bs, max_extend_len, prefix_len, extend_lens, page_size, num_layers).
         cell_metrics: cell metrics (page-table bytes, KV-cache bytes, duplication copy µs, ...).
         todo: ``(mode, timing)`` pairs to measure for this rank.
         label: the cell's label, e.g. ``"cp4 bs1 seq8192"`` (forward labels add rank and mode).
@@ -167,8 +168,8 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
             st = status.get(m, OK) if status.get(m, OK) != OK else graph_status.get(m, OK)
             if st != OK or m not in samples:
                 st = st if st != OK else ("error", "not timed")
-                rows.append({**job.base, "fused_order": work.fused_order, "rank": rank, "mode": m, "timing": t,
-                             "status": st[0], "reason": st[1]})
+                rows.append(make_row({**job.base, "fused_order": work.fused_order}, rank=rank, mode=m, timing=t,
+                                     status=st[0], reason=st[1]))
                 continue
             rows.append(_measured_row(job, work, m, timing, samples[m], prepared[m], info[m], flops, clk0, clk1,
                                       {**phases.get(m, {}), **stop.get(m, {})}))
@@ -248,7 +249,7 @@ def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], t
 
                 g = work.geometry
                 fns[m] = annotated_forward(prep, forward_label(job.label, g.rank, m, "eager"),
-                                           {"cp_size": g.cp_size, "bs": g.bs, "seq_len": job.base["seq_len"],
+                                           {"cp_size": g.cp_size, "bs": g.bs, "max_extend_len": job.base["max_extend_len"],
                                             "rank": g.rank}, nvtx_on=True, record_functions=False)
             continue
         # attention only: no side-stream warm-up, the first forward ran this mode already (workspaces, JIT
@@ -276,29 +277,29 @@ def forward_label(cell_label: str, rank: int, mode: str, timing: str = "eager") 
 
 def _measured_row(job: RankJob, work: RankWork, mode, timing, xs, prep: Prepared, info, flops, clk0, clk1,
                   phases: dict) -> dict:
+    """The row of one timed (mode, timing): what was measured, status ``ok`` or ``mismatch`` (outputs
+    beyond the dtype's tolerance against the fp32 reference, or fused vs two-call)."""
     g = work.geometry
-    stats = summarize(xs)
     fused_dup = mode == "fused" and g.cp_size > 1
-    row = {**job.base, "fused_order": work.fused_order, "rank": g.rank, "mode": mode, "timing": timing, **stats,
-           "samples_us": [round(x, 3) for x in xs], "flops": flops, **job.cell_metrics,
-           "dup_copy_us": job.cell_metrics["dup_copy_us"] if fused_dup else 0.0,
-           "tokens_logical": g.tokens_logical, "tokens_padded": g.tokens_padded, "max_kv_len": g.max_kv_len,
-           "calls_per_layer": prep.calls_per_layer, "steps_per_layer": prep.steps_per_layer,
-           "sm_clock_mhz_before": clk0, "sm_clock_mhz_after": clk1, **info, **phases}
+    measured = {**summarize(xs), "samples_us": [round(x, 3) for x in xs], "flops": flops, **job.cell_metrics,
+                "dup_copy_us": job.cell_metrics["dup_copy_us"] if fused_dup else 0.0,
+                "tokens_logical": g.tokens_logical, "tokens_padded": g.tokens_padded, "max_kv_len": g.max_kv_len,
+                "calls_per_layer": prep.calls_per_layer, "steps_per_layer": prep.steps_per_layer,
+                "sm_clock_mhz_before": clk0, "sm_clock_mhz_after": clk1, **info, **phases}
     if timing == "graph":  # kernels and layer times come from the profiled eager forward (no ranges in a graph)
         for k in COUNT_COLUMNS:
-            row[k] = math.nan
+            measured[k] = math.nan
         for k in KIND_COLUMNS.values():
-            row.pop(k, None)
+            measured.pop(k, None)
     tol = checks.TOLERANCE[DTYPES[job.dtype]]
-    err = row.get("max_abs_err", math.nan)
-    diff = row.get("diff_vs_two_call", 0.0)
+    err = measured.get("max_abs_err", math.nan)
+    diff = measured.get("diff_vs_two_call", 0.0)
+    status, reason = "ok", ""
     if job.check and not (err <= tol and diff <= tol):  # NaN fails both comparisons
-        row.update(status="mismatch", reason=f"max |err| {err:.3g} (fused vs two-call {diff:.3g}) "
-                                             f"> tolerance {tol:g} against the fp32 torch reference")
-    else:
-        row.update(status="ok", reason="")
-    return row
+        status, reason = "mismatch", (f"max |err| {err:.3g} (fused vs two-call {diff:.3g}) "
+                                      f"> tolerance {tol:g} against the fp32 torch reference")
+    return make_row({**job.base, "fused_order": work.fused_order}, rank=g.rank, mode=mode, timing=timing,
+                    status=status, reason=reason, measured=measured)
 
 
 def is_oom(e: BaseException) -> bool:

@@ -18,7 +18,7 @@ from cpbench.results.critical_path import flag
 from cpbench.report.style import human_tokens
 from cpbench.report.tables import HOST_MARK, md_table, ms, times, times_ci, verdict
 
-KEYS = ["model", "cp_size", "bs", "seq_len", "prefix_len", "extend_lens", "timing"]
+KEYS = ["model", "cp_size", "bs", "max_extend_len", "prefix_len", "extend_lens", "timing"]
 
 
 def best_of(c: pd.Series) -> tuple[float, str, float, float]:
@@ -57,7 +57,7 @@ def backend_answer(view: pd.DataFrame) -> list[str]:
     rows, marked = [], False
     for key, g in view.groupby(KEYS, sort=True, dropna=False):
         c0 = dict(zip(KEYS, key))
-        row = [c0["cp_size"], c0["bs"], human_tokens(c0["seq_len"]) + (f" + {human_tokens(c0['prefix_len'])} prefix"
+        row = [c0["cp_size"], c0["bs"], human_tokens(c0["max_extend_len"]) + (f" + {human_tokens(c0['prefix_len'])} prefix"
                                                                       if c0["prefix_len"] > 0 else ""), c0["timing"]]
         best = {}
         for b in backends:

@@ -45,7 +45,7 @@ def _rows_table(t) -> str:
         v = r["verdict"] if r["verdict"] == "tie" else f"**{r['verdict']}**"
         v += " ⚠ regression" if r["regression"] else ""
         v += " (host-bound: the launching CPU's time)" if flag(r.get("host_bound")) else ""
-        rows.append([r[c] for c in cols] + [r["timing"], r["cp_size"], r["bs"], r["seq_len"], r["prefix_len"],
+        rows.append([r[c] for c in cols] + [r["timing"], r["cp_size"], r["bs"], r["max_extend_len"], r["prefix_len"],
                                             r["rank"], r["mode"], ms(r["base_us"]), ms(r["new_us"]),
                                             f"{r['ratio']:.3f}" if math.isfinite(r["ratio"]) else "—",
                                             _pct(r["ratio"]), _ci(r["ci_low"], r["ci_high"]), v])
@@ -79,7 +79,7 @@ def _speedups_table(f) -> str:
         if r["agree"] is not None and one_band:  # one verdict from an interval, the other from the ±2 % band
             agree += " (one run has no interval)"
         overlap = "—" if r.get("overlap") is None else "yes" if r["overlap"] else "**no**"
-        rows.append([r[c] for c in cols] + [r["timing"], r["cp_size"], r["bs"], r["seq_len"], r["prefix_len"],
+        rows.append([r[c] for c in cols] + [r["timing"], r["cp_size"], r["bs"], r["max_extend_len"], r["prefix_len"],
                                             _speedup(r["base_speedup"], r["base_ci_low"], r["base_ci_high"])
                                             + _hb(r, "base"),
                                             r["base_verdict"] if r["base_status"] == "ok" else r["base_status"],

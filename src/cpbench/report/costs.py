@@ -17,7 +17,7 @@ from cpbench.report.style import MODE_COLOR, no_data, positive
 
 
 def kernel_cell(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows of the first cell (sorted by bs, seq_len) where every rank of both modes has a kernel count;
+    """Rows of the first cell (sorted by bs, max_extend_len) where every rank of both modes has a kernel count;
     empty if none. Kernel counts do not depend on the cell for a fixed model, so one cell shows them."""
     for _, g in df.groupby(list(CELL_COLUMNS), sort=True):
         need = {(r, m) for r in set(g["rank"]) for m in MODES}
@@ -38,7 +38,7 @@ def kernel_counts(df: pd.DataFrame) -> dict:
         if cell.empty:
             continue
         first = cell.iloc[0]
-        label = f"bs {first['bs']}, {style.human_tokens(first['seq_len'])} tokens, {first['timing']}"
+        label = f"bs {first['bs']}, {style.human_tokens(first['max_extend_len'])} tokens, {first['timing']}"
         out[cp] = {}
         for mode in MODES:
             m = cell[cell["mode"] == mode].sort_values("rank")

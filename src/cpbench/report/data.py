@@ -21,7 +21,7 @@ NUMERIC = ["latency_us_median", "latency_us_p10", "latency_us_p90", "latency_us_
            "setup_us_page_table", "setup_us_plan", "setup_us_total", "peak_mem_bytes", "page_table_bytes",
            "page_table_dup_bytes", "dup_copy_us", "kv_cache_bytes", "context_len", "attn_kernels",
            "other_kernels", "merge_kernels", "launches", "num_layers", "calls_per_layer", "max_abs_err",
-           "sm_clock_mhz_before", "sm_clock_mhz_after", "cp_size", "bs", "seq_len", "prefix_len", "rank"]
+           "sm_clock_mhz_before", "sm_clock_mhz_after", "cp_size", "bs", "max_extend_len", "prefix_len", "rank"]
 
 
 VIEW_COLUMNS = list(CELL_COLUMNS) + [
@@ -87,7 +87,7 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     d["seed"] = pd.to_numeric(d["seed"], errors="coerce").fillna(0)
     d["tp_size"] = pd.to_numeric(d["tp_size"], errors="coerce").fillna(1)
     d["batch"] = pd.to_numeric(d["batch"], errors="coerce").fillna(0)
-    for c in ("cp_size", "bs", "seq_len", "prefix_len", "rank", "world_size", "seed", "tp_size", "batch"):
+    for c in ("cp_size", "bs", "max_extend_len", "prefix_len", "rank", "world_size", "seed", "tp_size", "batch"):
         d[c] = d[c].fillna(-1).astype(int)
     d.loc[d["launch"] == "", "launch"] = "simulated"
     d.loc[d["gather"] == "", "gather"] = "none"
@@ -100,7 +100,7 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     broken = (d["status"] == "ok") & ~(np.isfinite(lat) & (lat > 0))  # "ok" without a usable latency
     d.loc[broken, "status"] = "error"
     d.loc[broken, "reason"] = "status ok but no positive latency recorded"
-    d["context_len"] = d["context_len"].fillna(d["seq_len"] + d["prefix_len"])
+    d["context_len"] = d["context_len"].fillna(d["max_extend_len"] + d["prefix_len"])
     return d
 
 
@@ -172,7 +172,7 @@ def cells(df: pd.DataFrame) -> pd.DataFrame:
     ctx = df.groupby(keys, dropna=False)["context_len"].max().rename("context_len").reset_index()
     cp = cp.merge(ctx, on=keys, how="left")
     cp["label"] = [line_label(b, p, s) for b, p, s in zip(cp["bs"], cp["prefix_len"], cp["extend_lens"])]
-    return cp.sort_values(["cp_size", "bs", "prefix_len", "seq_len", "extend_lens"]).reset_index(drop=True)
+    return cp.sort_values(["cp_size", "bs", "prefix_len", "max_extend_len", "extend_lens"]).reset_index(drop=True)
 
 
 def timing_cells(df: pd.DataFrame, timing: str) -> pd.DataFrame:

@@ -19,7 +19,7 @@ from cpbench.report.data import cells
 from cpbench.spec.ring import ring_time_us
 
 PHASES = ("gather_us", "kv_write_us", "attn_us", "wait_us")
-CELL = ["model", "backend", "dtype", "timing", "cp_size", "bs", "seq_len", "prefix_len", "extend_lens"]
+CELL = ["model", "backend", "dtype", "timing", "cp_size", "bs", "max_extend_len", "prefix_len", "extend_lens"]
 MATCH = CELL + ["mode"]  # a simulated row and a torchrun row describe the same measurement
 # link bandwidths of the "estimate at another link bandwidth" table, GB/s (1e9 B/s) per GPU
 EST_BANDWIDTHS = ((50.0, "50 GB/s (e.g. InfiniBand NDR, 400 Gb/s per GPU)"), (25.0, "25 GB/s (200 Gb/s per GPU)"))
@@ -65,17 +65,17 @@ def stacks(df: pd.DataFrame) -> pd.DataFrame:
                    "latency_us_median", "latency_us_p10", "latency_us_p90", "num_layers"]
     d = d[cols].copy()
     d["total_us"] = d["attn_us"] + d["kv_write_us"] + d["gather_own_us"] + d["wait_us"]
-    return d.sort_values(["cp_size", "bs", "prefix_len", "seq_len", "extend_lens", "rank", "mode"],
+    return d.sort_values(["cp_size", "bs", "prefix_len", "max_extend_len", "extend_lens", "rank", "mode"],
                          ascending=[True] * 6 + [False]).reset_index(drop=True)  # two-call before fused
 
 
 def representative_cell(df: pd.DataFrame) -> pd.DataFrame:
-    """The stack rows (``stacks``) of the largest cell (most tokens: seq_len x bs, then cp_size)."""
+    """The stack rows (``stacks``) of the largest cell (most tokens: max_extend_len x bs, then cp_size)."""
     s = stacks(df)
     if s.empty:
         return s
-    key = s.assign(_tok=s["seq_len"] * s["bs"] + s["prefix_len"] * s["bs"]).sort_values(
-        ["_tok", "seq_len", "cp_size"]).iloc[-1]
+    key = s.assign(_tok=s["max_extend_len"] * s["bs"] + s["prefix_len"] * s["bs"]).sort_values(
+        ["_tok", "max_extend_len", "cp_size"]).iloc[-1]
     return s[(s[CELL] == key[CELL]).all(axis=1)]
 
 

@@ -34,7 +34,7 @@ def gbps(x) -> str:
 
 
 def _tokens(c) -> str:
-    s = human_tokens(c["seq_len"]) + ("" if uniform(c["extend_lens"]) else f" ({c['extend_lens']})")
+    s = human_tokens(c["max_extend_len"]) + ("" if uniform(c["extend_lens"]) else f" ({c['extend_lens']})")
     return s + (f" + {human_tokens(c['prefix_len'])} prefix" if c["prefix_len"] > 0 else "")
 
 
@@ -70,7 +70,7 @@ def real_cp_section(d: pd.DataFrame, manifest: dict, cpu: bool = False) -> list[
         "gather time. Phase times (eager only) are medians of separately timed forwards.", ""]
     for (model, backend, timing, cp), v in s.groupby(["model", "backend", "timing", "cp_size"], sort=True):
         rows = []
-        for _, c in v.groupby(["bs", "prefix_len", "seq_len", "extend_lens"], sort=True):
+        for _, c in v.groupby(["bs", "prefix_len", "max_extend_len", "extend_lens"], sort=True):
             a = c[c["mode"] == "two-call"].iloc[0] if (c["mode"] == "two-call").any() else None
             b = c[c["mode"] == "fused"].iloc[0] if (c["mode"] == "fused").any() else None
             first = c.iloc[0]

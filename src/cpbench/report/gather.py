@@ -30,7 +30,7 @@ def _legend(fig, colors: dict, extra: list) -> None:
 @style.styled
 def gather_share_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
     """All-gather share of the forward, ``gather_us / latency_us_median`` in % (eager torchrun rows), vs
-    seq_len: a panel per cp_size, one line per (bs, mode) at the median over ranks, error bars = rank
+    max_extend_len: a panel per cp_size, one line per (bs, mode) at the median over ranks, error bars = rank
     spread (min..max over ranks). Returns [] (no file) when ``df`` has no phase times."""
     s = share(df)
     if s.empty:
@@ -43,15 +43,15 @@ def gather_share_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -
     for ax, cp in zip(axes[0], cps):
         v = s[s["cp_size"] == cp]
         for (lab, mode), g in v.groupby(["label", "mode"], sort=False):
-            g = g.sort_values("seq_len")
+            g = g.sort_values("max_extend_len")
             y = 100 * g["share"].to_numpy(float)
             err = np.vstack([np.clip(y - 100 * g["share_min"].to_numpy(float), 0, None),
                              np.clip(100 * g["share_max"].to_numpy(float) - y, 0, None)])
-            ax.errorbar(g["seq_len"].to_numpy(float), y, yerr=err, color=colors[lab], ls=MODE_LINE[mode],
+            ax.errorbar(g["max_extend_len"].to_numpy(float), y, yerr=err, color=colors[lab], ls=MODE_LINE[mode],
                         marker=MODE_MARKER[mode], capsize=2.5, elinewidth=1,
                         markerfacecolor="white" if mode == "fused" else colors[lab])
         ax.set_title(f"cp {cp} · eager")
-        style.log2_xaxis(ax, v["seq_len"])
+        style.log2_xaxis(ax, v["max_extend_len"])
         ax.set_ylim(bottom=0)
     axes[0, 0].set_ylabel("all-gather / forward latency (%)")
     _legend(fig, colors, [Line2D([], [], color="#333333", ls=MODE_LINE[m], marker=MODE_MARKER[m], label=m)
@@ -64,7 +64,7 @@ def gather_share_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -
 def sim_vs_real_chart(df_real: pd.DataFrame, df_sim: pd.DataFrame, out_dir: Path, name: str = "sim_vs_real",
                       title: str = "simulated vs real (torchrun) critical path") -> list[Path]:
     """Critical path of matched cells (``dist_data.sim_vs_real``; eager timing preferred): a panel per
-    cp_size (rows) x mode (columns), ms (log y) vs seq_len, colour = bs; real torchrun solid with filled
+    cp_size (rows) x mode (columns), ms (log y) vs max_extend_len, colour = bs; real torchrun solid with filled
     markers (p10–p90 of the per-sample max over ranks), simulated dotted with hollow markers (slowest
     rank's p10–p90). Both frames prepared. Writes a "no data" chart when no cell matches."""
     m = sim_vs_real(df_real, df_sim)
@@ -83,17 +83,17 @@ def sim_vs_real_chart(df_real: pd.DataFrame, df_sim: pd.DataFrame, out_dir: Path
                 no_data(ax, f"cp {cp} · {mode}: no matched cell")
                 continue
             for lab, g in v.groupby("label", sort=False):
-                g = g.sort_values("seq_len")
+                g = g.sort_values("max_extend_len")
                 for kind, ls, fill in (("real", "-", True), ("sim", ":", False)):
                     y = g[f"{kind}_us"].to_numpy(float) / 1e3
                     keep = positive(y)
                     lo = np.clip(np.nan_to_num(y - g[f"{kind}_p10_us"].to_numpy(float) / 1e3), 0, None)
                     hi = np.clip(np.nan_to_num(g[f"{kind}_p90_us"].to_numpy(float) / 1e3 - y), 0, None)
-                    ax.errorbar(g["seq_len"].to_numpy(float)[keep], y[keep], yerr=np.vstack([lo, hi])[:, keep],
+                    ax.errorbar(g["max_extend_len"].to_numpy(float)[keep], y[keep], yerr=np.vstack([lo, hi])[:, keep],
                                 color=colors[lab], ls=ls, marker=MODE_MARKER[mode], capsize=2.5, elinewidth=1,
                                 markerfacecolor=colors[lab] if fill else "white")
             ax.set_title(f"cp {cp} · {mode}")
-            style.log2_xaxis(ax, v["seq_len"])
+            style.log2_xaxis(ax, v["max_extend_len"])
         axes[i, 0].set_ylabel("critical path (ms)")
     for ax in axes.ravel():
         if ax.axison:

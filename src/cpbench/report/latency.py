@@ -26,7 +26,7 @@ def _grid(df: pd.DataFrame) -> tuple[list[str], list[int]]:
 
 @style.styled
 def latency_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
-    """Critical-path latency (ms, log y) vs seq_len (log2 x): a panel per timing x cp_size, a colour per
+    """Critical-path latency (ms, log y) vs max_extend_len (log2 x): a panel per timing x cp_size, a colour per
     series (bs), two-call solid / fused dashed, p10–p90 error bars of the slowest rank.
 
     Args: df: prepared rows of one model+backend (``data.prepare``); may be empty or hold only failures.
@@ -50,7 +50,7 @@ def latency_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
                 continue
             drawn = True
             ax.set_title(f"cp {cp} · {timing}")
-            style.log2_xaxis(ax, v["seq_len"])
+            style.log2_xaxis(ax, v["max_extend_len"])
             if j == 0:
                 ax.set_ylabel("latency, slowest rank (ms)")
             failed = int((v["status"] != "ok").sum())
@@ -74,13 +74,13 @@ def latency_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
 def _panel(ax, v: pd.DataFrame, colors: dict) -> bool:
     drawn = False
     for lab, g in v.groupby("label", sort=False):
-        g = g.sort_values("seq_len")
+        g = g.sort_values("max_extend_len")
         for mode, tag in MODE_COLUMNS:
             y = g[f"{tag}_us"].to_numpy(float) / 1e3
             keep = positive(y)
             if not keep.any():
                 continue
-            x = g["seq_len"].to_numpy(float)[keep]
+            x = g["max_extend_len"].to_numpy(float)[keep]
             y = y[keep]
             lo = g[f"p10_{tag}_us"].to_numpy(float)[keep] / 1e3
             hi = g[f"p90_{tag}_us"].to_numpy(float)[keep] / 1e3
@@ -144,7 +144,7 @@ def heat_shade(grid: np.ndarray, tie: dict, neutral: bool = False) -> np.ndarray
 
 
 def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0, neutral: bool = False):
-    keys = [(s, p, "" if uniform(sl) else sl) for s, p, sl in zip(v["seq_len"], v["prefix_len"], v["extend_lens"])]
+    keys = [(s, p, "" if uniform(sl) else sl) for s, p, sl in zip(v["max_extend_len"], v["prefix_len"], v["extend_lens"])]
     cols = sorted(set(keys))
     rows = sorted(set(v["bs"]))
     grid = np.full((len(rows), len(cols)), np.nan)

@@ -34,12 +34,12 @@ def share_text(x: float) -> str:
 
 
 def setup_memory_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (cp_size, bs, seq_len, mode), over ok rows with measured memory: the rank holding the most
+    """Per (cp_size, bs, max_extend_len, mode), over ok rows with measured memory: the rank holding the most
     (``setup_mem_bytes``), its ``setup_mem_<part>`` bytes, ``forward_mem_bytes``, ``peak_mem_bytes``
     and ``dup_share`` (the duplicated tables, SWA pool's included, / setup_mem_bytes, a fraction). Empty when nothing was
     measured (CPU runs: the columns are NaN)."""
     cols = [f"setup_mem_{p}" for p in SETUP_PARTS] + ["setup_mem_bytes", "forward_mem_bytes", "peak_mem_bytes"]
-    keys = ["cp_size", "bs", "seq_len", "mode"]
+    keys = ["cp_size", "bs", "max_extend_len", "mode"]
     d = df[df["status"] == "ok"].copy()
     for c in cols:
         d[c] = pd.to_numeric(d[c], errors="coerce") if c in d else np.nan
@@ -65,11 +65,11 @@ def setup_memory_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -
         reasons = sorted({str(r) for r in df.get("mem_reason", pd.Series(dtype=str)).dropna() if str(r)})
         no_data(ax, "device memory not measured" + (f": {reasons[0]}" if reasons else ""))
         return style.save(fig, out_dir, name)
-    cells_ = m[["cp_size", "bs", "seq_len"]].drop_duplicates().to_records(index=False)
+    cells_ = m[["cp_size", "bs", "max_extend_len"]].drop_duplicates().to_records(index=False)
     width, x0 = 0.38, np.arange(len(cells_))
     parts = [p for p in SETUP_PARTS if (m[f"setup_mem_{p}"] > 0).any()]
     for j, mode in enumerate(MODES):
-        sub = m[m["mode"] == mode].set_index(["cp_size", "bs", "seq_len"])
+        sub = m[m["mode"] == mode].set_index(["cp_size", "bs", "max_extend_len"])
         for i, cell in enumerate(cells_):
             key = tuple(int(v) for v in cell)
             if key not in sub.index:

@@ -27,13 +27,13 @@ def cpu_words(label: str) -> str:
 
 
 def overhead_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (cp_size, bs, seq_len, mode, timing) over ok rows: ``gpu_us`` (slowest rank's median),
+    """Per (cp_size, bs, max_extend_len, mode, timing) over ok rows: ``gpu_us`` (slowest rank's median),
     ``setup_us`` (median over ranks of setup_us_total, else the sum of its parts) and ``launch_us``
     (median host_launch_us). All µs."""
     ok = df[df["status"] == "ok"].copy()
     parts = ok[["setup_us_metadata", "setup_us_page_table", "setup_us_plan"]].sum(axis=1, min_count=1)
     ok["setup"] = ok["setup_us_total"].fillna(parts)
-    keys = ["cp_size", "bs", "seq_len", "mode", "timing"]
+    keys = ["cp_size", "bs", "max_extend_len", "mode", "timing"]
     if ok.empty:
         return pd.DataFrame(columns=keys + ["gpu_us", "setup_us", "launch_us"])
     g = ok.groupby(keys, sort=True)
@@ -44,7 +44,7 @@ def overhead_frame(df: pd.DataFrame) -> pd.DataFrame:
 @style.styled
 def overhead_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str, cpu: bool = False) -> list[Path]:
     """GPU forward latency (eager and graph, slowest rank) vs host setup and host launch time, µs (log y)
-    against seq_len, drawn in ms, a panel per bs at the largest cp_size, colour = mode. ``cpu``: CPU words (forward,
+    against max_extend_len, drawn in ms, a panel per bs at the largest cp_size, colour = mode. ``cpu``: CPU words (forward,
     setup without a plan). PNG + SVG paths."""
     if df.empty:
         return style.empty_chart(out_dir, name, title)
@@ -67,7 +67,7 @@ def overhead_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str, cpu: 
                 s = g[g["mode"] == mode]
                 if timing:
                     s = s[s["timing"] == timing]
-                s = s.groupby("seq_len", sort=True)[f"{qty}_us"].median()
+                s = s.groupby("max_extend_len", sort=True)[f"{qty}_us"].median()
                 keep = positive(s.values)
                 if keep.any():
                     ax.plot(s.index.to_numpy(float)[keep], s.values[keep] / 1e3, ls=ls, marker=mk,  # ms
@@ -78,7 +78,7 @@ def overhead_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str, cpu: 
             no_data(ax, f"bs {bs}: no successful cells" if len(o) else "no successful cells")
             continue
         ax.set_title(f"bs {bs}")
-        style.log2_xaxis(ax, g["seq_len"])
+        style.log2_xaxis(ax, g["max_extend_len"])
         if ax in axes[:, 0]:
             ax.set_ylabel("ms per forward")
     for ax in axes.ravel():
@@ -93,17 +93,17 @@ def overhead_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str, cpu: 
 
 
 def balance_cell(v: pd.DataFrame) -> pd.Series | None:
-    """The longest fully-ok cell (largest seq_len, then bs) of a ``cells`` view, or None."""
+    """The longest fully-ok cell (largest max_extend_len, then bs) of a ``cells`` view, or None."""
     ok = v[(v["status"] == "ok") & np.isfinite(v["two_call_us"]) & np.isfinite(v["fused_us"])]
     if ok.empty:
         return None
-    return ok.sort_values(["seq_len", "bs"]).iloc[-1]
+    return ok.sort_values(["max_extend_len", "bs"]).iloc[-1]
 
 
 @style.styled
 def balance_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
     """Zigzag balance, a column per cp_size: top, per-rank latency (ms, p10–p90) of both modes for the
-    longest cell, with the imbalance ratio max/min; bottom, that ratio vs seq_len for every cell (colour
+    longest cell, with the imbalance ratio max/min; bottom, that ratio vs max_extend_len for every cell (colour
     = bs, fused dashed). Uses graph timing when present (kernel time). PNG + SVG paths."""
     if df.empty:
         return style.empty_chart(out_dir, name, title)
@@ -136,7 +136,7 @@ def balance_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
 
 
 def _rank_bars(ax, rows: pd.DataFrame, cell: pd.Series) -> None:
-    sel = rows[(rows["cp_size"] == cell["cp_size"]) & (rows["bs"] == cell["bs"]) & (rows["seq_len"] == cell["seq_len"])
+    sel = rows[(rows["cp_size"] == cell["cp_size"]) & (rows["bs"] == cell["bs"]) & (rows["max_extend_len"] == cell["max_extend_len"])
                & (rows["prefix_len"] == cell["prefix_len"]) & (rows["extend_lens"] == cell["extend_lens"])
                & (rows["launch"] == cell["launch"]) & (rows["status"] == "ok")]
     ranks = sorted(set(sel["rank"]))
@@ -155,17 +155,17 @@ def _rank_bars(ax, rows: pd.DataFrame, cell: pd.Series) -> None:
     ax.set_xticks(x, [str(r) for r in ranks])
     ax.set_xlabel("rank")
     imb = " · ".join(f"{m} {cell[f'imbalance_{m.replace(chr(45), chr(95))}']:.3f}" for m in MODES)
-    ax.set_title(f"cp {cell['cp_size']} · bs {cell['bs']}, {style.human_tokens(cell['seq_len'])} tokens\n"
+    ax.set_title(f"cp {cell['cp_size']} · bs {cell['bs']}, {style.human_tokens(cell['max_extend_len'])} tokens\n"
                  f"imbalance {imb}", fontsize=9)
 
 
 def _imbalance_lines(ax, v: pd.DataFrame, colors: dict) -> None:
     for bs, g in v.groupby("bs", sort=True):
-        g = g.sort_values("seq_len")
+        g = g.sort_values("max_extend_len")
         for mode in MODES:
             y = g[f"imbalance_{mode.replace('-', '_')}"].to_numpy(float)
             keep = positive(y)
             if keep.any():
-                ax.plot(g["seq_len"].to_numpy(float)[keep], y[keep], color=colors[bs], ls=MODE_LINE[mode],
+                ax.plot(g["max_extend_len"].to_numpy(float)[keep], y[keep], color=colors[bs], ls=MODE_LINE[mode],
                         marker=MODE_MARKER[mode], markerfacecolor="white" if mode == "fused" else colors[bs])
-    style.log2_xaxis(ax, v["seq_len"], max_labels=6 if ax.get_subplotspec().get_gridspec().ncols < 3 else 4)
+    style.log2_xaxis(ax, v["max_extend_len"], max_labels=6 if ax.get_subplotspec().get_gridspec().ncols < 3 else 4)

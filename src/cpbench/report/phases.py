@@ -28,7 +28,7 @@ MAX_FACETS = 12
 
 
 def _cell_title(c: pd.Series) -> str:
-    s = f"cp {c['cp_size']} · bs {c['bs']} · {style.human_tokens(c['seq_len'])}"
+    s = f"cp {c['cp_size']} · bs {c['bs']} · {style.human_tokens(c['max_extend_len'])}"
     return s + (f" + {style.human_tokens(c['prefix_len'])} prefix" if c["prefix_len"] > 0 else "")
 
 
@@ -45,7 +45,7 @@ def phases_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list
     s = stacks(df)
     if s.empty:
         return []
-    keys = ["cp_size", "bs", "prefix_len", "seq_len", "extend_lens"]
+    keys = ["cp_size", "bs", "prefix_len", "max_extend_len", "extend_lens"]
     cells_ = list(s.groupby(keys, sort=True))[-MAX_FACETS:]
     ncols = min(3, len(cells_))
     nrows = math.ceil(len(cells_) / ncols)

@@ -16,7 +16,7 @@ from cpbench.report.style import MODE_LINE, MODE_MARKER, human_bytes, human_toke
 from cpbench.report.tables import md_table
 from cpbench.results.schema import MODES
 
-KEYS = ["model", "backend", "timing", "cp_size", "bs", "seq_len", "prefix_len", "extend_lens"]
+KEYS = ["model", "backend", "timing", "cp_size", "bs", "max_extend_len", "prefix_len", "extend_lens"]
 
 
 def throughput_frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -92,7 +92,7 @@ def resources_section(df: pd.DataFrame, manifest: dict, cpu: bool = False) -> li
         for key, g in tp.groupby(KEYS, sort=True):
             c = dict(zip(KEYS, key))
             by = {r["mode"]: r for _, r in g.iterrows()}
-            cell = [c["backend"], c["timing"], c["cp_size"], c["bs"], human_tokens(c["seq_len"])]
+            cell = [c["backend"], c["timing"], c["cp_size"], c["bs"], human_tokens(c["max_extend_len"])]
             for m in MODES:
                 r = by.get(m)
                 cell += [_rate(r) if r is not None else "—", _num(r["pct_peak"], ".1f") if r is not None else "—"]
@@ -105,7 +105,7 @@ def resources_section(df: pd.DataFrame, manifest: dict, cpu: bool = False) -> li
         out += [f"Device memory: {reasons[0] if reasons else 'not measured in this run'}.", ""]
         return out
     rows = []
-    for key, g in mem.groupby(["cp_size", "bs", "seq_len"], sort=True):
+    for key, g in mem.groupby(["cp_size", "bs", "max_extend_len"], sort=True):
         by = {r["mode"]: r for _, r in g.iterrows()}
         cell = [key[0], key[1], human_tokens(key[2])]
         for m in MODES:
@@ -143,10 +143,10 @@ def throughput_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> 
                 no_data(ax)
                 continue
             for (bs, mode), g in sub.groupby(["bs", "mode"], sort=True):
-                g = g.sort_values("seq_len")
-                ax.plot(g["seq_len"], g["tflops"], ls=MODE_LINE[mode], marker=MODE_MARKER[mode], color=colors[bs])
+                g = g.sort_values("max_extend_len")
+                ax.plot(g["max_extend_len"], g["tflops"], ls=MODE_LINE[mode], marker=MODE_MARKER[mode], color=colors[bs])
             ax.set_title(f"{t} · cp {cp}")
-            style.log2_xaxis(ax, sub["seq_len"], max_labels=5)
+            style.log2_xaxis(ax, sub["max_extend_len"], max_labels=5)
             ax.set_ylim(bottom=0)
             if j == 0:
                 ax.set_ylabel("TFLOP/s per GPU")

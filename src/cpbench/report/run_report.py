@@ -98,7 +98,7 @@ def notes(df: pd.DataFrame) -> list[str]:
         ranks = sorted(set(g["rank"]))
         rtxt = f"rank{'s' if len(ranks) > 1 else ''} {span_text(ranks)}"
         out.append(f"- {c['model']} · {c['backend']} · {c['timing']} · cp {c['cp_size']} · bs {c['bs']} · "
-                   f"{human_tokens(c['seq_len'])} tokens" + (f" + {human_tokens(c['prefix_len'])} prefix"
+                   f"{human_tokens(c['max_extend_len'])} tokens" + (f" + {human_tokens(c['prefix_len'])} prefix"
                                                               if c["prefix_len"] > 0 else "")
                    + f": **{c['status']}** ({', '.join(m for m in MODES if m in set(g['mode']))}; {rtxt})"
                    + (f": {c['reason']}" if c["reason"] else ""))
@@ -113,11 +113,11 @@ def notes(df: pd.DataFrame) -> list[str]:
         lacking = missing_rows(g, run_modes)
         if lacking:
             incomplete.append(f"- {c['model']} · {c['backend']} · {c['timing']} · cp {c['cp_size']} · "
-                              f"bs {c['bs']} · {human_tokens(c['seq_len'])} tokens: **incomplete**, "
+                              f"bs {c['bs']} · {human_tokens(c['max_extend_len'])} tokens: **incomplete**, "
                               f"{incomplete_reason(lacking)}; "
                               "no critical path or speedup is computed from the ranks present.")
         elif len(modes) < len(MODES) or ranks != list(range(int(c["cp_size"]))):
-            partial.append(f"cp {c['cp_size']} · bs {c['bs']} · {human_tokens(c['seq_len'])} tokens · "
+            partial.append(f"cp {c['cp_size']} · bs {c['bs']} · {human_tokens(c['max_extend_len'])} tokens · "
                            f"{c['timing']}: {', '.join(modes)} on rank{'s' if len(ranks) > 1 else ''} "
                            f"{span_text(ranks)}")
     out += incomplete
@@ -128,7 +128,7 @@ def notes(df: pd.DataFrame) -> list[str]:
     if len(drop):
         out.append(f"- SM clock dropped by more than 10% while timing {len(drop)} row(s) "
                    f"(e.g. cp {drop.iloc[0]['cp_size']}, bs {drop.iloc[0]['bs']}, "
-                   f"{human_tokens(drop.iloc[0]['seq_len'])} tokens, {drop.iloc[0]['mode']}); treat those numbers "
+                   f"{human_tokens(drop.iloc[0]['max_extend_len'])} tokens, {drop.iloc[0]['mode']}); treat those numbers "
                    "with care.")
     return out or [ALL_RAN]
 
@@ -161,7 +161,7 @@ def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
         batches = [(len(cfg["extend_lens"]), max(cfg["extend_lens"]))]
     else:
         batches = [(b, q) for b in cfg.get("bs_list", []) for q in cfg.get("seq_list", [])]
-    have = set(zip(df["cp_size"].astype(int), df["bs"].astype(int), df["seq_len"].astype(int), df["timing"]))
+    have = set(zip(df["cp_size"].astype(int), df["bs"].astype(int), df["max_extend_len"].astype(int), df["timing"]))
     out = []
     for cp in cfg["cp_sizes"]:
         for bs, seq in batches:

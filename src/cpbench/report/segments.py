@@ -25,7 +25,7 @@ TIMING_LINE = {"graph": "-", "eager": "--"}
 
 
 def segment_axes(view: pd.DataFrame) -> pd.DataFrame:
-    """The ok, all-rank cells of a critical-path view that lie on a batch-size axis: the (cp_size, seq_len,
+    """The ok, all-rank cells of a critical-path view that lie on a batch-size axis: the (cp_size, max_extend_len,
     prefix_len) with the most distinct ``bs`` (at least :data:`MIN_BATCHES`), with ``segments = 2*bs``.
     Empty when no such axis exists."""
     if view.empty:
@@ -33,11 +33,11 @@ def segment_axes(view: pd.DataFrame) -> pd.DataFrame:
     ok = view[(view["status"] == "ok") & view["speedup"].map(lambda x: math.isfinite(float(x)))]
     if ok.empty:
         return ok
-    sizes = ok.groupby(["cp_size", "seq_len", "prefix_len"])["bs"].nunique()
+    sizes = ok.groupby(["cp_size", "max_extend_len", "prefix_len"])["bs"].nunique()
     if sizes.max() < MIN_BATCHES:
         return ok.iloc[0:0]
     cp, seq, prefix = sizes.idxmax()
-    axis = ok[(ok["cp_size"] == cp) & (ok["seq_len"] == seq) & (ok["prefix_len"] == prefix)]
+    axis = ok[(ok["cp_size"] == cp) & (ok["max_extend_len"] == seq) & (ok["prefix_len"] == prefix)]
     return axis.assign(segments=2 * axis["bs"]).sort_values("segments")
 
 
@@ -56,7 +56,7 @@ def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
         return style.empty_chart(out_dir, name, title, f"needs >= {MIN_BATCHES} batch sizes at one extend length")
     c0 = axis.iloc[0]
     fig, axes = style.new_figure(1, 2, height_in=3.4)
-    fig.suptitle(f"{title}: cp {c0['cp_size']}, {style.human_tokens(c0['seq_len'])} extend tokens per request")
+    fig.suptitle(f"{title}: cp {c0['cp_size']}, {style.human_tokens(c0['max_extend_len'])} extend tokens per request")
     left, right = axes[0, 0], axes[0, 1]
     backends = sorted(set(axis["backend"]))
     marked = False

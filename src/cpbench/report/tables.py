@@ -69,7 +69,7 @@ def verdict(c) -> str:
 
 def where(c: pd.Series, with_cp: bool = True) -> str:
     """'cp 4, bs 1, 8K tokens' (+ prefix / uneven lengths when present)."""
-    s = (f"cp {c['cp_size']}, " if with_cp else "") + f"bs {c['bs']}, {human_tokens(c['seq_len'])} tokens"
+    s = (f"cp {c['cp_size']}, " if with_cp else "") + f"bs {c['bs']}, {human_tokens(c['max_extend_len'])} tokens"
     if c["prefix_len"] > 0:
         s += f" + {human_tokens(c['prefix_len'])} prefix"
     if not uniform(c["extend_lens"]):
@@ -109,9 +109,9 @@ def summary_lines(view: pd.DataFrame) -> list[str]:
             s += ", and never clearly slower"
         ties = len(ok) - len(win) - len(lose)
         s += f"; {ties} {'tie' if ties == 1 else 'ties'} (95 % interval contains 1)."
-        seqs = sorted(set(ok["seq_len"]))
+        seqs = sorted(set(ok["max_extend_len"]))
         if len(seqs) > 1:
-            lo, hi = ok[ok["seq_len"] == seqs[0]], ok[ok["seq_len"] == seqs[-1]]
+            lo, hi = ok[ok["max_extend_len"] == seqs[0]], ok[ok["max_extend_len"] == seqs[-1]]
             s += (f" Median speedup {times(lo['speedup'].median())} at {human_tokens(seqs[0])} tokens vs "
                   f"{times(hi['speedup'].median())} at {human_tokens(seqs[-1])}.")
         if failed:
@@ -171,7 +171,7 @@ def cell_tables(view: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str]]:
             "imbalance (two-call / fused)>", "status"]
         rows = []
         for _, c in v.iterrows():
-            tok = human_tokens(c["seq_len"]) + ("" if uniform(c["extend_lens"]) else f" ({c['extend_lens']})")
+            tok = human_tokens(c["max_extend_len"]) + ("" if uniform(c["extend_lens"]) else f" ({c['extend_lens']})")
             status = c["status"] if c["status"] == "ok" else f"{c['status']}: {c['reason']}".rstrip(": ")
             status = status if len(status) <= 60 else status[:59] + "…"
             imb = " / ".join(f"{x:.3f}" if math.isfinite(x) else "—"
@@ -235,7 +235,7 @@ def merge_lines(df: pd.DataFrame) -> list[str]:
     out = []
     for (model, backend, cp), g in ok.groupby(["model", "backend", "cp_size"], sort=True):
         found = []
-        for _, c in g.groupby(["bs", "seq_len", "prefix_len", "extend_lens"], sort=True):
+        for _, c in g.groupby(["bs", "max_extend_len", "prefix_len", "extend_lens"], sort=True):
             most = {mode: int(c[c["mode"] == mode]["merge_kernels"].max()) if (c["mode"] == mode).any() else 0
                     for mode in ("two-call", "fused")}
             found.append(f"{where(c.iloc[0], with_cp=False)}: {most['two-call']} two-call, {most['fused']} fused")

@@ -54,9 +54,9 @@ def when_to_fuse(view: pd.DataFrame) -> list[tuple[str, str]]:
         return out
     for (model, backend, timing, tp, cp), v in view.groupby(["model", "backend", "timing", "tp_size", "cp_size"],
                                                              sort=True):
-        labels = _length_bins(sorted({int(x) for x in v["seq_len"]}))
+        labels = _length_bins(sorted({int(x) for x in v["max_extend_len"]}))
         cols = list(dict.fromkeys(labels[n] for n in sorted(labels)))
-        v = v.assign(_col=v["seq_len"].map(lambda n: labels[int(n)]))
+        v = v.assign(_col=v["max_extend_len"].map(lambda n: labels[int(n)]))
         rows = [[bs] + [_cell_text(g[g["_col"] == c]) for c in cols] for bs, g in v.groupby("bs", sort=True)]
         out.append((f"{model} · {backend} · {timing} · tp {tp} · cp {cp}", md_table(["bs>"] + [c + ">" for c in cols],
                                                                                      rows)))
@@ -70,7 +70,7 @@ def cp_share_lines(view: pd.DataFrame, rule: CpRule = DEFAULT_RULE) -> list[str]
     if view.empty:
         return []
     out = []
-    keys = ["model", "tp_size", "cp_size", "bs", "seq_len", "prefix_len", "extend_lens", "batch"]
+    keys = ["model", "tp_size", "cp_size", "bs", "max_extend_len", "prefix_len", "extend_lens", "batch"]
     for (model, tp, cp), v in view.groupby(["model", "tp_size", "cp_size"], sort=True):
         skipped = v.groupby(keys[3:], sort=False)["status"].agg(lambda s: (s == "skipped").all())
         v = v[~v.set_index(keys[3:]).index.isin(skipped[skipped].index)]  # over --max-prefill-tokens: not run
@@ -102,7 +102,7 @@ def layer_kind_table(d: pd.DataFrame) -> str:
     if ok.empty or not pd.to_numeric(ok["window_layers_us"], errors="coerce").notna().any():
         return ""
     rows = []
-    keys = ["model", "backend", "tp_size", "cp_size", "bs", "seq_len", "prefix_len", "extend_lens", "batch"]
+    keys = ["model", "backend", "tp_size", "cp_size", "bs", "max_extend_len", "prefix_len", "extend_lens", "batch"]
     for k, g in ok.groupby(keys, sort=True):
         c = dict(zip(keys, k))
         entry = [c["model"], c["backend"], c["tp_size"], c["cp_size"], c["bs"], _tokens(c)]
@@ -116,7 +116,7 @@ def layer_kind_table(d: pd.DataFrame) -> str:
 
 
 def _tokens(c: dict) -> str:
-    s = human_tokens(c["seq_len"])
+    s = human_tokens(c["max_extend_len"])
     if c["prefix_len"] > 0:
         s += f" + {human_tokens(c['prefix_len'])} prefix"
     if len(set(str(c["extend_lens"]).split(","))) > 1:

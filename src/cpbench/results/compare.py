@@ -1,7 +1,7 @@
 """Compare two run directories row by row: NEW / BASE latency ratio, bootstrap CI, verdict, gate, exit code.
 
 Rows match on ``schema.KEY_COLUMNS`` (model, backend, dtype, launch, world_size, gather, timing, cp_size,
-bs, seq_len, prefix_len, extend_lens, rank, mode) and are compared when both are ``ok`` with a finite,
+bs, max_extend_len, prefix_len, extend_lens, rank, mode) and are compared when both are ``ok`` with a finite,
 positive median latency (anything else is "not comparable", never a tie). pandas, numpy and scipy only
 (no torch), so it runs on a laptop. The cells' fused-vs-two-call speedups of the two runs are compared by
 :mod:`cpbench.results.compare_speedup`.
@@ -284,7 +284,7 @@ def cells_of(rows: pd.DataFrame) -> list[str]:
         return out
     for _, r in rows.drop_duplicates(list(CELL_COLUMNS)).iterrows():
         s = (f"{r['model']} · {r['backend']} · {r['timing']} · cp {canon(r['cp_size'])} · bs {canon(r['bs'])}"
-             f" · seq {canon(r['seq_len'])}")
+             f" · seq {canon(r['max_extend_len'])}")
         pre = canon(r["prefix_len"])
         out.append(s + (f" + prefix {pre}" if pre not in ("", "0") else ""))
     return out
@@ -302,7 +302,7 @@ def _listed(vals: list[str], most: int = 6) -> str:
 def run_difference(only_base: pd.DataFrame, only_new: pd.DataFrame) -> str:
     """What tells the unmatched rows of two runs apart, e.g. ``backend: torch in base, fa3 in new``: the
     run-wide key columns whose values differ, else the cell columns that do (extend_lens aside: it
-    follows bs and seq_len); a fallback sentence when the key values are the same sets on both sides."""
+    follows bs and max_extend_len); a fallback sentence when the key values are the same sets on both sides."""
     cell_cols = [c for c in CELL_COLUMNS[len(RUN_COLUMNS):] if c != "extend_lens"]
     for cols in (RUN_COLUMNS, cell_cols):
         parts = []

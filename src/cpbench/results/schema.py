@@ -65,7 +65,8 @@ _COLUMNS = [
     _c("timing", "str", " | ".join(TIMINGS), "eager launches or CUDA-graph replay", "cell"),
     _c("cp_size", "int", "ranks", "CP group size", "cell"),
     _c("bs", "int", "requests", "requests in the batch", "cell"),
-    _c("seq_len", "int", "tokens", "longest extend length in the batch (the --extend-len value; alias --seq)", "cell"),
+    _c("max_extend_len", "int", "tokens", "longest extend length in the batch (the --extend-len value; alias --seq); "
+       "stored as seq_len before, read under this name", "cell"),
     _c("prefix_len", "int", "tokens", "cached prefix per request", "cell"),
     _c("extend_lens", "str", "tokens", "extend (new-token) length of each request, comma-separated "
        "(SGLang's seq_lens would be prefix + extend)", "cell"),
@@ -198,6 +199,8 @@ def row_key(row: dict) -> tuple:
 V1_DEFAULTS = {"launch": "simulated", "world_size": 1, "gather": "none", "seed": 0}
 # columns added within schema 2: a stored row without one gets this value (no version bump; see add_defaults)
 V2_DEFAULTS = {"tp_size": 1, "batch": 0, "fused_order": "prev-next"}
+# columns renamed within schema 2: old name -> new name (a stored row is read under the new name)
+V2_RENAMED = {"seq_len": "max_extend_len"}
 
 
 def migrate_row(row: dict) -> dict:
@@ -224,10 +227,12 @@ def add_defaults(row: dict) -> dict:
     """Fill the columns added within schema 2 that an older row lacks: ``tp_size`` 1, ``batch`` 0 (every
     earlier run measured one GPU's heads at TP 1 on a bs x seq grid or one explicit batch), ``fused_order``
     ``prev-next`` (the only order before the option existed) and
-    ``prefix_lens`` (``prefix_len`` repeated ``bs`` times). Returns ``row`` itself when nothing is missing."""
-    if all(k in row for k in V2_DEFAULTS) and "prefix_lens" in row:
+    ``prefix_lens`` (``prefix_len`` repeated ``bs`` times); and reads a renamed column under its new name
+    (:data:`V2_RENAMED`: ``seq_len`` held the longest *extend* length, now ``max_extend_len``). Returns ``row``
+    itself when nothing is missing."""
+    if all(k in row for k in V2_DEFAULTS) and "prefix_lens" in row and not V2_RENAMED.keys() & row.keys():
         return row
-    out = {**V2_DEFAULTS, **row}
+    out = {**V2_DEFAULTS, **{V2_RENAMED.get(k, k): v for k, v in row.items()}}
     if "prefix_lens" not in out:
         try:
             out["prefix_lens"] = ",".join([str(int(row["prefix_len"]))] * int(row["bs"]))

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from cpbench.results.derived import derive
-from cpbench.results.schema import SCHEMA_VERSION, V2_DEFAULTS, check_row, migrate_row, row_key
+from cpbench.results.schema import SCHEMA_VERSION, V2_DEFAULTS, V2_RENAMED, check_row, migrate_row, row_key
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 
 GROWING = ("cp_sizes", "bs_list", "seq_list", "timings", "modes")  # config lists a resume may extend
@@ -305,10 +305,11 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
 
 def migrate_frame(df: pd.DataFrame, manifest: dict) -> pd.DataFrame:
     """A results frame read from parquet, migrated row by row to the current schema (a current-version
-    frame with every column added since, :data:`~cpbench.results.schema.V2_DEFAULTS`, is returned as it is)."""
+    frame with every column added since, :data:`~cpbench.results.schema.V2_DEFAULTS`, only has its renamed
+    columns, :data:`~cpbench.results.schema.V2_RENAMED`, read under their new names)."""
     raw = df.get("schema_version", pd.Series([manifest.get("schema_version", 1)] * len(df)))
     if (pd.to_numeric(raw, errors="coerce") == SCHEMA_VERSION).all() and {*V2_DEFAULTS, "prefix_lens"} <= set(df):
-        return df
+        return df.rename(columns=V2_RENAMED)
     return pd.DataFrame([migrate_row(r) for r in df.to_dict("records")])
 
 

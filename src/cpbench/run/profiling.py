@@ -72,7 +72,7 @@ def nsys_child(model, cells: list[CellSpec], *, backend: str, device: torch.devi
     forwards = []
     for cell in cells:
         for r, mode, prep in _prepared(model, cell, backend, device, dtype, seed, ranks, context_len):
-            payload = {"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.max_extend_len, "rank": r}
+            payload = {"cp_size": cell.cp_size, "bs": cell.bs, "max_extend_len": cell.max_extend_len, "rank": r}
             forwards.append((prep, annotated_forward(prep, forward_label(cell.label(), r, mode), payload, nvtx_on=True)))
     torch.cuda.synchronize()
     with cuda_profiler_range():
@@ -100,7 +100,7 @@ def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: 
                   trace_dir: Path, gather: str, seed: int = 0) -> list[dict]:
     """Kernel counts per rank of a torchrun launch: each process profiles its own rank's forwards (one
     Chrome trace per rank and mode, with torch.distributed's rank info in it); rank 0 gets
-    ``[{cp_size, bs, seq_len, extend_lens, per_rank: [...], total}]`` (other ranks: []).
+    ``[{cp_size, bs, max_extend_len, extend_lens, per_rank: [...], total}]`` (other ranks: []).
 
     Each per-rank row adds ``comm_kernels_expected`` (layers x collectives per layer on NCCL: 1 packed,
     2 separate; 0 on gloo, whose collectives run on the CPU) and ``comm_check`` (the two agree).
@@ -126,6 +126,6 @@ def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: 
             r["comm_check"] = r.get("comm_kernels") == r["comm_kernels_expected"] if r["status"] == "ok" else None
             if r["status"] != "ok":
                 raise RuntimeError(f"{cell.label()} rank {r['rank']} {r['mode']}: {r['status']}: {r['reason']}")
-        out.append({"cp_size": cell.cp_size, "bs": cell.bs, "seq_len": cell.max_extend_len,
+        out.append({"cp_size": cell.cp_size, "bs": cell.bs, "max_extend_len": cell.max_extend_len,
                     "extend_lens": list(cell.extend_lens), "per_rank": mine, "total": totals(mine, cell.cp_size)})
     return out

@@ -28,7 +28,8 @@ from cpbench.measure.kernel_counts import count_kernels
 from cpbench.measure.rank import DTYPES, RankJob, is_oom, measure_rank
 from cpbench.spec.models import ModelSpec
 from cpbench.ranks.group import LocalGroup, RankGroup
-from cpbench.results.schema import SCHEMA_VERSION, row_key
+from cpbench.results.rows import make_row
+from cpbench.results.schema import row_key
 from cpbench.measure.timing import Clock, time_op_us
 from cpbench.measure.walltime import PhaseTimes
 from cpbench.kernels.workload import CellInputs, build_cell, rank_work
@@ -182,10 +183,10 @@ class Runner:
     def base(self, cell: CellSpec, backend: str) -> dict:
         """Columns shared by every row of ``cell`` on ``backend`` (the key without rank, mode and timing)."""
         c, g = self.cfg, self.group
-        return dict(schema_version=SCHEMA_VERSION, model=c.model.name, backend=backend, dtype=c.dtype,
+        return dict(model=c.model.name, backend=backend, dtype=c.dtype,
                     launch=g.launch, world_size=g.world_size, seed=c.seed, gather=c.gather, tp_size=c.tp_size,
                     fused_order=c.fused_order,
-                    cp_size=cell.cp_size, bs=cell.bs, seq_len=cell.max_extend_len, prefix_len=max(cell.prefix_lens),
+                    cp_size=cell.cp_size, bs=cell.bs, max_extend_len=cell.max_extend_len, prefix_len=max(cell.prefix_lens),
                     extend_lens=",".join(map(str, cell.extend_lens)), batch=cell.batch,
                     prefix_lens=",".join(map(str, cell.prefix_lens)), page_size=c.model.page_size,
                     num_layers=c.model.num_layers)
@@ -203,7 +204,7 @@ class Runner:
     def _status_rows(self, cell: CellSpec, backend: str, ranks: list[int], status: str, reason: str,
                      todo: dict[int, list]) -> list[dict]:
         base = self.base(cell, backend)
-        return [{**base, "rank": r, "mode": m, "timing": t, "status": status, "reason": reason}
+        return [make_row(base, rank=r, mode=m, timing=t, status=status, reason=reason)
                 for r in ranks for m, t in todo[r]]
 
     # -- cells -----------------------------------------------------------------------------------
