@@ -76,6 +76,7 @@ def _row(args, prefix_len, lat, st, n, noise, rng) -> dict:
     fused = mode == "fused"
     row = {"schema_version": SCHEMA_VERSION, "model": model, "backend": backend, "timing": timing,
            "dtype": "bf16", "launch": "simulated", "world_size": 1, "seed": 0, "gather": "none",
+           "fused_order": "prev-next", "tp_size": 1, "batch": 0,
            "cp_size": cp, "bs": bs, "max_extend_len": seq, "prefix_len": prefix_len,
            "extend_lens": ",".join([str(seq)] * bs), "rank": rank, "mode": mode, "page_size": PAGE,
            "status": "ok", "reason": "", "num_layers": LAYERS, "calls_per_layer": 1 if fused else 2,

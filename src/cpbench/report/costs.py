@@ -89,10 +89,18 @@ def kernels_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str, calls:
 def memory_frame(df: pd.DataFrame) -> pd.DataFrame:
     """Per (bs, context_len), medians over cells/ranks of the fused rows (the ones with a duplicated
     table): ``page_table_bytes, page_table_dup_bytes, kv_total_bytes`` (kv_cache_bytes * num_layers),
-    ``dup_copy_us`` and the two tables as % of the KV cache."""
+    ``dup_copy_us`` and the two tables as % of the KV cache. With ``--swa-pool`` (``swa_page_table_bytes``
+    > 0) also each pool's table apart: ``full_table_bytes`` / ``full_dup_bytes`` (the full pool's
+    ``[bs, W]`` and its ``[2*bs, W]`` duplicate) and ``swa_table_bytes`` / ``swa_dup_bytes`` (the SWA pool's);
+    0 without it."""
     f = df[df["mode"] == "fused"].copy()
     f["kv_total_bytes"] = f["kv_cache_bytes"] * f["num_layers"]
-    cols = ["page_table_bytes", "page_table_dup_bytes", "kv_total_bytes", "dup_copy_us"]
+    swa = pd.to_numeric(f.get("swa_page_table_bytes", pd.Series(0, index=f.index)), errors="coerce").fillna(0)
+    f["swa_table_bytes"], f["swa_dup_bytes"] = swa, 2 * swa
+    f["full_table_bytes"] = f["page_table_bytes"] - swa
+    f["full_dup_bytes"] = 2 * f["full_table_bytes"]
+    cols = ["page_table_bytes", "page_table_dup_bytes", "kv_total_bytes", "dup_copy_us", "full_table_bytes",
+            "full_dup_bytes", "swa_table_bytes", "swa_dup_bytes"]
     if f.empty:
         return pd.DataFrame(columns=["bs", "context_len"] + cols)
     m = f.groupby(["bs", "context_len"], sort=True)[cols].median().reset_index()
@@ -105,14 +113,19 @@ def memory_frame(df: pd.DataFrame) -> pd.DataFrame:
 @style.styled
 def memory_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
     """Page table [bs, W] vs duplicated table [2*bs, W]: bytes, % of the KV cache over all layers, and
-    the measured duplication copy time (µs), against context length, a colour per bs. PNG + SVG paths."""
+    the measured duplication copy time (µs), against context length, a colour per bs. With --swa-pool the
+    bytes panel draws each pool's table and its duplicate apart (the SWA pool's with triangles); the other
+    panels count both tables. PNG + SVG paths."""
     if df.empty:
         return style.empty_chart(out_dir, name, title)
     m = memory_frame(df)
+    swa = bool((m["swa_table_bytes"] > 0).any())
     fig, axes = style.new_figure(1, 3, height_in=3.5)
     fig.suptitle(title)
     colors = style.bs_colors(m["bs"])
-    panels = (("bytes", [("page_table_bytes", "-"), ("page_table_dup_bytes", "--")]),
+    table_lines = ([("full_table_bytes", "-"), ("full_dup_bytes", "--"), ("swa_table_bytes", "-^"),
+                    ("swa_dup_bytes", "--v")] if swa else [("page_table_bytes", "-"), ("page_table_dup_bytes", "--")])
+    panels = (("bytes", table_lines),
               ("% of KV cache (all layers)", [("page_table_pct", "-"), ("dup_pct", "--")]),
               ("duplication copy (µs)", [("dup_copy_us", "--")]))
     drawn = False
@@ -122,8 +135,9 @@ def memory_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list
             for col, ls in series:
                 keep = positive(g[col])
                 if keep.any():
-                    ax.plot(g["context_len"].to_numpy(float)[keep], g[col].to_numpy(float)[keep], ls=ls,
-                            marker="o" if ls == "-" else "s", color=colors[bs])
+                    line, marker = ls.rstrip("^v"), ls[-1] if ls[-1] in "^v" else ("o" if ls == "-" else "s")
+                    ax.plot(g["context_len"].to_numpy(float)[keep], g[col].to_numpy(float)[keep], ls=line,
+                            marker=marker, color=colors[bs], mfc="white" if marker in "^v" else None)
                     any_line = True
         if not any_line:
             no_data(ax, f"{ylabel}: not recorded")
@@ -141,7 +155,13 @@ def memory_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list
             style.log_y(ax)
     if drawn:
         handles = [Line2D([], [], color=c, lw=2, label=f"bs {b}") for b, c in colors.items()]
-        handles += [Line2D([], [], color="#333333", ls="-", marker="o", label="page table [bs, W]"),
-                    Line2D([], [], color="#333333", ls="--", marker="s", label="duplicated [2·bs, W] (fused)")]
-        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), frameon=False)
+        if swa:  # both pools' tables have the same shape (SGLang sizes them alike): the markers overlap
+            handles += [Line2D([], [], color="#333333", ls="-", marker="o", label="full pool [bs, W]"),
+                        Line2D([], [], color="#333333", ls="--", marker="s", label="full pool, fused [2·bs, W]"),
+                        Line2D([], [], color="#333333", ls="-", marker="^", mfc="white", label="SWA pool [bs, W]"),
+                        Line2D([], [], color="#333333", ls="--", marker="v", mfc="white", label="SWA pool, fused [2·bs, W]")]
+        else:
+            handles += [Line2D([], [], color="#333333", ls="-", marker="o", label="page table [bs, W]"),
+                        Line2D([], [], color="#333333", ls="--", marker="s", label="duplicated [2·bs, W] (fused)")]
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 4 if swa else 6), frameon=False)
     return style.save(fig, out_dir, name)
