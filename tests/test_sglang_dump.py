@@ -1,13 +1,19 @@
 """`cpbench geometry --check` on dumps spelled as SGLang writes them (examples/sglang_dump_cp4: one file per
-rank, ZigzagContextParallelMetadata's list and tensor fields, the TRT-LLM backend's four page tables)."""
+rank, ZigzagContextParallelMetadata's list and tensor fields, the TRT-LLM backend's four page tables;
+examples/sglang_dump_upstream_cp4: the same batch written by SGLang's own code)."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from clirun import cpbench
 
 DUMP = Path(__file__).resolve().parents[1] / "examples" / "sglang_dump_cp4"
+UPSTREAM = DUMP.parent / "sglang_dump_upstream_cp4"
+SCRIPT = DUMP.parents[1] / "scripts" / "sglang_dump_from_source.py"
 
 
 def _rank(r: int) -> dict:
@@ -27,6 +33,33 @@ def test_shipped_sglang_dump_directory_agrees():
     assert r.returncode == 0, r.stdout + r.stderr
     assert "all 136 fields agree (cp_size 4, extend [11, 13], prefix [8, 14]; ranks 0, 1, 2, 3; rule pr" in r.stdout
     assert "not checked (engine state, not a function of the batch): pending_mla_kv_materializations" in r.stdout
+
+
+def test_dump_written_by_sglang_code_agrees():
+    """examples/sglang_dump_upstream_cp4 was written by SGLang 0.5.23's own build_metadata and padding
+    (scripts/sglang_dump_from_source.py): 30 fields a rank, no page tables, nothing left unchecked."""
+    r = cpbench("geometry", "--check", str(UPSTREAM))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == ("all 120 fields agree (cp_size 4, extend [11, 13], prefix [8, 14]; ranks 0, 1, 2, 3; "
+                                "rule pr: every extend >= 2*cp_size)")
+
+
+def test_dump_script_refuses_a_tree_without_sglang(tmp_path):
+    r = subprocess.run([sys.executable, str(SCRIPT), "--sglang-src", str(tmp_path), "--out", str(tmp_path / "d")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "has no sglang/srt/layers/cp/zigzag.py" in r.stderr
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.skipif(not os.environ.get("CPBENCH_SGLANG_SRC"), reason="set CPBENCH_SGLANG_SRC to an SGLang source "
+                    "tree (an unpacked sglang 0.5.23 wheel) to rebuild the upstream dump")
+def test_dump_script_rebuilds_the_upstream_example(tmp_path):
+    """With SGLang 0.5.23's source, the script writes the committed example byte for byte."""
+    r = subprocess.run([sys.executable, str(SCRIPT), "--sglang-src", os.environ["CPBENCH_SGLANG_SRC"],
+                        "--out", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for rank in range(4):
+        assert (tmp_path / f"rank{rank}.json").read_text() == (UPSTREAM / f"rank{rank}.json").read_text()
 
 
 def test_one_rank_file_without_editing():
