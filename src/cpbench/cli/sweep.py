@@ -162,7 +162,7 @@ def sweep(
     if not dist.distributed:
         raise typer.Exit(run_sweep(cfg, output, cpu_affinity=cpu_affinity))
     if not under_torchrun():
-        raise typer.Exit(launch_torchrun(dist, cells.cp_sizes, dev, backend, out, ""))
+        raise typer.Exit(launch_torchrun(dist, cells.cp_sizes, dev, cfg.backend, out, ""))
     raise typer.Exit(run_as_rank(dist, dev, lambda group, device: run_sweep(
         dataclasses.replace(cfg, device=device), output, group=group, cpu_affinity=cpu_affinity)))
 

@@ -17,7 +17,7 @@ from cpbench.results.uncertainty import critical_per_sample
 from cpbench.spec.ring import bus_bandwidth_gbps
 
 # an eager forward whose latency exceeds its GPU busy time by this factor is launch-bound: its latency
-# measures how fast the host enqueues work (docs/design.md, "Host-bound cells")
+# measures how fast the host enqueues work (reports mark such cells and quote their GPU-time ratio)
 HOST_BOUND_RATIO = 1.2
 # an SM clock that ends a variant's timing below this fraction of where it started has dropped
 CLOCK_DROP_RATIO = 0.9
