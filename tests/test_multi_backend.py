@@ -34,7 +34,7 @@ def twin(monkeypatch):
     return "torch-twin"
 
 
-def test_each_backend_measures_every_cell(tmp_path, twin):
+def test_each_backend_measures_every_cell(tmp_path, twin, text_reports):
     out = tmp_path / "run"
     assert run_sweep(out=out, resume=False, report=True, allow_mismatch=False, console=console,
                      backend=f"torch,{twin}", **KW) == 0
