@@ -54,8 +54,8 @@ def test_outputs_with_the_all_gather_equal_the_simulated_outputs_bit_for_bit():
 def test_torchrun_sweep_matches_the_simulated_sweep_and_resumes_on_its_thread_count_only(tmp_path):
     """One torchrun sweep, compared with the same sweep simulated (in this process: the process boundary is
     the torchrun one's); then a --resume of it on another intra-op thread count is refused."""
-    # --budget-ms 400: enough samples (>= 20 even at 20 ms a forward on a loaded CPU) that the --rel-ci
-    # stopping check (an agreement across ranks) runs
+    # --budget-ms 400: enough samples (>= 20 while a forward takes under 20 ms) that the --rel-ci stopping
+    # check (an agreement across ranks) runs; on a machine too busy for that the sweep stops at the budget
     common = ["--cp", "2", "--bs", "1,2", "--seq", "40", *SMALL, "--budget-ms", "400"]
     launch = ["--launch", "torchrun", "--nproc-per-node", "2", "--out", tmp_path / "d"]
     dist = sweep(*launch, *common)
@@ -78,8 +78,10 @@ def test_torchrun_sweep_matches_the_simulated_sweep_and_resumes_on_its_thread_co
         assert d[k]["gather_bytes"] > 0 and d[k]["gather_us"] > 0 and d[k]["wait_us"] >= 0
     for (cp, bs, seq, rank, mode), r in d.items():  # ranks ran the same agreed samples
         other = d[(cp, bs, seq, 1 - rank, mode)]
-        assert len(r["samples_us"]) == len(other["samples_us"]) >= 20  # the stopping rule ran on agreed counts
+        assert len(r["samples_us"]) == len(other["samples_us"]) >= 5  # agreed counts, at least min_reps
         assert r["stop_reason"] == other["stop_reason"] in ("precision", "time budget")
+        if r["stop_reason"] == "precision":  # the stopping check runs from MIN_STOP_SAMPLES samples on
+            assert len(r["samples_us"]) >= 20
         want = statistics.median(max(a, b) for a, b in zip(r["samples_us"], other["samples_us"]))
         assert r["critical_us_median"] == pytest.approx(want, abs=1e-6)
     m = json.loads((tmp_path / "d" / "manifest.json").read_text())
