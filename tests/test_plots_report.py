@@ -160,6 +160,9 @@ def test_report_holds_run_values(report_run):
     assert "**ineligible** (two-call, fused; ranks 0–3): extend 7 < 2*cp_size 8" in md
     for stem in STEMS:
         assert f"![{stem}](plots/{stem}.png)" in md and (report_run / "plots" / f"{stem}.png").exists()
+    drawn = {p: p.stat().st_mtime_ns for p in (report_run / "plots").iterdir()}
+    assert write_report(report_run, charts=False).read_text() == md  # text only: the same report, charts embedded
+    assert {p: p.stat().st_mtime_ns for p in (report_run / "plots").iterdir()} == drawn  # none redrawn
 
 
 def test_report_summary_reports_losses(tmp_path):
@@ -176,6 +179,7 @@ def test_report_without_manifest_or_command(tmp_path):
                     with_manifest=False)
     md = write_report(run, charts=False).read_text()
     assert "| GPU | — |" in md and "not recorded in manifest.json" in md
+    assert not (run / "plots").exists() and "![" not in md  # no chart drawn, none embedded
 
 
 def cpbench_without_torch(*args):
