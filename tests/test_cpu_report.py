@@ -68,20 +68,20 @@ def test_heatmap_colours_no_noise():
 
 def test_gpu_report_keeps_its_speedup_headline(tmp_path):
     rows = make_rows(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",), latency=fused_faster, noise=0)
-    text = write_report(write_run(tmp_path / "run", rows)).read_text()
+    text = write_report(write_run(tmp_path / "run", rows), charts=False).read_text()
     assert "fused is faster in 1 of 1 cell" in text and "functional check" not in text
 
 
 def test_cpu_summary_says_first_that_it_makes_no_speedup_claim(tmp_path):
     """The CPU note opens the summary, before the latency definition, and a CPU summary defines no speedup; a
     GPU report has no note and defines the speedup."""
-    text = write_report(write_run(tmp_path / "run", cpu_rows(), manifest_over=CPU)).read_text()
+    text = write_report(write_run(tmp_path / "run", cpu_rows(), manifest_over=CPU), charts=False).read_text()
     summary = text.split("## Summary\n\n", 1)[1].split("\n## ", 1)[0]
     assert summary.startswith("**A CPU run: a functional check, not a benchmark.**")
     assert summary.index("makes no speedup claim") < summary.index("Latency is one whole forward")
     assert "Speedup = two-call / fused" not in summary
     rows = make_rows(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",), latency=fused_faster, noise=0)
-    gpu = write_report(write_run(tmp_path / "gpu", rows)).read_text().split("## Summary\n\n", 1)[1]
+    gpu = write_report(write_run(tmp_path / "gpu", rows), charts=False).read_text().split("## Summary\n\n", 1)[1]
     assert gpu.startswith("Per backend: does fusing the two zigzag calls pay") and "makes no speedup claim" not in gpu
     assert "Latency is one whole forward" in gpu
     assert "Speedup = two-call / fused" in gpu

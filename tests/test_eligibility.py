@@ -86,7 +86,7 @@ def test_geometry_cli_follows_the_rule():
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_sweep_share_follows_the_rule(tmp_path):
+def test_sweep_share_follows_the_rule(tmp_path, text_reports):
     """One batch of 16 tokens, one of 130 at cp 2: both run with CP under pr; under upstream only the 130."""
     out = tmp_path / "r"
     r = cpbench("sweep", "--device", "cpu", "--cp", "2", "--bs", "1", "--lengths", "16,130",

@@ -46,13 +46,13 @@ def test_a_torchrun_cell_lacking_a_whole_rank_is_incomplete():
 
 def test_report_says_the_cell_is_incomplete(tmp_path):
     torn = [r for r in _rows() if not (r["rank"] == 1 and r["mode"] == "fused")]
-    text = write_report(write_run(tmp_path / "run", torn)).read_text(encoding="utf-8")
+    text = write_report(write_run(tmp_path / "run", torn), charts=False).read_text(encoding="utf-8")
     assert ALL_RAN not in text
     assert "**incomplete**, no row for rank 1 fused: rerun the sweep with --resume to complete the cell" in text
     assert "fused is faster" not in text and "fused is not faster" not in text
 
 
-def test_resume_completes_a_torn_run(tmp_path):
+def test_resume_completes_a_torn_run(tmp_path, text_reports):
     out = tmp_path / "r"
     args = ["sweep", "--device", "cpu", "--cp", "2", "--bs", "1", "--seq", "32", *TINY, "--budget-ms", "5",
             "--no-profile", "--out", out]
@@ -79,8 +79,10 @@ def test_resume_completes_a_torn_run(tmp_path):
 def test_a_manifest_with_cp_sizes_not_a_list_is_said_so(tmp_path):
     rows = _rows()
     cfg = {"cp_sizes": "two", "bs_list": [1], "seq_list": [1024], "timings": ["eager"]}
-    text = write_report(write_run(tmp_path / "run", rows, manifest_over={"config": cfg})).read_text(encoding="utf-8")
+    text = write_report(write_run(tmp_path / "run", rows, manifest_over={"config": cfg}),
+                        charts=False).read_text(encoding="utf-8")
     assert "manifest.json's config holds cp_sizes 'two', not a list this cpbench reads" in text
     assert "cp t" not in text and "not measured" not in text
-    good = write_report(write_run(tmp_path / "ok", rows, manifest_over={"config": {**cfg, "cp_sizes": [2, 4]}}))
+    good = write_report(write_run(tmp_path / "ok", rows, manifest_over={"config": {**cfg, "cp_sizes": [2, 4]}}),
+                        charts=False)
     assert "cp 4 · bs 1 · 1K tokens · eager: **not measured**" in good.read_text(encoding="utf-8")

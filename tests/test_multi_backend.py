@@ -31,7 +31,7 @@ def twin(monkeypatch):
     return "torch-twin"
 
 
-def test_each_backend_measures_every_cell(tmp_path, twin):
+def test_each_backend_measures_every_cell(tmp_path, twin, text_reports):
     out = tmp_path / "run"
     assert run_sweep(config(f"torch,{twin}"), output(out, report=True)) == 0
     rows = pd.DataFrame(read_jsonl(out / "results.jsonl"))

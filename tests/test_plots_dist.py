@@ -115,12 +115,17 @@ def test_bandwidth_estimate_equals_the_formula(report_text):
         assert cells[6] == f"{g['gather_us'].min() / 1e3:.4g}"  # measured, fastest rank
 
 
-def test_dist_charts_written_png_and_svg(tmp_path):
+def test_a_torchrun_run_gets_every_chart(tmp_path, undrawn_charts):
     paths = render_frame(dist_rows(), tmp_path)
     names = {p.name for p in paths}
     stems = [n for n, *_ in CHARTS] + [n for n, *_ in DIST_CHARTS]
     assert names == {f"{s}.{e}" for s in stems for e in ("png", "svg")}
-    for s, *_ in DIST_CHARTS:
+
+
+def test_dist_charts_written_png_and_svg(tmp_path):
+    d = prepare(dist_rows())
+    for s, fn, title, _ in DIST_CHARTS:  # drawn as render_frame draws them (one model and backend: the frame)
+        assert [p.name for p in fn(d, tmp_path, s, title)] == [f"{s}.png", f"{s}.svg"]
         assert (tmp_path / f"{s}.png").stat().st_size > 10_000 and "<svg" in (tmp_path / f"{s}.svg").read_text()
 
 
@@ -193,7 +198,7 @@ def test_topology_summary():
     assert not math.isnan(t_gather_us(1, 1, 10, 1)) and t_gather_us(1, 1, 10, 1) == 0.0
 
 
-def test_report_simulated_refuses_the_wrong_kind_of_run(tmp_path):
+def test_report_simulated_refuses_the_wrong_kind_of_run(tmp_path, text_reports):
     real = write_run(tmp_path / "real", dist_rows(noise=0).to_dict("records"), manifest_over=DIST_MANIFEST)
     real2 = write_run(tmp_path / "real2", dist_rows(noise=0).to_dict("records"), manifest_over=DIST_MANIFEST)
     sim = write_run(tmp_path / "sim", sim_rows(noise=0).to_dict("records"))

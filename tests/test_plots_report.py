@@ -46,7 +46,7 @@ def test_render_all_writes_every_chart(tmp_path):
             assert p.read_text().lstrip().startswith("<?xml") and "<svg" in p.read_text()
 
 
-def test_two_models_get_suffixed_chart_sets(tmp_path):
+def test_two_models_get_suffixed_chart_sets(tmp_path, undrawn_charts):
     paths = render_frame(pd.DataFrame(make_rows(cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",),
                                                 backends=("fa2", "fa3"))), tmp_path)
     names = {p.name for p in paths}
@@ -55,15 +55,17 @@ def test_two_models_get_suffixed_chart_sets(tmp_path):
 
 
 def test_segments_chart_needs_a_batch_size_axis_and_spans_backends(tmp_path):
-    from cpbench.report.charts import chart_stems
-    from cpbench.report.segments import segment_axes
+    from cpbench.report.charts import RUN_CHARTS, chart_stems
+    from cpbench.report.segments import segment_axes, segments_chart
 
     rows = make_rows(cp_sizes=(4,), bss=(1, 4, 16, 64), seqs=(256,), timings=("graph",), backends=("fa3", "trtllm-fmha-v2"))
     d = prepare(pd.DataFrame(rows))
     axis = segment_axes(cells(d))
     assert sorted(set(axis["segments"])) == [2, 8, 32, 128] and set(axis["backend"]) == {"fa3", "trtllm-fmha-v2"}
     assert [s for s, *_ in chart_stems(d)].count("segments") == 1  # one chart for the whole run
-    assert {p.name for p in render_frame(pd.DataFrame(rows), tmp_path)} >= {"segments.png", "segments.svg"}
+    assert [name for name, *_ in RUN_CHARTS] == ["segments"] and RUN_CHARTS[0][1] is segments_chart
+    paths = segments_chart(d, tmp_path, "segments", RUN_CHARTS[0][2])  # drawn once, both backends in it
+    assert [p.name for p in paths] == ["segments.png", "segments.svg"] and all(p.stat().st_size > 10_000 for p in paths)
     two = prepare(pd.DataFrame(make_rows(cp_sizes=(4,), bss=(1, 4), seqs=(256,), timings=("graph",))))
     assert segment_axes(cells(two)).empty and "segments" not in [s for s, *_ in chart_stems(two)]
     assert "segments" not in [s for s, *_ in chart_stems(d, cpu=True)]  # no speedup chart from CPU timings
@@ -158,13 +160,16 @@ def test_report_holds_run_values(report_run):
     assert "**ineligible** (two-call, fused; ranks 0–3): extend 7 < 2*cp_size 8" in md
     for stem in STEMS:
         assert f"![{stem}](plots/{stem}.png)" in md and (report_run / "plots" / f"{stem}.png").exists()
+    drawn = {p: p.stat().st_mtime_ns for p in (report_run / "plots").iterdir()}
+    assert write_report(report_run, charts=False).read_text() == md  # text only: the same report, charts embedded
+    assert {p: p.stat().st_mtime_ns for p in (report_run / "plots").iterdir()} == drawn  # none redrawn
 
 
 def test_report_summary_reports_losses(tmp_path):
     slow_fused = lambda *a: default_latency(*a) * (1.25 if a[-1] == "fused" else 1.0)
     run = make_run(tmp_path / "run", cp_sizes=(2,), bss=(1,), seqs=(65536,), timings=("graph",),
                    latency=slow_fused, noise=0)
-    md = write_report(run).read_text()
+    md = write_report(run, charts=False).read_text()
     assert "fused is not faster in the one cell" in md and "slower in 1 (worst 0.77×" in md
     assert "1 cells" not in md and "0 tie(s)" not in md and "0 ties (95 % interval" in md
 
@@ -172,8 +177,9 @@ def test_report_summary_reports_losses(tmp_path):
 def test_report_without_manifest_or_command(tmp_path):
     run = write_run(tmp_path / "run", make_rows(cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",)),
                     with_manifest=False)
-    md = write_report(run).read_text()
+    md = write_report(run, charts=False).read_text()
     assert "| GPU | — |" in md and "not recorded in manifest.json" in md
+    assert not (run / "plots").exists() and "![" not in md  # no chart drawn, none embedded
 
 
 def cpbench_without_torch(*args):
@@ -185,11 +191,12 @@ def cpbench_without_torch(*args):
 
 def test_cli_report_and_plot_without_torch(tmp_path):
     run = make_run(tmp_path / "run", cp_sizes=(2,), bss=(1, 4), seqs=(1024, 8192))
-    r = cpbench_without_torch("report", run)
-    assert r.returncode == 0, r.stderr
-    assert (run / "report.md").exists() and (run / "plots" / "speedup.svg").exists()
     r = cpbench_without_torch("plot", run)
     assert r.returncode == 0 and f"wrote {len(STEMS)} charts" in r.stdout, r.stderr
+    assert (run / "plots" / "speedup.svg").exists()
+    r = cpbench_without_torch("report", run)  # the charts are drawn: report writes the text (charts: above)
+    assert r.returncode == 0, r.stderr
+    assert "![speedup](plots/speedup.png)" in (run / "report.md").read_text()
 
 
 @pytest.mark.parametrize("setup", ["missing", "no_results", "schema"])
@@ -216,7 +223,7 @@ def test_environment_table_sums_resumed_wall_times():
     assert "| sweep wall time (s) | — |" in environment_table({})
 
 
-def test_cli_report_warns_about_corrupt_jsonl_lines_and_keeps_the_rest(tmp_path, monkeypatch):
+def test_cli_report_warns_about_corrupt_jsonl_lines_and_keeps_the_rest(tmp_path, monkeypatch, text_reports):
     import cpbench.results.critical_path as results
 
     monkeypatch.setattr(results, "_WARNED", set(), raising=False)  # in-process: warned once per process
@@ -245,7 +252,7 @@ def test_merge_bullet_survives_odd_values():
 
 def test_notes_do_not_claim_every_cell_ran_when_modes_or_ranks_were_limited(tmp_path):
     rows = [r for r in make_rows(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",)) if r["mode"] == "fused"]
-    text = write_report(write_run(tmp_path / "run", rows)).read_text()
+    text = write_report(write_run(tmp_path / "run", rows), charts=False).read_text()
     assert "Every cell ran" not in text
     assert "1 cell(s) measured only some ranks or modes (`--ranks`/`--mode`)" in text
     assert "e.g. cp 4 · bs 1 · 1K tokens · eager: fused on ranks 0–3." in text
@@ -271,9 +278,12 @@ def test_cli_hand_edited_runs_one_line_exit_2(tmp_path, edit):
 
 
 def test_cpu_speedup_chart_says_ratio_not_speedup_on_its_colour_bar(tmp_path):
-    df = pd.DataFrame(make_rows(cp_sizes=(2,), bss=(1, 4), seqs=(1024,), timings=("eager",)))
-    render_frame(df, tmp_path / "cpu", cpu=True)
-    render_frame(df, tmp_path / "gpu")
+    from cpbench.report.charts import charts_for
+
+    d = prepare(pd.DataFrame(make_rows(cp_sizes=(2,), bss=(1, 4), seqs=(1024,), timings=("eager",))))
+    for cpu, out in ((True, "cpu"), (False, "gpu")):  # the speedup chart only, as render_frame draws it
+        name, fn, title, _ = next(c for c in charts_for(d, cpu) if c[0] == "speedup")
+        fn(d, tmp_path / out, name, title)
     cpu_svg = (tmp_path / "cpu" / "speedup.svg").read_text()
     gpu_svg = (tmp_path / "gpu" / "speedup.svg").read_text()
     assert "a functional check, not a speedup" in cpu_svg and "fused faster" not in cpu_svg  # no colour bar

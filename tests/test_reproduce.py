@@ -21,7 +21,7 @@ def no_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
 
 
-def test_the_tflop_limit_that_refused_a_cell_is_in_the_command(tmp_path, no_gpu):
+def test_the_tflop_limit_that_refused_a_cell_is_in_the_command(tmp_path, no_gpu, text_reports):
     out = tmp_path / "run"
     # a limit of 1e-6 TFLOP per forward: the 16-token cell fits under it, the 512-token cell does not
     r = cpbench("sweep", "--cp", "2", "--bs", "1", "--seq", "16,512", "--out", str(out), *TINY,
@@ -34,7 +34,7 @@ def test_the_tflop_limit_that_refused_a_cell_is_in_the_command(tmp_path, no_gpu)
     assert f"```sh\n{command}\n```" in (out / "report.md").read_text()
 
 
-def test_a_resume_that_adds_cells_lists_every_command(tmp_path, no_gpu):
+def test_a_resume_that_adds_cells_lists_every_command(tmp_path, no_gpu, text_reports):
     out = tmp_path / "run"
     assert cpbench("sweep", "--cp", "2", "--bs", "1", "--seq", "16", "--out", str(out), *TINY).returncode == 0
     r = cpbench("sweep", "--cp", "2", "--bs", "1", "--seq", "16,32", "--out", str(out), "--resume", *TINY)
@@ -52,7 +52,7 @@ def test_reproduce_lines_without_resume():
     assert reproduce_lines({})[0].startswith("_The command line was not recorded")
 
 
-def test_report_of_a_directory_of_runs_takes_the_latest(tmp_path):
+def test_report_of_a_directory_of_runs_takes_the_latest(tmp_path, text_reports):
     runs = tmp_path / "runs"
     old = make_run(runs / "a", cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",))
     new = make_run(runs / "b", cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",))

@@ -66,7 +66,7 @@ def test_committed_v1_run_loads_migrated(name):
 
 
 @pytest.mark.parametrize("name", ["cpu-torch-v1", "h200-fa3-cp2-cp8"])  # CPU and GPU, two cp sizes
-def test_report_and_compare_of_committed_v1_run(tmp_path, name):
+def test_report_and_compare_of_committed_v1_run(tmp_path, text_reports, name):
     run = tmp_path / name  # report writes report.md into the run directory: work on a copy
     shutil.copytree(RUNS / name, run)
     (run / "report.md").unlink()
@@ -75,15 +75,13 @@ def test_report_and_compare_of_committed_v1_run(tmp_path, name):
     text = (run / "report.md").read_text()
     assert text.startswith(f"# cpbench: fused vs two-call zigzag CP prefill attention — `{name}`")
     assert "| results schema | 1 |" in text  # the manifest's version is shown as written
-    r = cpbench("compare", str(run), str(run))
-    assert r.returncode == 0, r.stderr[-2000:]
     res, _, _ = compare_runs(run, run)
     ok = (df := run_frame(run))[df["status"] == "ok"]
     assert len(res.table) == len(ok) > 0 and set(res.table["verdict"]) == {"tie"}
     assert (res.table["ratio"] == 1.0).all() and res.exit_code == 0 and res.not_comparable.empty
     before = {p.name: p.read_bytes() for p in (RUNS / name).iterdir() if p.is_file()}
     r = cpbench("compare", str(RUNS / name), str(RUNS / name))  # compare never writes into a run
-    assert r.returncode == 0
+    assert r.returncode == 0, r.stderr[-2000:]
     assert {p.name: p.read_bytes() for p in (RUNS / name).iterdir() if p.is_file()} == before
 
 
@@ -150,7 +148,7 @@ def test_lock_held_in_this_process_refuses_a_sweep(tmp_path):
         held.unlock()
 
 
-def test_resume_of_a_v1_run_is_refused_in_one_line(tmp_path):
+def test_resume_of_a_v1_run_is_refused_in_one_line(tmp_path, text_reports):
     run = tmp_path / "v1"
     shutil.copytree(RUNS / "cpu-torch-v1", run)
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}

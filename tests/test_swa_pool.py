@@ -51,7 +51,7 @@ def test_fused_call_duplicates_the_swa_table_prev_then_next():
     assert sw2.us == {}  # no --swa-pool: no setup part at all
 
 
-def test_sweep_counts_both_tables(tmp_path):
+def test_sweep_counts_both_tables(tmp_path, text_reports):
     out = tmp_path / "r"
     r = cpbench("sweep", "--device", "cpu", "--cp", "2", "--bs", "2", "--extend-len", "40", "--prefix", "8",
                 "--swa-pool", "--out", str(out), *TINY)

@@ -19,7 +19,7 @@ from clirun import cpbench
 TINY = ["--layers", "2", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--page-size", "16", "--budget-ms", "5"]
 
 
-def test_trace_gives_its_batches_and_the_share_run_with_cp(tmp_path):
+def test_trace_gives_its_batches_and_the_share_run_with_cp(tmp_path, text_reports):
     trace = tmp_path / "trace.csv"
     # input_len,cached_len -> extend: 16, 3 | 32, 12 | 8  (cp 2: CP needs every extend >= 4)
     trace.write_text("input_len,cached_len\n20,4\n10,7\n40,8\n12,0\n9,1\n")

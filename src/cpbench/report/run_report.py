@@ -259,12 +259,16 @@ def _simulated(d: pd.DataFrame, sim_df: pd.DataFrame | None) -> pd.DataFrame | N
     return d if {"simulated", "torchrun"} <= launches else None
 
 
-def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Path | None = None) -> Path:
+def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Path | None = None,
+                 charts: bool = True) -> Path:
     """Write ``run_dir/report.md`` (and the charts into ``run_dir/plots/`` if any is missing, or always
     with ``replot``). Returns the report path.
 
     ``simulated``: a simulated run directory to compare this run's torchrun rows with (adds the
     "Simulated vs real critical path" section and ``plots/sim_vs_real.{png,svg}``).
+    ``charts``: False writes report.md only: no chart is drawn (``replot`` is ignored) and the report embeds
+    only the charts already in ``plots/``; the text is otherwise the same (drawing the charts is most of
+    a report's time).
     Raises: CpbenchInputError (from ``load_run``): missing directory, no results, other schema version.
     """
     from cpbench.report.gather import sim_vs_real_chart
@@ -278,11 +282,11 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
     cpu = on_cpu(manifest)
     with one_view():  # the rows are prepared and their critical path computed once for charts and text
         stems = chart_stems(prepare(df), cpu)
-        if replot or any(not (plot_dir / f"{s}.png").exists() for s, *_ in stems):
+        if charts and (replot or any(not (plot_dir / f"{s}.png").exists() for s, *_ in stems)):
             render_frame(df, plot_dir, cpu=cpu)
         d = prepare(df)
         sim = _simulated(d, sim_df)
-        if sim is not None:
+        if charts and sim is not None:
             sim_vs_real_chart(d, sim, plot_dir)
         sim_name = Path(simulated).resolve().name if simulated is not None else ""
         path = RunDir(run).report

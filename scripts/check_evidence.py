@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Check the committed evidence: what the runs in docs/runs/ measured, and that every chart of them still
+regenerates with this checkout's code. Not a unit test: the unit suite (``python3 -m pytest``) checks code
+behaviour; this script checks the committed data the README and the reports quote.
+
+Usage: ``python3 scripts/check_evidence.py`` from anywhere (it imports this checkout's ``src/``).
+Prints one line per check; exits 1 with a message on any failure, 0 when every check holds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = ROOT / "docs" / "runs"
+sys.path.insert(0, str(ROOT / "src"))  # this checkout's code, whatever cpbench is installed
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+from cpbench.report.charts import CHARTS, DIST_CHARTS, render_all  # noqa: E402
+from cpbench.report.run_report import render_report, write_report  # noqa: E402
+from cpbench.results.critical_path import critical_path  # noqa: E402
+from cpbench.results.store import load_run  # noqa: E402
+
+
+class EvidenceError(Exception):
+    """A committed run does not hold what it is quoted for."""
+
+
+def expect(ok: bool, what: str) -> None:
+    if not ok:
+        raise EvidenceError(what)
+
+
+def h200_run_holds_the_headline_counts() -> None:
+    """gpt-oss-120b on fa3, cp 4: 72 attention kernels per rank two-call, 36 fused, outputs equal."""
+    df, _ = load_run(RUNS / "h200-fa3-gpt-oss-120b")
+    eager = df[(df["timing"] == "eager") & (df["status"] == "ok")]
+    two, fused = eager[eager["mode"] == "two-call"], eager[eager["mode"] == "fused"]
+    expect(set(two["attn_kernels"]) == {72}, f"two-call attention kernels {sorted(set(two['attn_kernels']))}, not {{72}}")
+    expect(set(fused["attn_kernels"]) == {36}, f"fused attention kernels {sorted(set(fused['attn_kernels']))}, not {{36}}")
+    expect(bool((fused["diff_vs_two_call"] == 0).all()), "a fused output differs from the two-call output")
+    expect(eager["max_abs_err"].max() < 0.02, f"max_abs_err {eager['max_abs_err'].max()} >= 0.02")
+
+
+def h200_default_sweep_is_complete_and_timed() -> None:
+    """The default sweep (backend auto = fa3 on the H200): every cell ok, one invocation, timed."""
+    df, manifest = load_run(RUNS / "h200-fa3-gpt-oss-120b")
+    expect(manifest["command"].startswith("cpbench sweep --cp 4 --bs 1,4,16 "), f"command {manifest['command']!r}")
+    expect(manifest["config"]["backend"] == "fa3" and manifest["gpu_name"] == "NVIDIA H200",
+           f"backend {manifest['config']['backend']!r} on {manifest['gpu_name']!r}")
+    want = 9 * 4 * 2 * 2  # cells x ranks x modes x timings
+    expect(len(df) == want and set(df["status"]) == {"ok"}, f"{len(df)} rows (want {want}), statuses {set(df['status'])}")
+    wall = manifest["sweep_wall_s"]
+    expect(len(wall) == 1 and wall[0] > 0, f"sweep_wall_s {wall}: not one timed invocation")
+
+
+def h200_fa2_two_call_splits_kv_at_small_batch() -> None:
+    """The fa2 run's finding: at bs 1 x 2K the two-call plans split KV (one merge kernel per call), the fused
+    plan (twice the work) does not, and fused is > 3x faster; outputs differ by rounding only. Its report
+    says so, and the fa3 run's report has no split-KV line."""
+    df, _ = load_run(RUNS / "h200-fa2-gpt-oss-120b")  # stored rows read as a report reads them
+    small = df[(df["bs"] == 1) & (df["max_extend_len"] == 2048) & (df["timing"] == "eager")]
+    expect(set(small[small["mode"] == "two-call"]["merge_kernels"]) == {72}, "two-call merge kernels at bs 1 x 2K != 72")
+    expect(set(small[small["mode"] == "fused"]["merge_kernels"]) == {0}, "fused merge kernels at bs 1 x 2K != 0")
+    cp = critical_path(df)
+    cell = cp[(cp["bs"] == 1) & (cp["max_extend_len"] == 2048)]
+    expect(bool((cell["speedup"] > 3).all()), f"speedups at bs 1 x 2K {list(cell['speedup'])}, not all > 3")
+    diff = df[df["mode"] == "fused"]["diff_vs_two_call"].max()
+    expect(0 < diff <= 2 ** -6, f"fused vs two-call max diff {diff}, not in (0, 2^-6]")
+    text = render_report(*load_run(RUNS / "h200-fa2-gpt-oss-120b"), "fa2")
+    expect("Split-KV merge kernels per forward, gpt-oss-120b · fa2 · cp 4" in text, "the fa2 report has no split-KV line")
+    expect("bs 1, 2K tokens: 72 two-call, 0 fused." in text, "the fa2 report does not give the bs 1 x 2K merge counts")
+    expect("Split-KV" not in render_report(*load_run(RUNS / "h200-fa3-gpt-oss-120b"), "fa3"),
+           "the fa3 report has a split-KV line")
+
+
+def charts_regenerate(name: str, charts: int) -> Callable[[], None]:
+    def check() -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            run = Path(tmp) / name
+            shutil.copytree(RUNS / name, run, ignore=shutil.ignore_patterns("plots", "report.md"))
+            pngs = [p for p in render_all(run) if p.suffix == ".png"]
+            small = [p.name for p in pngs if p.stat().st_size <= 5000]
+            expect(len(pngs) == charts and not small, f"{len(pngs)} charts (want {charts}), tiny: {small}")
+            expect("![speedup](plots/speedup.png)" in write_report(run).read_text(), "report.md embeds no speedup chart")
+
+    check.__doc__ = (f"Every chart regenerates from {name} ({charts} charts, each > 5 kB), from older runs' columns "
+                     "too (the memory chart of a run without measured memory says so instead of failing).")
+    check.__name__ = f"charts_regenerate[{name}]"
+    return check
+
+
+CHECKS: list[Callable[[], None]] = [
+    h200_run_holds_the_headline_counts,
+    h200_default_sweep_is_complete_and_timed,
+    h200_fa2_two_call_splits_kv_at_small_batch,
+    charts_regenerate("h200-fa3-cp2-cp8", len(CHARTS)),  # two batch sizes: no segments chart
+    charts_regenerate("h200x2-fa3-torchrun", len(CHARTS) + len(DIST_CHARTS) + 1),  # bs 1, 4, 16: + segments
+]
+
+
+def main() -> int:
+    failed = []
+    for check in CHECKS:
+        try:
+            check()
+        except EvidenceError as e:
+            failed.append(f"{check.__name__}: {e}")
+        except Exception:  # a run that no longer loads or renders is a failure too, with its traceback
+            failed.append(f"{check.__name__}: {traceback.format_exc().rstrip()}")
+        else:
+            print(f"ok    {check.__name__}")
+            continue
+        print(f"FAIL  {failed[-1]}")
+    if failed:
+        print(f"check_evidence: {len(failed)} of {len(CHECKS)} checks failed", file=sys.stderr)
+        return 1
+    print(f"check_evidence: all {len(CHECKS)} checks hold")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
