@@ -22,7 +22,6 @@ RUNS = ROOT / "docs" / "runs"
 sys.path.insert(0, str(ROOT / "src"))  # this checkout's code, whatever cpbench is installed
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-
 from cpbench.report.charts import CHARTS, DIST_CHARTS, render_all  # noqa: E402
 from cpbench.report.run_report import render_report, write_report  # noqa: E402
 from cpbench.results.critical_path import critical_path  # noqa: E402
