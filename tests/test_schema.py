@@ -78,10 +78,11 @@ def test_migrate_v1_row():
     assert v2["schema_version"] == SCHEMA_VERSION == 2
     assert v2["fused_order"] == "prev-next"
     assert (v2["tp_size"], v2["batch"], v2["prefix_lens"]) == (1, 0, "0,0")  # bs 2, prefix_len 0
+    assert "seq_len" not in v2 and v2["max_extend_len"] == 2048  # renamed within v2, read under the new name
     assert {k: v for k, v in v2.items() if k not in ("extend_lens", "launch", "world_size", "gather", "seed",
                                                         "fused_order", "schema_version", "tp_size", "batch",
-                                                        "prefix_lens")} == \
-        {k: v for k, v in v1.items() if k not in ("seq_lens", "schema_version")}
+                                                        "prefix_lens", "max_extend_len")} == \
+        {k: v for k, v in v1.items() if k not in ("seq_lens", "schema_version", "seq_len")}
     assert check_row(v2) == []
     # a v1 row without schema_version (the v1 writer always wrote it, but the default is v1)
     bare = {k: v for k, v in _v1_row().items() if k != "schema_version"}

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from cpbench.results.compare import compare_runs
-from cpbench.results.schema import DERIVED_COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, check_row
+from cpbench.results.schema import DERIVED_COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, check_row, migrate_row
 from cpbench.results.store import RunDir, load_run, read_jsonl
 from cpbench.errors import CpbenchInputError
 from clirun import cpbench
@@ -49,7 +49,7 @@ def test_committed_v1_run_loads_migrated(name):
     run = RunDir(RUNS / name)
     raw = read_jsonl(run.results)
     df, manifest = run.load()  # from results.parquet (v1), migrated row by row
-    assert len(df) == len({tuple(str(r.get(c)) for c in KEY_COLUMNS if c != "extend_lens") for r in raw})
+    assert len(df) == len({tuple(str(migrate_row(r).get(c)) for c in KEY_COLUMNS if c != "extend_lens") for r in raw})
     assert "seq_lens" not in df.columns and df["extend_lens"].notna().all()
     assert list(df["extend_lens"]) != [] and set(df["launch"]) == {"simulated"}
     assert set(df["world_size"]) == {1} and set(df["gather"]) == {"none"} and set(df["seed"]) == {0}

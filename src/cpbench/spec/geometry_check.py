@@ -209,23 +209,20 @@ def resolve_batch(dump: Dump, cp: int | None, extend: list[int] | None, prefix: 
 
 
 def _dump_prefix(b: dict, ext: list[int], source: str) -> list[int] | None:
-    """Prefix lengths from ``extend_prefix_lens`` or ``seq_lens`` (prefix = seq_len - extend_len).
+    """Prefix lengths from ``extend_prefix_lens``, or from ``seq_lens`` as SGLang derives them
+    (``max(seq_len - extend_len, 0)``, zigzag.py ``build_metadata``: a padded last request's extend may
+    exceed its seq_len).
 
-    A negative prefix length (given, or a seq_len shorter than its extend_len) is an error that says so,
-    never a clamped or derived value the user did not write."""
+    A negative ``extend_prefix_lens`` entry is an error that names it, never a clamped value the user did
+    not write."""
     given = b.get("extend_prefix_lens")
     if given is not None and any(x < 0 for x in given):
         i = next(i for i, x in enumerate(given) if x < 0)
         raise CpbenchInputError(f"{source!r}: extend_prefix_lens {list(given)} holds a negative prefix length "
                                 f"({given[i]}, request {i}): prefix lengths must be >= 0")
-    from_seq = [s - e for s, e in zip(b["seq_lens"], ext)] if "seq_lens" in b else None
+    from_seq = [max(s - e, 0) for s, e in zip(b["seq_lens"], ext)] if "seq_lens" in b else None
     if from_seq is not None and len(b["seq_lens"]) != len(ext):
         raise CpbenchInputError(f"{source!r}: {len(ext)} extend_seq_lens but {len(b['seq_lens'])} seq_lens")
-    if from_seq is not None and any(x < 0 for x in from_seq):
-        i = next(i for i, x in enumerate(from_seq) if x < 0)
-        raise CpbenchInputError(f"{source!r}: request {i} has seq_len {b['seq_lens'][i]} < extend_len {ext[i]}, "
-                                f"a negative prefix length ({from_seq[i]}): prefix lengths (seq_len - extend_len) "
-                                "must be >= 0")
     if given is not None and from_seq is not None and list(given) != from_seq:
         raise CpbenchInputError(f"{source!r}: extend_prefix_lens {list(given)} disagree with seq_lens - "
                                 f"extend_seq_lens = {from_seq}")
