@@ -59,7 +59,7 @@ def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
     fig.suptitle(f"{title}: cp {c0['cp_size']}, {style.human_tokens(c0['max_extend_len'])} extend tokens per request")
     left, right = axes[0, 0], axes[0, 1]
     backends = sorted(set(axis["backend"]))
-    marked = False
+    marked, handles = False, []
     for i, backend in enumerate(backends):
         color = style.PALETTE[i % len(style.PALETTE)]
         for timing, v in axis[axis["backend"] == backend].groupby("timing"):
@@ -68,7 +68,9 @@ def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
             lo = np.nan_to_num(s - v["speedup_ci_low"].to_numpy(float), nan=0.0).clip(0)
             hi = np.nan_to_num(v["speedup_ci_high"].to_numpy(float) - s, nan=0.0).clip(0)
             style_kw = dict(color=color, ls=TIMING_LINE.get(timing, ":"), marker="o", ms=3.5)
-            left.errorbar(x, s, yerr=[lo, hi], capsize=2, label=f"{backend} · {timing}", **style_kw)
+            left.errorbar(x, s, yerr=[lo, hi], capsize=2, **style_kw)
+            # a proxy line: an errorbar's own legend entry does not show its line style (eager vs graph)
+            handles.append(Line2D([], [], label=f"{backend} · {timing}", lw=1.5, **style_kw))
             hb = flags(v["host_bound"]).to_numpy(bool) if "host_bound" in v else np.zeros(len(v), bool)
             if hb.any():  # the eager ratio of a host-bound cell measures the launching CPU
                 left.plot(x[hb], s[hb], ls="none", marker="x", ms=9, mew=1.6, color="#222222")
@@ -82,9 +84,9 @@ def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
     style.log_y(right)
     for ax in (left, right):
         style.log2_xaxis(ax, axis["segments"], label="segments in the fused call (2·bs)")
-    handles, labels = left.get_legend_handles_labels()
     if marked:
-        handles.append(Line2D([], [], ls="none", marker="x", ms=8, mew=1.6, color="#222222"))
-        labels.append("host-bound (eager: the CPU's launch rate)")
-    left.legend(handles, labels, fontsize=7, loc="best")
+        handles.append(Line2D([], [], ls="none", marker="x", ms=8, mew=1.6, color="#222222",
+                              label="host-bound (eager: the CPU's launch rate)"))
+    left.legend(handles=handles, fontsize=7, loc="best")
+    right.legend(handles=handles[:len(handles) - marked], fontsize=7, loc="best")
     return style.save(fig, out_dir, name)
