@@ -168,3 +168,13 @@ def test_batch_too_short_for_cp_reads_as_eligibility(tmp_path):
     r = cpbench("geometry", "--check", str(_write(tmp_path, d)))
     assert r.returncode == 1
     assert "first difference: rank 0 eligible: engine true (it built CP metadata), cpbench false" in r.stdout
+
+
+def test_a_rule_under_which_the_batch_runs_without_cp_is_one_difference_per_rank():
+    """SGLang 0.5.23's example batch (extends 11, 13) runs with CP under PR #33137's rule only: checked under
+    upstream's max(128, 2*cp_size) rule, each rank differs in one thing, eligibility, and the engine's
+    metadata fields are listed as not checked rather than counted as differences."""
+    r = cpbench("geometry", "--check", str(DUMP.parent / "sglang_dump_upstream_cp4"), "--cp-min-extend", "upstream")
+    assert r.returncode == 1, r.stderr
+    assert "first difference: rank 0 eligible: engine true (it built CP metadata), cpbench false" in r.stdout
+    assert "4 of 4 fields differ" in r.stdout and "check with the rule the engine used" in r.stdout
