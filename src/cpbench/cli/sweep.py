@@ -197,7 +197,7 @@ def _run(sweep, console: Console, report: bool, allow_mismatch: bool) -> int:
         env = run_dir.read_manifest()
         launch = sweep.runner.group
         console.print(f"[bold]cpbench sweep[/] {cfg.model.name} on {env.get('gpu_name') or env.get('cpu')} "
-                      f"backend [cyan]{', '.join(cfg.backends)}[/], {launch.launch} x{launch.world_size} -> {run_dir}"
+                      f"· backend [cyan]{', '.join(cfg.backends)}[/] · {launch.launch} x{launch.world_size} -> {run_dir}"
                       + (f" (resuming, {sweep.resumed_rows} row{'' if sweep.resumed_rows == 1 else 's'} on disk)" if sweep.resumed_rows else ""))
         from cpbench.run.runner import DTYPES
 
