@@ -140,3 +140,13 @@ def test_killing_the_agent_stops_every_rank_and_resume_finishes(tmp_path):
     again = sweep(*args, "--resume", timeout=140)
     assert again.returncode == 0, again.stderr[-2000:]
     assert len(by_key(RunDir(out).rows())) == 24
+
+
+def test_a_fault_rank_in_non_ascii_digits_is_refused_in_one_line():
+    """str.isdigit() accepts '²'; the parser takes ASCII digits only, so int() never sees it."""
+    from cpbench.errors import CpbenchInputError
+    from cpbench.ranks.faults import parse
+
+    for text in ("²:raise", "1:raise:²"):
+        with pytest.raises(CpbenchInputError):
+            parse(text)

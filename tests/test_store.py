@@ -219,3 +219,27 @@ def test_out_into_a_directory_of_other_runs_is_refused(tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "holds other runs" in r.stderr
     assert not (runs / "results.jsonl").exists() and not (runs / "manifest.json").exists()
     RunDir.create(runs / "new-run", resume=False).unlock()  # a directory of its own is fine
+
+
+def test_resume_of_a_run_without_results_jsonl_is_refused(tmp_path):
+    """A committed or copied run keeps only results.parquet: a resume would append to a new results.jsonl
+    and rewrite the parquet from it, losing every committed row, so it is refused (and so is a new sweep)."""
+    run = tmp_path / "committed"
+    shutil.copytree(RUNS / "h200-fmha-v2-default-a", run)
+    before = (run / "results.parquet").read_bytes()
+    for extra, needle in ((["--resume"], "holds results.parquet but no results.jsonl"), ([], "already holds results")):
+        r = cpbench(*_sweep(run, "--seq", "32", "--budget-ms", "5"), *extra)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr[-800:]
+    assert (run / "results.parquet").read_bytes() == before
+
+
+def test_resume_reads_an_option_missing_from_an_older_manifest_as_its_default(tmp_path):
+    """A manifest written before --swa-pool existed holds no swa_pool: the run was made without it, so a
+    resume with --swa-pool would mix rows and is refused."""
+    run = tmp_path / "old"
+    shutil.copytree(RUNS / "cpu-torch-default", run)
+    man = json.loads((run / "manifest.json").read_text())
+    assert "swa_pool" not in man["config"]
+    r = cpbench("sweep", "--cp", "4", "--bs", "1", "--extend-len", "16", "--out", str(run), "--resume",
+                "--budget-ms", "5", "--swa-pool")
+    assert r.returncode == 2 and "different swa_pool (False)" in r.stderr, r.stderr[-800:]

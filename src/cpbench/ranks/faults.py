@@ -34,14 +34,14 @@ def parse(spec: str | None = None, world_size: int | None = None) -> tuple[int, 
     rank, fault, cell, phase = parts[:4]
     form = f"{ENV}={spec!r} is not <rank>:<fault>[:<cell>[:<phase>]] with fault one of {'|'.join(FAULTS)} " \
            f"and phase one of {'|'.join(PHASES)}"
-    if len(parts) > 4 or not rank.isdigit() or fault not in FAULTS or phase not in ("", *PHASES) \
-            or not (cell in ("", "*") or (cell.isdigit() and int(cell) >= 1)):
+    if len(parts) > 4 or not (rank.isascii() and rank.isdigit()) or fault not in FAULTS or phase not in ("", *PHASES) \
+            or not (cell in ("", "*") or (cell.isascii() and cell.isdigit() and int(cell) >= 1)):
         raise CpbenchInputError(form)
     if world_size is not None and int(rank) >= world_size:
         valid = "rank 0" if world_size == 1 else f"ranks 0..{world_size - 1}"
         raise CpbenchInputError(f"{ENV}={spec!r} names rank {int(rank)}, but the launch has only {valid}: "
                                 f"name one of {valid}")
-    return int(rank), fault, int(cell) if cell.isdigit() else None, phase or "prepare"
+    return int(rank), fault, int(cell) if cell.isascii() and cell.isdigit() else None, phase or "prepare"
 
 
 def inject(rank: int, cell: int, phase: str) -> None:

@@ -99,6 +99,12 @@ class RunDir:
         if other is not None:
             raise CpbenchInputError(f"--out {str(d)!r} holds other runs (e.g. {other.name!r}): give this run a "
                                     f"directory of its own, e.g. {str(d / 'new-run')!r}")
+        if resume and not has_rows and run.parquet.exists():  # a committed or copied run: its rows live in
+            raise CpbenchInputError(                              # the parquet, which a resume would rewrite
+                f"--resume: {str(d)!r} holds {cls.PARQUET} but no {cls.RESULTS} (a committed or copied run): a "
+                "resume appends to results.jsonl and would replace the parquet; sweep into a new --out")
+        if not resume and not has_rows and run.parquet.exists():
+            raise CpbenchInputError(f"{str(d)!r} already holds results ({cls.PARQUET}): pick another --out")
         if resume and not has_rows and run.manifest_path.exists():
             has_rows = True  # interrupted before its first row: resume it from the start
         elif resume and not has_rows:

@@ -198,6 +198,11 @@ def check_resume_config(run: RunDir, cfg: SweepConfig, group: RankGroup) -> None
            **{k: now[k] for k in FIXED_ON_RESUME if k != "model" and k in now}, "model": now["model"]}
     if isinstance(old.get("model"), dict):  # fields added to ModelSpec later (window_rule) are not in old runs
         new["model"] = {k: v for k, v in new["model"].items() if k in old["model"]}
+    # an option added after the run was made is absent from its manifest: the run was made at its default
+    defaults = {f.name: f.default for f in dataclasses.fields(SweepConfig) if f.default is not dataclasses.MISSING}
+    defaults.update(prefix=0, batches=None, prefix_hit=None)  # cells_from's options, when not given
+    if old:  # (a lost manifest says nothing: the rows are checked below)
+        old = {**{k: v for k, v in defaults.items() if k in new and k not in ("model", "backend")}, **old}
     for key in new:
         if key in old and json.loads(json.dumps(old[key])) != json.loads(json.dumps(new[key])):
             was = old[key].get("name", old[key]) if key == "model" and isinstance(old[key], dict) else old[key]
