@@ -3,7 +3,7 @@
 
 import pytest
 
-from cpbench.cli.cells import Cells, check_out, parse_cells
+from cpbench.cli.cells import Cells, check_out, parse_cells, workload_batches
 from cpbench.errors import CpbenchInputError
 from clirun import cpbench
 
@@ -128,3 +128,23 @@ def test_profile_and_explain_take_one_backend(cmd, choices):
     r = cpbench(cmd, "--backend", "nope", "--device", "cpu")
     assert r.returncode == 2 and r.stderr.strip() == f"error: unknown --backend 'nope': use one of {choices}", r.stderr
     assert f"--backend <{choices.replace(', ', '|')}>" in cpbench(cmd, "--help").stdout
+
+
+def test_repeated_values_are_one_cell_and_a_plan_too_large_is_refused():
+    from cpbench.cli.cells import MAX_CELLS
+
+    c = parse_cells(cp="2,2,4", bs="1,1", seq="32,32,64", seq_lens=None, prefix=0, ranks="all",
+                    default_bs="1", default_seq="32")
+    assert (c.cp_sizes, c.bs_list, c.seq_list) == ([2, 4], [1], [32, 64]) and len(c.batches) == 2
+    many = ",".join(str(i) for i in range(1, 101))
+    with pytest.raises(CpbenchInputError, match=f"make 1000000 cells, more than {MAX_CELLS}"):
+        parse_cells(cp="2,4,6,8,10,12,14,16,18,20", bs=many, seq=",".join(str(32 * i) for i in range(1, 1001)),
+                    seq_lens=None, prefix=0, ranks="all", default_bs="1", default_seq="32")
+
+
+def test_a_length_draw_of_billions_of_requests_is_refused():
+    c = parse_cells(cp="2", bs="65536", seq=None, seq_lens=None, prefix=0, ranks="all", default_bs="1",
+                    default_seq="32")
+    with pytest.raises(CpbenchInputError, match="draws 4294967296 requests"):
+        workload_batches(c, lengths="dist:uniform:32:64", trace=None, prefix_hit=None, batches=65536, seed=0,
+                         seq_given=False)
