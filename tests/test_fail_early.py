@@ -62,3 +62,21 @@ def test_profile_refuses_a_run_directory_another_command_writes(tmp_path):
         held.unlock()
     r = cpbench("profile", "--out", str(tmp_path / "run"), *TINY)  # free again: it runs
     assert r.returncode == 0 and (tmp_path / "run" / "profile.json").exists(), r.stderr[-800:]
+
+
+def test_a_torchrun_profile_into_a_held_directory_is_refused_before_launch(tmp_path):
+    """The launcher checks the lock before starting ranks: exit 2 in one line, no rank waits on a collective."""
+    from cpbench.results.store import RunDir
+
+    held = RunDir.create(tmp_path / "run", resume=False)
+    try:
+        r = cpbench("profile", "--cp", "2", "--seq", "32", "--launch", "torchrun", "--nproc-per-node", "2",
+                    "--out", str(tmp_path / "run"), *TINY)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-800:]
+        assert f"is being written by pid {os.getpid()} " in r.stderr
+    finally:
+        held.unlock()
+    (tmp_path / "afile").write_text("x")
+    r = cpbench("profile", "--cp", "2", "--seq", "32", "--launch", "torchrun", "--nproc-per-node", "2",
+                "--out", str(tmp_path / "afile"), *TINY)
+    assert r.returncode == 2 and "is a file: pass a directory" in r.stderr, r.stderr[-800:]

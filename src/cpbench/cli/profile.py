@@ -87,18 +87,20 @@ def profile(
     if dist.distributed and nsys:
         raise CpbenchInputError("--nsys with --launch torchrun is not supported: run nsys around torchrun "
                                 "yourself, or drop --nsys")
+    from cpbench.results.store import RunDir, default_run_dir
+
+    run_dir = Path(out) if out else default_run_dir("profile")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise CpbenchInputError(f"--out {str(run_dir)!r} is a file: pass a directory")
     if dist.distributed and not under_torchrun():
+        if run_dir.is_dir():  # a directory another command writes: refused here, before any rank waits on it
+            with RunDir(run_dir).held():
+                pass
         raise typer.Exit(launch_torchrun(dist, parsed.cp_sizes, dev, name, out, "profile",
                                          resume_hint=False))
     if nsys and find_nsys() is None:
         raise CpbenchInputError("--nsys: nsys not found; install Nsight Systems or put nsys on PATH "
                                 "(`cpbench doctor` shows what is found), or drop --nsys")
-    from cpbench.results.store import default_run_dir
-
-    run_dir = Path(out) if out else default_run_dir("profile")
-    if run_dir.exists() and not run_dir.is_dir():
-        raise CpbenchInputError(f"--out {str(run_dir)!r} is a file: pass a directory")
-    from cpbench.results.store import RunDir
 
     trace_dir = RunDir(run_dir).profiles
     report = {"model": spec.name, "tp_size": tp, "backend": name, "device": str(dev), "counted": counted_as(name, dev),
