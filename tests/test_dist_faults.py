@@ -14,7 +14,7 @@ from cpbench.ranks import faults
 from cpbench.ranks.launch import failure_summary
 from cpbench.results.store import RunDir
 from cpbench.errors import CpbenchInputError
-from test_dist_sweep import SMALL, _env, _processes_mentioning, by_key, sweep
+from test_dist_sweep import SMALL, _env, _processes_mentioning, assert_resumable, by_key, sweep
 
 LAUNCH = ["--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1", "--no-profile"]
 
@@ -28,14 +28,16 @@ def _gone(marker: str, within_s: float = 30.0) -> list[str]:
 
 
 @pytest.mark.parametrize("spec, want", [
-    ("", None), ("1:raise", (1, "raise", None, "prepare")), ("0:oom:2:forward", (0, "oom", 2, "forward")),
-    ("3:stop:*:prepare", (3, "stop", None, "prepare")), ("1:exit:2", (1, "exit", 2, "prepare")),
+    ("", []), ("1:raise", [(1, "raise", None, "prepare")]), ("0:oom:2:forward", [(0, "oom", 2, "forward")]),
+    ("3:stop:*:prepare", [(3, "stop", None, "prepare")]), ("1:exit:2", [(1, "exit", 2, "prepare")]),
+    ("1:raise:1, 1:oom:2:forward", [(1, "raise", 1, "prepare"), (1, "oom", 2, "forward")]),
 ])
 def test_fault_spec_is_parsed(spec, want):
     assert faults.parse(spec) == want
 
 
-@pytest.mark.parametrize("spec", ["x:raise", "1:explode", "1:raise:0", "1:raise:1:later", "1:raise:1:forward:9"])
+@pytest.mark.parametrize("spec", ["x:raise", "1:explode", "1:raise:0", "1:raise:1:later", "1:raise:1:forward:9",
+                                  "1:raise,", "1:raise,1:explode"])
 def test_a_malformed_fault_spec_is_refused_in_one_line(spec):
     with pytest.raises(CpbenchInputError, match="is not <rank>:<fault>") as e:
         faults.parse(spec)
@@ -50,7 +52,7 @@ def test_a_fault_naming_a_rank_outside_the_launch_is_refused(spec, world, valid)
     rank = spec.split(":")[0]
     assert str(e.value) == (f"CPBENCH_INJECT_FAULT={spec!r} names rank {rank}, but the launch has only {valid}: "
                             f"name one of {valid}")
-    assert faults.parse(f"{world - 1}:raise", world_size=world) == (world - 1, "raise", None, "prepare")
+    assert faults.parse(f"{world - 1}:raise", world_size=world) == [(world - 1, "raise", None, "prepare")]
 
 
 def test_a_sweep_with_a_fault_on_a_rank_it_does_not_have_ends_before_the_launch(tmp_path):
@@ -90,21 +92,24 @@ def test_a_stopped_rank_ends_the_launch_naming_it_and_resume_finishes(tmp_path):
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("phase", ["prepare", "forward"])
-def test_an_oom_on_one_rank_records_the_cell_on_every_rank_and_the_sweep_goes_on(tmp_path, phase):
+def test_a_raise_or_an_oom_on_one_rank_records_the_cell_on_every_rank_and_the_sweep_goes_on(tmp_path):
+    """Three faults in one launch, each in its own cell: a RuntimeError while preparing, an OOM while
+    preparing, an OOM in the first forward (after the other layers' gathers ran); the fourth cell runs."""
     # the default --dist-timeout (300 s) is longer than the pytest timeout: a rank left waiting fails the test
-    out = tmp_path / phase
-    p = sweep(*LAUNCH, "--seq", "40,48", "--out", out, *SMALL[:-2],
-              env=_env(CPBENCH_INJECT_FAULT=f"1:oom:1:{phase}"), timeout=140)
+    out = tmp_path / "faults"
+    p = sweep(*LAUNCH, "--seq", "40,48,56,64", "--out", out, *SMALL[:-2],
+              env=_env(CPBENCH_INJECT_FAULT="1:raise:1,1:oom:2:prepare,1:oom:3:forward"), timeout=140)
     assert p.returncode == 0, p.stderr[-2000:]
     rows = by_key(RunDir(out).rows())
-    assert len(rows) == 8
-    for rank in (0, 1):
-        for mode in ("two-call", "fused"):
-            bad, good = rows[(2, 1, 40, rank, mode)], rows[(2, 1, 48, rank, mode)]
-            assert bad["status"] == "oom" and "injected oom on rank 1" in bad["reason"], bad
-            assert good["status"] == "ok"
-    assert rows[(2, 1, 40, 0, "fused")]["reason"].startswith("rank 1: ")
+    assert len(rows) == 16
+    for seq, status, reason in ((40, "error", "injected fault on rank 1"), (48, "oom", "injected oom on rank 1"),
+                                (56, "oom", "injected oom on rank 1"), (64, "ok", None)):
+        for rank in (0, 1):
+            for mode in ("two-call", "fused"):
+                r = rows[(2, 1, seq, rank, mode)]
+                assert r["status"] == status and (reason is None or reason in r["reason"]), r
+        if reason:
+            assert rows[(2, 1, seq, 0, "fused")]["reason"].startswith("rank 1: ")
 
 
 def _agent_of(launcher_pid: int) -> int | None:
@@ -117,7 +122,7 @@ def _agent_of(launcher_pid: int) -> int | None:
 
 
 @pytest.mark.timeout(150)
-def test_killing_the_agent_stops_every_rank_and_resume_finishes(tmp_path):
+def test_killing_the_agent_stops_every_rank_and_leaves_a_resumable_run(tmp_path):
     out = tmp_path / "agent"
     args = [*LAUNCH, "--seq", ",".join(str(32 + 8 * i) for i in range(6)), "--out", out, *SMALL[:-2],
             "--dist-timeout", "20"]
@@ -137,9 +142,7 @@ def test_killing_the_agent_stops_every_rank_and_resume_finishes(tmp_path):
     n = len(kept)
     time.sleep(2)
     assert len(RunDir(out).rows()) == n and n % 4 == 0 and 4 <= n < 24  # whole cells, and no more after
-    again = sweep(*args, "--resume", timeout=140)
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert len(by_key(RunDir(out).rows())) == 24
+    assert_resumable(out)
 
 
 def test_a_fault_rank_in_non_ascii_digits_is_refused_in_one_line():

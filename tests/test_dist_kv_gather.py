@@ -115,8 +115,9 @@ def _torchrun(nproc: int, *args: str, timeout: float = 90) -> subprocess.Complet
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("nproc", [2, 4])
-def test_gloo_gather_writes_full_kv_exactly(nproc):
+def test_gloo_gather_writes_full_kv_exactly():
+    """A world of 4 runs cp_size 1, 2 and 4: a group of every rank, and groups that leave ranks out."""
+    nproc = 4
     proc = _torchrun(nproc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]

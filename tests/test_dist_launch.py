@@ -1,6 +1,7 @@
 """The torchrun launch's pure parts: argument rewriting, launch validation, derived columns."""
 
 import math
+import signal
 import statistics
 
 import pytest
@@ -124,3 +125,25 @@ def test_failure_summary_reads_the_error_behind_torchruns_rank_prefix():
               + TORCHRUN_FAILURE.replace("rank      : 1", "rank      : 0"))
     assert failure_summary(stderr, 1).endswith("(RuntimeError: cp2 bs1 seq40 rank 0 two-call: oom: rank 1: out of "
                                                "memory (injected oom))")
+
+
+def test_sigterm_to_the_launcher_is_passed_on_to_torchrun(tmp_path):
+    """The launcher's wait loop with a stand-in for torchrun (a child that exits 7 on SIGTERM): a SIGTERM
+    this process gets is sent on to the child, and the wait returns the signal (no torch, no ranks)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal, subprocess, sys, threading\n"
+        "from pathlib import Path\n"
+        "from cpbench.ranks.launch import _wait_watching\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import signal, sys, time\\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\\nprint(1, flush=True)\\ntime.sleep(60)'],"
+        " stdout=subprocess.PIPE, text=True)\n"
+        "child.stdout.readline()\n"
+        "threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()\n"
+        f"got, stuck = _wait_watching(child, Path({str(tmp_path)!r}))\n"
+        "print(got, repr(stuck), child.returncode)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == [str(int(signal.SIGTERM)), "''", "7"]

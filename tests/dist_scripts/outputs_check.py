@@ -1,7 +1,8 @@
 """Run under torchrun (gloo on CPU with the torch reference; NCCL on GPUs with another backend, e.g.
 ``outputs_check.py packed fa3``): every rank's attention outputs with the per-layer K|V all-gather
 equal, bit for bit in fp32, the outputs of the same rank simulated in one process without it. The first
-argument is a gather mode or a comma-separated list of them (``packed,separate``: both in one launch).
+argument is a gather mode or a comma-separated list of them (``packed,separate``: both in one launch);
+a mode ending in ``+swa-pool`` runs with the SWA pool (``packed,packed+swa-pool``: without and with it).
 
 Each rank's paged cache starts with the extend K/V of the whole batch zeroed (a rank only holds its own
 tokens), so attention reads the right keys only if the gather and the paged write put them there.
@@ -49,15 +50,16 @@ def main() -> None:
     if backend != "torch":
         model = with_overrides(get_preset("gpt-oss-120b"), layers=2)  # the real shape for the GPU kernels
     result = {}
-    for gather in gathers:
+    for entry in gathers:
+        gather, pool = entry.removesuffix("+swa-pool"), swa_pool or entry.endswith("+swa-pool")
         group = TorchrunGroup(info, gather)
         for extend, prefix in (((40,), (0,)), ((23, 37), (5, 17))):
             for mode in ("two-call", "fused"):
                 cp = info.world_size
-                dist_out = outputs(model, extend, prefix, cp, info.rank, mode, backend, info.device, group, swa_pool)
-                sim_out = outputs(model, extend, prefix, cp, info.rank, mode, backend, info.device, swa_pool=swa_pool)
+                dist_out = outputs(model, extend, prefix, cp, info.rank, mode, backend, info.device, group, pool)
+                sim_out = outputs(model, extend, prefix, cp, info.rank, mode, backend, info.device, swa_pool=pool)
                 same = all(torch.equal(dist_out[w], sim_out[w]) for w in sim_out)
-                result[f"{gather} {extend} {prefix} {mode} r{info.rank}"] = same
+                result[f"{entry} {extend} {prefix} {mode} r{info.rank}"] = same
     every = groups.all_gather_object_gloo(result)
     if info.rank == 0:
         merged = {k: v for part in every for k, v in part.items()}

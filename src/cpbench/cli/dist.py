@@ -94,10 +94,11 @@ class DistOptions:
 
 
 def launch_torchrun(opts: DistOptions, cp_sizes, dev, backend: str, out: Optional[str], kind: str,
-                    resume_hint: bool = True) -> int:
+                    resume_hint: bool = True, precheck: Optional[Callable[[int], None]] = None) -> int:
     """Check the launch, then re-run this command under torchrun --standalone (one process per GPU);
     return its exit code (``kind``: "" for a sweep, "profile": names the default run directory;
-    ``resume_hint``: the command has --resume, so a failure message offers it)."""
+    ``resume_hint``: the command has --resume, so a failure message offers it; ``precheck(world_size)``:
+    the command's own checks, run before any process starts, raising CpbenchInputError)."""
     import torch
 
     from cpbench.ranks import faults
@@ -111,6 +112,8 @@ def launch_torchrun(opts: DistOptions, cp_sizes, dev, backend: str, out: Optiona
         nproc = gpus
     check_launch(nproc, cp_sizes, dev.type, gpus, opts.dist_backend.value, backend)
     faults.parse(world_size=nproc)  # a malformed CPBENCH_INJECT_FAULT or one naming no rank: before the launch
+    if precheck is not None:
+        precheck(nproc)
     argv = list(sys.argv[1:])
     if out is None:  # every rank must agree on the output directory: name it here
         from cpbench.results.store import default_run_dir

@@ -1,6 +1,7 @@
 """Fault injection, to check how a torchrun launch behaves when one rank fails (docs/faults.md).
 
-``CPBENCH_INJECT_FAULT="<rank>:<fault>[:<cell>[:<phase>]]"`` makes global rank ``<rank>`` fail:
+``CPBENCH_INJECT_FAULT="<rank>:<fault>[:<cell>[:<phase>]][,...]"`` makes global rank ``<rank>`` fail
+(several faults separated by commas, each firing on its own):
 
 * faults: ``raise`` (a RuntimeError), ``oom`` (torch.OutOfMemoryError), ``exit`` (the process dies,
   ``os._exit(3)``), ``stop`` (the process stops itself with SIGSTOP: a rank that stops answering);
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import Optional
 
 from cpbench.errors import CpbenchInputError
 
@@ -21,37 +23,41 @@ ENV = "CPBENCH_INJECT_FAULT"
 FAULTS = ("raise", "oom", "exit", "stop")
 PHASES = ("prepare", "forward")
 
+Fault = tuple[int, str, Optional[int], str]  # (rank, fault, cell counting from 1 or None for every cell, phase)
 
-def parse(spec: str | None = None, world_size: int | None = None) -> tuple[int, str, int | None, str] | None:
-    """``(rank, fault, cell or None, phase)`` from ``spec`` (default: ``$CPBENCH_INJECT_FAULT``), None when
-    empty. Raises CpbenchInputError for a malformed spec, or one naming a rank outside ``[0, world_size)``
-    (when given: the fault would never fire)."""
+
+def parse(spec: str | None = None, world_size: int | None = None) -> list[Fault]:
+    """The faults of ``spec`` (default: ``$CPBENCH_INJECT_FAULT``), comma-separated, each as
+    ``(rank, fault, cell or None, phase)``; [] when empty. Raises CpbenchInputError for a malformed
+    entry, or one naming a rank outside ``[0, world_size)`` (when given: the fault would never fire)."""
     spec = os.environ.get(ENV, "") if spec is None else spec
-    if not spec.strip():
-        return None
-    parts = [p.strip() for p in spec.split(":")]
+    return [_parse_one(s, spec, world_size) for s in spec.split(",")] if spec.strip() else []
+
+
+def _parse_one(entry: str, spec: str, world_size: int | None) -> Fault:
+    parts = [p.strip() for p in entry.split(":")]
     parts += [""] * (4 - len(parts))
     rank, fault, cell, phase = parts[:4]
-    form = f"{ENV}={spec!r} is not <rank>:<fault>[:<cell>[:<phase>]] with fault one of {'|'.join(FAULTS)} " \
-           f"and phase one of {'|'.join(PHASES)}"
+    shown = f"{ENV}={spec!r}" + (f" (entry {entry.strip()!r})" if "," in spec else "")
+    form = f"{shown} is not <rank>:<fault>[:<cell>[:<phase>]] with fault one of {'|'.join(FAULTS)} " \
+           f"and phase one of {'|'.join(PHASES)} (several: separate them with commas)"
     if len(parts) > 4 or not (rank.isascii() and rank.isdigit()) or fault not in FAULTS or phase not in ("", *PHASES) \
             or not (cell in ("", "*") or (cell.isascii() and cell.isdigit() and int(cell) >= 1)):
         raise CpbenchInputError(form)
     if world_size is not None and int(rank) >= world_size:
         valid = "rank 0" if world_size == 1 else f"ranks 0..{world_size - 1}"
-        raise CpbenchInputError(f"{ENV}={spec!r} names rank {int(rank)}, but the launch has only {valid}: "
+        raise CpbenchInputError(f"{shown} names rank {int(rank)}, but the launch has only {valid}: "
                                 f"name one of {valid}")
     return int(rank), fault, int(cell) if cell.isascii() and cell.isdigit() else None, phase or "prepare"
 
 
 def inject(rank: int, cell: int, phase: str) -> None:
-    """Fail here when ``$CPBENCH_INJECT_FAULT`` names this rank, cell (counting from 1) and phase."""
-    spec = parse()
-    if spec is None:
+    """Fail here when an entry of ``$CPBENCH_INJECT_FAULT`` names this rank, cell (counting from 1) and
+    phase (the first such entry fires)."""
+    hits = [f for who, f, when, where in parse() if who == rank and when in (None, cell) and where == phase]
+    if not hits:
         return
-    who, fault, when, where = spec
-    if who != rank or (when is not None and when != cell) or where != phase:
-        return
+    fault = hits[0]
     if fault == "exit":
         os._exit(3)
     if fault == "stop":

@@ -20,12 +20,13 @@ import warnings
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from cpbench.results.derived import derive
 from cpbench.results.schema import SCHEMA_VERSION, V2_DEFAULTS, V2_RENAMED, check_row, migrate_row, row_key
 from cpbench.errors import CpbenchInputError, CpbenchWarning
+
+if TYPE_CHECKING:  # pandas (and scipy, through derive) are imported where a table is built: a rank process
+    import pandas as pd  # that only appends rows starts without them
 
 GROWING = ("cp_sizes", "bs_list", "seq_list", "timings", "modes")  # config lists a resume may extend
 _WARNED: set[tuple[str, tuple[int, ...]]] = set()
@@ -202,11 +203,15 @@ class RunDir:
     def finalize(self) -> pd.DataFrame:
         """Deduplicate ``results.jsonl`` and write ``results.parquet`` / ``results.csv`` (what was measured);
         return the frame with the derived columns (:func:`~cpbench.results.derived.derive`), as :meth:`load` would."""
+        from cpbench.results.derived import derive
+
         df = self.write_tables(self.latest_rows())
         return derive(df, self.read_manifest()) if not df.empty else df
 
     def write_tables(self, rows: list[dict]) -> pd.DataFrame:
         """Write ``rows`` as ``results.parquet`` and ``results.csv`` (samples as a JSON list in the CSV)."""
+        import pandas as pd
+
         df = pd.DataFrame(rows)
         if df.empty:
             return df
@@ -268,6 +273,10 @@ class RunDir:
         Raises:
             CpbenchInputError: missing directory, no results, or a schema version this cpbench cannot read.
         """
+        import pandas as pd
+
+        from cpbench.results.derived import derive
+
         d = self.path
         if not d.is_dir():
             what = "is a file" if d.exists() else "does not exist"
@@ -313,6 +322,8 @@ def migrate_frame(df: pd.DataFrame, manifest: dict) -> pd.DataFrame:
     """A results frame read from parquet, migrated row by row to the current schema (a current-version
     frame with every column added since, :data:`~cpbench.results.schema.V2_DEFAULTS`, only has its renamed
     columns, :data:`~cpbench.results.schema.V2_RENAMED`, read under their new names)."""
+    import pandas as pd
+
     raw = df.get("schema_version", pd.Series([manifest.get("schema_version", 1)] * len(df)))
     if (pd.to_numeric(raw, errors="coerce") == SCHEMA_VERSION).all() and {*V2_DEFAULTS, "prefix_lens"} <= set(df):
         return df.rename(columns=V2_RENAMED)
@@ -320,6 +331,8 @@ def migrate_frame(df: pd.DataFrame, manifest: dict) -> pd.DataFrame:
 
 
 def _check_versions(d: Path, df: pd.DataFrame) -> None:
+    import pandas as pd
+
     raw = df["schema_version"].dropna() if "schema_version" in df else pd.Series(dtype=float)
     versions = {int(v) if math.isfinite(v) and v == int(v) else -1  # 1.7, inf, "x": not a schema we read
                 for v in pd.to_numeric(raw, errors="coerce").fillna(-1).astype(float)}

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Callable
 
 from cpbench.measure.affinity import parse_cpu_list
@@ -20,7 +21,7 @@ from cpbench.measure.env import environment
 from cpbench.spec.geometry import eligibility
 from cpbench.measure.peak import gemm_peak
 from cpbench.ranks.group import LocalGroup, RankGroup
-from cpbench.run.runner import (DTYPES, Runner, SweepConfig, cpu_sweep_threads, cpu_tflop_limit,
+from cpbench.run.runner import (DTYPES, Runner, SweepConfig, cpu_sweep_threads, omp_threads, cpu_tflop_limit,
                                 over_token_budget)
 from cpbench.spec.cells import CellSpec
 from cpbench.results.schema import FIXED_ON_RESUME
@@ -233,6 +234,23 @@ def check_resume_host(run: RunDir, cpu_threads: int | None, cpu_affinity: dict |
     if "timing_method" in old and _cores(was) != _cores(now):
         raise CpbenchInputError(f"--resume: {run} was measured with --cpu-affinity {was or '(none)'}, not "
                                 f"{now or '(none)'}: resume with the same option or pick another --out")
+
+
+def precheck_resume(cfg: SweepConfig, out, world_size: int, cpu_affinity: str | None = None) -> None:
+    """Before a torchrun launch starts its ranks: the checks a ``--resume`` into ``out`` would fail on a
+    rank (other options, world size or intra-op thread count than the run was measured with), so they
+    end in one line without starting any process. Reads the directory without taking its lock (rank 0
+    takes it and checks again). A directory without a manifest is left to the ranks.
+
+    Raises:
+        CpbenchInputError: as :func:`check_resume_config` and :func:`check_resume_host`.
+    """
+    run = RunDir(out)
+    if out is None or not run.manifest_path.is_file():
+        return
+    check_resume_config(run, cfg, SimpleNamespace(launch="torchrun", world_size=world_size))
+    threads = (omp_threads() or 1) if cfg.device.type == "cpu" else None  # the launcher's OMP_NUM_THREADS default
+    check_resume_host(run, threads, None if cpu_affinity is None else {"requested": cpu_affinity})
 
 
 def _cores(cpu_list) -> tuple | None:
