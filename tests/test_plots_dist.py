@@ -1,6 +1,7 @@
 """Torchrun charts and report sections from synthetic torchrun rows (no GPU, no torch in the code under test)."""
 
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -165,10 +166,11 @@ def test_sim_vs_real_matches_cells_and_takes_the_difference():
 def test_cli_report_simulated_adds_table_and_chart_without_torch(tmp_path):
     real = write_run(tmp_path / "real", dist_rows(noise=0).to_dict("records"), manifest_over=DIST_MANIFEST)
     sim = write_run(tmp_path / "sim", sim_rows(noise=0).to_dict("records"))
-    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import notorch; "
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import notorch, onlycharts; "
             "sys.argv = ['cpbench', 'report', "
             f"{str(real)!r}, '--simulated', {str(sim)!r}]; from cpbench.cli.app import main; main()")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
+                       env={**os.environ, "CPBENCH_TEST_CHARTS": "sim_vs_real,timeline"})
     assert r.returncode == 0, r.stderr
     text = (real / "report.md").read_text()
     assert "## Simulated vs real critical path" in text and "Simulated run: `sim`" in text

@@ -13,7 +13,7 @@ import pytest
 
 from cpbench.results.store import load_run
 from cpbench.report import latency, style
-from cpbench.report.charts import CHARTS, render_all, render_frame
+from cpbench.report.charts import CHARTS, render_frame
 from cpbench.report.data import cells, prepare
 from cpbench.report.run_report import write_report
 from clirun import cpbench
@@ -31,19 +31,6 @@ def png_size(path: Path) -> tuple[int, int]:
 def exact_latency(model, backend, timing, cp, bs, seq, rank, mode):
     """two-call slowest on rank cp-1 (1000 + 100 r), fused slowest on rank 0 (500 + 50 (cp-1-r))."""
     return 1000.0 + 100 * rank if mode == "two-call" else 500.0 + 50 * (cp - 1 - rank)
-
-
-def test_render_all_writes_every_chart(tmp_path):
-    run = make_run(tmp_path / "run")
-    paths = render_all(run)  # three batch sizes at each length: the run-wide segments chart too
-    assert sorted(p.name for p in paths) == sorted(f"{s}.{e}" for s in [*STEMS, "segments"] for e in ("png", "svg"))
-    for p in paths:
-        assert p.parent == run / "plots" and p.stat().st_size > 10_000, p
-        if p.suffix == ".png":
-            w, h = png_size(p)
-            assert w == round(style.WIDTH_IN * style.PNG_DPI) and 300 < h < w * 1.2, (p, w, h)
-        else:
-            assert p.read_text().lstrip().startswith("<?xml") and "<svg" in p.read_text()
 
 
 def test_two_models_get_suffixed_chart_sets(tmp_path, undrawn_charts):
@@ -189,11 +176,21 @@ def cpbench_without_torch(*args):
                           timeout=180)
 
 
-def test_cli_report_and_plot_without_torch(tmp_path):
-    run = make_run(tmp_path / "run", cp_sizes=(2,), bss=(1, 4), seqs=(1024, 8192))
+def test_cli_plot_writes_every_chart_and_report_without_torch(tmp_path):
+    """Every chart, drawn once (the slowest check of the suite): ``plot`` and ``report`` run where torch
+    cannot be imported; each chart is a PNG of the house width and an SVG."""
+    run = make_run(tmp_path / "run")  # three batch sizes at each length: the run-wide segments chart too
     r = cpbench_without_torch("plot", run)
-    assert r.returncode == 0 and f"wrote {len(STEMS)} charts" in r.stdout, r.stderr
-    assert (run / "plots" / "speedup.svg").exists()
+    assert r.returncode == 0 and f"wrote {len(STEMS) + 1} charts" in r.stdout, (r.stdout, r.stderr)
+    paths = sorted((run / "plots").iterdir())
+    assert [p.name for p in paths] == sorted(f"{s}.{e}" for s in [*STEMS, "segments"] for e in ("png", "svg"))
+    for p in paths:
+        assert p.stat().st_size > 10_000, p
+        if p.suffix == ".png":
+            w, h = png_size(p)
+            assert w == round(style.WIDTH_IN * style.PNG_DPI) and 300 < h < w * 1.2, (p, w, h)
+        else:
+            assert p.read_text().lstrip().startswith("<?xml") and "<svg" in p.read_text()
     r = cpbench_without_torch("report", run)  # the charts are drawn: report writes the text (charts: above)
     assert r.returncode == 0, r.stderr
     assert "![speedup](plots/speedup.png)" in (run / "report.md").read_text()
