@@ -153,3 +153,33 @@ def test_a_fault_rank_in_non_ascii_digits_is_refused_in_one_line():
     for text in ("²:raise", "1:raise:²"):
         with pytest.raises(CpbenchInputError):
             parse(text)
+
+
+@pytest.mark.timeout(150)
+def test_a_torchrun_profile_records_a_cell_that_failed_on_a_rank_and_profiles_the_rest(tmp_path):
+    """An OOM on rank 1 in the first cell: profile.json records that cell as oom (the reason names rank 1)
+    and counts the second cell's attention calls on both ranks. A second profile into the same --out is
+    refused before anything runs: the first one's profile.json is kept."""
+    import json
+
+    from clirun import cpbench
+
+    out = tmp_path / "prof"
+    args = ["--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--seq", "40,48", "--device", "cpu",
+            *SMALL[:10], "--out", out]
+    p = subprocess.run([sys.executable, "-m", "cpbench", "profile", *map(str, args)], capture_output=True, text=True,
+                       env=_env(CPBENCH_INJECT_FAULT="1:oom:1"), timeout=140)
+    assert p.returncode == 0, p.stderr[-2000:]
+    cells = json.loads((out / "profile.json").read_text())["cells"]
+    assert [(c["max_extend_len"], c["status"]) for c in cells] == [(40, "oom"), (48, "ok")]
+    assert cells[0]["reason"].startswith("rank 1: ") and "injected oom on rank 1" in cells[0]["reason"]
+    assert cells[0]["per_rank"] == [] and cells[0]["total"] is None
+    by = {(r["rank"], r["mode"]): r["attn_kernels"] for r in cells[1]["per_rank"]}
+    assert by == {(0, "two-call"): 4, (0, "fused"): 2, (1, "two-call"): 4, (1, "fused"): 2}  # 2 layers, 2 or 1 calls
+    assert (cells[1]["total"]["two-call"], cells[1]["total"]["fused"]) == (8, 4)
+    before = (out / "profile.json").read_text()
+    again = cpbench("profile", *args)
+    assert again.returncode == 2 and again.stderr.strip() == (
+        f"error: {str(out / 'profile.json')!r} holds an earlier result: pick another --out, or move that file away "
+        "to write a new one here"), again.stderr
+    assert (out / "profile.json").read_text() == before

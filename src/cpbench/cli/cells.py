@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from cpbench.cli.options import MAX_TOKENS, int_list, typed
@@ -77,6 +78,14 @@ def check_out(out: Optional[str], default: str) -> None:
     """Refuse an empty ``--out`` (``default``: where the command writes without one)."""
     if out is not None and not str(out).strip():
         raise CpbenchInputError(f"--out is empty: give a directory, or leave it out for {default}")
+
+
+def check_not_written(run_dir: Path, name: str) -> None:
+    """Refuse to write ``run_dir/name`` (``profile.json``, ``explain.json``) over an earlier command's:
+    what was measured is never lost. Raises CpbenchInputError naming the file."""
+    if (Path(run_dir) / name).exists():
+        raise CpbenchInputError(f"{str(Path(run_dir) / name)!r} holds an earlier result: pick another --out, or "
+                                "move that file away to write a new one here")
 
 
 def backend_name(backend: str, device) -> str:

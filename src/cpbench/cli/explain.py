@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 import typer
 
 from cpbench.cli import options as c
-from cpbench.cli.cells import backend_name, batches_of, check_out, parse_cells
+from cpbench.cli.cells import backend_name, batches_of, check_not_written, check_out, parse_cells
 from cpbench.errors import CpbenchInputError
 
 EXPLAIN_EPILOG = ("Examples:  cpbench explain --cp 4 --bs 1 --extend-len 2048 --rank 0 --backend fa3  |  "
@@ -94,6 +94,7 @@ def explain(
         run_explain_child(spec, cell, rank, backend=name, device=dev, dtype=dtype.value, timing=timing,
                           fused_order=fused_order, out_dir=run_dir)
         return
+    check_not_written(run_dir, "explain.json")
     from cpbench.kernels.backends import get_backend
     from cpbench.spec.geometry import eligibility
     from cpbench.run.runner import DTYPES

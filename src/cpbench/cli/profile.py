@@ -12,7 +12,7 @@ import typer
 
 from cpbench.cli import options as c
 from cpbench.ranks.launch import under_torchrun
-from cpbench.cli.cells import backend_name, batches_of, check_out, parse_cells
+from cpbench.cli.cells import backend_name, batches_of, check_not_written, check_out, parse_cells
 from cpbench.cli.profile_out import (CPU_DEFAULT_SEQ, GPU_ONLY, counted_as, cpu_rows, print_counts, skip_reason,
                                      skipped_cell)
 from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch,
@@ -92,6 +92,7 @@ def profile(
     run_dir = Path(out) if out else default_run_dir("profile")
     if run_dir.exists() and not run_dir.is_dir():
         raise CpbenchInputError(f"--out {str(run_dir)!r} is a file: pass a directory")
+    check_not_written(run_dir, "profile.json")
     if dist.distributed and not under_torchrun():
         if run_dir.is_dir():  # a directory another command writes: refused here, before any rank waits on it
             with RunDir(run_dir).held():
@@ -113,11 +114,14 @@ def profile(
             report["device"], report["launch"] = str(device), {"world_size": group.world_size, "gather": dist.gather_mode}
             measured = profile_ranks(spec, cells, group, backend=name, device=device, dtype=dtype.value,
                                      trace_dir=trace_dir, gather=dist.gather_mode)
-            report["cells"] += [{**cell, "status": "ok", "per_rank": cell["per_rank"] if device.type == "cuda" else
+            report["cells"] += [{**cell, "per_rank": cell["per_rank"] if device.type == "cuda" else
                                  [{**r, **{k: None for k in GPU_ONLY if k in r and k != "comm_kernels"}}
                                   for r in cell["per_rank"]]} for cell in measured]
-            if group.writes_rows:
-                _finish(report, run_dir, as_json)
+            if not group.writes_rows:
+                return 0
+            _finish(report, run_dir, as_json)
+            if not any(cell["status"] == "ok" for cell in report["cells"]):
+                return 1  # every cell failed on a rank: each is named above and recorded in profile.json
             return 1 if any(r.get("comm_check") is False for cell in report["cells"] for r in cell["per_rank"]) else 0
 
         raise typer.Exit(run_as_rank(dist, dev, lambda group, device: _locked(

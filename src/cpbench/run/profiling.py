@@ -104,6 +104,10 @@ def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: 
 
     Each per-rank row adds ``comm_kernels_expected`` (layers x collectives per layer on NCCL: 1 packed,
     2 separate; 0 on gloo, whose collectives run on the CPU) and ``comm_check`` (the two agree).
+
+    A cell that failed on a rank (an exception or out of memory there; the ranks agree on it, as in a
+    sweep) is returned with ``status`` ``error`` or ``oom``, the sweep row's ``reason`` (it names the
+    failed rank) and empty ``per_rank``; the other cells are profiled as usual.
     """
     from cpbench.run.runner import Runner, SweepConfig
 
@@ -120,12 +124,16 @@ def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: 
     out = []
     for cell in cells:
         mine = [r for r in rows if (r["cp_size"], r["extend_lens"]) == (cell.cp_size, ",".join(map(str, cell.extend_lens)))]
+        entry = {"cp_size": cell.cp_size, "bs": cell.bs, "max_extend_len": cell.max_extend_len,
+                 "extend_lens": list(cell.extend_lens)}
+        failed = [r for r in mine if r["status"] != "ok"]
+        if failed:
+            out.append({**entry, "status": failed[0]["status"], "reason": failed[0]["reason"], "per_rank": [],
+                        "total": None})
+            continue
         for r in mine:
             r["label"] = forward_label(cell.label(), r["rank"], r["mode"])
             r["comm_kernels_expected"] = model.num_layers * per_collective
-            r["comm_check"] = r.get("comm_kernels") == r["comm_kernels_expected"] if r["status"] == "ok" else None
-            if r["status"] != "ok":
-                raise RuntimeError(f"{cell.label()} rank {r['rank']} {r['mode']}: {r['status']}: {r['reason']}")
-        out.append({"cp_size": cell.cp_size, "bs": cell.bs, "max_extend_len": cell.max_extend_len,
-                    "extend_lens": list(cell.extend_lens), "per_rank": mine, "total": totals(mine, cell.cp_size)})
+            r["comm_check"] = r.get("comm_kernels") == r["comm_kernels_expected"]
+        out.append({**entry, "status": "ok", "per_rank": mine, "total": totals(mine, cell.cp_size)})
     return out
