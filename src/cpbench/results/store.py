@@ -353,7 +353,7 @@ def read_jsonl(path: Path) -> list[dict]:
     if not path.exists():
         return rows
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte order mark (a file edited on Windows) is not a row
     except UnicodeDecodeError:
         raise CpbenchInputError(f"{str(path)!r} is not UTF-8 text: it is not a cpbench results file") from None
     lines = text.splitlines()
@@ -386,7 +386,7 @@ def read_manifest(path: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(path.read_text(encoding="utf-8-sig"))  # a byte order mark is not an error
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):  # too deep, huge integers
         manifest = None
     if not isinstance(manifest, dict):
