@@ -67,7 +67,8 @@ def test_the_list_form_takes_the_batch_from_the_options(tmp_path):
     ('{"cp_size": 1, "extend_seq_lens": [5], "ranks": [{"rank": 0, "bs": 1}]}', "builds no CP strategy"),
     ('{"cp_size": 4, "extend_seq_lens": [11, 13], "extend_prefix_lens": [-6, 14], "seq_lens": [5, 27], '
      '"ranks": [{"rank": 0, "kv_len_prev": [1, 1]}]}',
-     "extend_prefix_lens [-6, 14] holds a negative prefix length (-6, request 0): prefix lengths must be >= 0"),
+     "extend_prefix_lens [-6, 14] holds a negative prefix length (-6, request 0): prefix lengths must be in "
+     "[0, 2147483647] tokens"),
 ])
 def test_malformed_dump_exit_2(tmp_path, content, needle):
     p = tmp_path / "bad.json"

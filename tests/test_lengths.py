@@ -107,3 +107,13 @@ def test_trace_refusals(tmp_path, text, needle):
         read_trace(p)
     with pytest.raises(CpbenchInputError, match="cannot read --trace"):
         read_trace(tmp_path / "missing.csv")
+
+
+def test_a_trace_saved_with_a_byte_order_mark_reads_as_without(tmp_path):
+    csv_path = tmp_path / "bom.csv"
+    csv_path.write_text("extend_len,prefix_len\n100,10\n200,0\n", encoding="utf-8-sig")  # Excel's "CSV UTF-8"
+    assert csv_path.read_bytes().startswith(b"\xef\xbb\xbfextend_len")
+    assert read_trace(csv_path) == ([100, 200], [10, 0])
+    jl = tmp_path / "bom.jsonl"
+    jl.write_text(json.dumps({"input_len": 50, "cached_len": 20}) + "\n", encoding="utf-8-sig")
+    assert read_trace(jl) == ([30], [20])

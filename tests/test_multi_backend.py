@@ -49,7 +49,8 @@ def test_each_backend_measures_every_cell(tmp_path, twin, text_reports):
 def test_resume_with_another_backend_list_is_refused(tmp_path, twin):
     out = tmp_path / "run"
     assert run_sweep(config("torch"), output(out)) == 0
-    with pytest.raises(CpbenchInputError, match="different backend"):  # the manifest names one backend
+    # the manifest names one backend
+    with pytest.raises(CpbenchInputError, match=f"measured with --backend torch, not --backend torch,{twin}:"):
         run_sweep(config(f"torch,{twin}"), output(out, resume=True))
 
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -242,4 +243,18 @@ def test_resume_reads_an_option_missing_from_an_older_manifest_as_its_default(tm
     assert "swa_pool" not in man["config"]
     r = cpbench("sweep", "--cp", "4", "--bs", "1", "--extend-len", "16", "--out", str(run), "--resume",
                 "--budget-ms", "5", "--swa-pool")
-    assert r.returncode == 2 and "different swa_pool (False)" in r.stderr, r.stderr[-800:]
+    assert r.returncode == 2 and "measured with no --swa-pool, not --swa-pool:" in r.stderr, r.stderr[-800:]
+
+
+def test_a_byte_order_mark_before_the_first_row_and_the_manifest_is_read_past(tmp_path):
+    run = RunDir(tmp_path)
+    for i in range(2):
+        run.append(_row(i))
+    run.results.write_bytes(b"\xef\xbb\xbf" + run.results.read_bytes())  # saved by a Windows editor
+    (tmp_path / "manifest.json").write_bytes(b"\xef\xbb\xbf" + json.dumps({"config": {"cp_sizes": [4]}}).encode())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "line 1 is not a result row" warning
+        assert [r["rank"] for r in read_jsonl(run.results)] == [0, 1]
+        assert run.read_manifest()["config"] == {"cp_sizes": [4]}
+    run.append(_row(2))
+    assert [r["rank"] for r in run.rows()] == [0, 1, 2]

@@ -183,7 +183,7 @@ def test_resume_with_other_options_refused(tmp_path):
     args = ["sweep", "--cp", "2", "--bs", "1", "--seq", "64", "--out", str(out), "--no-report", *QUICK]
     assert cpbench(*args).returncode == 0
     r = cpbench(*args, "--resume", "--dtype", "fp16")
-    assert r.returncode == 2 and "different dtype" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert r.returncode == 2 and "measured with --dtype bf16, not --dtype fp16:" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_cpu_refuses_cells_too_big_for_the_reference(tmp_path):

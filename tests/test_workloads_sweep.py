@@ -118,9 +118,13 @@ def test_resume_keeps_the_batches_and_tp(tmp_path):
     again = cpbench(*args, "--resume")
     assert again.returncode == 0 and (tmp_path / "r" / "results.jsonl").read_text().splitlines() == rows
     tp = cpbench(*args, "--resume", "--tp", "2")
-    assert tp.returncode == 2 and "measured with a different tp_size (1)" in tp.stderr
+    assert tp.returncode == 2 and "measured with --tp 1, not --tp 2:" in tp.stderr
     other = cpbench(*args, "--resume", "--seed", "1")  # another seed draws other lengths
-    assert other.returncode == 2 and "different seed" in other.stderr
+    assert other.returncode == 2 and "measured with --seed 0, not --seed 1:" in other.stderr
+    more = cpbench(*args, "--resume", "--batches", "2")  # two drawn batches, not one
+    assert more.returncode == 2 and len(more.stderr.strip().splitlines()) == 1, more.stderr
+    assert ("other request batches (1 batch of 2 requests in all; this sweep plans 2 batches of 4 requests in all), "
+            "which come from --bs/--seq/--extend-lens/--lengths/--trace/--batches/--prefix-hit") in more.stderr
 
 
 def test_prefix_hit_on_the_grid(tmp_path):

@@ -80,7 +80,7 @@ def _check(path: Path, cp: Optional[int], extend: Optional[str], prefix: Optiona
     """``geometry --check``: 0 when every compared field of the dump agrees ("all N fields agree"), 1 on a
     difference (the first one, its value in both, and how many differ); CpbenchInputError (exit 2) for a
     malformed dump, a missing input (the prefix lengths) or options that clash with it."""
-    from cpbench.spec.geometry_check import diff_dump, load_dump, resolve_batch
+    from cpbench.spec.geometry_check import diff_dump, load_dump, resolve_batch, shown
 
     if as_json or rank is not None:
         raise CpbenchInputError("--check compares every rank of the dump and prints a diff: drop --json and --ranks")
@@ -89,10 +89,10 @@ def _check(path: Path, cp: Optional[int], extend: Optional[str], prefix: Optiona
                           int_list(extend, "--extend-lens") if extend is not None else None,
                           int_list(prefix, "--prefix-lens", minimum=0) if prefix is not None else None)
     res = diff_dump(dump, batch, rule)
-    ranks = ", ".join(str(r["rank"]) for r in sorted(dump.ranks, key=lambda r: r["rank"]))
-    head = (f"cp_size {batch.cp_size}, extend {batch.extend_lens}"
+    ranks = shown(sorted(r["rank"] for r in dump.ranks))[1:-1]
+    head = (f"cp_size {batch.cp_size}, extend {shown(batch.extend_lens)}"
             + (f" (the last padded by {batch.padded_by} of num_tokens)" if batch.padded_by else "")
-            + f", prefix {batch.prefix_lens if batch.prefix_lens is not None else 'not given'}; ranks {ranks}; "
+            + f", prefix {shown(batch.prefix_lens) if batch.prefix_lens is not None else 'not given'}; ranks {ranks}; "
             + rule.describe())
     if res.not_checked:
         by_why: dict[str, list[str]] = {}

@@ -68,13 +68,36 @@ def environment_table(manifest: dict, cpu: bool = False) -> str:
                     total[str(k)] = total.get(str(k), 0.0) + float(v)  # hand-edited huge or NaN values: left out
         manifest = {**manifest, "sweep_phase_s": ", ".join(f"{k} {v:.1f}" for k, v in total.items())
                     + (" (all invocations)" if len(parts) > 1 else "")}
-    rows = [[label, _short(manifest.get(key, "—"))] for key, label in ENV_KEYS
-            if not (cpu and key in GPU_KEYS) and not (key == "sweep_phase_s" and key not in manifest)]
+    rows = []
+    for key, label in ENV_KEYS:
+        if (cpu and key in GPU_KEYS) or (key == "sweep_phase_s" and key not in manifest):
+            continue
+        methods = timing_methods(manifest) if key == "timing_method" else []
+        if len(methods) > 1:  # a resume that timed otherwise: each method, with the invocations it timed
+            rows += [[f"{label} (invocation{'s' if len(runs) > 1 else ''} {span_text(runs)})", _short(m)]
+                     for m, runs in methods]
+        else:
+            rows.append([label, _short(manifest.get(key, "—"))])
     # the launch's NCCL variables and GPU topology are summarised in the Real CP section
-    known = {k for k, _ in ENV_KEYS} | {"command", "command_as_recorded", "gpu_topology", "nccl_env", "gemm_peak"}
+    known = {k for k, _ in ENV_KEYS} | {"command", "command_as_recorded", "gpu_topology", "nccl_env", "gemm_peak",
+                                        "timing_methods"}
     known |= {"flashinfer_cubin", "sm_count"} if cpu else set()
     rows += [[k, _short(v)] for k, v in sorted(manifest.items()) if k not in known]
     return md_table(["", "value"], rows)
+
+
+def timing_methods(manifest: dict) -> list[tuple[str, list[int]]]:
+    """The distinct timing methods of a run's invocations, in first-use order, each with the invocations
+    (numbered from 1) that used it: from ``timing_methods`` (one entry per invocation; None where an older
+    cpbench did not record it), else the one ``timing_method``."""
+    methods = manifest.get("timing_methods")
+    if not isinstance(methods, list) or not methods:
+        methods = [manifest.get("timing_method")]
+    out: dict[str, list[int]] = {}
+    for i, m in enumerate(methods, start=1):
+        if isinstance(m, str) and m:
+            out.setdefault(m, []).append(i)
+    return list(out.items())
 
 
 def _short(v) -> str:

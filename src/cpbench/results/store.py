@@ -232,8 +232,15 @@ class RunDir:
     def write_manifest(self, env: dict, config: dict) -> None:
         """Write the manifest: schema version, environment and config. On resume the first manifest's
         ``created`` and command are kept, the new command is appended to ``resumed_by`` and the config
-        lists that may grow (cells, timings, modes) become the union of old and new."""
+        lists that may grow (cells, timings, modes) become the union of old and new.
+
+        ``timing_methods`` holds each invocation's ``env["timing_method"]``, one entry per invocation like
+        ``sweep_wall_s`` (a resume may change --budget-ms, --warmup, --rel-ci or --timing); ``timing_method``
+        stays the first invocation's. A manifest written before ``timing_methods`` existed gives its
+        ``timing_method`` as the first entry and None (not recorded) for its later invocations."""
         manifest = {"schema_version": SCHEMA_VERSION, **env, "config": config}
+        if "timing_method" in env:
+            manifest["timing_methods"] = [env["timing_method"]]
         if self.manifest_path.exists():
             old = self.read_manifest()
             merged = {**old.get("config", {}), **config}
@@ -242,6 +249,8 @@ class RunDir:
                 if isinstance(a, list) and isinstance(b, list):
                     merged[key] = _union(a, b)
             manifest = {**old, "config": merged, "resumed_by": [*old.get("resumed_by", []), env.get("command")]}
+            if "timing_method" in env:
+                manifest["timing_methods"] = [*_earlier_timing_methods(old), env["timing_method"]]
         _write_json(self.manifest_path, manifest)
 
     def record_wall_time(self, seconds: float, new_entry: bool = False, phases: dict | None = None) -> None:
@@ -353,7 +362,7 @@ def read_jsonl(path: Path) -> list[dict]:
     if not path.exists():
         return rows
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte order mark (a file edited on Windows) is not a row
     except UnicodeDecodeError:
         raise CpbenchInputError(f"{str(path)!r} is not UTF-8 text: it is not a cpbench results file") from None
     lines = text.splitlines()
@@ -377,7 +386,8 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def read_manifest(path: Path) -> dict:
     """``manifest.json`` as a dict ({} when absent). A ``config`` that is not an object becomes {}, and a
-    ``resumed_by``/``sweep_wall_s``/``sweep_phase_s`` that is not a list becomes [] (hand-edited files). A v1 config's
+    ``resumed_by``/``sweep_wall_s``/``sweep_phase_s``/``timing_methods`` that is not a list becomes [] (hand-edited
+    files). A v1 config's
     ``seq_lens`` is read as ``extend_lens``.
 
     Raises:
@@ -386,7 +396,7 @@ def read_manifest(path: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(path.read_text(encoding="utf-8-sig"))  # a byte order mark is not an error
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):  # too deep, huge integers
         manifest = None
     if not isinstance(manifest, dict):
@@ -397,10 +407,18 @@ def read_manifest(path: Path) -> dict:
     cfg = manifest.get("config", {})
     if "seq_lens" in cfg and "extend_lens" not in cfg:
         cfg["extend_lens"] = cfg.pop("seq_lens")
-    for key in ("resumed_by", "sweep_wall_s", "sweep_phase_s"):
+    for key in ("resumed_by", "sweep_wall_s", "sweep_phase_s", "timing_methods"):
         if key in manifest and not isinstance(manifest[key], list):
             manifest[key] = []
     return manifest
+
+
+def _earlier_timing_methods(old: dict) -> list:
+    """The timing method of each invocation an existing manifest records (one per ``sweep_wall_s`` entry,
+    at least one): its ``timing_methods``, else its ``timing_method`` then None for each later invocation."""
+    runs = max(len(old.get("sweep_wall_s", [])), 1)
+    methods = old.get("timing_methods") or [old.get("timing_method")]
+    return (methods + [None] * runs)[:max(runs, len(methods))]
 
 
 def _jsonable(row: dict) -> dict:

@@ -21,6 +21,7 @@ from cpbench.measure.env import environment
 from cpbench.spec.geometry import eligibility
 from cpbench.measure.peak import gemm_peak
 from cpbench.ranks.group import LocalGroup, RankGroup
+from cpbench.run.resume_options import FLAGS, difference
 from cpbench.run.runner import (DTYPES, Runner, SweepConfig, cpu_sweep_threads, omp_threads, cpu_tflop_limit,
                                 over_token_budget)
 from cpbench.spec.cells import CellSpec
@@ -206,16 +207,15 @@ def check_resume_config(run: RunDir, cfg: SweepConfig, group: RankGroup) -> None
         old = {**{k: v for k, v in defaults.items() if k in new and k not in ("model", "backend")}, **old}
     for key in new:
         if key in old and json.loads(json.dumps(old[key])) != json.loads(json.dumps(new[key])):
-            was = old[key].get("name", old[key]) if key == "model" and isinstance(old[key], dict) else old[key]
-            raise CpbenchInputError(f"--resume: {run} was measured with a different {key} "
-                                    f"({str(was)[:80]}): resume with the same options or pick another --out")
+            raise CpbenchInputError(f"--resume: {run} {difference(key, old[key], new[key])}: resume with the "
+                                    "same options or pick another --out")
     # The rows themselves, in case the manifest was lost or edited: model (its name carries overrides),
     # backend and dtype must match.
     rows = run.rows()
     for key, values in (("model", {cfg.model.name}), ("backend", set(cfg.backends)), ("dtype", {cfg.dtype})):
         other = sorted({str(r.get(key)) for r in rows} - values)
         if other:
-            raise CpbenchInputError(f"--resume: {run} holds rows measured with {key} {other[0]!r}, not "
+            raise CpbenchInputError(f"--resume: {run} holds rows measured with {FLAGS.get(key, key)} {other[0]!r}, not "
                                     f"{', '.join(sorted(values))!r}: resume with the same options or pick another --out")
 
 

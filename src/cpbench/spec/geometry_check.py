@@ -35,6 +35,20 @@ from cpbench.errors import CpbenchInputError
 
 MAX_CP = 1024  # the bound of --cp
 MAX_FILES = 1024
+MAX_LEN = 2**31 - 1  # SGLang's metadata tensors are int32: a longer request (or num_tokens) is not a real dump
+SHOWN = 16  # list items a message shows before "… (N more)"
+# the batch's per-request lengths: the smallest value and the noun a message uses
+LENGTHS = {"extend_seq_lens": (1, "extend length"), "extend_prefix_lens": (0, "prefix length"),
+           "seq_lens": (0, "sequence length")}
+
+
+def shown(values, keep: int = SHOWN) -> str:
+    """``values`` as a list in a message: whole up to ``keep`` items, else the first ``keep`` and
+    ``… (N more)``, so a batch of 200,000 requests is one readable line."""
+    values = list(values)
+    if len(values) <= keep:
+        return str(values)
+    return f"[{', '.join(map(str, values[:keep]))}, … ({len(values) - keep} more)]"
 
 
 @dataclass
@@ -73,8 +87,10 @@ def load_dump(path: str | Path) -> Dump:
 
     Raises:
         CpbenchInputError: unreadable or not JSON; not one of the shapes; a rank object without an integer
-            rank or one that repeats; a compared field of the wrong type; files of one directory that give
-            different batches; nothing to compare.
+            rank or one that repeats; a compared field of the wrong type; a batch length out of range (an
+            extend length < 1, a negative prefix or sequence length, any above 2**31-1; the message names
+            the field and the request); files of one directory that give different batches; nothing to
+            compare.
     """
     p = Path(path)
     if p.is_dir():
@@ -139,13 +155,24 @@ def _check_batch_types(batch: dict, where: str) -> None:
     if batch and ("cp_size" not in batch or "extend_seq_lens" not in batch):
         raise CpbenchInputError(f"--check {where!r}: a dump that gives the batch needs cp_size and "
                                 "extend_seq_lens (and extend_prefix_lens or seq_lens)")
-    for k in ("extend_seq_lens", "extend_prefix_lens", "seq_lens"):
-        if k in batch and not (isinstance(batch[k], list) and all(_is_int(x) for x in batch[k])):
+    for k, (lo, noun) in LENGTHS.items():
+        if k not in batch:
+            continue
+        vals = batch[k]
+        if not (isinstance(vals, list) and all(_is_int(x) for x in vals)):
             raise CpbenchInputError(f"--check {where!r}: {k} must be a list of integers")
+        i = next((i for i, x in enumerate(vals) if not lo <= x <= MAX_LEN), None)
+        if i is not None:
+            x, a = vals[i], "an" if noun[0] in "aeiou" else "a"
+            what = (f"a negative {noun} ({x}" if x < 0 else f"{a} {noun} of 0 (" if x < lo else
+                    f"{a} {noun} above {MAX_LEN} ({x}")
+            raise CpbenchInputError(f"--check {where!r}: {k} {shown(vals)} holds {what}{', ' if x else ''}request {i}): "
+                                    f"{noun}s must be in [{lo}, {MAX_LEN}] tokens")
     if "cp_size" in batch and not (_is_int(batch["cp_size"]) and 1 <= batch["cp_size"] <= MAX_CP):
         raise CpbenchInputError(f"--check {where!r}: cp_size must be an integer in [1, {MAX_CP}]")
-    if "num_tokens" in batch and not (_is_int(batch["num_tokens"]) and batch["num_tokens"] >= 0):
-        raise CpbenchInputError(f"--check {where!r}: num_tokens must be an integer >= 0")
+    if "num_tokens" in batch and not (_is_int(batch["num_tokens"]) and 0 <= batch["num_tokens"] <= MAX_LEN):
+        raise CpbenchInputError(f"--check {where!r}: num_tokens must be an integer in [0, {MAX_LEN}], got "
+                                f"{_short(batch['num_tokens'])[:60]}")
 
 
 def _check_type(k: str, v, at: str) -> None:
@@ -211,21 +238,14 @@ def resolve_batch(dump: Dump, cp: int | None, extend: list[int] | None, prefix: 
 def _dump_prefix(b: dict, ext: list[int], source: str) -> list[int] | None:
     """Prefix lengths from ``extend_prefix_lens``, or from ``seq_lens`` as SGLang derives them
     (``max(seq_len - extend_len, 0)``, zigzag.py ``build_metadata``: a padded last request's extend may
-    exceed its seq_len).
-
-    A negative ``extend_prefix_lens`` entry is an error that names it, never a clamped value the user did
-    not write."""
+    exceed its seq_len). Negative lengths were refused when the dump was read (:func:`load_dump`)."""
     given = b.get("extend_prefix_lens")
-    if given is not None and any(x < 0 for x in given):
-        i = next(i for i, x in enumerate(given) if x < 0)
-        raise CpbenchInputError(f"{source!r}: extend_prefix_lens {list(given)} holds a negative prefix length "
-                                f"({given[i]}, request {i}): prefix lengths must be >= 0")
     from_seq = [max(s - e, 0) for s, e in zip(b["seq_lens"], ext)] if "seq_lens" in b else None
     if from_seq is not None and len(b["seq_lens"]) != len(ext):
         raise CpbenchInputError(f"{source!r}: {len(ext)} extend_seq_lens but {len(b['seq_lens'])} seq_lens")
     if given is not None and from_seq is not None and list(given) != from_seq:
-        raise CpbenchInputError(f"{source!r}: extend_prefix_lens {list(given)} disagree with seq_lens - "
-                                f"extend_seq_lens = {from_seq}")
+        raise CpbenchInputError(f"{source!r}: extend_prefix_lens {shown(given)} disagree with seq_lens - "
+                                f"extend_seq_lens = {shown(from_seq)}")
     return list(given) if given is not None else from_seq
 
 
@@ -244,7 +264,7 @@ def diff_dump(dump: Dump, batch: Batch, rule: CpRule | None = None) -> CheckResu
             raise CpbenchInputError(f"the dump holds rank {r['rank']}, outside [0, cp_size={batch.cp_size})")
         g = rank_geometry(batch.extend_lens, batch.prefix_lens, batch.cp_size, r["rank"], rule)
         want = expected_fields(g, padded=r.get("per_rank_logical_token") is not None)
-        tables = table_expectations(g, {k: r[k] for k in TABLES if r.get(k) is not None})
+        tables = table_expectations(g, {k: r[k] for k in TABLES if k in r})
         if not want["eligible"] and "eligible" not in r and any(
                 v is not None for k, v in r.items() if canonical(k) not in (None, "eligible")):
             out.append(f"rank {r['rank']} eligible: engine true (it built CP metadata), cpbench false ({g.reason})")
@@ -261,12 +281,15 @@ def diff_dump(dump: Dump, batch: Batch, rule: CpRule | None = None) -> CheckResu
             if name is None:
                 skipped[k] = "engine state, not a function of the batch" if k in ENGINE_ONLY else "not a field cpbench knows"
                 continue
-            if name in TABLES:
-                if v is not None and name.startswith("zigzag") and not want["eligible"]:
-                    skipped[k] = "no fused call: the batch runs without CP under the rule"
+            if name in TABLES:  # null is a value, as in every other field: compared with what cpbench expects
+                if name.startswith("zigzag") and not want["eligible"]:
+                    if v is None:  # no fused call, no duplicated table: agrees
+                        n += 1
+                    else:
+                        skipped[k] = "no fused call: the batch runs without CP under the rule"
                     continue
-                if v is None or tables.get(name) is None:
-                    skipped[k] = "null in the dump" if v is None else table_unchecked(name, r, g.bs)
+                if tables.get(name) is None:
+                    skipped[k] = table_unchecked(name, r, g.bs)
                     continue
                 n += 1
                 got, exp = table_value(name, v), tables[name]
@@ -276,10 +299,20 @@ def diff_dump(dump: Dump, batch: Batch, rule: CpRule | None = None) -> CheckResu
             n += 1
             got, exp = v, want[name]
             if got != exp:
-                out.append(f"rank {r['rank']} {k}: engine {_short(got)}, cpbench {_short(exp)}")
+                out.append(f"rank {r['rank']} {k}: engine {_short(got)}, cpbench {_short(exp)}{_where(got, exp)}")
     return CheckResult(out, n, skipped)
 
 
 def _short(v) -> str:
-    text = json.dumps(v)
-    return text if len(text) <= 200 else text[:197] + "..."
+    text = shown(v) if isinstance(v, list) else json.dumps(v)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _where(got, exp) -> str:
+    """Where two long lists part, when the shortened lists in a message may not show it."""
+    if not (isinstance(got, list) and isinstance(exp, list)) or max(len(got), len(exp)) <= SHOWN:
+        return ""
+    if len(got) != len(exp):
+        return f" ({len(got)} items, cpbench {len(exp)})"
+    i = next(i for i, (a, b) in enumerate(zip(got, exp)) if a != b)
+    return f" (first at item {i}: engine {json.dumps(got[i])}, cpbench {json.dumps(exp[i])})"

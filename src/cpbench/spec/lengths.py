@@ -127,7 +127,7 @@ def read_trace(path: str | Path) -> tuple[list[int], list[int] | None]:
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a byte order mark (Windows editors write one) is not an error
     except (OSError, UnicodeDecodeError) as e:
         raise CpbenchInputError(f"cannot read --trace {str(p)!r}: {getattr(e, 'strerror', None) or e}") from None
     lines = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip() and not ln.lstrip().startswith("#")]

@@ -158,13 +158,21 @@ def table_unchecked(name: str, tables: dict, bs: int) -> str:
     src = "swa_page_table" if name == "zigzag_swa_page_table" else "page_table"
     t = tables.get(src)
     if t is None:
-        return "its source table is not in the dump"
+        return f"its source table {src} is null in the dump" if src in tables else \
+            "its source table is not in the dump"
     return f"its source table {src} has a wrong shape: {_rows(len(t))}, expected bs = {bs}"
 
 
 def table_difference(name: str, got, exp) -> str:
     """``engine ..., cpbench ...`` for a table that differs: a wrong shape says so (expected vs got), equal
-    shapes show both tables."""
+    shapes show both tables; a table that is null in the dump reads ``engine null, cpbench ...`` as any
+    other null field does."""
+    if got is None and name == "page_table":
+        return f"engine null, cpbench expects {_rows(exp)} (one per request: [bs, W])"
+    if got is None and name == "swa_page_table":
+        return f"engine null, cpbench expects {exp} (page_table's [rows, columns])"
+    if got is None:
+        return f"engine null, cpbench {_short(exp)}"
     if name == "page_table":
         return f"wrong shape: engine {_rows(got)}, cpbench expects {exp} (one per request: [bs, W])"
     if name == "swa_page_table":
@@ -184,7 +192,10 @@ def _short(v) -> str:
 
 
 def table_value(name: str, value):
-    """The part of a dumped table that :func:`table_expectations` compares (rows, shape, or the rows)."""
+    """The part of a dumped table that :func:`table_expectations` compares (rows, shape, or the rows); None
+    for a table that is null in the dump."""
+    if value is None:
+        return None
     if name == "page_table":
         return len(value)
     if name == "swa_page_table":
