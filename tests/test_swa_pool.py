@@ -193,3 +193,29 @@ def test_memory_chart_shows_both_duplicated_tables(tmp_path, monkeypatch):
     memory.setup_memory_chart(df, tmp_path, "memory", "gpt-oss-120b")
     labels = [t.get_text() for leg in seen["fig"].legends for t in leg.get_texts()]
     assert "duplicated page table" in labels and "duplicated SWA page table (--swa-pool)" in labels
+
+
+def test_memory_chart_draws_one_share_line_when_every_bs_has_the_same_share(tmp_path, monkeypatch):
+    """The page table and the KV cache both grow with bs: the share panel draws one neutral line and says
+    it stands for every bs (one coloured line per bs hid all but the last); a bs with another share
+    (a different page size) brings the per-bs lines back."""
+    from runfactory import make_rows
+
+    from cpbench.report import style
+    from cpbench.report.costs import _same_for_every_bs, memory_chart, memory_frame
+    from cpbench.report.data import prepare
+
+    d = prepare(pd.DataFrame(make_rows(cp_sizes=(4,), timings=("eager",))))
+    m = memory_frame(d)
+    assert _same_for_every_bs(m, ["page_table_pct", "dup_pct"]) and m["bs"].nunique() == 3
+    figs = []
+    monkeypatch.setattr(style, "save", lambda fig, out_dir, name: figs.append(fig) or [])
+    memory_chart(d, tmp_path, "memory", "gpt-oss-120b")
+    share = figs[0].axes[1]
+    assert share.get_title() == "the same for every bs"
+    assert len(share.get_lines()) == 1  # page table share only: the synthetic rows record no duplicate
+    other = d.copy()
+    other.loc[other["bs"] == 4, "page_table_bytes"] *= 2
+    assert not _same_for_every_bs(memory_frame(other), ["page_table_pct", "dup_pct"])
+    memory_chart(other, tmp_path, "memory", "gpt-oss-120b")
+    assert figs[1].axes[1].get_title() == "" and len(figs[1].axes[1].get_lines()) == 3

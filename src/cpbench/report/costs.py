@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from cpbench.results.schema import CELL_COLUMNS, MODES
 from cpbench.report import style
@@ -110,6 +110,17 @@ def memory_frame(df: pd.DataFrame) -> pd.DataFrame:
     return m
 
 
+def _same_for_every_bs(m: pd.DataFrame, cols: list[str]) -> bool:
+    """True when every bs has the same value of each of ``cols`` at each context length (to 1e-9 relative):
+    the page table and the KV cache both grow with bs, so their ratio usually does not depend on it."""
+    for _, g in m.groupby("context_len"):
+        for col in cols:
+            v = pd.to_numeric(g[col], errors="coerce").dropna().to_numpy(float)
+            if len(v) > 1 and not np.allclose(v, v[0], rtol=1e-9, atol=0.0):
+                return False
+    return True
+
+
 @style.styled
 def memory_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
     """Page table [bs, W] vs duplicated table [2*bs, W]: bytes, % of the KV cache over all layers, and
@@ -128,16 +139,20 @@ def memory_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list
     panels = (("bytes", table_lines),
               ("% of KV cache (all layers)", [("page_table_pct", "-"), ("dup_pct", "--")]),
               ("duplication copy (µs)", [("dup_copy_us", "--")]))
-    drawn = False
+    drawn, same_pct = False, _same_for_every_bs(m, ["page_table_pct", "dup_pct"])
     for ax, (ylabel, series) in zip(axes[0], panels):
         any_line = False
+        pct = "%" in ylabel
         for bs, g in m.groupby("bs", sort=True):
+            if pct and same_pct and bs != m["bs"].min():
+                continue  # one line stands for every bs (both the table and the KV cache grow with bs)
             for col, ls in series:
                 keep = positive(g[col])
                 if keep.any():
                     line, marker = ls.rstrip("^v"), ls[-1] if ls[-1] in "^v" else ("o" if ls == "-" else "s")
                     ax.plot(g["context_len"].to_numpy(float)[keep], g[col].to_numpy(float)[keep], ls=line,
-                            marker=marker, color=colors[bs], mfc="white" if marker in "^v" else None)
+                            marker=marker, color="#333333" if pct and same_pct and len(colors) > 1 else colors[bs],
+                            mfc="white" if marker in "^v" else None)
                     any_line = True
         if not any_line:
             no_data(ax, f"{ylabel}: not recorded")
@@ -147,10 +162,13 @@ def memory_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list
         style.log2_xaxis(ax, m["context_len"], "context length (tokens)", max_labels=5)
         if ylabel == "bytes":
             style.bytes_y(ax)
-        elif "%" in ylabel:  # tiny and narrow: linear from 0 reads better than a log axis
+        elif pct:  # tiny and narrow: linear from 0 reads better than a log axis
             ax.set_ylim(0, ax.get_ylim()[1] * 1.1)
+            ax.yaxis.set_major_locator(MaxNLocator(nbins=4, steps=[1, 2, 5, 10]))
             ax.yaxis.set_major_formatter(FuncFormatter(
-                lambda v, _: np.format_float_positional(v, precision=3, fractional=False, trim="-") + "%"))
+                lambda v, _: np.format_float_positional(v, precision=2, fractional=False, trim="-") + "%"))
+            if same_pct and len(colors) > 1:
+                ax.set_title("the same for every bs", fontsize="small")
         else:
             style.log_y(ax)
     if drawn:
