@@ -83,7 +83,8 @@ CPU_CHARTS = {
                 "Attention calls of the torch reference per rank (a CPU runs no GPU kernels), with totals over all "
                 "ranks."),
     "overhead": (partial(overhead_chart, cpu=True), "forward vs host time per forward",
-                 "Forward latency (eager) against host setup (metadata, page tables) and host time, per mode."),
+                 "Forward latency (eager) against host setup (metadata, page tables), per mode (on a CPU the "
+                 "forward runs on the host: there is no separate launch time)."),
 }
 
 
