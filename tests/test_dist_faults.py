@@ -183,3 +183,19 @@ def test_a_torchrun_profile_records_a_cell_that_failed_on_a_rank_and_profiles_th
         f"error: {str(out / 'profile.json')!r} holds an earlier result: pick another --out, or move that file away "
         "to write a new one here"), again.stderr
     assert (out / "profile.json").read_text() == before
+
+
+@pytest.mark.parametrize("spec, extra, needle", [
+    ("1:raise:3", (), "names cell 3, but the sweep plans 2 cell(s): name a cell in 1..2, or * for every cell"),
+    ("1:oom:1:forward", ("--gather", "none"), "fires before a layer's K|V all-gather, and --gather none runs none"),
+])
+def test_a_fault_that_could_never_fire_is_refused_before_the_launch(tmp_path, spec, extra, needle):
+    """A fault test must not pass by injecting nothing: a cell beyond the plan, or a forward fault with no
+    gather to fire before, is an input error (one line, exit 2) before torchrun starts."""
+    from clirun import cpbench
+
+    out = tmp_path / "run"
+    r = cpbench("sweep", "--device", "cpu", *LAUNCH, "--seq", "40,48", *SMALL, *extra, "--out", out,
+                env={"CPBENCH_INJECT_FAULT": spec})
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+    assert not out.exists()

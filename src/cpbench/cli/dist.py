@@ -94,11 +94,13 @@ class DistOptions:
 
 
 def launch_torchrun(opts: DistOptions, cp_sizes, dev, backend: str, out: Optional[str], kind: str,
-                    resume_hint: bool = True, precheck: Optional[Callable[[int], None]] = None) -> int:
+                    resume_hint: bool = True, precheck: Optional[Callable[[int], None]] = None,
+                    cells: Optional[int] = None) -> int:
     """Check the launch, then re-run this command under torchrun --standalone (one process per GPU);
     return its exit code (``kind``: "" for a sweep, "profile": names the default run directory;
     ``resume_hint``: the command has --resume, so a failure message offers it; ``precheck(world_size)``:
-    the command's own checks, run before any process starts, raising CpbenchInputError)."""
+    the command's own checks, run before any process starts, raising CpbenchInputError; ``cells``: how
+    many cells the command plans, to refuse an injected fault that could never fire)."""
     import torch
 
     from cpbench.ranks import faults
@@ -112,6 +114,8 @@ def launch_torchrun(opts: DistOptions, cp_sizes, dev, backend: str, out: Optiona
         nproc = gpus
     check_launch(nproc, cp_sizes, dev.type, gpus, opts.dist_backend.value, backend)
     faults.parse(world_size=nproc)  # a malformed CPBENCH_INJECT_FAULT or one naming no rank: before the launch
+    if cells is not None:
+        faults.check_can_fire(nproc, cells, opts.gather_mode)
     if precheck is not None:
         precheck(nproc)
     argv = list(sys.argv[1:])

@@ -165,7 +165,8 @@ def sweep(
         from cpbench.run.sweep import precheck_resume
 
         check = (lambda world: precheck_resume(cfg, out, world, cpu_affinity)) if resume else None
-        raise typer.Exit(launch_torchrun(dist, cells.cp_sizes, dev, cfg.backend, out, "", precheck=check))
+        raise typer.Exit(launch_torchrun(dist, cells.cp_sizes, dev, cfg.backend, out, "", precheck=check,
+                                         cells=len(cfg.cells())))
     raise typer.Exit(run_as_rank(dist, dev, lambda group, device: run_sweep(
         dataclasses.replace(cfg, device=device), output, group=group, cpu_affinity=cpu_affinity)))
 

@@ -34,6 +34,21 @@ def parse(spec: str | None = None, world_size: int | None = None) -> list[Fault]
     return [_parse_one(s, spec, world_size) for s in spec.split(",")] if spec.strip() else []
 
 
+def check_can_fire(world_size: int, cells: int, gather: str) -> None:
+    """Before a launch of ``world_size`` processes that plans ``cells`` cells with ``gather`` (``packed``,
+    ``separate`` or ``none``): refuse a fault that could never fire, so a fault test cannot pass by
+    injecting nothing. Raises CpbenchInputError for a malformed entry, a rank the launch lacks, a cell
+    beyond the plan, or a ``forward`` fault without a gather (it fires just before a layer's gather)."""
+    for rank, fault, cell, phase in parse(world_size=world_size):
+        entry = f"{ENV} entry {rank}:{fault}:{'*' if cell is None else cell}:{phase}"
+        if cell is not None and cell > cells:
+            raise CpbenchInputError(f"{entry} names cell {cell}, but the sweep plans {cells} cell(s): name a cell "
+                                    f"in 1..{cells}, or * for every cell")
+        if phase == "forward" and gather == "none":
+            raise CpbenchInputError(f"{entry} fires before a layer's K|V all-gather, and --gather none runs "
+                                    "none: use phase prepare, or --gather packed|separate")
+
+
 def _parse_one(entry: str, spec: str, world_size: int | None) -> Fault:
     parts = [p.strip() for p in entry.split(":")]
     parts += [""] * (4 - len(parts))
