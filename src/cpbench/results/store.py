@@ -22,7 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cpbench.results.schema import SCHEMA_VERSION, V2_DEFAULTS, V2_RENAMED, check_row, migrate_row, row_key
+from cpbench.results.schema import (SCHEMA_VERSION, V2_DEFAULTS, V2_RENAMED, check_row, migrate_row, non_numeric,
+                                    row_key)
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 
 if TYPE_CHECKING:  # pandas (and scipy, through derive) are imported where a table is built: a rank process
@@ -297,13 +298,19 @@ class RunDir:
                 df = None
             else:
                 df = migrate_frame(df, manifest)
+        source = self.parquet
         if df is None:
             if not rows:
                 raise CpbenchInputError(f"{str(d)!r} holds no results (results.jsonl/parquet): run cpbench sweep first")
-            df = pd.DataFrame(rows)
+            df, source = pd.DataFrame(rows), self.results
         if df.empty:
             raise CpbenchInputError(f"{str(d)!r} holds no result rows")
         _check_versions(d, df)
+        bad = non_numeric(df)
+        if bad is not None:
+            col, value, n = bad
+            raise CpbenchInputError(f"{str(source)!r}: column {col!r} holds {value!r} in {n} row(s) where a number "
+                                    "belongs (a hand-edited file?): correct those values or delete those rows")
         return derive(df, manifest), manifest
 
 
