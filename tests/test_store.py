@@ -243,3 +243,26 @@ def test_resume_reads_an_option_missing_from_an_older_manifest_as_its_default(tm
     r = cpbench("sweep", "--cp", "4", "--bs", "1", "--extend-len", "16", "--out", str(run), "--resume",
                 "--budget-ms", "5", "--swa-pool")
     assert r.returncode == 2 and "different swa_pool (False)" in r.stderr, r.stderr[-800:]
+
+
+def test_report_plot_compare_of_a_run_a_sweep_still_writes_warn_once(tmp_path, text_reports, undrawn_charts):
+    from runfactory import make_run
+
+    run = make_run(tmp_path / "run", fmt="jsonl", cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",))
+    held = RunDir(run)
+    held.lock()
+    try:
+        for args, what in ((("report", run), "the report covers"), (("plot", run), "the charts cover"),
+                           (("compare", run, run), "the comparison covers")):
+            r = cpbench(*args)
+            assert r.returncode == 0, (args, r.stderr)
+            warned = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+            assert len(warned) == 1, r.stderr
+            assert warned[0].startswith(f"warning: {run} is still being written by a sweep (pid {os.getpid()} (")
+            assert warned[0].endswith(f"): {what} the rows measured so far; run it again when the sweep ends")
+    finally:
+        held.unlock()
+    again = RunDir(run)
+    again.lock()  # the readers kept no lock
+    again.unlock()
+    assert "warning:" not in cpbench("report", run).stderr  # nobody writes it now

@@ -160,6 +160,26 @@ class RunDir:
         finally:
             self.unlock()
 
+    def writer(self) -> str | None:
+        """Who holds the directory's lock (a sweep still writing it): the holder recorded in ``.lock``, or None
+        when nobody holds it. Tries a shared non-blocking flock and releases it at once: never waits, never
+        keeps the lock (a reader must not stop a sweep from starting)."""
+        import fcntl
+
+        try:
+            fd = os.open(self.path / self.LOCK, os.O_RDONLY)
+        except OSError:  # no lock file (a copied run), or not readable: nothing to say
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.pread(fd, 300, 0).decode(errors="replace").strip() or "another process"
+        except OSError:
+            return None
+        finally:
+            os.close(fd)  # closing releases a shared lock taken above
+        return None
+
     def unlock(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing the descriptor releases the flock
