@@ -30,6 +30,9 @@ if TYPE_CHECKING:  # pandas (and scipy, through derive) are imported where a tab
     import pandas as pd  # that only appends rows starts without them
 
 GROWING = ("cp_sizes", "bs_list", "seq_list", "timings", "modes")  # config lists a resume may extend
+# what each invocation planned, kept per invocation in the manifest's ``planned`` (the config's GROWING lists
+# are unions: a --bs x --seq grid and a later --extend-lens batch would plan cells neither asked for)
+PLANNED = ("cp_sizes", "timings", "bs_list", "seq_list", "extend_lens")
 _WARNED: set[tuple[str, tuple[int, ...]]] = set()
 
 
@@ -253,8 +256,10 @@ class RunDir:
     def write_manifest(self, env: dict, config: dict) -> None:
         """Write the manifest: schema version, environment and config. On resume the first manifest's
         ``created`` and command are kept, the new command is appended to ``resumed_by`` and the config
-        lists that may grow (cells, timings, modes) become the union of old and new."""
-        manifest = {"schema_version": SCHEMA_VERSION, **env, "config": config}
+        lists that may grow (cells, timings, modes) become the union of old and new. ``planned`` keeps each
+        invocation's own cell options (:data:`PLANNED`; an identical plan once), the cells it set out to measure."""
+        plan = {k: config.get(k) for k in PLANNED}
+        manifest = {"schema_version": SCHEMA_VERSION, **env, "config": config, "planned": [plan]}
         if self.manifest_path.exists():
             old = self.read_manifest()
             merged = {**old.get("config", {}), **config}
@@ -262,7 +267,11 @@ class RunDir:
                 a, b = old.get("config", {}).get(key), config.get(key)
                 if isinstance(a, list) and isinstance(b, list):
                     merged[key] = _union(a, b)
-            manifest = {**old, "config": merged, "resumed_by": [*old.get("resumed_by", []), env.get("command")]}
+            planned = old.get("planned")
+            if not isinstance(planned, list):  # a manifest from before the record: its config is what it planned
+                planned = [{k: old.get("config", {}).get(k) for k in PLANNED}] if old.get("config") else []
+            manifest = {**old, "config": merged, "resumed_by": [*old.get("resumed_by", []), env.get("command")],
+                        "planned": planned + [plan] * (plan not in planned)}
         _write_json(self.manifest_path, manifest)
 
     def record_wall_time(self, seconds: float, new_entry: bool = False, phases: dict | None = None) -> None:
