@@ -114,6 +114,15 @@ def _lost_lines(lost) -> list[str]:
             for c, r in zip([cells_of(dedup.iloc[[i]])[0] for i in range(len(dedup))], dedup.itertuples())]
 
 
+def _gate_line(reasons: list[str], cpu: bool) -> str:
+    """The gate's verdict: FAIL with its reasons, pass, or on a CPU run not applied (what a GPU run would have
+    failed on, if anything, said as such)."""
+    if cpu:
+        return ("**Gate: not applied** (CPU timings: a functional check, not a benchmark; exit 0; gate on a "
+                "GPU)" + (f". Its rule flags: {'; '.join(reasons)}." if reasons else "."))
+    return ("**Gate: FAIL** (exit 1): " + "; ".join(reasons) + ".") if reasons else "**Gate: pass.**"
+
+
 def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man: dict | None = None,
                      new_man: dict | None = None) -> str:
     """The comparison as GitHub markdown: header (BASE before NEW), gate verdict with its reasons, the
@@ -149,7 +158,7 @@ def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man
     if cpu:
         parts.append("- ⚠ CPU run: CPU timings vary far more between runs than within one (the CI sees only the "
                      "latter); treat verdicts as indicative and gate on a GPU.")
-    parts += ["", ("**Gate: FAIL** (exit 1): " + "; ".join(reasons) + ".") if reasons else "**Gate: pass.**", ""]
+    parts += ["", _gate_line(reasons, res.cpu), ""]
     parts += [f"Rule: ratio = new / base median latency (< 1: new is faster); 95% CI by bootstrap of the raw "
               f"samples. **tie** when the CI contains 1 (without a CI: within ±{TIE_BAND:.0%}); "
               f"**regression** when ratio > {1 + res.fail_above:.3f}, the CI lies entirely "

@@ -20,7 +20,8 @@ Rule (``fail_above`` default 0.05):
     no usable latency) or missing from NEW.
   * skipped in both: a row ``skipped`` (over --max-prefill-tokens) in BASE and NEW is not comparable but no
     failure (``CompareResult.skipped_both``); ok in BASE and skipped in NEW, it is lost.
-  Exit code 1 (the gate fails) on any regression, and on any lost row unless ``allow_missing``.
+  Exit code 1 (the gate fails) on any regression, and on any lost row unless ``allow_missing``. Not on a
+  CPU run (either manifest, ``verdicts.on_cpu``): its timings are a functional check, the gate is not applied.
   Without raw samples the CI falls back to [new_ci_low / base_ci_high, new_ci_high / base_ci_low]
   from the rows' own median CIs; with neither, the CI is unknown and the tie band decides.
 """
@@ -44,7 +45,7 @@ from cpbench.results.critical_path import flag
 from cpbench.results.keys import canon, numeric_first
 from cpbench.results.schema import CELL_COLUMNS, KEY_COLUMNS, RUN_COLUMNS
 from cpbench.results.store import load_run
-from cpbench.results.verdicts import MIN_SAMPLES, ratio_verdict
+from cpbench.results.verdicts import MIN_SAMPLES, on_cpu, ratio_verdict
 from cpbench.errors import CpbenchInputError
 
 MISSING = "missing"
@@ -70,6 +71,8 @@ class CompareResult:
         allow_missing: lost rows do not fail the gate.
         speedups: per cell, both runs' critical-path speedups, intervals and verdicts
             (:func:`cpbench.results.compare_speedup.speedup_frame`).
+        cpu: either run is on a CPU (``verdicts.on_cpu``): a functional check, so the gate is not applied
+            (exit code 0; :meth:`gate_reasons` still says what a GPU run would have failed on).
     """
 
     table: pd.DataFrame
@@ -81,6 +84,7 @@ class CompareResult:
     lost: pd.DataFrame | None = None
     allow_missing: bool = False
     speedups: pd.DataFrame | None = None
+    cpu: bool = False
 
     @property
     def regressions(self) -> pd.DataFrame:
@@ -114,8 +118,9 @@ class CompareResult:
 
     @property
     def exit_code(self) -> int:
-        """1 when the gate fails (a regression, or a lost row without ``allow_missing``), else 0."""
-        return 1 if self.gate_reasons() else 0
+        """1 when the gate fails (a regression, or a lost row without ``allow_missing``), else 0; always 0
+        for a CPU run (:attr:`cpu`: the gate is not applied)."""
+        return 1 if self.gate_reasons() and not self.cpu else 0
 
 
 def _keyed(df: pd.DataFrame) -> pd.DataFrame:
@@ -254,8 +259,9 @@ def compare_runs(base_dir: str | Path, new_dir: str | Path, fail_above: float = 
     base_df, base_man = load_run(base_dir)
     new_df, new_man = load_run(new_dir)
     check_same_model(base_man, new_man)
-    return (compare_frames(base_df, new_df, fail_above, n_boot, seed, min_samples, allow_missing),
-            base_man, new_man)
+    res = compare_frames(base_df, new_df, fail_above, n_boot, seed, min_samples, allow_missing)
+    res.cpu = on_cpu(base_man) or on_cpu(new_man)
+    return res, base_man, new_man
 
 
 def check_same_model(base_man: dict, new_man: dict) -> None:
