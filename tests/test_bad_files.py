@@ -70,3 +70,18 @@ def test_a_results_row_with_text_where_a_number_belongs_is_one_line(tmp_path, te
         assert r.stderr.strip() == (f"error: {str(run / 'results.jsonl')!r}: column 'bs' holds 'one' in 1 row(s) "
                                     "where a number belongs (a hand-edited file?): correct those values or delete "
                                     "those rows")
+
+
+def test_a_parquet_with_both_seq_len_and_max_extend_len_is_one_line(tmp_path):
+    import pandas as pd
+    from runfactory import make_run
+
+    run = make_run(tmp_path / "run", cp_sizes=(2,), bss=(1,), seqs=(32,), timings=("eager",))
+    df = pd.read_parquet(run / "results.parquet")
+    df.assign(seq_len=df["max_extend_len"]).to_parquet(run / "results.parquet", index=False)  # an old column kept
+    for args in (("report", run), ("compare", run, run)):
+        r = cpbench(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stderr.strip() == (f"error: {str(run / 'results.parquet')!r} holds both column 'seq_len' and its new "
+                                    "name 'max_extend_len': keep one (drop 'seq_len' if both hold the same values), "
+                                    "or delete the file if results.jsonl beside it holds the rows")

@@ -326,7 +326,7 @@ class RunDir:
                               "interrupted): reading results.jsonl", CpbenchWarning, stacklevel=2)
                 df = None
             else:
-                df = migrate_frame(df, manifest)
+                df = migrate_frame(df, manifest, str(self.parquet))
         source = self.parquet
         if df is None:
             if not rows:
@@ -354,11 +354,22 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
     return RunDir(run_dir).load()
 
 
-def migrate_frame(df: pd.DataFrame, manifest: dict) -> pd.DataFrame:
-    """A results frame read from parquet, migrated row by row to the current schema (a current-version
-    frame with every column added since, :data:`~cpbench.results.schema.V2_DEFAULTS`, only has its renamed
-    columns, :data:`~cpbench.results.schema.V2_RENAMED`, read under their new names)."""
+def migrate_frame(df: pd.DataFrame, manifest: dict, source: str = "results.parquet") -> pd.DataFrame:
+    """A results frame read from parquet (``source``: its path, for messages), migrated row by row to the
+    current schema (a current-version frame with every column added since,
+    :data:`~cpbench.results.schema.V2_DEFAULTS`, only has its renamed columns,
+    :data:`~cpbench.results.schema.V2_RENAMED`, read under their new names).
+
+    Raises:
+        CpbenchInputError: the frame holds a renamed column under both its old and its new name.
+    """
     import pandas as pd
+
+    both = next(((old, new) for old, new in V2_RENAMED.items() if old in df.columns and new in df.columns), None)
+    if both is not None:
+        raise CpbenchInputError(f"{source!r} holds both column {both[0]!r} and its new name {both[1]!r}: keep one "
+                                f"(drop {both[0]!r} if both hold the same values), or delete the file if "
+                                "results.jsonl beside it holds the rows")
 
     raw = df.get("schema_version", pd.Series([manifest.get("schema_version", 1)] * len(df)))
     if (pd.to_numeric(raw, errors="coerce") == SCHEMA_VERSION).all() and {*V2_DEFAULTS, "prefix_lens"} <= set(df):
