@@ -53,3 +53,35 @@ def test_geometry_check_refuses_an_absurd_cp_size(tmp_path):
 def test_lengths_with_nan_bounds_are_one_line():
     r = cpbench("sweep", "--device", "cpu", "--lengths", "dist:uniform:nan:10")
     assert r.returncode == 2 and "LO and HI must be integers" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_results_row_with_text_where_a_number_belongs_is_one_line(tmp_path, text_reports):
+    from runfactory import make_rows, manifest
+
+    rows = make_rows(cp_sizes=(2,), bss=(1,), seqs=(32,), timings=("eager",))
+    rows[0]["bs"] = "one"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "manifest.json").write_text(json.dumps(manifest()))
+    for args in (("report", run), ("plot", run), ("compare", run, run)):
+        r = cpbench(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stderr.strip() == (f"error: {str(run / 'results.jsonl')!r}: column 'bs' holds 'one' in 1 row(s) "
+                                    "where a number belongs (a hand-edited file?): correct those values or delete "
+                                    "those rows")
+
+
+def test_a_parquet_with_both_seq_len_and_max_extend_len_is_one_line(tmp_path):
+    import pandas as pd
+    from runfactory import make_run
+
+    run = make_run(tmp_path / "run", cp_sizes=(2,), bss=(1,), seqs=(32,), timings=("eager",))
+    df = pd.read_parquet(run / "results.parquet")
+    df.assign(seq_len=df["max_extend_len"]).to_parquet(run / "results.parquet", index=False)  # an old column kept
+    for args in (("report", run), ("compare", run, run)):
+        r = cpbench(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stderr.strip() == (f"error: {str(run / 'results.parquet')!r} holds both column 'seq_len' and its new "
+                                    "name 'max_extend_len': keep one (drop 'seq_len' if both hold the same values), "
+                                    "or delete the file if results.jsonl beside it holds the rows")

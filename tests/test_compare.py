@@ -169,13 +169,31 @@ def test_few_samples_are_reported_but_not_gated(tmp_path):
     new = make_run(tmp_path / "new", seed=2, latency=scaled(1.3), manifest_over={"device": "cpu"}, **few)
     res, _, _ = compare_runs(base, new)
     assert set(res.table["verdict"]) == {"slower"} and res.table["ungated"].all() and res.exit_code == 0
+    assert res.cpu
     r = cpbench("compare", base, new)
     assert r.returncode == 0, r.stderr
     assert "## Slower but not gated (< 10 samples in a run)" in r.stdout and "⚠ CPU run" in r.stdout
+    assert ("**Correctness gate: pass.** Latency gate not applied (CPU timings: a functional check, not a "
+            "benchmark; gate latencies on a GPU)." in r.stdout) and "**Gate: pass" not in r.stdout
     assert "## Regressions" not in r.stdout
-    assert cpbench("compare", base, new, "--min-samples", "5").returncode == 1  # 5 samples suffice now
+    five = cpbench("compare", base, new, "--min-samples", "5")  # 5 samples suffice now, but CPU rows are not gated
+    assert five.returncode == 0 and "## Regressions" in five.stdout and "gate failed" not in five.stderr
+    assert ("Latency gate not applied (CPU timings: a functional check, not a benchmark; gate latencies on a GPU). "
+            "Its latency rule flags: 8 row(s) slower by more than 5.0% with the 95% CI above 1.") in five.stdout
     r = cpbench("compare", base, new, "--min-samples", "1")
     assert r.returncode == 2 and "--min-samples must be >= 2" in r.stderr
+
+
+def test_a_cpu_compare_still_gates_correctness(tmp_path):
+    """CPU latencies are not gated, but a row ok in BASE that fails its check in NEW fails the gate (exit 1)."""
+    few = dict(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",), n_samples=5)
+    base = make_run(tmp_path / "base", seed=1, manifest_over={"device": "cpu"}, **few)
+    bad = lambda *a: ("mismatch", "max_abs_err 0.5 > tol") if a[-1] == "fused" else None  # noqa: E731
+    new = make_run(tmp_path / "new", seed=2, status=bad, manifest_over={"device": "cpu"}, **few)
+    r = cpbench("compare", base, new)
+    assert r.returncode == 1, r.stdout[-1500:]
+    assert "**Correctness gate: FAIL** (exit 1): 4 row(s) ok in base failed in new (4 mismatch)" in r.stdout
+    assert "Latency gate not applied" in r.stdout and r.stderr.startswith("compare: gate failed: 4 row(s) ok")
 
 
 def test_nothing_in_common_is_an_error_not_a_pass(tmp_path, base):

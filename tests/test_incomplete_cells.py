@@ -86,3 +86,27 @@ def test_a_manifest_with_cp_sizes_not_a_list_is_said_so(tmp_path):
     good = write_report(write_run(tmp_path / "ok", rows, manifest_over={"config": {**cfg, "cp_sizes": [2, 4]}}),
                         charts=False)
     assert "cp 4 · bs 1 · 1K tokens · eager: **not measured**" in good.read_text(encoding="utf-8")
+
+
+def test_resumes_mixing_a_grid_and_extend_lens_list_only_planned_cells(tmp_path, text_reports):
+    out = tmp_path / "run"
+    base = ["sweep", "--device", "cpu", "--backend", "torch", *TINY, "--budget-ms", "2", "--cp", "2", "--out", out,
+            "--no-report"]
+    for extra in (["--bs", "1", "--seq", "32"], ["--extend-lens", "40,48", "--resume"],
+                  ["--bs", "2", "--seq", "64", "--resume"]):
+        r = cpbench(*base, *extra)
+        assert r.returncode == 0, (extra, r.stderr[-500:])
+    plans = json.loads((out / "manifest.json").read_text())["planned"]
+    assert [(p["bs_list"], p["seq_list"], p["extend_lens"]) for p in plans] == [
+        ([1], [32], None), ([1, 4, 16], [32, 64], [40, 48]), ([2], [64], None)]  # --extend-lens: default --bs
+    assert cpbench("report", out).returncode == 0
+    assert "not measured**" not in (out / "report.md").read_text(encoding="utf-8")  # bs 1 x 64 etc. never planned
+    rows = [line for line in (out / "results.jsonl").read_text().splitlines() if json.loads(line)["max_extend_len"] != 64]
+    (out / "results.jsonl").write_text("\n".join(rows) + "\n")  # the last resume stopped before its cell
+    for name in ("results.parquet", "results.csv"):
+        (out / name).unlink()
+    assert cpbench("report", out).returncode == 0
+    text = (out / "report.md").read_text(encoding="utf-8")
+    assert [line for line in text.splitlines() if "not measured**" in line] == [
+        "- cp 2 · bs 2 · 64 tokens · eager: **not measured** (the sweep stopped before this cell; rerun its command "
+        "with `--resume`)"]

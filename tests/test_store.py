@@ -258,3 +258,26 @@ def test_a_byte_order_mark_before_the_first_row_and_the_manifest_is_read_past(tm
         assert run.read_manifest()["config"] == {"cp_sizes": [4]}
     run.append(_row(2))
     assert [r["rank"] for r in run.rows()] == [0, 1, 2]
+
+
+def test_report_plot_compare_of_a_run_a_sweep_still_writes_warn_once(tmp_path, text_reports, undrawn_charts):
+    from runfactory import make_run
+
+    run = make_run(tmp_path / "run", fmt="jsonl", cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",))
+    held = RunDir(run)
+    held.lock()
+    try:
+        for args, what in ((("report", run), "the report covers"), (("plot", run), "the charts cover"),
+                           (("compare", run, run), "the comparison covers")):
+            r = cpbench(*args)
+            assert r.returncode == 0, (args, r.stderr)
+            warned = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+            assert len(warned) == 1, r.stderr
+            assert warned[0].startswith(f"warning: {run} is still being written by a sweep (pid {os.getpid()} (")
+            assert warned[0].endswith(f"): {what} the rows measured so far; run it again when the sweep ends")
+    finally:
+        held.unlock()
+    again = RunDir(run)
+    again.lock()  # the readers kept no lock
+    again.unlock()
+    assert "warning:" not in cpbench("report", run).stderr  # nobody writes it now

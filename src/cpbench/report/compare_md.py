@@ -114,6 +114,17 @@ def _lost_lines(lost) -> list[str]:
             for c, r in zip([cells_of(dedup.iloc[[i]])[0] for i in range(len(dedup))], dedup.itertuples())]
 
 
+def _gate_line(reasons: list[str], cpu: bool, latency_flags: list[str] = ()) -> str:
+    """The gate's verdict: FAIL with its reasons, or pass. On a CPU run only correctness is gated: the line
+    says the latencies were not (and what the latency rule would flag on a GPU, if anything)."""
+    verdict = ("**Gate: FAIL** (exit 1): " + "; ".join(reasons) + ".") if reasons else "**Gate: pass.**"
+    if not cpu:
+        return verdict
+    flags = f" Its latency rule flags: {'; '.join(latency_flags)}." if latency_flags else ""
+    return (verdict.replace("Gate:", "Correctness gate:") + " Latency gate not applied (CPU timings: a functional "
+            "check, not a benchmark; gate latencies on a GPU)." + flags)
+
+
 def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man: dict | None = None,
                      new_man: dict | None = None) -> str:
     """The comparison as GitHub markdown: header (BASE before NEW), gate verdict with its reasons, the
@@ -149,7 +160,7 @@ def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man
     if cpu:
         parts.append("- ⚠ CPU run: CPU timings vary far more between runs than within one (the CI sees only the "
                      "latter); treat verdicts as indicative and gate on a GPU.")
-    parts += ["", ("**Gate: FAIL** (exit 1): " + "; ".join(reasons) + ".") if reasons else "**Gate: pass.**", ""]
+    parts += ["", _gate_line(reasons, res.cpu, res.latency_flags()), ""]
     parts += [f"Rule: ratio = new / base median latency (< 1: new is faster); 95% CI by bootstrap of the raw "
               f"samples. **tie** when the CI contains 1 (without a CI: within ±{TIE_BAND:.0%}); "
               f"**regression** when ratio > {1 + res.fail_above:.3f}, the CI lies entirely "

@@ -15,6 +15,7 @@ import pandas as pd
 
 from cpbench.results.critical_path import critical_path
 from cpbench.results.schema import CELL_COLUMNS, COLUMNS
+from cpbench.results.verdicts import on_cpu  # noqa: F401 (the report's predicate; compare's too)
 
 NUMERIC = ["latency_us_median", "latency_us_p10", "latency_us_p90", "latency_us_ci_low",
            "latency_us_ci_high", "per_layer_us", "tflops", "host_launch_us", "setup_us_metadata",
@@ -102,14 +103,6 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     d.loc[broken, "reason"] = "status ok but no positive latency recorded"
     d["context_len"] = d["context_len"].fillna(d["max_extend_len"] + d["prefix_len"])
     return d
-
-
-def on_cpu(manifest: dict) -> bool:
-    """True when the run's manifest says it ran on a CPU (``device`` ``cpu``, or the config's): a functional
-    check of the torch reference, not a benchmark."""
-    config = manifest.get("config")
-    device = manifest.get("device") or (config.get("device") if isinstance(config, dict) else "") or ""
-    return str(device).strip().lower().startswith("cpu")
 
 
 def uniform(extend_lens: str) -> bool:

@@ -166,33 +166,37 @@ def run_rule(manifest: dict) -> CpRule:
 
 
 def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
-    """Bullets for cells the manifest's config planned but the results do not hold (a sweep that was
-    stopped: ``cpbench sweep ... --resume`` measures them)."""
+    """Bullets for cells a sweep of the run planned but the results do not hold (a sweep that was stopped:
+    ``cpbench sweep ... --resume`` measures them). The plans are the manifest's ``planned``, one per
+    invocation (a resume may name other cells; the config's lists are their union, which would plan cells
+    no command asked for), or its config for a run made before that record."""
     cfg = manifest.get("config") or {}
     if not isinstance(cfg, dict) or not cfg.get("cp_sizes"):
         return []
+    planned = manifest.get("planned")
+    plans = planned if isinstance(planned, list) and planned and all(isinstance(p, dict) for p in planned) else [cfg]
     kinds = (("cp_sizes", int), ("bs_list", int), ("seq_list", int), ("timings", str), ("extend_lens", int))
-    bad = next((k for k, kind in kinds if cfg.get(k) is not None and not _list_of(cfg[k], kind)), None)
+    bad = next(((k, p[k]) for p in plans for k, kind in kinds if p.get(k) is not None and not _list_of(p[k], kind)),
+               None)
     if bad or (cfg.get("batches") and not all(isinstance(b, list) and b and _list_of(b[0], int) and b[0]
                                               for b in cfg["batches"])):
-        what = f"{bad} {cfg[bad]!r}" if bad else "batches"
+        what = f"{bad[0]} {bad[1]!r}" if bad else "batches"
         return [f"- manifest.json's config holds {what[:80]}, not a list this cpbench reads: the cells a stopped "
                 "sweep left out cannot be listed."]
-    if cfg.get("batches"):  # a length mix or trace: (bs, longest extend) of every batch
-        batches = list(dict.fromkeys((len(e), max(e)) for e, _ in cfg["batches"]))
-    elif cfg.get("extend_lens"):
-        batches = [(len(cfg["extend_lens"]), max(cfg["extend_lens"]))]
-    else:
-        batches = [(b, q) for b in cfg.get("bs_list", []) for q in cfg.get("seq_list", [])]
+    cells = {}  # (cp, bs, longest extend, timing), in plan order
+    for plan in plans:
+        if cfg.get("batches"):  # a length mix or trace (the same in every invocation): every batch's shape
+            batches = list(dict.fromkeys((len(e), max(e)) for e, _ in cfg["batches"]))
+        elif plan.get("extend_lens"):
+            batches = [(len(plan["extend_lens"]), max(plan["extend_lens"]))]
+        else:
+            batches = [(b, q) for b in plan.get("bs_list") or [] for q in plan.get("seq_list") or []]
+        cells.update(dict.fromkeys((cp, bs, seq, timing) for cp in plan.get("cp_sizes") or []
+                                   for bs, seq in batches for timing in plan.get("timings") or []))
     have = set(zip(df["cp_size"].astype(int), df["bs"].astype(int), df["max_extend_len"].astype(int), df["timing"]))
-    out = []
-    for cp in cfg["cp_sizes"]:
-        for bs, seq in batches:
-            for timing in cfg.get("timings", []):
-                if (cp, bs, seq, timing) not in have:
-                    out.append(f"- cp {cp} · bs {bs} · {human_tokens(seq)} tokens · {timing}: **not measured** "
-                               "(the sweep stopped before this cell; rerun its command with `--resume`)")
-    return out
+    return [f"- cp {cp} · bs {bs} · {human_tokens(seq)} tokens · {timing}: **not measured** "
+            "(the sweep stopped before this cell; rerun its command with `--resume`)"
+            for cp, bs, seq, timing in sorted(cells, key=lambda c: c[:3]) if (cp, bs, seq, timing) not in have]
 
 
 def _list_of(v, kind: type) -> bool:

@@ -20,7 +20,9 @@ Rule (``fail_above`` default 0.05):
     no usable latency) or missing from NEW.
   * skipped in both: a row ``skipped`` (over --max-prefill-tokens) in BASE and NEW is not comparable but no
     failure (``CompareResult.skipped_both``); ok in BASE and skipped in NEW, it is lost.
-  Exit code 1 (the gate fails) on any regression, and on any lost row unless ``allow_missing``.
+  Exit code 1 (the gate fails) on any regression, and on any lost row unless ``allow_missing``. A CPU run
+  (either manifest, ``verdicts.on_cpu``) is a functional check: its latencies are not gated, its
+  correctness is (a row ok in BASE that fails or goes missing in NEW still fails the gate).
   Without raw samples the CI falls back to [new_ci_low / base_ci_high, new_ci_high / base_ci_low]
   from the rows' own median CIs; with neither, the CI is unknown and the tie band decides.
 """
@@ -44,7 +46,7 @@ from cpbench.results.critical_path import flag
 from cpbench.results.keys import canon, numeric_first
 from cpbench.results.schema import CELL_COLUMNS, KEY_COLUMNS, RUN_COLUMNS
 from cpbench.results.store import load_run
-from cpbench.results.verdicts import MIN_SAMPLES, ratio_verdict
+from cpbench.results.verdicts import MIN_SAMPLES, on_cpu, ratio_verdict
 from cpbench.errors import CpbenchInputError
 
 MISSING = "missing"
@@ -70,6 +72,8 @@ class CompareResult:
         allow_missing: lost rows do not fail the gate.
         speedups: per cell, both runs' critical-path speedups, intervals and verdicts
             (:func:`cpbench.results.compare_speedup.speedup_frame`).
+        cpu: either run is on a CPU (``verdicts.on_cpu``): a functional check, so latencies are not gated
+            (:meth:`latency_flags` says what a GPU run would have failed on); lost rows still are.
     """
 
     table: pd.DataFrame
@@ -81,6 +85,7 @@ class CompareResult:
     lost: pd.DataFrame | None = None
     allow_missing: bool = False
     speedups: pd.DataFrame | None = None
+    cpu: bool = False
 
     @property
     def regressions(self) -> pd.DataFrame:
@@ -92,12 +97,17 @@ class CompareResult:
         nc = self.not_comparable
         return nc[(nc["base_status"] == SKIPPED) & (nc["new_status"] == SKIPPED)]
 
+    def latency_flags(self) -> list[str]:
+        """The latency rule's line (rows slower by more than ``fail_above`` with the CI above 1), [] if none;
+        part of :meth:`gate_reasons` except on a CPU run."""
+        if not len(self.regressions):
+            return []
+        return [f"{len(self.regressions)} row(s) slower by more than {self.fail_above:.1%} with the 95% CI above 1"]
+
     def gate_reasons(self) -> list[str]:
-        """Why the gate fails, one line per kind (empty: it passes)."""
-        out = []
-        if len(self.regressions):
-            out.append(f"{len(self.regressions)} row(s) slower by more than {self.fail_above:.1%} with the 95% CI "
-                       "above 1")
+        """Why the gate fails, one line per kind (empty: it passes): regressions (not on a CPU run) and
+        rows ok in BASE lost in NEW."""
+        out = [] if self.cpu else self.latency_flags()
         lost = self.lost if self.lost is not None else pd.DataFrame()
         failed = lost[lost["new_status"].isin(FAILED)] if len(lost) else lost
         gone = lost[~lost["new_status"].isin(FAILED)] if len(lost) else lost
@@ -114,7 +124,8 @@ class CompareResult:
 
     @property
     def exit_code(self) -> int:
-        """1 when the gate fails (a regression, or a lost row without ``allow_missing``), else 0."""
+        """1 when the gate fails (a regression on a GPU run, or a lost row: a failed one always, a missing
+        one without ``allow_missing``), else 0."""
         return 1 if self.gate_reasons() else 0
 
 
@@ -254,8 +265,9 @@ def compare_runs(base_dir: str | Path, new_dir: str | Path, fail_above: float = 
     base_df, base_man = load_run(base_dir)
     new_df, new_man = load_run(new_dir)
     check_same_model(base_man, new_man)
-    return (compare_frames(base_df, new_df, fail_above, n_boot, seed, min_samples, allow_missing),
-            base_man, new_man)
+    res = compare_frames(base_df, new_df, fail_above, n_boot, seed, min_samples, allow_missing)
+    res.cpu = on_cpu(base_man) or on_cpu(new_man)
+    return res, base_man, new_man
 
 
 def check_same_model(base_man: dict, new_man: dict) -> None:

@@ -269,3 +269,22 @@ def check_row(row: dict) -> list[str]:
         if k not in row:
             problems.append(f"key column {k!r} missing")
     return problems
+
+
+def non_numeric(df) -> tuple[str, object, int] | None:
+    """The first stored number column of a results frame holding a value that is not a number (a hand-edited
+    ``"bs": "one"``): ``(column, first such value, rows with one)``, or None when every value reads as a number
+    (or is empty). Derived columns are skipped (computed on read)."""
+    import pandas as pd
+
+    for name in df.columns:
+        col = COLUMNS.get(name)
+        if col is None or col.type not in ("int", "float") or col.role == "derived":
+            continue
+        s = df[name]
+        if pd.api.types.is_numeric_dtype(s):
+            continue
+        bad = s.notna() & s.map(lambda v: isinstance(v, (list, dict)) or pd.isna(pd.to_numeric(v, errors="coerce")))
+        if bad.any():
+            return name, s[bad].iloc[0], int(bad.sum())
+    return None

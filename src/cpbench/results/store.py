@@ -22,13 +22,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cpbench.results.schema import SCHEMA_VERSION, V2_DEFAULTS, V2_RENAMED, check_row, migrate_row, row_key
+from cpbench.results.schema import (SCHEMA_VERSION, V2_DEFAULTS, V2_RENAMED, check_row, migrate_row, non_numeric,
+                                    row_key)
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 
 if TYPE_CHECKING:  # pandas (and scipy, through derive) are imported where a table is built: a rank process
     import pandas as pd  # that only appends rows starts without them
 
 GROWING = ("cp_sizes", "bs_list", "seq_list", "timings", "modes")  # config lists a resume may extend
+# what each invocation planned, kept per invocation in the manifest's ``planned`` (the config's GROWING lists
+# are unions: a --bs x --seq grid and a later --extend-lens batch would plan cells neither asked for)
+PLANNED = ("cp_sizes", "timings", "bs_list", "seq_list", "extend_lens")
 _WARNED: set[tuple[str, tuple[int, ...]]] = set()
 
 
@@ -159,6 +163,26 @@ class RunDir:
         finally:
             self.unlock()
 
+    def writer(self) -> str | None:
+        """Who holds the directory's lock (a sweep still writing it): the holder recorded in ``.lock``, or None
+        when nobody holds it. Tries a shared non-blocking flock and releases it at once: never waits, never
+        keeps the lock (a reader must not stop a sweep from starting)."""
+        import fcntl
+
+        try:
+            fd = os.open(self.path / self.LOCK, os.O_RDONLY)
+        except OSError:  # no lock file (a copied run), or not readable: nothing to say
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.pread(fd, 300, 0).decode(errors="replace").strip() or "another process"
+        except OSError:
+            return None
+        finally:
+            os.close(fd)  # closing releases a shared lock taken above
+        return None
+
     def unlock(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing the descriptor releases the flock
@@ -232,13 +256,15 @@ class RunDir:
     def write_manifest(self, env: dict, config: dict) -> None:
         """Write the manifest: schema version, environment and config. On resume the first manifest's
         ``created`` and command are kept, the new command is appended to ``resumed_by`` and the config
-        lists that may grow (cells, timings, modes) become the union of old and new.
+        lists that may grow (cells, timings, modes) become the union of old and new. ``planned`` keeps each
+        invocation's own cell options (:data:`PLANNED`; an identical plan once), the cells it set out to measure.
 
         ``timing_methods`` holds each invocation's ``env["timing_method"]``, one entry per invocation like
         ``sweep_wall_s`` (a resume may change --budget-ms, --warmup, --rel-ci or --timing); ``timing_method``
         stays the first invocation's. A manifest written before ``timing_methods`` existed gives its
         ``timing_method`` as the first entry and None (not recorded) for its later invocations."""
-        manifest = {"schema_version": SCHEMA_VERSION, **env, "config": config}
+        plan = {k: config.get(k) for k in PLANNED}
+        manifest = {"schema_version": SCHEMA_VERSION, **env, "config": config, "planned": [plan]}
         if "timing_method" in env:
             manifest["timing_methods"] = [env["timing_method"]]
         if self.manifest_path.exists():
@@ -248,7 +274,11 @@ class RunDir:
                 a, b = old.get("config", {}).get(key), config.get(key)
                 if isinstance(a, list) and isinstance(b, list):
                     merged[key] = _union(a, b)
-            manifest = {**old, "config": merged, "resumed_by": [*old.get("resumed_by", []), env.get("command")]}
+            planned = old.get("planned")
+            if not isinstance(planned, list):  # a manifest from before the record: its config is what it planned
+                planned = [{k: old.get("config", {}).get(k) for k in PLANNED}] if old.get("config") else []
+            manifest = {**old, "config": merged, "resumed_by": [*old.get("resumed_by", []), env.get("command")],
+                        "planned": planned + [plan] * (plan not in planned)}
             if "timing_method" in env:
                 manifest["timing_methods"] = [*_earlier_timing_methods(old), env["timing_method"]]
         _write_json(self.manifest_path, manifest)
@@ -305,14 +335,20 @@ class RunDir:
                               "interrupted): reading results.jsonl", CpbenchWarning, stacklevel=2)
                 df = None
             else:
-                df = migrate_frame(df, manifest)
+                df = migrate_frame(df, manifest, str(self.parquet))
+        source = self.parquet
         if df is None:
             if not rows:
                 raise CpbenchInputError(f"{str(d)!r} holds no results (results.jsonl/parquet): run cpbench sweep first")
-            df = pd.DataFrame(rows)
+            df, source = pd.DataFrame(rows), self.results
         if df.empty:
             raise CpbenchInputError(f"{str(d)!r} holds no result rows")
         _check_versions(d, df)
+        bad = non_numeric(df)
+        if bad is not None:
+            col, value, n = bad
+            raise CpbenchInputError(f"{str(source)!r}: column {col!r} holds {value!r} in {n} row(s) where a number "
+                                    "belongs (a hand-edited file?): correct those values or delete those rows")
         return derive(df, manifest), manifest
 
 
@@ -327,11 +363,22 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
     return RunDir(run_dir).load()
 
 
-def migrate_frame(df: pd.DataFrame, manifest: dict) -> pd.DataFrame:
-    """A results frame read from parquet, migrated row by row to the current schema (a current-version
-    frame with every column added since, :data:`~cpbench.results.schema.V2_DEFAULTS`, only has its renamed
-    columns, :data:`~cpbench.results.schema.V2_RENAMED`, read under their new names)."""
+def migrate_frame(df: pd.DataFrame, manifest: dict, source: str = "results.parquet") -> pd.DataFrame:
+    """A results frame read from parquet (``source``: its path, for messages), migrated row by row to the
+    current schema (a current-version frame with every column added since,
+    :data:`~cpbench.results.schema.V2_DEFAULTS`, only has its renamed columns,
+    :data:`~cpbench.results.schema.V2_RENAMED`, read under their new names).
+
+    Raises:
+        CpbenchInputError: the frame holds a renamed column under both its old and its new name.
+    """
     import pandas as pd
+
+    both = next(((old, new) for old, new in V2_RENAMED.items() if old in df.columns and new in df.columns), None)
+    if both is not None:
+        raise CpbenchInputError(f"{source!r} holds both column {both[0]!r} and its new name {both[1]!r}: keep one "
+                                f"(drop {both[0]!r} if both hold the same values), or delete the file if "
+                                "results.jsonl beside it holds the rows")
 
     raw = df.get("schema_version", pd.Series([manifest.get("schema_version", 1)] * len(df)))
     if (pd.to_numeric(raw, errors="coerce") == SCHEMA_VERSION).all() and {*V2_DEFAULTS, "prefix_lens"} <= set(df):

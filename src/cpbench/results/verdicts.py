@@ -61,3 +61,11 @@ def ratio_verdict(ratio, low=math.nan, high=math.nan) -> str:
 def is_tie(value, low=math.nan, high=math.nan) -> bool:
     """True when the rule calls ``value`` a tie (never for a value without a verdict)."""
     return side_of_one(value, low, high) == 0
+
+
+def on_cpu(manifest: dict) -> bool:
+    """True when the run's manifest says it ran on a CPU (``device`` ``cpu``, or the config's): a functional
+    check of the torch reference, not a benchmark (no speedup verdict, no compare gate)."""
+    config = manifest.get("config")
+    device = manifest.get("device") or (config.get("device") if isinstance(config, dict) else "") or ""
+    return str(device).strip().lower().startswith("cpu")
