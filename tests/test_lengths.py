@@ -99,6 +99,7 @@ def test_trace_csv_and_jsonl(tmp_path):
     ("extend_len\n12.5\n", "line 2: extend_len must be an integer"), ("", "holds no requests"),
     ('{"extend_len": 3}\n[1]\n', "line 2 is not a JSON object"), ("extend_len\n0\n", "lengths must be in"),
     ('{"extend_len": 3}\n{"extend_len": 1e400}\n', "line 2: extend_len must be an integer number of tokens, got inf"),
+    ("# lengths\n[2048, 0]\n[512, 64]\n", "line 2 is a JSON array: write one JSON object per line with named lengths"),
 ])
 def test_trace_refusals(tmp_path, text, needle):
     p = tmp_path / "t.csv"
@@ -107,6 +108,8 @@ def test_trace_refusals(tmp_path, text, needle):
         read_trace(p)
     with pytest.raises(CpbenchInputError, match="cannot read --trace"):
         read_trace(tmp_path / "missing.csv")
+    with pytest.raises(CpbenchInputError, match="^--trace is empty: give a CSV or JSONL file of requests$"):
+        read_trace(" ")
 
 
 def test_a_trace_saved_with_a_byte_order_mark_reads_as_without(tmp_path):

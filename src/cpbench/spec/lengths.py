@@ -125,6 +125,8 @@ def read_trace(path: str | Path) -> tuple[list[int], list[int] | None]:
         CpbenchInputError: unreadable file, no known length column, a value that is not an integer, a
             length out of range, a cached count >= the prompt, an empty trace.
     """
+    if not str(path).strip():
+        raise CpbenchInputError("--trace is empty: give a CSV or JSONL file of requests")
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8-sig")  # a byte order mark (Windows editors write one) is not an error
@@ -133,6 +135,9 @@ def read_trace(path: str | Path) -> tuple[list[int], list[int] | None]:
     lines = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip() and not ln.lstrip().startswith("#")]
     if not lines:
         raise CpbenchInputError(f"--trace {str(p)!r} holds no requests: one request per line (CSV or JSONL)")
+    if lines[0][1].lstrip().startswith("["):  # JSON arrays: no column names to read the lengths by
+        raise CpbenchInputError(f"--trace {str(p)!r} line {lines[0][0]} is a JSON array: write one JSON object per "
+                                'line with named lengths, e.g. {"extend_len": 2048, "prefix_len": 0}')
     if lines[0][1].lstrip().startswith("{"):
         records = []
         for n, ln in lines:
