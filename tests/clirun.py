@@ -45,3 +45,12 @@ def cpbench(*args, env: Optional[Mapping[str, Optional[str]]] = None) -> Result:
         sys.argv, warnings.showwarning = argv, shown
         if threads is not None:
             torch.set_num_threads(threads)
+
+
+def as_from_a_terminal() -> None:
+    """``preexec_fn`` of a child a test sends SIGINT: SIGINT as a terminal gives it (default disposition). A
+    test run from a background job (``pytest ... &``) inherits SIGINT ignored, and Python then installs no
+    KeyboardInterrupt handler: the signal would do nothing."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cpbench.results.store import RunDir
-from clirun import cpbench
+from clirun import as_from_a_terminal, cpbench
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).parent / "dist_scripts"
@@ -152,7 +152,8 @@ def test_stopping_the_launcher_stops_every_rank_and_keeps_the_rows(tmp_path, how
             "--seq", ",".join(str(32 + 8 * i) for i in range(6)), "--out", out, *SMALL[:-2], "--dist-timeout", "20",
             "--no-profile"]
     p = subprocess.Popen([sys.executable, "-m", "cpbench", "sweep", *map(str, args)], env=_env(),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=as_from_a_terminal)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(RunDir(out).rows()) < 4:  # the first cell is on disk
         time.sleep(0.2)
