@@ -55,6 +55,20 @@ def test_cpu_charts_say_cpu_and_draw_no_imbalance(tmp_path):
     assert not (tmp_path / "balance.svg").exists()
     assert "attention calls per forward" in (tmp_path / "kernels.svg").read_text()
     assert len(paths) == 2 * len(captions)
+    assert "≈" not in (tmp_path / "speedup.svg").read_text()  # no tie mark: a CPU grid makes no verdict
+
+
+def test_a_gpu_speedup_grid_marks_its_ties(tmp_path, monkeypatch):
+    from cpbench.report import style
+    from cpbench.report.latency import speedup_heatmap
+
+    figs = []
+    monkeypatch.setattr(style, "save", lambda fig, out_dir, name: figs.append(fig) or [])
+    rows = make_rows(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",), latency=lambda *a: 1000.0)  # a tie
+    speedup_heatmap(prepare(pd.DataFrame(rows)), tmp_path, "speedup", "t")
+    speedup_heatmap(prepare(pd.DataFrame(rows)), tmp_path, "speedup", "t", neutral=True)
+    labels = [[t.get_text() for ax in f.axes for t in ax.texts] for f in figs]
+    assert labels[0] == ["1.00×≈"] and labels[1] == ["1.00×"]
 
 
 def test_heatmap_colours_no_noise():

@@ -102,4 +102,4 @@ def test_sweep_share_follows_the_rule(tmp_path, text_reports):
             "without CP under rule upstream: every extend >= max(128, 2*cp_size) = 128") in report
     r = cpbench("sweep", "--device", "cpu", "--cp", "2", "--bs", "1", "--lengths", "16,130", "--out", str(out),
                 "--resume", *TINY)
-    assert r.returncode == 2 and "different cp_min_extend" in r.stderr
+    assert r.returncode == 2 and "was measured with --cp-min-extend upstream, not --cp-min-extend pr" in r.stderr

@@ -281,3 +281,11 @@ def test_report_plot_compare_of_a_run_a_sweep_still_writes_warn_once(tmp_path, t
     again.lock()  # the readers kept no lock
     again.unlock()
     assert "warning:" not in cpbench("report", run).stderr  # nobody writes it now
+
+
+def test_a_released_lock_names_no_holder(tmp_path):
+    """A finished command leaves ``.lock`` behind (flock needs the file) but empty: it names no process."""
+    run = RunDir(tmp_path / "run")
+    with run.held():
+        assert f"pid {os.getpid()}" in (run.path / RunDir.LOCK).read_text()
+    assert (run.path / RunDir.LOCK).read_text() == "" and run.writer() is None

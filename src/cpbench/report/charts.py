@@ -82,6 +82,13 @@ CPU_CHARTS = {
     "kernels": (partial(kernels_chart, calls=True), "attention calls per forward, per rank",
                 "Attention calls of the torch reference per rank (a CPU runs no GPU kernels), with totals over all "
                 "ranks."),
+    "memory": (memory_chart, "page table vs duplicated page table",
+               "Page table [bs, W] vs the fused path's duplicated [2·bs, W]: bytes and % of the KV cache (exact), "
+               "and the copy time (a CPU's: noise at these sizes, not a cost)."),
+    "phases": (phases_chart, "per-rank phases of one forward (eager, torchrun; CPU: a functional check)",
+               "Per cell, rank and mode: attention, KV write, all-gather and its wait, with each rank's forward "
+               "latency as a black whisker. On a CPU the phases are timed in separate forwards and need not add "
+               "up to the whisker, and which rank waits is noise."),
     "overhead": (partial(overhead_chart, cpu=True), "forward vs host time per forward",
                  "Forward latency (eager) against host setup (metadata, page tables), per mode (on a CPU the "
                  "forward runs on the host: there is no separate launch time)."),

@@ -108,7 +108,8 @@ def speedup_heatmap(df: pd.DataFrame, out_dir: Path, name: str, title: str,
     as a win or a loss); cells that did not run are grey, hatched and labelled with their status, and cells
     measured on some ranks only (no critical path) with the ranks measured ("1/4 ranks"). ``bar_label``:
     the colour bar's label. ``neutral`` (a CPU run, which claims no speedup): every cell in the neutral
-    colour, values written, no colour bar. Returns PNG and SVG paths."""
+    colour, values written without the tie mark (a verdict it does not make), no colour bar. Returns PNG and
+    SVG paths."""
     if df.empty:
         return style.empty_chart(out_dir, name, title)
     timings, cps = _grid(df)
@@ -165,7 +166,7 @@ def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0, neutra
         val = grid[r, k]
         if st == "ok" and math.isfinite(val):
             dark = abs(norm(shade[r, k]) - 0.5) > 0.3
-            ax.text(k, r, f"{val:.2f}" + ("×" if cell_pt > 32 else "") + ("≈" if tie[(r, k)] else ""),
+            ax.text(k, r, f"{val:.2f}" + ("×" if cell_pt > 32 else "") + ("≈" if tie[(r, k)] and not neutral else ""),
                     ha="center", va="center", fontsize=size, color="white" if dark else "black")
         else:
             ax.add_patch(_fail_patch(k, r))

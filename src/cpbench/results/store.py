@@ -184,7 +184,13 @@ class RunDir:
         return None
 
     def unlock(self) -> None:
+        """Release the lock; the holder line in ``.lock`` is cleared first (the file stays: removing it could
+        let two processes lock two different files of one name)."""
         if self._lock_fd is not None:
+            try:
+                os.ftruncate(self._lock_fd, 0)
+            except OSError:
+                pass
             os.close(self._lock_fd)  # closing the descriptor releases the flock
             self._lock_fd = None
 
