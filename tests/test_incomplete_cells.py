@@ -90,8 +90,8 @@ def test_a_manifest_with_cp_sizes_not_a_list_is_said_so(tmp_path):
 
 def test_resumes_mixing_a_grid_and_extend_lens_list_only_planned_cells(tmp_path, text_reports):
     out = tmp_path / "run"
-    base = ["sweep", "--device", "cpu", "--backend", "torch", *TINY, "--budget-ms", "2", "--cp", "2", "--out", out,
-            "--no-report"]
+    base = ["sweep", "--device", "cpu", "--backend", "torch", *TINY, "--budget-ms", "2", "--no-profile", "--cp", "2",
+            "--out", out, "--no-report"]
     for extra in (["--bs", "1", "--seq", "32"], ["--extend-lens", "40,48", "--resume"],
                   ["--bs", "2", "--seq", "64", "--resume"]):
         r = cpbench(*base, *extra)
