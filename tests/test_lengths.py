@@ -100,6 +100,8 @@ def test_trace_csv_and_jsonl(tmp_path):
     ('{"extend_len": 3}\n[1]\n', "line 2 is not a JSON object"), ("extend_len\n0\n", "lengths must be in"),
     ('{"extend_len": 3}\n{"extend_len": 1e400}\n', "line 2: extend_len must be an integer number of tokens, got inf"),
     ("# lengths\n[2048, 0]\n[512, 64]\n", "line 2 is a JSON array: write one JSON object per line with named lengths"),
+    ('{"extend_len": ' + "9" * 5000 + "}\n", "line 1 is not JSON cpbench can read: ValueError"),
+    ('{"extend_len": 3}\n{"a": ' + "[" * 100000 + "\n", "line 2 is not JSON cpbench can read: RecursionError"),
 ])
 def test_trace_refusals(tmp_path, text, needle):
     p = tmp_path / "t.csv"
@@ -120,3 +122,12 @@ def test_a_trace_saved_with_a_byte_order_mark_reads_as_without(tmp_path):
     jl = tmp_path / "bom.jsonl"
     jl.write_text(json.dumps({"input_len": 50, "cached_len": 20}) + "\n", encoding="utf-8-sig")
     assert read_trace(jl) == ([30], [20])
+
+
+def test_a_trace_that_is_a_fifo_is_refused_without_blocking(tmp_path):
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # reading it would wait for a writer forever
+    with pytest.raises(CpbenchInputError, match="is not a regular file"):
+        read_trace(fifo)

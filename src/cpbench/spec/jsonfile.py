@@ -11,28 +11,40 @@ from cpbench.errors import CpbenchInputError
 MAX_BYTES = 64 << 20  # far above any config or dump; a larger file is not what the option expects
 
 
-def read_json(path: str | Path, what: str):
-    """The parsed JSON of ``path``; ``what`` names it in errors (e.g. ``"model config"``, ``"--check"``).
+def read_user_text(path: str | Path, what: str) -> str:
+    """The UTF-8 text of a user's file (a byte order mark dropped); ``what`` names it in errors.
 
     Raises CpbenchInputError (one line) when it is not a regular file (a directory, a FIFO that would
-    block), is larger than :data:`MAX_BYTES`, cannot be read, is not UTF-8, is not JSON, nests too deep
-    for the parser, or holds an integer too long to convert.
+    block, a device that never ends), is larger than :data:`MAX_BYTES`, cannot be read or is not UTF-8.
     """
     p = Path(path)
     try:
         if p.exists() and not p.is_file():
-            raise CpbenchInputError(f"{what} {str(p)!r} is not a regular file: give the path of a JSON file")
+            raise CpbenchInputError(f"{what} {str(p)!r} is not a regular file: give the path of a file")
         if p.stat().st_size > MAX_BYTES:
-            raise CpbenchInputError(f"{what} {str(p)!r} is larger than {MAX_BYTES >> 20} MiB: not a JSON file of "
+            raise CpbenchInputError(f"{what} {str(p)!r} is larger than {MAX_BYTES >> 20} MiB: not a file of "
                                     "the kind expected")
-        text = p.read_text(encoding="utf-8-sig")  # a byte order mark (Windows editors write one) is not an error
+        return p.read_text(encoding="utf-8-sig")  # a byte order mark (Windows editors write one) is not an error
     except OSError as e:
         raise CpbenchInputError(f"cannot read {what} {str(p)!r}: {e.strerror or e}") from None
     except UnicodeDecodeError:
-        raise CpbenchInputError(f"{what} {str(p)!r} is not UTF-8 JSON") from None
+        raise CpbenchInputError(f"{what} {str(p)!r} is not UTF-8 text") from None
+
+
+def loads(text: str, what: str):
+    """``json.loads(text)``; raises CpbenchInputError (one line, ``what`` names the source) when it is not
+    JSON, nests too deep for the parser or holds an integer too long to convert."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise CpbenchInputError(f"{what} {str(p)!r} is not valid JSON (line {e.lineno})") from None
+        raise CpbenchInputError(f"{what} is not valid JSON (line {e.lineno})") from None
     except (RecursionError, ValueError) as e:  # nesting too deep; an integer of thousands of digits
-        raise CpbenchInputError(f"{what} {str(p)!r} is not JSON cpbench can read: {type(e).__name__}") from None
+        raise CpbenchInputError(f"{what} is not JSON cpbench can read: {type(e).__name__}") from None
+
+
+def read_json(path: str | Path, what: str):
+    """The parsed JSON of ``path``; ``what`` names it in errors (e.g. ``"model config"``, ``"--check"``).
+
+    Raises CpbenchInputError (one line) as :func:`read_user_text` and :func:`loads` do.
+    """
+    return loads(read_user_text(path, what), f"{what} {str(Path(path))!r}")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from cpbench.errors import CpbenchInputError
+from cpbench.spec.jsonfile import read_user_text
 
 MAX_TOKENS = 1 << 24  # the bound of every length option (cli/options.MAX_TOKENS)
 MAX_REQUESTS = 1 << 20
@@ -128,10 +129,7 @@ def read_trace(path: str | Path) -> tuple[list[int], list[int] | None]:
     if not str(path).strip():
         raise CpbenchInputError("--trace is empty: give a CSV or JSONL file of requests")
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8-sig")  # a byte order mark (Windows editors write one) is not an error
-    except (OSError, UnicodeDecodeError) as e:
-        raise CpbenchInputError(f"cannot read --trace {str(p)!r}: {getattr(e, 'strerror', None) or e}") from None
+    text = read_user_text(p, "--trace")  # a FIFO or a device would block or never end: refused
     lines = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip() and not ln.lstrip().startswith("#")]
     if not lines:
         raise CpbenchInputError(f"--trace {str(p)!r} holds no requests: one request per line (CSV or JSONL)")
@@ -145,6 +143,9 @@ def read_trace(path: str | Path) -> tuple[list[int], list[int] | None]:
                 obj = json.loads(ln)
             except json.JSONDecodeError:
                 obj = None
+            except (RecursionError, ValueError) as e:  # nesting too deep; an integer of thousands of digits
+                raise CpbenchInputError(f"--trace {str(p)!r} line {n} is not JSON cpbench can read: "
+                                        f"{type(e).__name__}") from None
             if not isinstance(obj, dict):
                 raise CpbenchInputError(f"--trace {str(p)!r} line {n} is not a JSON object")
             records.append((n, obj))
