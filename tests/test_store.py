@@ -289,3 +289,22 @@ def test_a_released_lock_names_no_holder(tmp_path):
     with run.held():
         assert f"pid {os.getpid()}" in (run.path / RunDir.LOCK).read_text()
     assert (run.path / RunDir.LOCK).read_text() == "" and run.writer() is None
+
+
+def test_a_reader_checking_for_a_writer_never_stops_a_sweep_from_locking(tmp_path):
+    """``writer()`` takes a shared lock for an instant; ``lock()`` waits that out instead of refusing (a
+    reader process looping on it once made about 2 % of lock attempts fail)."""
+    run = RunDir(tmp_path)
+    (tmp_path / RunDir.LOCK).touch()
+    code = ("import sys, time; from cpbench.results.store import RunDir; r = RunDir(sys.argv[1]); print(1, flush=True)\n"
+            "end = time.monotonic() + 60\nwhile time.monotonic() < end: r.writer()")
+    reader = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
+    try:
+        assert reader.stdout.readline().strip() == "1"  # the reader is looping
+        for _ in range(2000):
+            run.lock()
+            run.unlock()
+    finally:
+        reader.kill()
+        reader.wait()

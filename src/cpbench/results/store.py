@@ -16,6 +16,7 @@ import json
 import math
 import os
 import sys
+import time
 import warnings
 from contextlib import contextmanager
 from datetime import datetime
@@ -29,6 +30,7 @@ from cpbench.errors import CpbenchInputError, CpbenchWarning
 if TYPE_CHECKING:  # pandas (and scipy, through derive) are imported where a table is built: a rank process
     import pandas as pd  # that only appends rows starts without them
 
+LOCK_RETRY_S = 0.5  # how long lock() waits out a reader's momentary shared lock (RunDir.writer), s
 GROWING = ("cp_sizes", "bs_list", "seq_list", "timings", "modes")  # config lists a resume may extend
 # what each invocation planned, kept per invocation in the manifest's ``planned`` (the config's GROWING lists
 # are unions: a --bs x --seq grid and a later --extend-lens batch would plan cells neither asked for)
@@ -132,13 +134,20 @@ class RunDir:
 
     def lock(self) -> None:
         """Take the directory's exclusive lock (``.lock``, flock). Raises CpbenchInputError naming the
-        holder when another process (or another RunDir in this one) holds it."""
+        holder when another process (or another RunDir in this one) holds it. A reader's momentary shared
+        lock (:meth:`writer`) is waited out: the attempt is repeated for up to :data:`LOCK_RETRY_S`."""
         import fcntl
 
         fd = os.open(self.path / self.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        deadline = time.monotonic() + LOCK_RETRY_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    continue
             holder = os.pread(fd, 300, 0).decode(errors="replace").strip() or "another process"
             os.close(fd)
             raise CpbenchInputError(f"{str(self.path)!r} is being written by {holder}: wait for it to finish, "
