@@ -199,3 +199,19 @@ def test_a_fault_that_could_never_fire_is_refused_before_the_launch(tmp_path, sp
                 env={"CPBENCH_INJECT_FAULT": spec})
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
     assert not out.exists()
+
+
+def test_a_torchrun_sweep_into_a_file_or_a_resume_without_a_manifest_file_ends_before_the_launch(tmp_path):
+    """Both were found by rank 0 after torchrun had started both ranks (about 11 s); the second one was
+    reported as a failed rank (exit 1) with advice to resume, which would fail again."""
+    from clirun import cpbench
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    r = cpbench("sweep", "--device", "cpu", *LAUNCH, "--seq", "40", *SMALL, "--out", afile)
+    assert r.returncode == 2 and r.stderr.strip() == f"error: --out {str(afile)!r} is a file: pass a directory path"
+    run = tmp_path / "run"
+    (run / "manifest.json").mkdir(parents=True)
+    r = cpbench("sweep", "--device", "cpu", *LAUNCH, "--seq", "40", *SMALL, "--out", run, "--resume")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"{str(run / 'manifest.json')!r} is not a file: move it away" in r.stderr

@@ -164,6 +164,8 @@ def sweep(
     if not under_torchrun():
         from cpbench.run.sweep import precheck_resume
 
+        if out is not None and os.path.exists(out) and not os.path.isdir(out):
+            raise CpbenchInputError(f"--out {out!r} is a file: pass a directory path")
         check = (lambda world: precheck_resume(cfg, out, world, cpu_affinity)) if resume else None
         raise typer.Exit(launch_torchrun(dist, cells.cp_sizes, dev, cfg.backend, out, "", precheck=check,
                                          cells=len(cfg.cells())))
