@@ -188,6 +188,9 @@ def test_a_torchrun_profile_records_a_cell_that_failed_on_a_rank_and_profiles_th
 @pytest.mark.parametrize("spec, extra, needle", [
     ("1:raise:3", (), "names cell 3, but the sweep plans 2 cell(s): name a cell in 1..2, or * for every cell"),
     ("1:oom:1:forward", ("--gather", "none"), "fires before a layer's K|V all-gather, and --gather none runs none"),
+    ("1:raise:1", ("--cp", "1,2"), "names rank 1, which measures no part of cell 1 (cp_size 1: ranks 0..0)"),
+    ("1:raise", ("--cp", "1"), "names rank 1, which measures no part of any cell"),
+    ("1:raise", ("--launch", "simulated"), "has no effect on a simulated launch: add --launch torchrun, or unset it"),
 ])
 def test_a_fault_that_could_never_fire_is_refused_before_the_launch(tmp_path, spec, extra, needle):
     """A fault test must not pass by injecting nothing: a cell beyond the plan, or a forward fault with no

@@ -14,6 +14,7 @@ from typing import Annotated, Callable, Optional
 import typer
 from rich.markup import escape
 
+from cpbench.ranks import faults
 from cpbench.ranks.launch import under_torchrun, world_size_from_env
 from cpbench.cli.options import err_console
 from cpbench.errors import CpbenchInputError
@@ -79,6 +80,9 @@ class DistOptions:
         if self.gather not in (None, Gather.none) and not self.distributed:
             raise CpbenchInputError(f"--gather {self.gather.value} needs --launch torchrun (a simulated launch has "
                                     "no collective): drop --gather or add --launch torchrun")
+        if not self.distributed and os.environ.get(faults.ENV, "").strip():
+            raise CpbenchInputError(f"{faults.ENV} fails ranks of a --launch torchrun and has no effect on a "
+                                    "simulated launch: add --launch torchrun, or unset it")
         if self.distributed and ranks is not None:
             raise CpbenchInputError("--ranks does not apply to --launch torchrun (every rank takes part in the "
                                     "all-gather): drop --ranks")
@@ -95,12 +99,12 @@ class DistOptions:
 
 def launch_torchrun(opts: DistOptions, cp_sizes, dev, backend: str, out: Optional[str], kind: str,
                     resume_hint: bool = True, precheck: Optional[Callable[[int], None]] = None,
-                    cells: Optional[int] = None) -> int:
+                    cell_cp_sizes: Optional[list] = None) -> int:
     """Check the launch, then re-run this command under torchrun --standalone (one process per GPU);
     return its exit code (``kind``: "" for a sweep, "profile": names the default run directory;
     ``resume_hint``: the command has --resume, so a failure message offers it; ``precheck(world_size)``:
-    the command's own checks, run before any process starts, raising CpbenchInputError; ``cells``: how
-    many cells the command plans, to refuse an injected fault that could never fire)."""
+    the command's own checks, run before any process starts, raising CpbenchInputError; ``cell_cp_sizes``:
+    the cp_size of each cell the command plans, to refuse an injected fault that could never fire)."""
     import torch
 
     from cpbench.ranks import faults
@@ -114,8 +118,8 @@ def launch_torchrun(opts: DistOptions, cp_sizes, dev, backend: str, out: Optiona
         nproc = gpus
     check_launch(nproc, cp_sizes, dev.type, gpus, opts.dist_backend.value, backend)
     faults.parse(world_size=nproc)  # a malformed CPBENCH_INJECT_FAULT or one naming no rank: before the launch
-    if cells is not None:
-        faults.check_can_fire(nproc, cells, opts.gather_mode)
+    if cell_cp_sizes is not None:
+        faults.check_can_fire(nproc, list(cell_cp_sizes), opts.gather_mode)
     if precheck is not None:
         precheck(nproc)
     argv = list(sys.argv[1:])

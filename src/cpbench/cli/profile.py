@@ -98,7 +98,7 @@ def profile(
             with RunDir(run_dir).held():
                 pass
         raise typer.Exit(launch_torchrun(dist, parsed.cp_sizes, dev, name, out, "profile",
-                                         resume_hint=False, cells=len(cells)))
+                                         resume_hint=False, cell_cp_sizes=[c.cp_size for c in cells]))
     if nsys and find_nsys() is None:
         raise CpbenchInputError("--nsys: nsys not found; install Nsight Systems or put nsys on PATH "
                                 "(`cpbench doctor` shows what is found), or drop --nsys")

@@ -168,7 +168,7 @@ def sweep(
             raise CpbenchInputError(f"--out {out!r} is a file: pass a directory path")
         check = (lambda world: precheck_resume(cfg, out, world, cpu_affinity)) if resume else None
         raise typer.Exit(launch_torchrun(dist, cells.cp_sizes, dev, cfg.backend, out, "", precheck=check,
-                                         cells=len(cfg.cells())))
+                                         cell_cp_sizes=[c.cp_size for c in cfg.cells()]))
     raise typer.Exit(run_as_rank(dist, dev, lambda group, device: run_sweep(
         dataclasses.replace(cfg, device=device), output, group=group, cpu_affinity=cpu_affinity)))
 

@@ -34,16 +34,30 @@ def parse(spec: str | None = None, world_size: int | None = None) -> list[Fault]
     return [_parse_one(s, spec, world_size) for s in spec.split(",")] if spec.strip() else []
 
 
-def check_can_fire(world_size: int, cells: int, gather: str) -> None:
-    """Before a launch of ``world_size`` processes that plans ``cells`` cells with ``gather`` (``packed``,
-    ``separate`` or ``none``): refuse a fault that could never fire, so a fault test cannot pass by
-    injecting nothing. Raises CpbenchInputError for a malformed entry, a rank the launch lacks, a cell
-    beyond the plan, or a ``forward`` fault without a gather (it fires just before a layer's gather)."""
+def check_can_fire(world_size: int, cell_cp_sizes: list[int], gather: str) -> None:
+    """Before a launch of ``world_size`` processes that plans cells of ``cell_cp_sizes`` (one cp_size per
+    cell, in order) with ``gather`` (``packed``, ``separate`` or ``none``): refuse a fault that could never
+    fire, so a fault test cannot pass by injecting nothing. A cell of cp_size C runs on ranks 0..C-1 only.
+
+    Raises:
+        CpbenchInputError: a malformed entry, a rank the launch lacks, a cell beyond the plan, a rank
+            outside the named cell's ranks (or outside every cell's, for ``*``), or a ``forward`` fault
+            without a gather (it fires just before a layer's gather).
+
+    A fault can still not fire where the cell does not run at all (not CP-eligible, over the token cap,
+    already measured on ``--resume``): docs/faults.md says so.
+    """
+    cells = len(cell_cp_sizes)
     for rank, fault, cell, phase in parse(world_size=world_size):
         entry = f"{ENV} entry {rank}:{fault}:{'*' if cell is None else cell}:{phase}"
         if cell is not None and cell > cells:
             raise CpbenchInputError(f"{entry} names cell {cell}, but the sweep plans {cells} cell(s): name a cell "
                                     f"in 1..{cells}, or * for every cell")
+        sizes = cell_cp_sizes if cell is None else [cell_cp_sizes[cell - 1]]
+        if all(rank >= cp for cp in sizes):
+            where = "any cell" if cell is None else f"cell {cell} (cp_size {sizes[0]}: ranks 0..{sizes[0] - 1})"
+            raise CpbenchInputError(f"{entry} names rank {rank}, which measures no part of {where}: name a rank "
+                                    "below the cell's cp_size")
         if phase == "forward" and gather == "none":
             raise CpbenchInputError(f"{entry} fires before a layer's K|V all-gather, and --gather none runs "
                                     "none: use phase prepare, or --gather packed|separate")
