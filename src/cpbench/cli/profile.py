@@ -93,6 +93,10 @@ def profile(
     if run_dir.exists() and not run_dir.is_dir():
         raise CpbenchInputError(f"--out {str(run_dir)!r} is a file: pass a directory")
     check_not_written(run_dir, "profile.json")
+    traces = RunDir(run_dir).profiles
+    if not under_torchrun() and traces.is_dir() and any(traces.iterdir()):  # (ranks: their own traces, at once)
+        raise CpbenchInputError(f"{str(traces)!r} holds traces of an earlier profile that did not finish: pick "
+                                "another --out, or move them away to profile here")
     if dist.distributed and not under_torchrun():
         if run_dir.is_dir():  # a directory another command writes: refused here, before any rank waits on it
             with RunDir(run_dir).held():
