@@ -308,3 +308,17 @@ def test_a_reader_checking_for_a_writer_never_stops_a_sweep_from_locking(tmp_pat
     finally:
         reader.kill()
         reader.wait()
+
+
+def test_a_cpu_run_without_its_manifest_still_reads_as_a_cpu_run(tmp_path):
+    """The message for a corrupt manifest says the results stay readable without it; the rows of a CPU run
+    say they ran on a CPU (mem_reason), so the report and compare still make no speedup claim and gate
+    no latency."""
+    from cpbench.results.verdicts import on_cpu
+
+    shutil.copytree(RUNS / "cpu-torch-default", tmp_path / "run")
+    (tmp_path / "run" / "manifest.json").unlink()
+    _, manifest = load_run(tmp_path / "run")
+    assert on_cpu(manifest)
+    _, gpu = load_run(RUNS / "h200-fmha-v2-default-a")
+    assert not on_cpu(gpu)

@@ -14,9 +14,7 @@ import math
 
 import torch
 
-from cpbench.results.schema import SETUP_PARTS
-
-CPU_REASON = "not measured on CPU: the CPU allocator keeps no statistics"
+from cpbench.results.schema import CPU_MEM_REASON as CPU_REASON, SETUP_PARTS
 
 
 class SetupMemory:

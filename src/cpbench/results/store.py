@@ -23,8 +23,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cpbench.results.schema import (SCHEMA_VERSION, V2_DEFAULTS, V2_RENAMED, check_row, migrate_row, non_numeric,
-                                    row_key)
+from cpbench.results.schema import (CPU_MEM_REASON, SCHEMA_VERSION, V2_DEFAULTS, V2_RENAMED, check_row, migrate_row,
+                                    non_numeric, row_key)
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 
 if TYPE_CHECKING:  # pandas (and scipy, through derive) are imported where a table is built: a rank process
@@ -364,6 +364,9 @@ class RunDir:
             col, value, n = bad
             raise CpbenchInputError(f"{str(source)!r}: column {col!r} holds {value!r} in {n} row(s) where a number "
                                     "belongs (a hand-edited file?): correct those values or delete those rows")
+        if not (manifest.get("device") or (manifest.get("config") or {}).get("device")) and "mem_reason" in df \
+                and (df["mem_reason"] == CPU_MEM_REASON).any():
+            manifest = {**manifest, "device": "cpu"}  # no manifest: the rows say they ran on a CPU
         return derive(df, manifest), manifest
 
 
