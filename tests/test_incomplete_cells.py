@@ -110,3 +110,20 @@ def test_resumes_mixing_a_grid_and_extend_lens_list_only_planned_cells(tmp_path,
     assert [line for line in text.splitlines() if "not measured**" in line] == [
         "- cp 2 · bs 2 · 64 tokens · eager: **not measured** (the sweep stopped before this cell; rerun its command "
         "with `--resume`)"]
+
+
+def test_a_huge_or_long_plan_in_an_edited_manifest_is_capped():
+    """A hand-edited plan of 399^3 cells used to run for minutes; 3,000 missing cells gave 3,000 bullets."""
+    from runfactory import make_rows
+
+    from cpbench.report.run_report import MAX_NOTES, MAX_PLANNED, missing_cells
+
+    df = pd.DataFrame(make_rows(cp_sizes=(2,), bss=(1,), seqs=(32,), timings=("eager",)))
+    huge = {"config": {"cp_sizes": [2]}, "planned": [{"cp_sizes": list(range(1, 400)), "bs_list": list(range(1, 400)),
+                                                       "seq_list": list(range(1, 400)), "timings": ["eager"]}]}
+    assert missing_cells(df, huge) == [f"- manifest.json plans more than {MAX_PLANNED:,} cells, more than a sweep "
+                                       "runs (an edited file?): the cells a stopped sweep left out are not listed."]
+    long = {"config": {"cp_sizes": [2]}, "planned": [{"cp_sizes": [2], "bs_list": list(range(1, 11)),
+                                                       "seq_list": list(range(33, 333)), "timings": ["eager"]}]}
+    out = missing_cells(df, long)
+    assert len(out) == MAX_NOTES + 1 and out[-1] == f"- … and {3000 - MAX_NOTES} more not measured."

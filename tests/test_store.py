@@ -268,7 +268,7 @@ def test_report_plot_compare_of_a_run_a_sweep_still_writes_warn_once(tmp_path, t
     held.lock()
     try:
         for args, what in ((("report", run), "the report covers"), (("plot", run), "the charts cover"),
-                           (("compare", run, run), "the comparison covers")):
+                           (("compare", run, f"{run}/"), "the comparison covers")):
             r = cpbench(*args)
             assert r.returncode == 0, (args, r.stderr)
             warned = [line for line in r.stderr.splitlines() if line.startswith("warning:")]

@@ -147,7 +147,10 @@ def compare(
             many = f"{len(inside)} runs, not one" if len(inside) > 1 else "1 run, not results of its own"
             raise CpbenchInputError(f"{name} {str(run)!r} holds {many}: pass one run directory such as "
                                     f"{inside[-1].path} (the latest)")
-    warn_if_writing("the comparison covers", *dict.fromkeys((base, new)))
+    once = {}
+    for r in (base, new):  # one run under two spellings (run, ./run/) warns once
+        once.setdefault(Path(r).resolve(), r)
+    warn_if_writing("the comparison covers", *once.values())
     with readable(base, new):
         res, bman, nman = compare_runs(base, new, fail_above=fail_above, seed=seed, min_samples=min_samples,
                                        allow_missing=allow_missing)

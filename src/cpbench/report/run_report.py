@@ -41,6 +41,7 @@ ENV_KEYS = (("gpu_name", "GPU"), ("compute_capability", "compute capability"), (
             ("sweep_phase_s", "where the time went (s)"), ("timing_method", "timing method"),
             ("schema_version", "results schema"))
 MAX_NOTES = 60
+MAX_PLANNED = 200_000  # planned cells (x timings) a report lists missing ones of; a sweep plans at most 100,000
 
 
 GPU_KEYS = ("gpu_name", "compute_capability", "driver", "cuda", "flashinfer")
@@ -183,20 +184,26 @@ def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
         what = f"{bad[0]} {bad[1]!r}" if bad else "batches"
         return [f"- manifest.json's config holds {what[:80]}, not a list this cpbench reads: the cells a stopped "
                 "sweep left out cannot be listed."]
+    def shapes(plan: dict) -> list:  # (bs, longest extend) of each batch a plan names
+        if cfg.get("batches"):  # a length mix or trace (the same in every invocation): every batch's shape
+            return list(dict.fromkeys((len(e), max(e)) for e, _ in cfg["batches"]))
+        if plan.get("extend_lens"):
+            return [(len(plan["extend_lens"]), max(plan["extend_lens"]))]
+        return [(b, q) for b in plan.get("bs_list") or [] for q in plan.get("seq_list") or []][:MAX_PLANNED + 1]
+
+    total = sum(len(plan.get("cp_sizes") or []) * len(shapes(plan)) * len(plan.get("timings") or []) for plan in plans)
+    if total > MAX_PLANNED:
+        return [f"- manifest.json plans more than {MAX_PLANNED:,} cells, more than a sweep runs (an edited file?): "
+                "the cells a stopped sweep left out are not listed."]
     cells = {}  # (cp, bs, longest extend, timing), in plan order
     for plan in plans:
-        if cfg.get("batches"):  # a length mix or trace (the same in every invocation): every batch's shape
-            batches = list(dict.fromkeys((len(e), max(e)) for e, _ in cfg["batches"]))
-        elif plan.get("extend_lens"):
-            batches = [(len(plan["extend_lens"]), max(plan["extend_lens"]))]
-        else:
-            batches = [(b, q) for b in plan.get("bs_list") or [] for q in plan.get("seq_list") or []]
         cells.update(dict.fromkeys((cp, bs, seq, timing) for cp in plan.get("cp_sizes") or []
-                                   for bs, seq in batches for timing in plan.get("timings") or []))
+                                   for bs, seq in shapes(plan) for timing in plan.get("timings") or []))
     have = set(zip(df["cp_size"].astype(int), df["bs"].astype(int), df["max_extend_len"].astype(int), df["timing"]))
-    return [f"- cp {cp} · bs {bs} · {human_tokens(seq)} tokens · {timing}: **not measured** "
-            "(the sweep stopped before this cell; rerun its command with `--resume`)"
-            for cp, bs, seq, timing in sorted(cells, key=lambda c: c[:3]) if (cp, bs, seq, timing) not in have]
+    out = [f"- cp {cp} · bs {bs} · {human_tokens(seq)} tokens · {timing}: **not measured** "
+           "(the sweep stopped before this cell; rerun its command with `--resume`)"
+           for cp, bs, seq, timing in sorted(cells, key=lambda c: c[:3]) if (cp, bs, seq, timing) not in have]
+    return out if len(out) <= MAX_NOTES else out[:MAX_NOTES] + [f"- … and {len(out) - MAX_NOTES} more not measured."]
 
 
 def _list_of(v, kind: type) -> bool:
