@@ -101,3 +101,23 @@ def test_null_fields_agree_where_cpbench_expects_none(tmp_path):
          "kv_len_prev_list": None, "zigzag_page_table": None, "eligible": False}
     differences, not_checked = _first_difference(tmp_path, d)
     assert differences == [] and not_checked == {}
+
+
+def test_a_ragged_page_table_is_named_itself(tmp_path):
+    """A page table with rows of different lengths has no shape: it is the error, not the tables built from
+    it (the check used to blame swa_page_table's shape)."""
+    import json
+    import shutil
+
+    from clirun import cpbench
+
+    src = Path(__file__).resolve().parents[1] / "examples" / "sglang_dump_upstream_cp4"
+    dump = tmp_path / "dump"
+    shutil.copytree(src, dump)
+    first = sorted(dump.glob("*.json"))[0]
+    data = json.loads(first.read_text())
+    data["page_table"] = [[412, 1], [95]]  # bs 2: a row short
+    first.write_text(json.dumps(data))
+    r = cpbench("geometry", "--check", dump)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "page_table has rows of" in r.stderr and "every row W entries" in r.stderr

@@ -184,6 +184,10 @@ def _check_type(k: str, v, at: str) -> None:
     elif name in TABLES:
         ok = isinstance(v, list) and all(isinstance(row, list) and all(_is_int(x) for x in row) for row in v)
         want = "a list of rows of integers"
+        widths = sorted({len(row) for row in v}) if ok else []
+        if len(widths) > 1:  # ragged: no [rows, W] shape to compare, so the table itself is at fault
+            raise CpbenchInputError(f"{at}: {k} has rows of {widths[0]} and {widths[-1]} entries: a page table is "
+                                    "[rows, W], every row W entries")
     elif name in ("max_seqlen_q_prev", "max_seqlen_q_next", "max_seqlen_q_combined", "total_q_prev_tokens",
                   "total_q_next_tokens", "tokens_padded", "total_seq_lens", "bs"):
         ok, want = _is_int(v), "an integer"
