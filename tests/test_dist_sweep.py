@@ -36,8 +36,8 @@ def sweep(*args, env=None, timeout=90) -> subprocess.CompletedProcess:
 
 def assert_resumable(out: Path) -> None:
     """What a --resume of ``out`` needs after a launch ended by a fault: no process holds the directory's
-    lock, and the rows on disk read back whole (a resume after each kind of stop runs in
-    test_stopping_the_launcher_... and test_a_stopped_rank_...)."""
+    lock, and the rows on disk read back whole (a resume after a stop runs in
+    test_stopping_the_launcher_...[sigkill])."""
     with RunDir(out).held():
         rows = RunDir(out).rows()
     assert rows and all(r["status"] == "ok" for r in rows) and len(by_key(rows)) == len(rows)
