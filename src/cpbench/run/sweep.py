@@ -239,18 +239,15 @@ def check_resume_host(run: RunDir, cpu_threads: int | None, cpu_affinity: dict |
 def precheck_resume(cfg: SweepConfig, out, world_size: int, cpu_affinity: str | None = None) -> None:
     """Before a torchrun launch starts its ranks: the checks a ``--resume`` into ``out`` would fail on a
     rank (other options, world size or intra-op thread count than the run was measured with), so they
-    end in one line without starting any process; also an ``out`` that is a file, or whose manifest is not
-    a file. Reads the directory without taking its lock (rank 0 takes it and checks again). A directory
+    end in one line without starting any process; also a manifest that is not a file. Reads the directory without taking its lock (rank 0 takes it and checks again). A directory
     without a manifest is left to the ranks.
 
     Raises:
         CpbenchInputError: as :func:`check_resume_config` and :func:`check_resume_host`.
     """
     run = RunDir(out)
-    if out is None or not run.path.exists():
+    if out is None or not run.path.is_dir():  # (an --out that is a file: refused by the launcher first)
         return
-    if not run.path.is_dir():
-        raise CpbenchInputError(f"--out {str(run.path)!r} is a file: pass a directory path")
     if run.manifest_path.exists() and not run.manifest_path.is_file():
         raise CpbenchInputError(f"--resume: {str(run.manifest_path)!r} is not a file: move it away (the rows in "
                                 "results.jsonl are read without it) or pick another --out")
