@@ -46,3 +46,21 @@ def undrawn_charts(monkeypatch):
 
     monkeypatch.setattr(style, "save", lambda fig, out_dir, name: [Path(out_dir) / f"{name}.png",
                                                                     Path(out_dir) / f"{name}.svg"])
+
+
+@pytest.fixture
+def rough_charts(monkeypatch):
+    """``style.save`` draws every figure as ``style.save`` does (title fitted, every artist rendered by Agg) but
+    writes one small PNG at 20 dpi and no SVG, and returns that one path. For tests that a chart survives
+    odd rows (the drawing is what fails), not on the file: a full PNG and SVG is drawn once, in
+    ``test_cli_plot_writes_every_chart_and_report_without_torch``."""
+    from cpbench.report import style
+
+    def save(fig, out_dir, name):
+        style.fit_suptitle(fig)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        png = Path(out_dir) / f"{name}.png"
+        fig.savefig(png, dpi=20)
+        return [png]
+
+    monkeypatch.setattr(style, "save", save)

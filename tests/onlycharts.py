@@ -1,7 +1,9 @@
 """Imported by a subprocess test that asserts on a few chart files only: the charts named in
 ``$CPBENCH_TEST_CHARTS`` (comma-separated stems) are drawn; every other chart is built from the rows as
 usual, but ``style.save`` returns its paths without drawing it (as the ``undrawn_charts`` fixture does
-in-process). Drawing is most of a report's time."""
+in-process). Drawing is most of a report's time.
+
+``python tests/onlycharts.py ARGS`` runs ``cpbench ARGS`` that way."""
 
 import os
 from pathlib import Path
@@ -19,3 +21,9 @@ def _save_some(fig, out_dir, name):
 
 
 style.save = _save_some
+
+
+if __name__ == "__main__":
+    from cpbench.cli.app import entry
+
+    entry()

@@ -11,10 +11,12 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 TINY = "--layers 2 --heads 4 --kv-heads 1 --head-dim 16 --page-size 16 --budget-ms 2 --device cpu"
 
 
-def piped(args: str, tmp_path: Path, lines: int = 1) -> subprocess.CompletedProcess:
-    """``cpbench ARGS | head -n LINES`` in bash; returncode is cpbench's (PIPESTATUS), not head's."""
-    env = {**os.environ, "PYTHONPATH": SRC, "MPLBACKEND": "Agg", "COLUMNS": "80"}
-    cmd = f"{sys.executable} -m cpbench {args} | head -n {lines} >/dev/null; exit ${{PIPESTATUS[0]}}"
+def piped(args: str, tmp_path: Path, lines: int = 1, charts: str | None = None) -> subprocess.CompletedProcess:
+    """``cpbench ARGS | head -n LINES`` in bash; returncode is cpbench's (PIPESTATUS), not head's.
+    ``charts``: draw only these (tests/onlycharts.py)."""
+    env = {**os.environ, "PYTHONPATH": SRC, "MPLBACKEND": "Agg", "COLUMNS": "80", "CPBENCH_TEST_CHARTS": charts or ""}
+    cli = "-m cpbench" if charts is None else str(Path(__file__).parent / "onlycharts.py")
+    cmd = f"{sys.executable} {cli} {args} | head -n {lines} >/dev/null; exit ${{PIPESTATUS[0]}}"
     return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
 
 
@@ -22,7 +24,7 @@ def test_sweep_into_head_writes_the_whole_run_directory(tmp_path):
     """``| head -n 1`` closes stdout after the first line: every later write (progress, tables, the report's
     path) meets a closed pipe, and the run directory is still written whole."""
     out = tmp_path / "run"
-    r = piped(f"sweep --cp 2 --bs 1 --seq 32 {TINY} --out {out}", tmp_path, 1)
+    r = piped(f"sweep --cp 2 --bs 1 --seq 32 {TINY} --out {out}", tmp_path, 1, charts="speedup,latency")
     assert r.returncode == 0 and r.stderr == "", r.stderr
     for name in ("manifest.json", "results.jsonl", "results.parquet", "results.csv", "report.md",
                  "plots/speedup.png", "plots/latency.png"):

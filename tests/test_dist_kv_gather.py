@@ -1,5 +1,6 @@
-"""KV all-gather of zigzag CP prefill: plan geometry (no processes), then real gloo launches under
-torchrun (2 and 4 ranks) and a rank failing before its first collective."""
+"""KV all-gather of zigzag CP prefill: plan geometry (no processes), then a real gloo launch under
+torchrun (4 ranks: cp_size 1, 2 and 4). A rank that dies or stops around a collective is checked on
+cpbench's own launches (test_dist_sweep.py, test_dist_faults.py): the group timeouts are the same."""
 
 from __future__ import annotations
 
@@ -128,19 +129,3 @@ def test_gloo_gather_writes_full_kv_exactly():
     want = {(c, m, r) for c in range(1, nproc + 1) if nproc % c == 0 for m in MODES for r in range(c)}
     assert cells == want  # ranks >= cp_size sat the cell out
     assert all(r["ok"] for r in out["rows"])
-
-
-@pytest.mark.timeout(120)
-def test_rank_failing_before_collective_ends_the_launch():
-    proc = _torchrun(2, "--fail-rank", "1", "--timeout", "20", timeout=60)  # a hang raises TimeoutExpired
-    assert proc.returncode != 0
-    assert "injected failure" in proc.stderr + proc.stdout
-
-
-@pytest.mark.timeout(120)
-def test_stalled_rank_times_out_the_collective():
-    """Rank 1 sleeps 6x the 4 s group timeout, then would carry on: only the timeout fails the launch, so the
-    launch ends before rank 1 wakes (it prints when it does), whatever the machine's load."""
-    proc = _torchrun(2, "--stall-rank", "1", "--timeout", "4", timeout=60)
-    assert proc.returncode != 0, proc.stdout
-    assert "woke after the stall" not in proc.stdout + proc.stderr

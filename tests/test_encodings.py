@@ -19,11 +19,13 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--layers", "2", "--heads", "4", "--kv-heads", "1", "--head-dim", "16", "--page-size", "16"]
 
 
-def _run(*args, io: str, timeout=120) -> subprocess.CompletedProcess:
+def _run(*args, io: str, timeout=120, charts: str | None = None) -> subprocess.CompletedProcess:
+    """``cpbench ARGS`` under the C locale; ``charts``: draw only these (tests/onlycharts.py)."""
     env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0",
            "PYTHONIOENCODING": io, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.run([sys.executable, "-m", "cpbench", *map(str, args)], capture_output=True, env=env,
-                          timeout=timeout)
+    cli = ["-m", "cpbench"] if charts is None else [str(ROOT / "tests" / "onlycharts.py")]
+    return subprocess.run([sys.executable, *cli, *map(str, args)], capture_output=True,
+                          env={**env, "CPBENCH_TEST_CHARTS": charts or ""}, timeout=timeout)
 
 
 def test_the_console_spells_what_it_cannot_show():
@@ -56,8 +58,9 @@ def test_compare_and_report_under_a_non_utf8_locale(tmp_path, io):
 def test_a_sweep_into_a_non_ascii_directory_under_an_ascii_locale(tmp_path):
     out = tmp_path / "ré"
     p = _run("sweep", "--device", "cpu", "--cp", "2", "--bs", "1", "--seq", "32", *TINY, "--budget-ms", "5",
-             "--no-profile", "--out", out, io="ascii", timeout=140)
+             "--no-profile", "--out", out, io="ascii", timeout=140, charts="speedup")  # one chart: a non-ASCII path
     assert p.returncode == 0 and b"Traceback" not in p.stderr, p.stderr[-2000:]
+    assert (out / "plots" / "speedup.png").stat().st_size > 1_000 and (out / "plots" / "speedup.svg").exists()
     assert (out / "results.parquet").exists() and len((out / "results.jsonl").read_text(encoding="utf-8")
                                                       .splitlines()) == 4
     assert "`ré`" in (out / "report.md").read_text(encoding="utf-8").splitlines()[0]

@@ -94,10 +94,10 @@ EDGE = {
 
 
 @pytest.mark.parametrize("case", sorted(EDGE))
-def test_charts_survive_edge_cases(tmp_path, case):
+def test_charts_survive_edge_cases(tmp_path, case, rough_charts):
     paths = render_frame(pd.DataFrame(EDGE[case]()), tmp_path)
-    assert len(paths) == 2 * len(STEMS)
-    assert all(p.exists() and p.stat().st_size > 1_000 for p in paths)
+    assert sorted(p.name for p in paths) == sorted(f"{s}.png" for s in STEMS)
+    assert all(p.stat().st_size > 500 for p in paths)
 
 
 def test_failures_never_drawn_as_zero():
@@ -179,7 +179,9 @@ def cpbench_without_torch(*args):
 def test_cli_plot_writes_every_chart_and_report_without_torch(tmp_path):
     """Every chart, drawn once (the slowest check of the suite): ``plot`` and ``report`` run where torch
     cannot be imported; each chart is a PNG of the house width and an SVG."""
-    run = make_run(tmp_path / "run")  # three batch sizes at each length: the run-wide segments chart too
+    # three batch sizes at each length: the run-wide segments chart too (one cp_size and two lengths: every
+    # chart, in about two thirds of the default grid's drawing time)
+    run = make_run(tmp_path / "run", cp_sizes=(4,), seqs=(1024, 65536))
     r = cpbench_without_torch("plot", run)
     assert r.returncode == 0 and f"wrote {len(STEMS) + 1} charts" in r.stdout, (r.stdout, r.stderr)
     paths = sorted((run / "plots").iterdir())
