@@ -3,12 +3,15 @@ so errors go through the same exception table (cli/errors.py) and exit codes as 
 
 About 100x faster than ``python -m cpbench`` in a subprocess. Use a subprocess only where a real process
 matters (signals, a killed sweep, a missing torch). Process state the CLI touches is put back afterwards:
-sys.argv, environment variables (``env``), torch's intra-op thread count, warnings.showwarning.
+sys.argv, environment variables (``env``), torch's intra-op thread count, warnings.showwarning, and the
+``__main__`` module (click names the program from it: under ``python -m pytest`` without xdist workers it
+would read ``python -m pytest``; the installed ``cpbench`` script has a ``__main__`` without a package).
 """
 
 from __future__ import annotations
 
 import sys
+import types
 import warnings
 from dataclasses import dataclass
 from typing import Mapping, Optional
@@ -29,8 +32,9 @@ def cpbench(*args, env: Optional[Mapping[str, Optional[str]]] = None) -> Result:
 
     torch = sys.modules.get("torch")
     threads = torch.get_num_threads() if torch is not None else None
-    argv, shown = sys.argv, warnings.showwarning
+    argv, shown, main_module = sys.argv, warnings.showwarning, sys.modules["__main__"]
     sys.argv = ["cpbench", *map(str, args)]
+    sys.modules["__main__"] = types.ModuleType("__main__")  # as in the console script: click reads "cpbench"
     try:
         with CliRunner().isolation(env=env) as (out, err, _):
             try:
@@ -42,7 +46,7 @@ def cpbench(*args, env: Optional[Mapping[str, Optional[str]]] = None) -> Result:
             sys.stderr.flush()
             return Result(code, out.getvalue().decode(), err.getvalue().decode())
     finally:
-        sys.argv, warnings.showwarning = argv, shown
+        sys.argv, warnings.showwarning, sys.modules["__main__"] = argv, shown, main_module
         if threads is not None:
             torch.set_num_threads(threads)
 
