@@ -1,6 +1,7 @@
 """Request-length mixes, traces and prefix-cache hits (spec.lengths), and the FLOPs a prefix hit gives."""
 
 import json
+import re
 
 import pytest
 
@@ -24,7 +25,7 @@ def test_parse_forms():
     ("dist:uniform:1", "use dist:uniform:LO:HI"), ("abc", "not a list of lengths"), ("0,5", "got 0"),
 ])
 def test_parse_refusals(text, needle):
-    with pytest.raises(CpbenchInputError, match=needle.replace("(", r"\(")):
+    with pytest.raises(CpbenchInputError, match=re.escape(needle)):
         parse_lengths(text)
 
 
@@ -95,7 +96,9 @@ def test_trace_csv_and_jsonl(tmp_path):
 
 
 @pytest.mark.parametrize("text,needle", [
-    ("tokens\n5\n", "has none of the columns"), ("input_len,cached_len\n10,10\n", "line 2: cached_len 10 must be < "),
+    ("tokens\n5\n", "has none of the columns extend_len, input_len, prompt_tokens: name the request's tokens "
+                    "with one of them (cached tokens, optional: prefix_len, cached_len, cached_tokens)"),
+    ("input_len,cached_len\n10,10\n", "line 2: cached_len 10 must be < "),
     ("extend_len\n12.5\n", "line 2: extend_len must be an integer"), ("", "holds no requests"),
     ('{"extend_len": 3}\n[1]\n', "line 2 is not a JSON object"), ("extend_len\n0\n", "lengths must be in"),
     ('{"extend_len": 3}\n{"extend_len": 1e400}\n', "line 2: extend_len must be an integer number of tokens, got inf"),
@@ -106,7 +109,7 @@ def test_trace_csv_and_jsonl(tmp_path):
 def test_trace_refusals(tmp_path, text, needle):
     p = tmp_path / "t.csv"
     p.write_text(text)
-    with pytest.raises(CpbenchInputError, match=needle.replace("(", r"\(")):
+    with pytest.raises(CpbenchInputError, match=re.escape(needle)):
         read_trace(p)
     with pytest.raises(CpbenchInputError, match="cannot read --trace"):
         read_trace(tmp_path / "missing.csv")

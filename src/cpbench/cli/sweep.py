@@ -45,8 +45,8 @@ def sweep(
         "--lengths", help="Request-length mix instead of --extend-len: dist:uniform:LO:HI, dist:lognormal:MEDIAN:SIGMA "
                           "(seeded by --seed) or a fixed list 3000,8192,500; cut into batches of --bs.")] = None,
     trace: Annotated[Optional[str], typer.Option(
-        "--trace", help="Request trace, CSV or JSONL, one request per line (columns extend_len[,prefix_len] or "
-                        "input_len[,cached_len]); cut into batches of --bs.")] = None,
+        "--trace", help="Request trace, CSV or JSONL, one request per line (columns extend_len[,prefix_len], "
+                        "input_len[,cached_len] or prompt_tokens[,cached_tokens]); cut into batches of --bs.")] = None,
     batches: Annotated[Optional[int], typer.Option(
         "--batches", help="Batches per --bs value: drawn from a --lengths distribution (default 4), or at most "
                           "this many from a list or trace (default all).")] = None,

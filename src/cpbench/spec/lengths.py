@@ -158,7 +158,8 @@ def read_trace(path: str | Path) -> tuple[list[int], list[int] | None]:
     pair = next((c for c in TRACE_COLUMNS if c[0] in keys), None)
     if pair is None:
         raise CpbenchInputError(f"--trace {str(p)!r} has none of the columns "
-                                f"{', '.join(c[0] for c in TRACE_COLUMNS)}: see README, 'Request traces'")
+                                f"{', '.join(c[0] for c in TRACE_COLUMNS)}: name the request's tokens with one "
+                                f"of them (cached tokens, optional: {', '.join(c[1] for c in TRACE_COLUMNS)})")
     if len(records) > MAX_REQUESTS:
         raise CpbenchInputError(f"--trace {str(p)!r} holds {len(records)} requests, more than {MAX_REQUESTS}")
     tok_col, cached_col = pair
