@@ -4,7 +4,7 @@ SGLang and vLLM shard attention by heads: each of the ``tp_size`` GPUs holds ``n
 query heads and ``num_kv_heads / tp_size`` KV heads; when there are fewer KV heads than GPUs, every KV
 head is replicated on ``tp_size / num_kv_heads`` GPUs, so each GPU holds one (vLLM
 ``QKVParallelLinear``: ``num_kv_head_replicas = tp_size // total_num_kv_heads``). CP then splits each
-GPU's tokens; cpbench measures one GPU of one CP rank (docs/design.md §2).
+GPU's tokens; cpbench measures one GPU of one CP rank (docs/design.md §10).
 """
 
 from __future__ import annotations
