@@ -209,6 +209,30 @@ def test_append_refuses_a_row_that_breaks_the_schema(tmp_path):
     assert not run.results.exists()  # nothing written
 
 
+def test_a_cells_rows_are_written_at_once_or_not_at_all(tmp_path, monkeypatch):
+    """append_rows writes a cell's rows in one write (a kill leaves the cell whole or absent), after a torn
+    line is cut; one bad row writes none of them."""
+    run = RunDir(tmp_path)
+    run.append(_row(0))
+    run.results.write_bytes(run.results.read_bytes() + b'{"rank": 9')  # killed mid-write
+    with pytest.raises(ValueError, match="key column 'rank' missing"):
+        run.append_rows([_row(1), {k: v for k, v in _row(2).items() if k != "rank"}])
+    assert [r["rank"] for r in run.rows()] == [0]
+    writes = []
+    real_open = open
+
+    def counting_open(*a, **kw):
+        f = real_open(*a, **kw)
+        write = f.write
+        f.write = lambda b: writes.append(b) or write(b)
+        return f
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    run.append_rows([_row(1), _row(2), _row(3)])
+    monkeypatch.undo()
+    assert len(writes) == 1 and [r["rank"] for r in run.rows()] == [0, 1, 2, 3]
+
+
 def test_out_into_a_directory_of_other_runs_is_refused(tmp_path):
     from runfactory import make_run
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -83,11 +82,9 @@ def explain(
 
     cell, = plan_cells([cp], batches_of(cells, None))
     check_out(out, "runs/explain-<time>")
-    from cpbench.results.store import default_run_dir
+    from cpbench.results.store import out_dir
 
-    run_dir = Path(out) if out else default_run_dir("explain")
-    if run_dir.exists() and not run_dir.is_dir():
-        raise CpbenchInputError(f"--out {str(run_dir)!r} is a file: pass a directory")
+    run_dir = out_dir(out, "explain")
     if explain_child:
         from cpbench.run.explain import run_explain_child
 

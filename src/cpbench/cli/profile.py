@@ -87,11 +87,9 @@ def profile(
     if dist.distributed and nsys:
         raise CpbenchInputError("--nsys with --launch torchrun is not supported: run nsys around torchrun "
                                 "yourself, or drop --nsys")
-    from cpbench.results.store import RunDir, default_run_dir
+    from cpbench.results.store import RunDir, out_dir
 
-    run_dir = Path(out) if out else default_run_dir("profile")
-    if run_dir.exists() and not run_dir.is_dir():
-        raise CpbenchInputError(f"--out {str(run_dir)!r} is a file: pass a directory")
+    run_dir = out_dir(out, "profile")
     check_not_written(run_dir, "profile.json")
     traces = RunDir(run_dir).profiles
     if not under_torchrun() and traces.is_dir() and any(traces.iterdir()):  # (ranks: their own traces, at once)

@@ -162,10 +162,11 @@ def sweep(
     if not dist.distributed:
         raise typer.Exit(run_sweep(cfg, output, cpu_affinity=cpu_affinity))
     if not under_torchrun():
+        from cpbench.results.store import out_dir
         from cpbench.run.sweep import precheck_resume
 
-        if out is not None and os.path.exists(out) and not os.path.isdir(out):
-            raise CpbenchInputError(f"--out {out!r} is a file: pass a directory path")
+        if out is not None:
+            out_dir(out)  # a file: refused before torchrun starts
         check = (lambda world: precheck_resume(cfg, out, world, cpu_affinity)) if resume else None
         raise typer.Exit(launch_torchrun(dist, cells.cp_sizes, dev, cfg.backend, out, "", precheck=check,
                                          cell_cp_sizes=[c.cp_size for c in cfg.cells()]))

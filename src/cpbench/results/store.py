@@ -45,6 +45,19 @@ def default_run_dir(kind: str = "") -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path("runs") / (f"{kind}-{stamp}" if kind else stamp)
 
+
+def out_dir(out: str | Path | None, kind: str = "") -> Path:
+    """The run directory an ``--out`` value names (:func:`default_run_dir` when None).
+
+    Raises:
+        CpbenchInputError: ``out`` names an existing file (the one wording of that refusal).
+    """
+    d = Path(out) if out else default_run_dir(kind)
+    if d.exists() and not d.is_dir():
+        raise CpbenchInputError(f"--out {str(d)!r} is a file: pass a directory path")
+    return d
+
+
 class RunDir:
     """A run directory (see the module docstring). ``RunDir(path)`` only names it; :meth:`create`
     makes or reopens one for writing and takes its lock; :meth:`load` reads one."""
@@ -95,10 +108,8 @@ class RunDir:
                 ``resume``, holds other run directories, ``resume`` names a directory without results, or
                 another sweep holds it.
         """
-        d = Path(out) if out else default_run_dir()
+        d = out_dir(out)
         run = cls(d)
-        if d.exists() and not d.is_dir():
-            raise CpbenchInputError(f"--out {str(d)!r} is a file: pass a directory path")
         has_rows = run.results.exists()
         other = next((c for c in sorted(d.iterdir()) if c.is_dir() and ((c / cls.RESULTS).exists()
                                                                          or (c / cls.MANIFEST).exists())), None) \
@@ -205,16 +216,23 @@ class RunDir:
 
     # -- rows ----------------------------------------------------------------------------------------
     def append(self, row: dict) -> None:
-        """Append one row to ``results.jsonl`` and fsync it. A torn last line (a kill mid-write) is cut
-        off first, so the new row starts its own line.
+        """Append one row to ``results.jsonl`` and fsync it (:meth:`append_rows` of one row)."""
+        self.append_rows([row])
+
+    def append_rows(self, rows: list[dict]) -> None:
+        """Append ``rows`` (a cell's rows on one backend) to ``results.jsonl`` in one write and fsync it, so a
+        sweep killed meanwhile leaves the cell whole or absent, never in part. A torn last line (a kill
+        mid-write on a machine that splits writes) is cut off first, so the new rows start their own line.
 
         Raises:
-            ValueError: the row breaks the schema (``schema.check_row``: an unknown or derived column, a
+            ValueError: a row breaks the schema (``schema.check_row``: an unknown or derived column, a
                 wrong type, a missing key column); nothing is written.
         """
-        problems = check_row(row)
-        if problems:
-            raise ValueError(f"row not written, it breaks the results schema: {'; '.join(problems[:5])}")
+        for row in rows:
+            problems = check_row(row)
+            if problems:
+                raise ValueError(f"row not written, it breaks the results schema: {'; '.join(problems[:5])}")
+        text = "".join(json.dumps(_jsonable(row)) + "\n" for row in rows).encode()
         with open(self.results, "ab+") as f:
             f.seek(0, os.SEEK_END)
             if f.tell():
@@ -222,7 +240,7 @@ class RunDir:
                 if f.read(1) != b"\n":
                     f.seek(0)
                     f.truncate(f.read().rfind(b"\n") + 1)
-            f.write((json.dumps(_jsonable(row)) + "\n").encode())
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
 

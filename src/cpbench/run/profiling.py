@@ -115,7 +115,7 @@ def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: 
     cfg = SweepConfig(model=model, cp_sizes=tuple(sorted({c.cp_size for c in cells})), batches=(),
                       backend=backend, device=device, timings=("eager",), budget_ms=1.0, warmup=1, dtype=dtype,
                       seed=seed, gather=gather)
-    runner = Runner(cfg, rows.append, trace_dir=trace_dir, group=group)
+    runner = Runner(cfg, rows.extend, trace_dir=trace_dir, group=group)
     for cell in cells:
         runner.run_cell(cell)
     if not group.writes_rows:

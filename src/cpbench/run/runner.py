@@ -145,7 +145,8 @@ def cpu_sweep_threads() -> int:
 
 
 class Runner:
-    """Runs cells, handing each row to ``emit(row)`` on the writer as soon as its cell is measured.
+    """Runs cells, handing each cell's rows on one backend to ``emit(rows)`` on the writer, together, as
+    soon as the cell is measured (a run directory's :meth:`RunDir.append_rows` writes them at once).
 
     ``done`` holds row keys (schema.row_key) already on disk; those rows are not measured again.
     ``group`` says which ranks this process measures (default: every rank here, one after another).
@@ -153,7 +154,7 @@ class Runner:
     kernel-count columns; ``trace_dir`` (optional) receives its Chrome trace.
     """
 
-    def __init__(self, cfg: SweepConfig, emit: Callable[[dict], None], done: set | None = None,
+    def __init__(self, cfg: SweepConfig, emit: Callable[[list[dict]], None], done: set | None = None,
                  trace_dir: Path | None = None, group: RankGroup | None = None) -> None:
         self.cfg = cfg
         self._sink = emit
@@ -173,12 +174,14 @@ class Runner:
         self.times = PhaseTimes()  # where this process's wall time goes (measure/walltime.py)
 
     # -- rows ------------------------------------------------------------------------------------
-    def emit(self, row: dict) -> None:
-        """Hand a row to the sink and remember its key (so no later status row duplicates it)."""
-        self.done.add(row_key(row))
-        if row.get("status") == "mismatch":
-            self.mismatches += 1
-        self._sink(row)
+    def emit(self, rows: list[dict]) -> None:
+        """Hand rows to the sink together and remember their keys (so no later status row duplicates one)."""
+        if not rows:
+            return
+        for row in rows:
+            self.done.add(row_key(row))
+            self.mismatches += row.get("status") == "mismatch"
+        self._sink(rows)
 
     def base(self, cell: CellSpec, backend: str) -> dict:
         """Columns shared by every row of ``cell`` on ``backend`` (the key without rank, mode and timing)."""
@@ -233,8 +236,7 @@ class Runner:
         rows: list[dict] = []
         if any(todo.values()):
             rows = self._measure_cell(cell, backend, mine, todo, on_rank)
-        for row in g.collect(rows):
-            self.emit(row)
+        self.emit(g.collect(rows))
         for _ in range(len(ranks) - len(mine) if g.launch == "simulated" else 0):
             on_rank()  # ranks already on disk
 

@@ -113,7 +113,7 @@ class Sweep:
         error, done = group.share((error, sorted(done)))
         if error:
             raise CpbenchInputError(error)
-        runner = Runner(cfg, run.append if run is not None else _no_writer, set(map(tuple, done)), group=group)
+        runner = Runner(cfg, run.append_rows if run is not None else _no_writer, set(map(tuple, done)), group=group)
         if run is not None:
             peak = gemm_peak(cfg.device, DTYPES[cfg.dtype])
             env = environment(cfg.device)
@@ -175,7 +175,7 @@ class Sweep:
         return 0, ""
 
 
-def _no_writer(row: dict) -> None:
+def _no_writer(rows: list[dict]) -> None:
     raise RuntimeError("only the writer (rank 0) emits rows")
 
 
