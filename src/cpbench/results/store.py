@@ -3,7 +3,7 @@ the manifest and reading (old schema versions migrated). No torch here.
 
 Layout::
 
-    <run>/results.jsonl    one row per line, appended and fsync'ed as measured (a kill loses nothing)
+    <run>/results.jsonl    one row per line; a cell's rows appended in one write and fsync'ed as measured
     <run>/results.parquet  deduplicated table, written when a sweep ends (results.csv: the same)
     <run>/manifest.json    schema version, environment, config, wall times, resumes
     <run>/profiles/        traces          <run>/plots/  PNG + SVG         <run>/report.md
