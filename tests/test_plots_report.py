@@ -58,6 +58,18 @@ def test_segments_chart_needs_a_batch_size_axis_and_spans_backends(tmp_path):
     assert "segments" not in [s for s, *_ in chart_stems(d, cpu=True)]  # no speedup chart from CPU timings
 
 
+def test_a_host_bound_ratio_off_the_others_range_is_drawn_at_the_edge_with_its_value():
+    from cpbench.report.segments import _host_bound_marks
+
+    fig, axes = style.new_figure()
+    ax = axes[0, 0]
+    _host_bound_marks(ax, [(2.0, 1.9, "k"), (8.0, 1.1, "k")], span=[0.7, 0.75, 1.2, 1.22])
+    lo, hi = ax.get_ylim()
+    assert 0.6 < lo < 0.7 and 1.22 < hi < 1.3  # the kernel's points (and 1) set the scale, not 1.9
+    assert [t.get_text() for t in ax.texts] == ["1.90×"]  # the off-scale one, at the edge with its value
+    assert [tuple(line.get_xydata()[0]) for line in ax.lines] == [(2.0, hi), (8.0, 1.1)]
+
+
 def _nan_latencies():
     rows = make_rows(cp_sizes=(2,), bss=(1,), seqs=(1024, 2048), timings=("eager",))
     for r in rows:

@@ -61,7 +61,9 @@ DIST_CHARTS = (
 RUN_CHARTS = (
     ("segments", segments_chart, "fusion vs the fused call's segment count",
      "Two-call / fused speedup (95 % interval) and the fused forward's latency per segment against the fused "
-     "call's segments (2·bs), a colour per backend, graph solid / eager dashed: where fusion stops paying."),
+     "call's segments (2·bs), a colour per backend, graph solid / eager dashed with open markers: where fusion "
+     "stops paying. A host-bound eager ratio (it measures the CPU) is a cross off the line, drawn at the axis "
+     "edge with its value when it lies outside the others' range."),
 )
 
 

@@ -2,7 +2,8 @@
 
 A run with at least :data:`MIN_BATCHES` batch sizes at one (cp_size, extend length, prefix) gets this chart:
 x = segments in the fused call (2*bs, log2), left panel the two-call / fused speedup on the critical path
-with its 95 % interval (one line per backend, eager dashed, graph solid; a host-bound eager cell crossed),
+with its 95 % interval (one line per backend, eager dashed with open markers, graph solid; a host-bound
+eager cell crossed, off the line, and drawn at the axis edge with its value when outside the others' range),
 right panel the fused forward's latency per segment (µs; a log axis when it spans a decade), where a kernel
 that stalls past some segment count shows as a step.
 """
@@ -59,7 +60,7 @@ def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
     fig.suptitle(f"{title}: cp {c0['cp_size']}, {style.human_tokens(c0['max_extend_len'])} extend tokens per request")
     left, right = axes[0, 0], axes[0, 1]
     backends = sorted(set(axis["backend"]))
-    marked, handles = False, []
+    host, handles, span = [], [], []
     for i, backend in enumerate(backends):
         color = style.PALETTE[i % len(style.PALETTE)]
         for timing, v in axis[axis["backend"] == backend].groupby("timing"):
@@ -67,15 +68,20 @@ def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
             s = v["speedup"].to_numpy(float)
             lo = np.nan_to_num(s - v["speedup_ci_low"].to_numpy(float), nan=0.0).clip(0)
             hi = np.nan_to_num(v["speedup_ci_high"].to_numpy(float) - s, nan=0.0).clip(0)
-            style_kw = dict(color=color, ls=TIMING_LINE.get(timing, ":"), marker="o", ms=3.5)
-            left.errorbar(x, s, yerr=[lo, hi], capsize=2, **style_kw)
+            # graph: filled markers, eager: open ones (and dashed), so the legend tells them apart at a glance
+            style_kw = dict(color=color, ls=TIMING_LINE.get(timing, ":"), marker="o", ms=4,
+                            mfc=color if timing == "graph" else "white")
+            # the eager ratio of a host-bound cell measures the launching CPU: a cross, off the line and
+            # out of the axis range (drawn at the edge with its value when it lies outside)
+            hb = flags(v["host_bound"]).to_numpy(bool) if "host_bound" in v else np.zeros(len(v), bool)
+            keep = ~hb
+            left.errorbar(x[keep], s[keep], yerr=[lo[keep], hi[keep]], capsize=2, **style_kw)
+            span += [*(s[keep] - lo[keep]), *(s[keep] + hi[keep])]
+            host += [(xi, yi, color) for xi, yi in zip(x[hb], s[hb])]
             # a proxy line: an errorbar's own legend entry does not show its line style (eager vs graph)
             handles.append(Line2D([], [], label=f"{backend} · {timing}", lw=1.5, **style_kw))
-            hb = flags(v["host_bound"]).to_numpy(bool) if "host_bound" in v else np.zeros(len(v), bool)
-            if hb.any():  # the eager ratio of a host-bound cell measures the launching CPU
-                left.plot(x[hb], s[hb], ls="none", marker="x", ms=9, mew=1.6, color="#222222")
-                marked = True
             right.plot(x, v["fused_us"].to_numpy(float) / x, label=f"{backend} · {timing}", **style_kw)
+    _host_bound_marks(left, host, span)
     left.axhline(1.0, color="#555555", lw=0.8)
     left.set_ylabel("two-call / fused (> 1: fused faster)")
     left.set_title("fusion speedup, 95 % interval")
@@ -84,9 +90,35 @@ def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
     style.log_y(right)
     for ax in (left, right):
         style.log2_xaxis(ax, axis["segments"], label="segments in the fused call (2·bs)")
+    marked = bool(host)
     if marked:
-        handles.append(Line2D([], [], ls="none", marker="x", ms=8, mew=1.6, color="#222222",
-                              label="host-bound (eager: the CPU's launch rate)"))
-    left.legend(handles=handles, fontsize=7, loc="best")
-    right.legend(handles=handles[:len(handles) - marked], fontsize=7, loc="best")
+        handles.append(Line2D([], [], ls="none", marker="x", ms=8, mew=1.6, color=HOST_COLOR,
+                              label="host-bound eager (CPU launch rate); at the edge: off scale"))
+    # one legend for both panels, under them: inside, it would cover points or off-scale values
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 3), fontsize=7.5,
+               handlelength=3.2, frameon=False)
     return style.save(fig, out_dir, name)
+
+
+HOST_COLOR = "#222222"
+
+
+def _host_bound_marks(ax, points: list[tuple[float, float, str]], span: list[float]) -> None:
+    """Cross the host-bound eager ``(segments, speedup, backend colour)`` points. The y range is the other points' (their
+    intervals, and 1); a cross outside it is drawn at the edge with its value, so a CPU-bound ratio does
+    not set the scale of the kernel's answer."""
+    vals = [v for v in span if math.isfinite(v)]
+    if not vals:
+        for x, y, color in points:
+            ax.plot([x], [y], ls="none", marker="x", ms=9, mew=1.6, color=color)
+        return
+    lo, hi = min(*vals, 1.0), max(*vals, 1.0)
+    pad = 0.08 * (hi - lo or 0.1)
+    lo, hi = lo - pad, hi + pad
+    ax.set_ylim(lo, hi)
+    for x, y, color in points:
+        shown = min(max(y, lo), hi)
+        ax.plot([x], [shown], ls="none", marker="x", ms=9, mew=1.6, color=color, clip_on=False)
+        if shown != y:
+            ax.annotate(f"{y:.2f}×", (x, shown), xytext=(8, 0), ha="left", va="center",
+                        textcoords="offset points", fontsize=7, color=color)
