@@ -96,12 +96,26 @@ def charts_regenerate(name: str, charts: int) -> Callable[[], None]:
     return check
 
 
+def every_link_resolves() -> None:
+    """Every relative link and image in README.md and docs/ (a committed report's charts too) names a file
+    that is committed."""
+    import re
+
+    missing = []
+    for md in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)", md.read_text(encoding="utf-8")):
+            if "://" not in target and not (md.parent / target).exists():
+                missing.append(f"{md.relative_to(ROOT)} -> {target}")
+    expect(not missing, f"{len(missing)} links to missing files: {', '.join(missing[:5])}")
+
+
 CHECKS: list[Callable[[], None]] = [
     h200_run_holds_the_headline_counts,
     h200_default_sweep_is_complete_and_timed,
     h200_fa2_two_call_splits_kv_at_small_batch,
     charts_regenerate("h200-fa3-cp2-cp8", len(CHARTS)),  # two batch sizes: no segments chart
     charts_regenerate("h200x2-fa3-torchrun", len(CHARTS) + len(DIST_CHARTS) + 1),  # bs 1, 4, 16: + segments
+    every_link_resolves,
 ]
 
 
