@@ -99,3 +99,14 @@ def test_cpu_summary_says_first_that_it_makes_no_speedup_claim(tmp_path):
     assert gpu.startswith("Per backend: does fusing the two zigzag calls pay") and "makes no speedup claim" not in gpu
     assert "Latency is one whole forward" in gpu
     assert "Speedup = two-call / fused" in gpu
+
+
+def test_cpu_summary_states_the_reference_check_it_passed(tmp_path):
+    """What the functional check checked, in numbers: rows matched, the largest error and the tolerance."""
+    rows = cpu_rows()  # 4 cells x 4 ranks x 2 modes, bf16, max_abs_err 1e-3
+    rows[0].update(max_abs_err=0.0078, diff_vs_two_call=0.0039)
+    rows[1].update(status="mismatch", reason="max |err| 0.05 > tolerance 0.02", max_abs_err=0.05)
+    rows[2].update(max_abs_err=None)  # not checked (--no-check): left out
+    text = write_report(write_run(tmp_path / "run", rows, manifest_over=CPU), charts=False).read_text()
+    assert ("- **Outputs vs the fp32 reference** (bf16): 30 of 31 rank × mode rows matched; max |out − reference| "
+            "0.05, fused vs two-call at most 0.0039 (tolerance 0.02).") in text

@@ -31,7 +31,7 @@ from cpbench.report.precision import precision_section
 from cpbench.report.resources import resources_section
 from cpbench.report.style import human_tokens
 from cpbench.report.tables import (cell_tables, cpu_summary_lines, kernel_lines, kernel_table, md_table,
-                                   merge_lines, summary_lines)
+                                   merge_lines, reference_check_lines, summary_lines)
 from cpbench.report.workloads import cp_share_lines, workload_sections
 
 ENV_KEYS = (("gpu_name", "GPU"), ("compute_capability", "compute capability"), ("driver", "driver"),
@@ -249,7 +249,8 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
               f"is a tie (without raw samples: within ±{TIE_BAND:.0%}).", ""]
     counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
     unit = "calls" if cpu else "kernels"
-    parts += (cpu_summary_lines(view) if cpu else summary_lines(view)) + kernel_lines(counts, unit) + merge_lines(d)
+    parts += ((cpu_summary_lines(view) + reference_check_lines(d)) if cpu else summary_lines(view))
+    parts += kernel_lines(counts, unit) + merge_lines(d)
     rule = run_rule(manifest)
     parts += [""] + (workload_sections(view, d, rule) if not cpu else cp_share_lines(view, rule) + [""])  # no speedups on CPU
     parts += ["## Environment", "", environment_table(manifest, cpu), "", "## Reproduce", ""]

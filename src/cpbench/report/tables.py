@@ -16,6 +16,7 @@ from cpbench.results.critical_path import flags
 from cpbench.results.verdicts import speedup_verdict
 from cpbench.report.data import ranks_text, uniform
 from cpbench.report.style import human_tokens
+from cpbench.spec.tolerance import REFERENCE_TOLERANCE
 
 
 HOST_MARK = "†"  # a host-bound eager cell: its latency measures the launching CPU (one mark in every table)
@@ -138,6 +139,28 @@ def cpu_summary_lines(view: pd.DataFrame) -> list[str]:
         s += f"; {plural(some, 'cell')} on some ranks only" if some else ""
         failed = len(v) - ran - some
         s += f"; {plural(failed, 'cell')} did not run (see Notes)." if failed else "."
+        out.append(s)
+    return out
+
+
+def reference_check_lines(rows: pd.DataFrame) -> list[str]:
+    """A bullet per dtype on the output check of ``rows`` (one per rank, mode and timing): how many were
+    checked, how many matched the fp32 reference, the largest ``max_abs_err`` and ``diff_vs_two_call`` and the
+    tolerance they were held to (spec/tolerance.py). Empty when no row was checked (``--no-check``)."""
+    out = []
+    if "max_abs_err" not in rows or "dtype" not in rows:
+        return out
+    err = pd.to_numeric(rows["max_abs_err"], errors="coerce")
+    diff = pd.to_numeric(rows.get("diff_vs_two_call", pd.Series(index=rows.index, dtype=float)), errors="coerce")
+    checked = rows[err.notna() & rows["status"].isin(["ok", "mismatch"])]
+    for dtype, v in checked.groupby("dtype", sort=True):
+        tol = REFERENCE_TOLERANCE.get(str(dtype))
+        good = int((v["status"] == "ok").sum())
+        s = (f"- **Outputs vs the fp32 reference** ({dtype}): {good} of {plural(len(v), 'rank × mode row')} "
+             f"matched; max |out − reference| {err[v.index].max():.3g}")
+        if diff[v.index].notna().any():
+            s += f", fused vs two-call at most {diff[v.index].max():.3g}"
+        s += f" (tolerance {tol:g})." if tol is not None else "."
         out.append(s)
     return out
 
