@@ -299,3 +299,15 @@ def test_cpu_speedup_chart_says_ratio_not_speedup_on_its_colour_bar(tmp_path):
     gpu_svg = (tmp_path / "gpu" / "speedup.svg").read_text()
     assert "a functional check, not a speedup" in cpu_svg and "fused faster" not in cpu_svg  # no colour bar
     assert "&gt;1: fused faster" in gpu_svg
+
+
+@pytest.mark.parametrize("title", ["gpt-oss-120b · fa3: " + "a very long chart title " * 12,
+                                   "one forward\ncp 2 · bs 16 · 16K, 36 layers: " + "per-layer phase times " * 8])
+def test_a_long_title_is_fitted_to_the_figure_width_line_by_line(title):
+    fig, _ = style.new_figure()
+    fig.suptitle(title)
+    style.fit_suptitle(fig)
+    t = fig._suptitle
+    extent = t.get_window_extent(fig.canvas.get_renderer())
+    assert extent.x0 >= 0 and extent.x1 <= fig.bbox.width  # nothing clipped at either edge
+    assert t.get_fontsize() >= 8.0 and t.get_text().split() == title.split()  # wrapped, no word lost

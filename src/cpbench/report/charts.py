@@ -50,7 +50,9 @@ DIST_CHARTS = (
      "ranks (ms per forward, sums over layers; medians of separately timed forwards), with each rank's forward "
      "latency (median, p10–p90) as a black whisker."),
     ("timeline", timeline_chart, "one forward, layer by layer (largest cell)",
-     "Average per-layer phase times (phase / layers) laid out in order per rank: a sketch, not a trace."),
+     "Average per-layer phase times (phase / layers) laid out in order per rank: a sketch, not a trace. The "
+     "phases are timed in separate forwards with a sync between steps, so they can add up to more than the "
+     "forward's measured latency (the black whisker), which runs them back to back."),
     ("gather_share", gather_share_chart, "all-gather share of the forward (eager, torchrun)",
      "gather_us / forward latency per rank (median over ranks, bars min..max over ranks) vs tokens."),
 )

@@ -99,7 +99,8 @@ def timeline_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
     fig, axes = style.new_figure(len(modes), 1, height_in=max(1.6, 0.45 * len(ranks) + 1.0), sharex=True)
     layers = int(np.nanmax(c["num_layers"])) if np.isfinite(c["num_layers"]).any() else 1
     layers = max(layers, 1)
-    fig.suptitle(f"{title}\n{_cell_title(c.iloc[0])}, {layers} layers: average per-layer phase times, not a trace")
+    fig.suptitle(f"{title}\n{_cell_title(c.iloc[0])}, {layers} layers: per-layer phase times, timed apart "
+                 "(the sum can exceed the forward)")
     for ax, mode in zip(axes[:, 0], modes):
         m = c[c["mode"] == mode].set_index("rank").reindex(ranks)
         if m["attn_us"].isna().all():

@@ -69,8 +69,11 @@ def fit_suptitle(fig: Figure, min_size: float = 8.0) -> None:
     width = t.get_window_extent(renderer).width
     if width > room:
         t.set_fontsize(max(min_size, t.get_fontsize() * room / width))
-    if t.get_window_extent(renderer).width > room:
-        t.set_text(textwrap.fill(t.get_text(), width=int(len(t.get_text()) * room / t.get_window_extent(renderer).width)))
+    lines = t.get_text().split("\n")  # a title of several lines: each wrapped on its own
+    chars = max(len(line) for line in lines)
+    while t.get_window_extent(renderer).width > room and chars > 12:
+        chars = int(chars * 0.9)
+        t.set_text("\n".join(textwrap.fill(line, width=chars) for line in lines))
 
 
 def save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
