@@ -231,6 +231,10 @@ def test_environment_table_sums_resumed_wall_times():
 
     assert "| sweep wall time (s) | 140.1 |" in environment_table({"sweep_wall_s": [140.1]})
     assert "| sweep wall time (s) | 60 + 30.5 = 90.5 (resumed) |" in environment_table({"sweep_wall_s": [60, 30.5]})
+    big = {"config": {"model": {"name": "gpt-oss-120b", "window_left_per_layer": [127, -1] * 18}}, "note": "x" * 500}
+    table = environment_table(big)
+    assert "| config | `config` in `manifest.json` |" in table  # named where it is whole, not cut mid-JSON
+    assert f"| note | {'x' * 399}… |" in table  # long text is still cut
     assert "| sweep wall time (s) | — |" in environment_table({})
 
 

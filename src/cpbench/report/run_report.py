@@ -83,7 +83,7 @@ def environment_table(manifest: dict, cpu: bool = False) -> str:
     known = {k for k, _ in ENV_KEYS} | {"command", "command_as_recorded", "gpu_topology", "nccl_env", "gemm_peak",
                                         "timing_methods"}
     known |= {"flashinfer_cubin", "sm_count"} if cpu else set()
-    rows += [[k, _short(v)] for k, v in sorted(manifest.items()) if k not in known]
+    rows += [[k, _short(v, k)] for k, v in sorted(manifest.items()) if k not in known]
     return md_table(["", "value"], rows)
 
 
@@ -101,11 +101,15 @@ def timing_methods(manifest: dict) -> list[tuple[str, list[int]]]:
     return list(out.items())
 
 
-def _short(v) -> str:
+def _short(v, key: str | None = None) -> str:
+    """A manifest value for the table: text up to 400 characters (cut with …), a structure as JSON up to 120;
+    a longer structure (``config``, ``planned``) is named where it is whole instead of cut mid-way."""
     if v is None or v == "":
         return "—"
     s, limit = (v, 400) if isinstance(v, str) else (json.dumps(v, default=str), 120)
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+    if len(s) <= limit:
+        return s
+    return f"`{key}` in `manifest.json`" if key and not isinstance(v, str) else s[: limit - 1] + "…"
 
 
 ALL_RAN = "- Every cell ran on every rank in both modes."
