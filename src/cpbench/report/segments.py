@@ -23,6 +23,7 @@ from cpbench.results.critical_path import flags
 
 MIN_BATCHES = 3
 TIMING_LINE = {"graph": "-", "eager": "--"}
+HOST_COLOR = "#222222"  # the legend's host-bound cross (on the chart each cross takes its backend's colour)
 
 
 def segment_axes(view: pd.DataFrame) -> pd.DataFrame:
@@ -100,13 +101,10 @@ def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
     return style.save(fig, out_dir, name)
 
 
-HOST_COLOR = "#222222"
-
-
 def _host_bound_marks(ax, points: list[tuple[float, float, str]], span: list[float]) -> None:
-    """Cross the host-bound eager ``(segments, speedup, backend colour)`` points. The y range is the other points' (their
-    intervals, and 1); a cross outside it is drawn at the edge with its value, so a CPU-bound ratio does
-    not set the scale of the kernel's answer."""
+    """Cross the host-bound eager ``(segments, speedup, backend colour)`` points. The y range is the other
+    points' (their intervals, and 1); a cross outside it is drawn at the edge with its value, so a CPU-bound
+    ratio does not set the scale of the kernel's answer."""
     vals = [v for v in span if math.isfinite(v)]
     if not vals:
         for x, y, color in points:
