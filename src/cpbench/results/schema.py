@@ -46,6 +46,7 @@ class Column:
 # mem_reason of every row measured on a CPU: it names a CPU run whose manifest was lost (RunDir.load)
 CPU_MEM_REASON = "not measured on CPU: the CPU allocator keeps no statistics"
 
+
 def _c(name, type_, unit, doc, role="value", option=None) -> Column:
     return Column(name, type_, unit, doc, role, option)
 

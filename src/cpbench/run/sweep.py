@@ -239,8 +239,9 @@ def check_resume_host(run: RunDir, cpu_threads: int | None, cpu_affinity: dict |
 def precheck_resume(cfg: SweepConfig, out, world_size: int, cpu_affinity: str | None = None) -> None:
     """Before a torchrun launch starts its ranks: the checks a ``--resume`` into ``out`` would fail on a
     rank (other options, world size or intra-op thread count than the run was measured with), so they
-    end in one line without starting any process; also a manifest that is not a file. Reads the directory without taking its lock (rank 0 takes it and checks again). A directory
-    without a manifest is left to the ranks.
+    end in one line without starting any process; also a manifest that is not a file. Reads the directory
+    without taking its lock (rank 0 takes it and checks again). A directory without a manifest is left to
+    the ranks.
 
     Raises:
         CpbenchInputError: as :func:`check_resume_config` and :func:`check_resume_host`.
