@@ -101,6 +101,7 @@ def test_trace_csv_and_jsonl(tmp_path):
     ("input_len,cached_len\n10,10\n", "line 2: cached_len 10 must be < "),
     ("extend_len\n12.5\n", "line 2: extend_len must be an integer"), ("", "holds no requests"),
     ('{"extend_len": 3}\n[1]\n', "line 2 is not a JSON object"), ("extend_len\n0\n", "lengths must be in"),
+    ('{"extend_len": 3}\n{"extend_len": 3\n', "line 2 is not valid JSON"),
     ('{"extend_len": 3}\n{"extend_len": 1e400}\n', "line 2: extend_len must be an integer number of tokens, got inf"),
     ("# lengths\n[2048, 0]\n[512, 64]\n", "line 2 is a JSON array: write one JSON object per line with named lengths"),
     ('{"extend_len": ' + "9" * 5000 + "}\n", "line 1 is not JSON cpbench can read: ValueError"),

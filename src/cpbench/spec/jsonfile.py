@@ -33,11 +33,13 @@ def read_user_text(path: str | Path, what: str) -> str:
 
 def loads(text: str, what: str):
     """``json.loads(text)``; raises CpbenchInputError (one line, ``what`` names the source) when it is not
-    JSON, nests too deep for the parser or holds an integer too long to convert."""
+    JSON (naming the line of a text of several), nests too deep for the parser or holds an integer too long
+    to convert."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise CpbenchInputError(f"{what} is not valid JSON (line {e.lineno})") from None
+        at = f" (line {e.lineno})" if "\n" in text.strip() else ""
+        raise CpbenchInputError(f"{what} is not valid JSON{at}") from None
     except (RecursionError, ValueError) as e:  # nesting too deep; an integer of thousands of digits
         raise CpbenchInputError(f"{what} is not JSON cpbench can read: {type(e).__name__}") from None
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import random
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from cpbench.errors import CpbenchInputError
-from cpbench.spec.jsonfile import read_user_text
+from cpbench.spec.jsonfile import loads, read_user_text
 
 MAX_TOKENS = 1 << 24  # the bound of every length option (cli/options.MAX_TOKENS)
 MAX_REQUESTS = 1 << 20
@@ -139,13 +138,7 @@ def read_trace(path: str | Path) -> tuple[list[int], list[int] | None]:
     if lines[0][1].lstrip().startswith("{"):
         records = []
         for n, ln in lines:
-            try:
-                obj = json.loads(ln)
-            except json.JSONDecodeError:
-                obj = None
-            except (RecursionError, ValueError) as e:  # nesting too deep; an integer of thousands of digits
-                raise CpbenchInputError(f"--trace {str(p)!r} line {n} is not JSON cpbench can read: "
-                                        f"{type(e).__name__}") from None
+            obj = loads(ln, f"--trace {str(p)!r} line {n}")
             if not isinstance(obj, dict):
                 raise CpbenchInputError(f"--trace {str(p)!r} line {n} is not a JSON object")
             records.append((n, obj))
