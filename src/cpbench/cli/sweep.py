@@ -65,7 +65,19 @@ def sweep(
                           f"{', '.join(BACKEND_CHOICES)} (auto: the TRT-LLM kernel SGLang PR #33137 fuses where one "
                           "runs, fa2/fa3 on other GPUs, torch on CPU).")] = "auto",
     timing: Annotated[Optional[str], typer.Option(
-        "--timing", help="eager, graph or both (default: both on CUDA, eager on CPU).")] = None,
+        "--timing", help="eager, graph, breakable, or a list (default: eager,graph on CUDA, eager on CPU). "
+                         "breakable: the prefill forward as SGLang runs it under breakable CUDA graphs (each "
+                         "layer's other work replayed from graph segments, attention eager between them).")] = None,
+    ep: Annotated[Optional[int], typer.Option(
+        "--ep", help="Expert parallelism of the MoE for --timing breakable: experts split over this many GPUs "
+                     "(default cp_size x tp).")] = None,
+    layer_rest_us: Annotated[Optional[float], typer.Option(
+        "--layer-rest-us", help="--timing breakable: N µs of GPU work per layer instead of the model's own "
+                                "(a figure read off your engine's trace).")] = None,
+    graph_buckets: Annotated[Optional[str], typer.Option(
+        "--graph-buckets", help="--timing breakable: token buckets the segments are captured at, as SGLang's "
+                                "--cuda-graph-bs-prefill (per rank; eager above 2x the tokens), e.g. "
+                                "4096,65536,139264. Default: the exact token count.")] = None,
     max_prefill_tokens: Annotated[int, typer.Option(
         "--max-prefill-tokens", help="Skip (status skipped) a batch of more than this many extend tokens, as "
                                      "SGLang's scheduler never builds one; a single request always runs. "
@@ -117,8 +129,22 @@ def sweep(
                            seq_given=seq is not None)
     longest = max(e + p for ext, pre in mix for e, p in zip(ext, pre)) if mix else cells.longest
     check_out(out, "runs/<timestamp>")
-    timings = choice_list(timing if timing is not None else ("eager,graph" if dev.type == "cuda" else "eager"),
-                          ("eager", "graph"), "--timing")
+    timing_text = "eager,graph" if timing is not None and timing.strip() == "both" else timing
+    timings = choice_list(timing_text if timing is not None else ("eager,graph" if dev.type == "cuda" else "eager"),
+                          ("eager", "graph", "breakable"), "--timing", both=False)
+    from cpbench.spec.layer_rest import check_ep, check_layer_rest_us, missing_rest_fields, parse_buckets
+
+    check_layer_rest_us(layer_rest_us)
+    if ep is not None and layer_rest_us is not None:
+        raise CpbenchInputError("--ep sizes the model's MoE, which --layer-rest-us replaces: give one of them")
+    check_ep(spec, ep, cells.cp_sizes, tp)
+    buckets = parse_buckets(graph_buckets)
+    if "breakable" in timings and layer_rest_us is None and missing_rest_fields(spec):
+        raise CpbenchInputError(f"--timing breakable: {missing_rest_fields(spec)}, so the rest of its layers "
+                                "cannot be built: give a config.json with the MLP sizes, or --layer-rest-us N")
+    if "breakable" not in timings and (ep is not None or layer_rest_us is not None or buckets):
+        raise CpbenchInputError("--ep, --layer-rest-us and --graph-buckets size the breakable forward: add "
+                                "--timing breakable (e.g. --timing eager,graph,breakable)")
     if "graph" in timings and dev.type != "cuda":
         asked = "both" if timing.strip() == "both" else "graph"
         raise CpbenchInputError(f"--timing {asked} needs a CUDA device (graph timing replays a CUDA graph): "
@@ -157,7 +183,8 @@ def sweep(
                       budget_ms=budget_ms, rel_ci=rel_ci or None, warmup=warmup, dtype=dtype.value, seed=seed,
                       check=check, context_len=context_len, profile=profile, nvtx=nvtx, gather=dist.gather_mode,
                       fused_order=check_fused_order(fused_order), tp_size=tp, max_prefill_tokens=max_prefill_tokens,
-                      cp_min_extend=rule.min_extend, cp_min_tokens=rule.min_tokens, swa_pool=swa_pool)
+                      cp_min_extend=rule.min_extend, cp_min_tokens=rule.min_tokens, swa_pool=swa_pool,
+                      ep=ep, layer_rest_us=layer_rest_us, graph_buckets=buckets)
     output = SweepOutput(out, resume, report, allow_mismatch)
     if not dist.distributed:
         raise typer.Exit(run_sweep(cfg, output, cpu_affinity=cpu_affinity))

@@ -65,6 +65,11 @@ def max_abs_error(work: RankWork, prepared: Prepared, rows_per_end: int = 64, ca
 
 def max_abs_diff(a: Prepared, b: Prepared) -> float:
     """Max |a - b| over the layer-kind outputs of two prepared forwards (e.g. fused vs two-call)."""
-    oa, ob = a.local_outputs(), b.local_outputs()
+    return max_diff_outputs(a.local_outputs(), b.local_outputs())
+
+
+def max_diff_outputs(oa: dict, ob: dict) -> float:
+    """Max |oa[w] - ob[w]| over the layer kinds ``w`` of two ``window_left -> [tokens, Hq, D]`` output sets
+    (NaN when any difference is NaN)."""
     diffs = [(oa[w].float() - ob[w].float()).abs().max().item() for w in oa]
     return float("nan") if any(d != d for d in diffs) else max(diffs)

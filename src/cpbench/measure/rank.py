@@ -24,6 +24,7 @@ import torch
 
 from cpbench.kernels import check as checks
 from cpbench.kernels.backends.base import Backend, Prepared
+from cpbench.measure.breakable import CellRest, breakable_layers, layer_kind_us, run_layers
 from cpbench.measure.env import sm_clock_mhz
 from cpbench.spec.flops import forward_flops
 from cpbench.measure.kernel_counts import COUNT_COLUMNS, count_kernels
@@ -69,6 +70,7 @@ class RankJob:
     nvtx: bool = False
     trace_dir: Path | None = None
     per_call_cache: dict = field(default_factory=dict)
+    rest: CellRest | None = None  # the cell's rest-of-layer work, for timing breakable (measure/breakable.py)
     times: PhaseTimes = field(default_factory=PhaseTimes)  # harness wall time by phase (measure/walltime.py)
 
 
@@ -139,8 +141,11 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
     flops = forward_flops(work.model, work.geometry)
     for timing in dict.fromkeys(t for _, t in job.todo):
         runnable = [m for m in modes if status[m] == OK and (m, timing) in job.todo]
+        layer_fns: dict = {}  # breakable: mode -> per-layer callables (for the per-layer-kind pass)
+        before_breakable = ({m: {w: o.clone() for w, o in prepared[m].local_outputs().items()} for m in runnable}
+                            if timing == "breakable" else {})  # the attention outputs of an earlier forward
         with times("capture"):
-            fns, graph_status = _timed_fns(job, work, prepared, runnable, timing, group)
+            fns, graph_status = _timed_fns(job, work, prepared, runnable, timing, group, layer_fns)
         clk0 = sm_clock_mhz(job.device)
         samples, stop = {}, {}
         if fns:
@@ -160,6 +165,14 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                 {m: phase_times_us(prepared[m], job.clock, barrier=group.barrier) for m in samples}))
             if group.agree_status(st) != OK:  # phase times are extra columns: the rows stand without them
                 phases = {}
+        if samples and timing == "breakable":
+            wl = work.model.window_left_per_layer
+            st = _attempt(lambda: phases.update(
+                {m: {**layer_kind_us(layer_fns[m], job.clock, wl, barrier=group.barrier), **job.rest.columns,
+                     "diff_vs_eager": checks.max_diff_outputs(prepared[m].local_outputs(), before_breakable[m])}
+                 for m in samples}))
+            if group.agree_status(st) != OK:  # the kind split is extra; the rest's columns are not
+                phases = {m: dict(job.rest.columns) for m in samples}
         times.add("extra", time.perf_counter() - t_extra)
         release_graphs()  # reset captured graphs before any later collective or teardown
         for m, t in job.todo:
@@ -235,13 +248,27 @@ def _first_forward(job: RankJob, work: RankWork, prep: Prepared, setup_mem: dict
 
 
 def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], timing: str,
-               group: RankGroup) -> tuple[dict, dict]:
+               group: RankGroup, layer_fns: dict | None = None) -> tuple[dict, dict]:
     """Zero-argument callables to time per mode, and the status of modes that could not be set up
     (CUDA graph capture fails). Capture is agreed: a mode whose capture fails on any rank is dropped
-    on every rank."""
+    on every rank. ``breakable``: each mode's per-layer callables also go to ``layer_fns``."""
     fns, status = {}, {}
     for m in modes:
         prep = prepared[m]
+        if timing == "breakable":
+            holder: dict = {}
+            st = _attempt(lambda: holder.update(layers=breakable_layers(prep, job.rest)))
+            if st[0] == "error":
+                st = ("error", f"breakable segment capture failed: {st[1]}")
+            st = group.agree_status(st)
+            if st == OK:
+                layers = holder["layers"]
+                fns[m] = lambda layers=layers: run_layers(layers)
+                if layer_fns is not None:
+                    layer_fns[m] = layers
+            else:
+                status[m] = st
+            continue
         if timing == "eager":
             fns[m] = prep.forward
             if job.nvtx:  # NVTX ranges around the timed forwards (~0.4 µs per range on the H200)
@@ -286,17 +313,22 @@ def _measured_row(job: RankJob, work: RankWork, mode, timing, xs, prep: Prepared
                 "tokens_logical": g.tokens_logical, "tokens_padded": g.tokens_padded, "max_kv_len": g.max_kv_len,
                 "calls_per_layer": prep.calls_per_layer, "steps_per_layer": prep.steps_per_layer,
                 "sm_clock_mhz_before": clk0, "sm_clock_mhz_after": clk1, **info, **phases}
-    if timing == "graph":  # kernels and layer times come from the profiled eager forward (no ranges in a graph)
+    if timing != "eager":  # kernels and layer times come from the profiled eager forward (no ranges in a graph)
         for k in COUNT_COLUMNS:
             measured[k] = math.nan
         for k in KIND_COLUMNS.values():
-            measured.pop(k, None)
+            if k not in phases:  # breakable: its own per-layer-kind pass
+                measured.pop(k, None)
+    if timing == "breakable":  # the forward's FLOPs: attention and the rest of every layer
+        measured["flops"] = flops + measured.get("rest_flops", 0.0)
+    else:
+        measured.pop("host_samples_us", None)
     tol = checks.TOLERANCE[DTYPES[job.dtype]]
     err = measured.get("max_abs_err", math.nan)
-    diff = measured.get("diff_vs_two_call", 0.0)
+    diff = max(measured.get("diff_vs_two_call", 0.0), measured.get("diff_vs_eager", 0.0))
     status, reason = "ok", ""
     if job.check and not (err <= tol and diff <= tol):  # NaN fails both comparisons
-        status, reason = "mismatch", (f"max |err| {err:.3g} (fused vs two-call {diff:.3g}) "
+        status, reason = "mismatch", (f"max |err| {err:.3g} (fused vs two-call, or breakable vs eager: {diff:.3g}) "
                                       f"> tolerance {tol:g} against the fp32 torch reference")
     return make_row({**job.base, "fused_order": work.fused_order}, rank=g.rank, mode=mode, timing=timing,
                     status=status, reason=reason, measured=measured)

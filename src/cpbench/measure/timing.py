@@ -101,6 +101,31 @@ def capture_graph(fn: Fn, warmup: int = 1) -> Fn:
     return graph.replay
 
 
+def capture_segments(fns: list[Fn]) -> list[Fn]:
+    """Capture each of ``fns`` into a CUDA graph of its own, all in one memory pool, and return their replays
+    in the same order (the segments of a breakable forward). Each fn runs once on a side stream first (cuBLAS
+    workspaces, as torch requires). Sharing the pool is safe because the segments replay one after another
+    on one stream and keep nothing alive across each other: what outlives a segment is a static buffer
+    allocated before capture. Call :func:`release_graphs` when done with the replays."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for fn in fns:
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    pool = torch.cuda.graph_pool_handle()
+    replays = []
+    for fn in fns:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            fn()
+        _GRAPHS.append(graph)
+        replays.append(graph.replay)
+    torch.cuda.synchronize()
+    return replays
+
+
 def repeats_for_budget(estimate_us: float, budget_ms: float, min_reps: int = 5, max_reps: int = 2000) -> int:
     """Samples that fit ``budget_ms`` per variant at ``estimate_us`` each, clamped to [min, max]."""
     if estimate_us <= 0:
@@ -124,10 +149,10 @@ def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms
     Stopping by noise (nvbench's criterion): with ``rel_ci``, sampling stops at the end of an ABBA cycle
     once every variant holds at least ``max(min_reps, MIN_STOP_SAMPLES)`` samples and the 95 % CI of its
     median is within ``rel_ci`` of the median (on every rank: agreed); ``budget_ms`` stays the cap.
-    ``info`` (optional) receives ``name -> {stop_reason, ci_rel_width, host_launch_us, sm_clock_mhz_min,
-    sm_clock_mhz_max}``: the stop reason (``precision``, ``time budget`` or ``max samples``), the achieved
-    CI width, the median host time to enqueue one call inside the timed samples (µs; NaN on CPU, where
-    enqueueing is executing), and the range of the SM clock read after each sample (MHz, NaN unknown).
+    ``info`` (optional) receives ``name -> {stop_reason, ci_rel_width, host_launch_us, host_samples_us,
+    sm_clock_mhz_min, sm_clock_mhz_max}``: the stop reason (``precision``, ``time budget`` or ``max samples``),
+    the achieved CI width, the median host time to enqueue one call inside the timed samples and each such
+    time (µs; NaN and [] on CPU, where enqueueing is executing), and the range of the SM clock read after each sample (MHz, NaN unknown).
     ``times`` (optional, measure/walltime.PhaseTimes) receives the wall time of the warm-up and the samples.
     """
     with _gc_paused():
@@ -187,6 +212,7 @@ def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, 
     if info is not None:
         info.update({n: {"stop_reason": reason, "ci_rel_width": ci_rel_width(samples[n]),
                          "host_launch_us": statistics.median(enqueue[n]) if clock.cuda else math.nan,
+                         "host_samples_us": [round(x, 3) for x in enqueue[n]] if clock.cuda else [],
                          **clock_range(clocks[n])}
                      for n in names})
     return samples

@@ -14,6 +14,7 @@ import math
 
 import pandas as pd
 
+from cpbench.report.forward import forward_text
 from cpbench.results.critical_path import flag
 from cpbench.report.style import human_tokens
 from cpbench.report.tables import HOST_MARK, md_table, ms, times, times_ci, verdict
@@ -39,6 +40,15 @@ def _fuse_text(c: pd.Series) -> str:
     return text
 
 
+def _forward_of(forward: pd.DataFrame, c0: dict, backend: str) -> str:
+    """The breakable answer of the cell ``c0`` (any timing) on ``backend``, or "not run"."""
+    sel = forward[forward["backend"] == backend]
+    for k in KEYS:
+        if k != "timing" and k in sel:
+            sel = sel[sel[k] == c0[k]]
+    return forward_text(sel.iloc[0]) if len(sel) else "not run"
+
+
 def _best_text(c: pd.Series) -> str:
     us, mode, p10, p90 = best_of(c)
     if not math.isfinite(us):
@@ -54,8 +64,10 @@ def backend_answer(view: pd.DataFrame) -> list[str]:
     if view.empty:
         return []
     backends = sorted(set(view["backend"]))
+    forward = view[view["timing"] == "breakable"] if "timing" in view else view.iloc[0:0]
+    attention = view[view["timing"] != "breakable"] if len(forward) < len(view) else view
     rows, marked = [], False
-    for key, g in view.groupby(KEYS, sort=True, dropna=False):
+    for key, g in attention.groupby(KEYS, sort=True, dropna=False):
         c0 = dict(zip(KEYS, key))
         row = [c0["cp_size"], c0["bs"], human_tokens(c0["max_extend_len"]) + (f" + {human_tokens(c0['prefix_len'])} prefix"
                                                                       if c0["prefix_len"] > 0 else ""), c0["timing"]]
@@ -69,6 +81,8 @@ def backend_answer(view: pd.DataFrame) -> list[str]:
             fuse = _fuse_text(c)
             marked |= HOST_MARK in fuse
             row += [fuse, _best_text(c)]
+            if len(forward):
+                row.append(_forward_of(forward, c0, b))
             us = best_of(c)[0]
             if math.isfinite(us):
                 best[b] = us
@@ -81,11 +95,17 @@ def backend_answer(view: pd.DataFrame) -> list[str]:
     heads = ["cp>", "bs>", "tokens", "timing"]
     for b in backends:
         heads += [f"{b}: fuse? (two-call / fused)", f"{b}: best ms [p10–p90]"]
+        heads += [f"{b}: prefill forward (breakable)"] if len(forward) else []
     heads += ["fastest backend"] if len(backends) > 1 else []
     intro = ("Per backend: does fusing the two zigzag calls pay (two-call / fused on the critical path with its 95 % "
              "interval; a tie when it contains 1), and the lowest latency each backend reaches (the faster of its "
              "two modes, ms per forward, slowest rank's p10–p90)"
              + (", then the backend with the lowest one." if len(backends) > 1 else "."))
+    if len(forward):
+        intro += (" The prefill forward column answers the same question for the whole forward as SGLang runs it "
+                  "(breakable CUDA graphs: the rest of every layer replayed, attention eager): the share of the "
+                  "two-call forward the fusion saves (+) or costs (−), its 95 % interval, the ms on the critical "
+                  "path, and whether the host was hidden behind the GPU (see Prefill forward below).")
     out = [intro, "", md_table(heads, rows), ""]
     if marked:
         out += [f"{HOST_MARK} host-bound eager cell: its latency exceeds 1.2× the GPU busy time, so the eager ratio "

@@ -12,6 +12,7 @@ from cpbench.report.costs import kernels_chart, memory_chart
 from cpbench.report import style
 from cpbench.report.data import groups, on_cpu, one_view, prepare
 from cpbench.report.dist_data import has_phases
+from cpbench.report.forward import forward_chart
 from cpbench.report.gather import gather_share_chart
 from cpbench.report.latency import latency_chart, speedup_heatmap
 from cpbench.report.memory import setup_memory_chart
@@ -104,10 +105,20 @@ CPU_CHARTS = {
 CPU_SKIP = ("throughput", "setup_memory", "balance")
 
 
+FORWARD_CHARTS = (
+    ("forward", forward_chart, "fusion's effect on the prefill forward (breakable CUDA graphs)",
+     "% of the two-call prefill forward the fusion saves (> 0) or costs (< 0) on the layer-synchronised critical "
+     "path, 95 % interval, a line per bs; a ring marks a cell whose host issued the forward slower than the GPU ran it."),
+)
+
+
 def charts_for(rows: pd.DataFrame, cpu: bool = False) -> tuple:
-    """The chart table of one prepared (model, backend) group: ``CHARTS`` plus ``DIST_CHARTS`` when its
-    torchrun rows carry phase times; with ``cpu``, the CPU wording and functions of ``CPU_CHARTS``."""
+    """The chart table of one prepared (model, backend) group: ``FORWARD_CHARTS`` when it holds breakable rows
+    (GPU only), ``CHARTS``, plus ``DIST_CHARTS`` when its torchrun rows carry phase times; with ``cpu``, the CPU
+    wording and functions of ``CPU_CHARTS``."""
     table = CHARTS + DIST_CHARTS if len(rows) and has_phases(rows) else CHARTS
+    if not cpu and len(rows) and "timing" in rows and (rows["timing"] == "breakable").any():
+        table = FORWARD_CHARTS + table
     if cpu:  # throughput, measured memory and balance say nothing on a CPU (CPU_SKIP)
         table = tuple((name, *CPU_CHARTS[name]) if name in CPU_CHARTS else (name, fn, title, caption)
                       for name, fn, title, caption in table if name not in CPU_SKIP)

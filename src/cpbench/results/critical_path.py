@@ -12,18 +12,25 @@ import numpy as np
 import pandas as pd
 
 from cpbench.results.schema import CELL_COLUMNS
+from cpbench.results.uncertainty import layer_synced
 
 
 def critical_path(df: pd.DataFrame) -> pd.DataFrame:
     """Per cell (the schema's CELL_COLUMNS): the critical path per mode (torchrun: the median of the
-    per-sample maximum over ranks, ``critical_us_median``; simulated: the slowest rank's median), ``speedup = two_call_us / fused_us`` on it, and rank imbalance max/min.
+    per-sample maximum over ranks, ``critical_us_median``; simulated: the slowest rank's median, or where the
+    rows carry per-layer-kind times (eager and breakable timing of a model with window and full layers) the
+    layer-synchronised path: ranks wait for each other at every layer's K|V all-gather, so the forward takes
+    ``sum over layer kinds of max over ranks`` (:func:`cpbench.results.uncertainty.layer_synced`)),
+    ``speedup = two_call_us / fused_us`` on it, and rank imbalance max/min. ``two_call_max_us, fused_max_us,
+    speedup_max`` keep the whole-forward maximum over ranks; ``critical_rule`` names the rule the headline used.
 
     A cell whose rows are not all ``ok`` gets ``status`` = the first non-ok status and NaN latencies.
     Columns: ``two_call_us, fused_us, speedup, speedup_ci_low, speedup_ci_high`` (95 % bootstrap
     interval, :mod:`cpbench.results.uncertainty`; NaN without raw samples), ``slowest_rank_two_call,
     slowest_rank_fused, imbalance_two_call, imbalance_fused, status, reason``, and from the profiled
     eager forwards ``gpu_busy_two_call_us, gpu_busy_fused_us`` (slowest rank's GPU busy time),
-    ``gpu_speedup`` (their ratio) and ``host_bound`` (any row of the cell is).
+    ``gpu_speedup`` (their ratio), ``host_bound`` (any row of the cell is) and ``host_hidden`` (every row of a
+    breakable cell issued its forward faster than the GPU ran it).
 
     A cell missing a (rank, mode) row (:func:`missing_rows`: a sweep killed between a cell's rows, a torn
     last line) is incomplete: ``status`` ``incomplete``, NaN latencies and speedup (never a critical path
@@ -73,7 +80,16 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
                 rec[f"imbalance_{tag}"] = math.nan
         rec["speedup"] = (rec["two_call_us"] / rec["fused_us"]
                           if rec["all_ranks"] and rec["fused_us"] and math.isfinite(rec["fused_us"]) else math.nan)
-        rec["speedup_ci_low"], rec["speedup_ci_high"] = _speedup_ci(g) if math.isfinite(rec["speedup"]) else (
+        shares = kind_shares(g) if rec["all_ranks"] and not len(bad) else None
+        rec["two_call_max_us"], rec["fused_max_us"], rec["speedup_max"] = (
+            rec["two_call_us"], rec["fused_us"], rec["speedup"])
+        rec["critical_rule"] = "max over ranks of the forward"
+        if shares is not None:  # ranks wait for each other every layer: sum over layer kinds of the slowest rank
+            for tag, mode in (("two_call", "two-call"), ("fused", "fused")):
+                rec[f"{tag}_us"] = float(layer_synced(shares[mode][1], shares[mode][0]))
+            rec["speedup"] = rec["two_call_us"] / rec["fused_us"]
+            rec["critical_rule"] = "sum over layer kinds of the slowest rank"
+        rec["speedup_ci_low"], rec["speedup_ci_high"] = _speedup_ci(g, shares) if math.isfinite(rec["speedup"]) else (
             math.nan, math.nan)
         rec.update(_gpu_time(g))
         out.append(rec)
@@ -121,8 +137,9 @@ def span_text(ints) -> str:
     return ", ".join(str(a) if a == b else (f"{a}, {b}" if b == a + 1 else f"{a}–{b}") for a, b in out)
 
 
-def _speedup_ci(g: pd.DataFrame) -> tuple[float, float]:
-    """The speedup interval of one cell's ok rows (each rank's raw samples, by mode)."""
+def _speedup_ci(g: pd.DataFrame, shares: dict | None = None) -> tuple[float, float]:
+    """The speedup interval of one cell's ok rows (each rank's raw samples, by mode); with ``shares``
+    (:func:`kind_shares`) on the layer-synchronised critical path."""
     from cpbench.results.uncertainty import speedup_ci
 
     if "samples_us" not in g:
@@ -131,13 +148,36 @@ def _speedup_ci(g: pd.DataFrame) -> tuple[float, float]:
     per_mode = [[s for s in ok.loc[ok["mode"] == m, "samples_us"] if s is not None and hasattr(s, "__len__")]
                 for m in ("two-call", "fused")]
     torchrun = "launch" in ok and (ok["launch"] == "torchrun").all()
-    return speedup_ci(*per_mode, per_sample_max=bool(torchrun))
+    if shares is not None and any(len(p) != len(shares[m][0]) for p, m in zip(per_mode, ("two-call", "fused"))):
+        return math.nan, math.nan
+    return speedup_ci(*per_mode, per_sample_max=bool(torchrun),
+                      shares=(shares["two-call"][0], shares["fused"][0]) if shares is not None else None)
+
+
+def kind_shares(g: pd.DataFrame) -> dict | None:
+    """Per mode, ``(shares [ranks, 2], medians [ranks])``: each rank's fraction of its forward in the window
+    layers and in the full layers (``window_layers_us``, ``full_layers_us``) and its median forward (µs), ranks
+    in order; None when the cell's rows cannot give them (a torchrun launch, whose ranks synchronise and are
+    measured together; a model with one layer kind; a row without the columns, e.g. graph timing)."""
+    if "window_layers_us" not in g or "full_layers_us" not in g or (
+            "launch" in g and (g["launch"] == "torchrun").any()):
+        return None
+    out = {}
+    for mode in ("two-call", "fused"):
+        m = g[(g["mode"] == mode) & (g["status"] == "ok")].sort_values("rank")
+        kinds = m[["window_layers_us", "full_layers_us"]].apply(pd.to_numeric, errors="coerce").to_numpy(float)
+        med = pd.to_numeric(m["latency_us_median"], errors="coerce").to_numpy(float)
+        if not len(m) or not np.isfinite(kinds).all() or (kinds <= 0).any() or not (med > 0).all():
+            return None
+        out[mode] = (kinds / kinds.sum(axis=1, keepdims=True), med)
+    return out
 
 
 def _gpu_time(g: pd.DataFrame) -> dict:
     """GPU busy time per mode on the busiest rank, its ratio, and whether the cell is host-bound."""
     out = {"gpu_busy_two_call_us": math.nan, "gpu_busy_fused_us": math.nan, "gpu_speedup": math.nan,
-           "host_bound": bool(flags(g["host_bound"]).any()) if "host_bound" in g else False}
+           "host_bound": bool(flags(g["host_bound"]).any()) if "host_bound" in g else False,
+           "host_hidden": bool(flags(g["host_hidden"]).all()) if "host_hidden" in g and len(g) else False}
     if "gpu_busy_us" not in g:
         return out
     for mode, tag in (("two-call", "two_call"), ("fused", "fused")):

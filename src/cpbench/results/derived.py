@@ -50,6 +50,8 @@ def derive(df: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
       ``cat(t, t)`` of every table, SGLang PR #33137).
     * ``clock_drop``: ``sm_clock_mhz_after < 0.9 * sm_clock_mhz_before``.
     * ``host_bound``: an eager row with ``latency_us_median > 1.2 * gpu_busy_us``.
+    * ``host_hidden``: a breakable row whose median host issue time ``host_launch_us`` is below its median
+      forward ``latency_us_median`` (the host ran ahead; otherwise the forward waited for the host).
 
     Per cell of a torchrun launch (the ``ok``/``mismatch`` rows of one cell, mode and timing, over ranks):
 
@@ -84,6 +86,9 @@ def derive(df: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
     busy = _num(out, "gpu_busy_us")
     eager = out.get("timing", pd.Series("", index=out.index)).eq("eager")
     out["host_bound"] = (eager & (busy > 0) & (med > HOST_BOUND_RATIO * busy)).astype(bool)
+    host = _num(out, "host_launch_us")
+    breakable = out.get("timing", pd.Series("", index=out.index)).eq("breakable")
+    out["host_hidden"] = (breakable & has_med & (host < med)).astype(bool)
     return _derive_torchrun_cells(out)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 SCHEMA_VERSION = 2
 MODES = ("two-call", "fused")
-TIMINGS = ("eager", "graph")
+TIMINGS = ("eager", "graph", "breakable")
 LAUNCHES = ("simulated", "torchrun")
 STATUSES = ("ok", "ineligible", "skipped", "unsupported", "oom", "mismatch", "error")
 # kinds of device memory a mode's setup holds (setup_mem_<kind> columns, measure/memory.py), in chart order:
@@ -66,7 +66,8 @@ _COLUMNS = [
     _c("fused_order", "str", "prev-next | next-prev | interleaved", "segment order of the fused call's batch "
        "(prev-next: SGLang PR #33137; two-call rows carry their run's value)", "run", "fused_order"),
     # -- cell -----------------------------------------------------------------------------------
-    _c("timing", "str", " | ".join(TIMINGS), "eager launches or CUDA-graph replay", "cell"),
+    _c("timing", "str", " | ".join(TIMINGS), "eager launches, CUDA-graph replay of the attention forward, or the "
+       "breakable prefill forward (each layer's other work replayed from graph segments, attention eager)", "cell"),
     _c("cp_size", "int", "ranks", "CP group size", "cell"),
     _c("bs", "int", "requests", "requests in the batch", "cell"),
     _c("max_extend_len", "int", "tokens", "longest extend length in the batch (the --extend-len value; alias --seq); "
@@ -139,6 +140,8 @@ _COLUMNS = [
     _c("steps_per_layer", "int", "", "steps per layer (attention + communication + KV write)"),
     _c("max_abs_err", "float", "", "max |out - fp32 torch reference| (NaN: not checked)"),
     _c("diff_vs_two_call", "float", "", "max |fused - two-call| output (fused rows)"),
+    _c("diff_vs_eager", "float", "", "max |attention outputs of the breakable forward - an earlier forward's| "
+       "(breakable rows; 0 expected: the same kernels on the same inputs)"),
     _c("sm_clock_mhz_before", "float", "MHz", "SM clock before timing (NaN: unknown)"),
     _c("sm_clock_mhz_after", "float", "MHz", "SM clock after timing"),
     _c("clock_drop", "bool", "", "SM clock fell by more than 10% while timing", "derived"),
@@ -178,8 +181,26 @@ _COLUMNS = [
     _c("prefix_lens", "str", "tokens", "cached prefix of each request, comma-separated (prefix_len is the longest)"),
     _c("window_layers_us", "float", "µs", "the sliding-window layers' share of the profiled eager forward: "
        "GPU busy time of the work launched in those layers; NaN on CPU, for a model with one layer kind and "
-       "with --no-profile"),
+       "with --no-profile; breakable rows: the window layers' share of separately timed breakable forwards, "
+       "CUDA events after every layer)"),
     _c("full_layers_us", "float", "µs", "the full-attention layers' share of the same forward"),
+    # -- the breakable prefill forward (timing breakable; docs/design.md §13) ---------------------------
+    _c("ep_size", "int", "GPUs", "expert parallelism of the MoE (--ep; default cp_size x tp_size); 0 for a "
+       "dense model or --layer-rest-us; breakable rows)"),
+    _c("layer_rest", "str", "model | N us", "what runs besides attention in a breakable forward: the model's "
+       "layer (norms, projections, RoPE, MLP or MoE) or --layer-rest-us N µs of GPU work per layer (breakable rows)"),
+    _c("segments", "str", "graph | eager: why", "how the breakable forward's non-attention segments ran: replayed "
+       "CUDA graphs, or eagerly (CPU; a token bucket SGLang would not replay, --graph-buckets)"),
+    _c("graph_bucket", "int", "tokens", "rows the segments ran at (the rank's padded tokens, or the "
+       "--graph-buckets bucket they are padded to)"),
+    _c("bucket_pad_ratio", "float", "", "graph_bucket / tokens_padded (1: no bucket padding)"),
+    _c("rest_flops", "float", "FLOP", "GEMM FLOPs of the non-attention work per forward (spec/layer_rest.py)"),
+    _c("rest_weight_bytes", "float", "bytes", "device bytes of the non-attention weights the layers rotate over"),
+    _c("rest_weights_note", "str", "", "the checkpoint format the stand-in weights replace (e.g. MXFP4 experts: "
+       "the stand-in moves more bytes, so rest time is an upper bound and attention's share a lower bound)"),
+    _c("host_samples_us", "list", "µs", "host time to issue each timed forward (breakable rows), in sample order"),
+    _c("host_hidden", "bool", "", "breakable row whose median host issue time is below its median forward: the "
+       "host ran ahead of the GPU", "derived"),
 ]
 COLUMNS: dict[str, Column] = {c.name: c for c in _COLUMNS}
 
@@ -191,7 +212,7 @@ DERIVED_COLUMNS = tuple(c.name for c in _COLUMNS if c.role == "derived")  # comp
 # row's meaning without being a column of their own
 FIXED_ON_RESUME = tuple(c.option for c in _COLUMNS if c.option) + ("prefix", "context_len", "check", "batches",
                                                                   "prefix_hit", "cp_min_extend", "cp_min_tokens",
-                                                                  "swa_pool")
+                                                                  "swa_pool", "ep", "layer_rest_us", "graph_buckets")
 
 
 def row_key(row: dict) -> tuple:

@@ -35,8 +35,25 @@ def _clean(xs) -> np.ndarray:
     return a[np.isfinite(a) & (a > 0)]
 
 
+def layer_synced(medians, shares) -> np.ndarray:
+    """The critical path of a forward whose ranks wait for each other at every layer: the sum over layer
+    kinds of the slowest rank's time in that kind, ``sum_k max_r shares[r][k] * medians[r]`` (µs).
+
+    Args:
+        medians: per rank, its forward time (µs); an array of shape ``[ranks]`` or ``[ranks, resamples]``.
+        shares: per rank, the fraction of its forward each layer kind takes (``[ranks, kinds]``, rows sum to 1;
+            layers of one kind are identical, so ``share * forward`` is that kind's layers' time).
+    Returns ``[]``-shaped (one value) or ``[resamples]``. Never below the whole-forward maximum over ranks.
+    """
+    med = np.asarray(medians, dtype=float)
+    sh = np.asarray(shares, dtype=float)
+    per_kind = sh[:, :, None] * (med[:, None, :] if med.ndim == 2 else med[:, None, None])  # [ranks, kinds, n]
+    out = per_kind.max(axis=0).sum(axis=0)
+    return out if med.ndim == 2 else out[0]
+
+
 def speedup_ci(two_call: Sequence[Sequence[float]], fused: Sequence[Sequence[float]], *, per_sample_max: bool,
-               seed: int = 0) -> tuple[float, float]:
+               seed: int = 0, shares: tuple | None = None) -> tuple[float, float]:
     """95 % bootstrap interval of ``critical(two-call) / critical(fused)``.
 
     Args:
@@ -44,6 +61,8 @@ def speedup_ci(two_call: Sequence[Sequence[float]], fused: Sequence[Sequence[flo
             every rank of a mode holds the same number of samples, sample i of each being the same forward.
         per_sample_max: the critical path is the per-sample maximum over ranks (torchrun), else the
             maximum over ranks of each rank's median (simulated).
+        shares: simulated only: ``(two-call shares, fused shares)``, per rank the fraction of its forward each
+            layer kind takes; the critical path is then :func:`layer_synced` of the ranks' medians.
     Returns:
         ``(low, high)``; NaNs when a rank has fewer than 3 usable samples or the data are degenerate.
     """
@@ -66,6 +85,8 @@ def speedup_ci(two_call: Sequence[Sequence[float]], fused: Sequence[Sequence[flo
 
         def statistic(*arrays, axis=-1):
             meds = [np.median(a, axis=axis) for a in arrays]
+            if shares is not None:  # meds: per rank, [resamples]
+                return layer_synced(np.asarray(meds[:k]), shares[0]) / layer_synced(np.asarray(meds[k:]), shares[1])
             return np.max(meds[:k], axis=0) / np.max(meds[k:], axis=0)
     if all(np.ptp(a) == 0 for a in data):  # constant samples: no spread to resample
         s = float(statistic(*[a[None, :] for a in data])[0])

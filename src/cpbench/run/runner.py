@@ -25,6 +25,7 @@ from cpbench.spec.flops import forward_flops
 from cpbench.spec.geometry import all_ranks, eligibility
 from cpbench.kernels.kv import duplicate_block_tables, table_bytes
 from cpbench.measure.kernel_counts import count_kernels
+from cpbench.measure.breakable import CellRest, RestUnavailable, build_layer_rest
 from cpbench.measure.rank import DTYPES, RankJob, is_oom, measure_rank
 from cpbench.spec.models import ModelSpec
 from cpbench.ranks.group import LocalGroup, RankGroup
@@ -100,6 +101,11 @@ class SweepConfig:
     cp_min_tokens: int = 0
     # a separate sliding-window KV pool (SGLang SWAKVPool): window layers' own page table, duplicated too
     swa_pool: bool = False
+    # the breakable forward (timing breakable, measure/breakable.py): expert parallelism (None: cp_size x
+    # tp_size), µs of GPU work per layer instead of the model's (None: the model's), token buckets (): exact
+    ep: int | None = None
+    layer_rest_us: float | None = None
+    graph_buckets: tuple[int, ...] = ()
 
     @property
     def cp_rule(self) -> CpRule:
@@ -165,6 +171,7 @@ class Runner:
         self.group = group if group is not None else LocalGroup(self.clock.sync)
         self._kernels_per_call: dict = {}  # kernels per call, measured once per (cell, backend, mode)
         self._inputs: tuple[CellInputs, dict] | None = None  # the current cell's, shared by its backends
+        self._rest: CellRest | RestUnavailable | None = None  # the current cell's rest of the layer (breakable)
         self.cpu_threads: int | None = None
         if cfg.device.type == "cpu":
             torch.set_num_threads(cpu_sweep_threads())
@@ -217,11 +224,13 @@ class Runner:
         Never raises for a cell that cannot run (CpbenchInputError propagates)."""
         self.group.begin_cell(cell.label(), cell.cp_size)
         self._inputs = None
+        self._rest = None
         try:
             for backend in self.backends:
                 self._run_cell_on(cell, backend, on_rank)
         finally:
             self._inputs = None
+            self._rest = None
             if self.cfg.device.type == "cuda":
                 torch.cuda.empty_cache()
 
@@ -265,10 +274,20 @@ class Runner:
                 on_rank()
             return self._status_rows(cell, backend, mine, *status, todo)
         geoms = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)
+        rest = self._cell_rest(cell, geoms[0].tokens_padded) if any(t == "breakable" for r in mine
+                                                                     for _, t in todo[r]) else None
+        if isinstance(rest, RestUnavailable):  # the other timings still run
+            rows += self._status_rows(cell, backend, mine, rest.status, rest.reason,
+                                      {r: [x for x in todo[r] if x[1] == "breakable"] for r in mine})
+            todo = {r: [x for x in todo[r] if x[1] != "breakable"] for r in todo}
+            rest = None
         for r in mine:
+            if not todo[r]:
+                on_rank()
+                continue
             try:
                 work = rank_work(inputs, geoms[r], self.cfg.fused_order)
-                rows += measure_rank(self._job(cell, backend, cell_metrics, todo[r]), work, g)
+                rows += measure_rank(self._job(cell, backend, cell_metrics, todo[r], rest), work, g)
             except CpbenchInputError:
                 raise
             except Exception as e:  # measure_rank records failures itself; this is a last resort
@@ -289,14 +308,35 @@ class Runner:
             self.times.add("build", time.perf_counter() - t_build)
         return self._inputs
 
-    def _job(self, cell: CellSpec, backend: str, cell_metrics: dict, todo: list) -> RankJob:
+    def _cell_rest(self, cell: CellSpec, tokens_padded: int) -> CellRest | RestUnavailable:
+        """The cell's rest-of-layer work for the breakable timing, built on first use and kept for the cell's
+        other backends; a RestUnavailable (agreed over the cell's ranks) when it cannot be built."""
+        if self._rest is None:
+            c = self.cfg
+            try:
+                rest = build_layer_rest(c.model, tokens_padded, cell.cp_size, tp_size=c.tp_size, ep=c.ep,
+                                        layer_rest_us=c.layer_rest_us, buckets=c.graph_buckets, device=c.device,
+                                        dtype=DTYPES[c.dtype], seed=c.seed)
+                status = ("ok", "")
+            except RestUnavailable as e:
+                rest, status = e, (e.status, e.reason)
+            except CpbenchInputError:
+                raise
+            except Exception as e:
+                rest = RestUnavailable("oom" if is_oom(e) else "error", one_line(e))
+                status = (rest.status, rest.reason)
+            agreed = self.group.agree_status(status)
+            self._rest = rest if agreed == status else RestUnavailable(*agreed)
+        return self._rest
+
+    def _job(self, cell: CellSpec, backend: str, cell_metrics: dict, todo: list, rest=None) -> RankJob:
         c = self.cfg
         return RankJob(self.backends[backend], self.clock, c.device, c.dtype, self.base(cell, backend), cell_metrics,
                        todo, cell.label(),
                        warmup=c.warmup, budget_ms=c.budget_ms, rel_ci=c.rel_ci, check=c.check, profile=c.profile,
                        nvtx=c.nvtx, trace_dir=self.trace_dir,
                        per_call_cache=self._kernels_per_call.setdefault((cell, backend), {}),
-                       times=self.times)
+                       rest=rest, times=self.times)
 
     def _unsupported(self, cell: CellSpec, backend: str) -> tuple[str, str] | None:
         reason = self.backends[backend].supports(self.cfg.device, self.cfg.model, DTYPES[self.cfg.dtype])

@@ -184,5 +184,34 @@ def from_hf_config(path: str | Path) -> ModelSpec:
               if n_slide else f"all {layers} layers full")
     name = cfg.get("_name_or_path") or cfg.get("model_type") or p.parent.name or "config"
     spec = ModelSpec(str(name), layers, heads, int(kv_heads), int(head_dim), wl, cfg.get("model_type") == "gpt_oss",
-                     64, window_rule=f"{rule}; {counts}{derived}")
+                     64, window_rule=f"{rule}; {counts}{derived}", **mlp_fields(cfg, where))
     return checked(spec)
+
+
+def mlp_fields(cfg: dict, where: str) -> dict:
+    """The rest-of-layer fields of a config (:class:`ModelSpec`): ``hidden_size``; a MoE's experts
+    (``num_local_experts`` or ``num_experts``), ``num_experts_per_tok`` and one expert's width
+    (``moe_intermediate_size``, else ``intermediate_size``: gpt-oss names it so); or a dense MLP's
+    ``intermediate_size``; ``attention_bias``; MXFP4 experts named in ``weights_note`` (``quantization_config``).
+    A field absent leaves 0 (the model then has no rest-of-layer work to time). Raises CpbenchInputError
+    for a present field that is not a positive integer, or experts without ``num_experts_per_tok``."""
+    out: dict = {}
+    for key in ("hidden_size", "intermediate_size", "moe_intermediate_size", "num_local_experts", "num_experts",
+                "num_experts_per_tok"):
+        v = cfg.get(key)
+        if v is not None and not _pos_int(v):
+            raise CpbenchInputError(f"{where}: {key} must be a positive integer, got {v!r}")
+    out["hidden_size"] = cfg.get("hidden_size") or 0
+    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 0
+    if experts:
+        if not cfg.get("num_experts_per_tok"):
+            raise CpbenchInputError(f"{where} has {experts} experts but no num_experts_per_tok: add it")
+        out.update(num_experts=experts, num_experts_per_tok=cfg["num_experts_per_tok"],
+                   moe_intermediate_size=cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 0)
+    else:
+        out["intermediate_size"] = cfg.get("intermediate_size") or 0
+    out["attention_bias"] = bool(cfg.get("attention_bias", False))
+    quant = cfg.get("quantization_config")
+    if isinstance(quant, dict) and str(quant.get("quant_method", "")).lower() == "mxfp4":
+        out["weights_note"] = "MXFP4 experts" if experts else "MXFP4 weights"
+    return out

@@ -27,6 +27,13 @@ class ModelSpec:
         page_size: default KV page size in tokens (GPT-OSS runs with 64 in SGLang's TRT-LLM backend).
         window_rule: for a model read from a config.json, which rule decided the windowed layers (one
             line, see :mod:`cpbench.spec.hf_config`); empty for a preset.
+        hidden_size: the residual stream width (HF ``hidden_size``); 0 when unknown (no rest-of-layer work).
+        intermediate_size: a dense MLP's width (whole model, before any split); 0 for a MoE model.
+        num_experts / num_experts_per_tok / moe_intermediate_size: a MoE's experts (HF
+            ``num_local_experts`` or ``num_experts``), top-k, and one expert's width; 0 for a dense model.
+        attention_bias: the QKV and O projections carry a bias (gpt-oss).
+        weights_note: a checkpoint format torch cannot run here, e.g. ``"MXFP4 experts"`` (the stand-in
+            runs the activation dtype; the report says what that means); empty otherwise.
     """
 
     name: str
@@ -38,6 +45,18 @@ class ModelSpec:
     has_sinks: bool
     page_size: int = 64
     window_rule: str = ""
+    hidden_size: int = 0
+    intermediate_size: int = 0
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    attention_bias: bool = False
+    weights_note: str = ""
+
+    @property
+    def is_moe(self) -> bool:
+        """True when the MLP is a mixture of experts (``num_experts > 0``)."""
+        return self.num_experts > 0
 
     @property
     def sliding_window(self) -> int | None:
@@ -61,11 +80,18 @@ def _alternating(num_layers: int, window_left: int) -> tuple[int, ...]:
     return tuple(window_left if i % 2 == 0 else -1 for i in range(num_layers))
 
 
+# the rest of each layer, from each model's config.json (hidden_size, MLP / MoE sizes, attention bias)
+_GPT_OSS_MLP = dict(hidden_size=2880, moe_intermediate_size=2880, num_experts_per_tok=4, attention_bias=True,
+                    weights_note="MXFP4 experts")
 PRESETS: dict[str, ModelSpec] = {
-    "gpt-oss-120b": ModelSpec("gpt-oss-120b", 36, 64, 8, 64, _alternating(36, 127), True, 64),
-    "gpt-oss-20b": ModelSpec("gpt-oss-20b", 24, 64, 8, 64, _alternating(24, 127), True, 64),
-    "qwen3-30b-a3b": ModelSpec("qwen3-30b-a3b", 48, 32, 4, 128, (-1,) * 48, False, 64),
-    "llama-3.1-8b": ModelSpec("llama-3.1-8b", 32, 32, 8, 128, (-1,) * 32, False, 64),
+    "gpt-oss-120b": ModelSpec("gpt-oss-120b", 36, 64, 8, 64, _alternating(36, 127), True, 64,
+                              num_experts=128, **_GPT_OSS_MLP),
+    "gpt-oss-20b": ModelSpec("gpt-oss-20b", 24, 64, 8, 64, _alternating(24, 127), True, 64,
+                             num_experts=32, **_GPT_OSS_MLP),
+    "qwen3-30b-a3b": ModelSpec("qwen3-30b-a3b", 48, 32, 4, 128, (-1,) * 48, False, 64, hidden_size=2048,
+                               num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768),
+    "llama-3.1-8b": ModelSpec("llama-3.1-8b", 32, 32, 8, 128, (-1,) * 32, False, 64, hidden_size=4096,
+                              intermediate_size=14336),
 }
 
 

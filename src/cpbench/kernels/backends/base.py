@@ -17,12 +17,13 @@ from cpbench.spec.models import ModelSpec
 from cpbench.kernels.workload import RankWork
 
 Call = Callable[[], None]
-STEP_KINDS = ("attention", "comm", "kv_write")
+STEP_KINDS = ("attention", "comm", "kv_write", "layer")
 
 
 class Step(NamedTuple):
     """One step of a layer: ``name`` (``prev``/``next``/``combined`` for attention, ``gather``,
-    ``kv_write``), a closure that only launches work, and its ``kind`` (one of :data:`STEP_KINDS`).
+    ``kv_write``, ``before_attention``/``after_attention`` for the rest of the layer), a closure that only
+    launches work, and its ``kind`` (one of :data:`STEP_KINDS`; ``layer``: the rest of the layer).
     ``step[0]``/``step[1]`` are name and closure, as in the ``(name, closure)`` pairs backends build."""
 
     name: str
@@ -92,6 +93,16 @@ class Prepared:
         """This forward with ``steps_for_layer(i)`` (e.g. K|V all-gather, KV write) run before layer
         i's attention, as a CP layer does; outputs, setup and kernel patterns are shared."""
         layers = [[*steps_for_layer(i), *steps] for i, steps in enumerate(self.layers)]
+        return Prepared(layers, self.outputs, dict(self.setup_us), self.kernel_patterns, dict(self.setup_mem),
+                        self.row_order, self.held)
+
+
+    def with_layer_work(self, before: Callable[[int], Call], after: Callable[[int], Call]) -> "Prepared":
+        """This forward with the rest of each layer around its steps: ``before(i)`` (norm, QKV projection,
+        RoPE) first and ``after(i)`` (O projection, MLP or MoE) last, as ``layer`` steps
+        (kernels/layer_rest.py); outputs, setup and kernel patterns are shared."""
+        layers = [[Step("before_attention", before(i), "layer"), *steps, Step("after_attention", after(i), "layer")]
+                  for i, steps in enumerate(self.layers)]
         return Prepared(layers, self.outputs, dict(self.setup_us), self.kernel_patterns, dict(self.setup_mem),
                         self.row_order, self.held)
 

@@ -1,0 +1,175 @@
+"""The ``breakable`` timing: a prefill forward as SGLang runs it under breakable prefill CUDA graphs
+(``--cuda-graph-backend-prefill breakable``; docs/design.md §13).
+
+Per layer: a graph segment replays the layer's work before attention (norm, QKV projection, RoPE), the
+attention steps launch eagerly through the backend's prepared closures (two calls or the fused call; in a
+torchrun launch the K|V gather and KV write too), then a graph segment replays the work after attention (O
+projection, norm, MLP or MoE). Consecutive ``layer`` steps form one segment; every other step is eager.
+Segments are captured once per cell, rank and mode, outside the timed region, in one memory pool. On a CPU,
+or for a token count SGLang would not replay (``--graph-buckets``), the segments run eagerly.
+
+:func:`build_layer_rest` makes the cell's rest-of-layer work (or says why it cannot);
+:func:`breakable_layers` turns a prepared forward into per-layer callables; :func:`layer_kind_us` times the
+window and full layers apart (CUDA events after every layer, a separate pass: events inside the timed
+samples would add host work to the forward they measure).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from cpbench.kernels.backends.base import Prepared
+from cpbench.kernels.layer_rest import LayerRest, SpinRest
+from cpbench.measure.layer_kinds import has_both_kinds, layer_kind_sums
+from cpbench.measure.timing import Clock, capture_segments
+from cpbench.spec.layer_rest import graph_bucket, rest_shape
+from cpbench.spec.models import ModelSpec
+
+Fn = Callable[[], None]
+KIND_PASS_REPS = 3  # forwards timed layer by layer for the per-layer-kind split
+
+
+class RestUnavailable(Exception):
+    """The rest-of-layer work of a cell cannot be built: ``status`` (``skipped``, ``oom``) and one-line ``reason``."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+@dataclass
+class CellRest:
+    """One cell's rest-of-layer work, shared by its ranks, modes and backends.
+
+    Attributes:
+        work: a :class:`LayerRest` or :class:`SpinRest` (``before_attention(i)`` / ``after_attention(i)``).
+        graphs: replay the segments as CUDA graphs (False: eager, for the reason in ``columns["segments"]``).
+        columns: the row columns every breakable row of the cell carries (segments, graph_bucket,
+            bucket_pad_ratio, rest_flops, rest_weight_bytes, rest_weights_note, ep_size, layer_rest).
+    """
+
+    work: LayerRest | SpinRest
+    graphs: bool
+    columns: dict
+
+
+def build_layer_rest(model: ModelSpec, tokens_padded: int, cp_size: int, *, tp_size: int, ep: int | None,
+                     layer_rest_us: float | None, buckets: tuple[int, ...], device: torch.device,
+                     dtype: torch.dtype, seed: int) -> CellRest:
+    """The rest of every layer of one cell, on ``tokens_padded`` rows per rank (every rank of a cell pads to
+    the same count) or the bucket they pad to (:func:`cpbench.spec.layer_rest.graph_bucket`).
+
+    Raises:
+        RestUnavailable: ``skipped`` when the weights and activations would not fit in free device memory (the
+            reason gives the bytes needed), ``oom`` when allocating them failed anyway.
+        CpbenchInputError: the model lacks the fields to build its layer (spec.layer_rest.rest_shape).
+    """
+    rows, how = graph_bucket(tokens_padded, buckets)
+    if device.type != "cuda":
+        how = "eager: CPU (no CUDA graphs)"
+    cols = dict(segments=how, graph_bucket=rows, bucket_pad_ratio=rows / tokens_padded if tokens_padded else math.nan,
+                rest_weights_note="", ep_size=0)
+    if layer_rest_us is not None:
+        work = SpinRest(layer_rest_us, device)
+        cols.update(layer_rest=f"{layer_rest_us:g} us", rest_flops=0.0, rest_weight_bytes=0.0)
+        return CellRest(work, how == "graph", cols)
+    shape = rest_shape(model, rows, cp_size, tp_size, ep)
+    elem = torch.tensor([], dtype=dtype).element_size()
+    need = shape.weight_bytes(elem) + shape.activation_bytes(elem)
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        if need > 0.9 * free:
+            raise RestUnavailable("skipped", f"the rest of the layer needs about {need / 2**30:.1f} GiB (one layer's "
+                                             f"weights and activations at {rows} tokens), {free / 2**30:.1f} GiB free")
+    try:
+        work = LayerRest(shape, model.num_layers, device, dtype, seed)
+    except (torch.OutOfMemoryError, MemoryError) as e:
+        raise RestUnavailable("oom", f"out of memory building the rest of the layer ({need / 2**30:.1f} GiB "
+                                     f"per layer): {str(e).splitlines()[0]}") from e
+    ep_size = shape.num_experts // shape.local_experts if shape.is_moe else 0
+    cols.update(layer_rest="model", rest_flops=float(shape.flops * model.num_layers),
+                rest_weight_bytes=float(work.weight_bytes), rest_weights_note=model.weights_note, ep_size=ep_size)
+    return CellRest(work, how == "graph", cols)
+
+
+def breakable_layers(prep: Prepared, rest: CellRest) -> list[list[Fn]]:
+    """Per layer, the callables of one breakable forward: ``prep`` with the rest of each layer around its
+    steps, consecutive ``layer`` steps captured as one CUDA graph segment (when ``rest.graphs``), every other
+    step (attention, gather, KV write) its own eager closure. Raises what capture raises."""
+    full = prep.with_layer_work(rest.work.before_attention, rest.work.after_attention)
+    plan: list[list[tuple[bool, list[Fn]]]] = []  # per layer: (is a segment, its fns)
+    for steps in full.layers:
+        groups: list[tuple[bool, list[Fn]]] = []
+        for step in steps:
+            seg = step.kind == "layer"
+            if groups and groups[-1][0] and seg:
+                groups[-1][1].append(step.fn)
+            else:
+                groups.append((seg, [step.fn]))
+        plan.append(groups)
+    if not rest.graphs:
+        return [[f for _, fns in groups for f in fns] for groups in plan]
+    segments = [_chain(fns) for groups in plan for seg, fns in groups if seg]
+    replays = iter(capture_segments(segments))
+    out = []
+    for groups in plan:
+        layer: list[Fn] = []
+        for seg, fns in groups:
+            layer.extend([next(replays)] if seg else fns)
+        out.append(layer)
+    return out
+
+
+def _chain(fns: list[Fn]) -> Fn:
+    if len(fns) == 1:
+        return fns[0]
+
+    def run() -> None:
+        for f in fns:
+            f()
+    return run
+
+
+def run_layers(layers: list[list[Fn]]) -> None:
+    """Launch one breakable forward (every layer's callables in order)."""
+    for fns in layers:
+        for f in fns:
+            f()
+
+
+def layer_kind_us(layers: list[list[Fn]], clock: Clock, window_left_per_layer: Sequence[int],
+                  reps: int = KIND_PASS_REPS, barrier: Fn | None = None) -> dict[str, float]:
+    """The window layers' and the full layers' time in a breakable forward, µs (``window_layers_us``,
+    ``full_layers_us``): ``reps`` forwards with a CUDA event after every layer (perf_counter on CPU), each
+    layer's median over the forwards, summed by kind (:func:`cpbench.measure.layer_kinds.layer_kind_sums`).
+    Empty for a model with one layer kind (its critical path needs no split)."""
+    if not has_both_kinds(window_left_per_layer):
+        return {}
+    per_layer: list[list[float]] = [[] for _ in layers]
+    for _ in range(reps):
+        clock.sync()
+        if barrier is not None:
+            barrier()
+        if clock.cuda:
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(len(layers) + 1)]
+            events[0].record()
+            for i, fns in enumerate(layers):
+                for f in fns:
+                    f()
+                events[i + 1].record()
+            events[-1].synchronize()
+            for i in range(len(layers)):
+                per_layer[i].append(events[i].elapsed_time(events[i + 1]) * 1e3)
+        else:
+            for i, fns in enumerate(layers):
+                t0 = time.perf_counter()
+                for f in fns:
+                    f()
+                per_layer[i].append((time.perf_counter() - t0) * 1e6)
+    return layer_kind_sums({i: statistics.median(xs) for i, xs in enumerate(per_layer)}, window_left_per_layer)
