@@ -156,8 +156,7 @@ def forward_chart(df: pd.DataFrame, out_dir: Path, name: str = "forward",
         return style.empty_chart(out_dir, name, title, "no breakable forward in this run (--timing breakable)")
     cps = sorted(set(fw["cp_size"]))
     fig, axes = style.new_figure(1, len(cps), height_in=3.4, sharey=True)
-    gpu = str(df["gpu_name"].iloc[0]) if "gpu_name" in df and len(df) else ""
-    fig.suptitle(f"{title}\n{fw['model'].iloc[0]}{' · ' + gpu if gpu and gpu != 'nan' else ''}")
+    fig.suptitle(f"{title}\n% of the two-call forward on the layer-synchronised critical path, 95 % interval")
     colors = style.bs_colors(fw["bs"])
     for ax, cp in zip(axes.ravel(), cps):
         v = fw[fw["cp_size"] == cp]

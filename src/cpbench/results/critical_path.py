@@ -17,9 +17,8 @@ from cpbench.results.uncertainty import layer_synced
 
 def critical_path(df: pd.DataFrame) -> pd.DataFrame:
     """Per cell (the schema's CELL_COLUMNS): the critical path per mode (torchrun: the median of the
-    per-sample maximum over ranks, ``critical_us_median``; simulated: the slowest rank's median, or where the
-    rows carry per-layer-kind times (eager and breakable timing of a model with window and full layers) the
-    layer-synchronised path: ranks wait for each other at every layer's K|V all-gather, so the forward takes
+    per-sample maximum over ranks, ``critical_us_median``; simulated: the slowest rank's median, or for breakable
+    rows of a model with window and full layers (:func:`kind_shares`) the layer-synchronised path: ranks wait for each other at every layer's K|V all-gather, so the forward takes
     ``sum over layer kinds of max over ranks`` (:func:`cpbench.results.uncertainty.layer_synced`)),
     ``speedup = two_call_us / fused_us`` on it, and rank imbalance max/min. ``two_call_max_us, fused_max_us,
     speedup_max`` keep the whole-forward maximum over ranks; ``critical_rule`` names the rule the headline used.
@@ -158,9 +157,11 @@ def kind_shares(g: pd.DataFrame) -> dict | None:
     """Per mode, ``(shares [ranks, 2], medians [ranks])``: each rank's fraction of its forward in the window
     layers and in the full layers (``window_layers_us``, ``full_layers_us``) and its median forward (µs), ranks
     in order; None when the cell's rows cannot give them (a torchrun launch, whose ranks synchronise and are
-    measured together; a model with one layer kind; a row without the columns, e.g. graph timing)."""
+    measured together; a model with one layer kind; a timing other than breakable: only there is the split
+    timed in the same mode as the forward. Eager's split is the GPU busy time of a profiled forward, which says
+    nothing of a host-bound eager forward's wall time, and graph timing has none)."""
     if "window_layers_us" not in g or "full_layers_us" not in g or (
-            "launch" in g and (g["launch"] == "torchrun").any()):
+            "launch" in g and (g["launch"] == "torchrun").any()) or not (g["timing"] == "breakable").all():
         return None
     out = {}
     for mode in ("two-call", "fused"):
