@@ -80,6 +80,36 @@ def h200_fa2_two_call_splits_kv_at_small_batch() -> None:
            "the fa3 report has a split-KV line")
 
 
+def h200_forward_agrees_with_the_independent_script() -> None:
+    """The breakable evidence run (docs/runs/h200-forward): every breakable row ran its segments as CUDA graphs
+    with attention outputs equal to the eager forward's, and its forward ratios (two-call / fused on the
+    layer-synchronised critical path) agree within ±1.5 % with benchmarks/breakable_check.py, which does not
+    import cpbench, on the cells it timed (docs/evidence/h200-forward/independent-*.jsonl)."""
+    import json
+
+    from cpbench.report.data import cells
+    from cpbench.report.forward import forward_cells
+
+    df, manifest = load_run(RUNS / "h200-forward")
+    br = df[(df["timing"] == "breakable") & (df["status"] == "ok")]
+    expect(len(br) == 8 * 4 * 2 * 2, f"{len(br)} ok breakable rows, not 8 cells x 4 ranks x 2 modes x 2 backends")
+    expect(set(br["segments"]) == {"graph"} and (br["diff_vs_eager"] == 0).all(),
+           f"segments {set(br['segments'])}, max diff vs eager {br['diff_vs_eager'].max()}")
+    fw = forward_cells(cells(df))
+    checked = 0
+    for backend in ("trtllm-fmha-v2", "fa3"):
+        for line in (ROOT / "docs" / "evidence" / "h200-forward" / f"independent-{backend}.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            c = fw[(fw["backend"] == backend) & (fw["bs"] == rec["cell"]["bs"])
+                   & (fw["max_extend_len"] == rec["cell"]["extend_len"])]
+            expect(len(c) == 1, f"{backend} {rec['cell']}: no such breakable cell in h200-forward")
+            off = float(c["speedup"].iloc[0]) / rec["crit_sync_ratio"] - 1
+            expect(abs(off) <= 0.015, f"{backend} {rec['cell']}: cpbench {float(c['speedup'].iloc[0]):.4f} vs "
+                                      f"independent {rec['crit_sync_ratio']:.4f} ({off:+.2%})")
+            checked += 1
+    expect(checked == 6, f"{checked} cells compared, not 6")
+
+
 def charts_regenerate(name: str, charts: int) -> Callable[[], None]:
     def check() -> None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -113,6 +143,7 @@ CHECKS: list[Callable[[], None]] = [
     h200_run_holds_the_headline_counts,
     h200_default_sweep_is_complete_and_timed,
     h200_fa2_two_call_splits_kv_at_small_batch,
+    h200_forward_agrees_with_the_independent_script,
     charts_regenerate("h200-fa3-cp2-cp8", len(CHARTS)),  # two batch sizes: no segments chart
     charts_regenerate("h200x2-fa3-torchrun", len(CHARTS) + len(DIST_CHARTS) + 1),  # bs 1, 4, 16: + segments
     every_link_resolves,

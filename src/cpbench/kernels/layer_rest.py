@@ -1,4 +1,4 @@
-"""The rest of each layer as torch work, for the ``breakable`` forward (docs/design.md §13).
+"""The rest of each layer as torch work, for the ``breakable`` forward (docs/design.md §11).
 
 :class:`LayerRest` holds the weights and the static activations of one cell's rest-of-layer work
 (:class:`cpbench.spec.layer_rest.RestShape`) and hands out, per layer, the closure that runs before

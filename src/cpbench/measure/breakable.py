@@ -1,5 +1,5 @@
 """The ``breakable`` timing: a prefill forward as SGLang runs it under breakable prefill CUDA graphs
-(``--cuda-graph-backend-prefill breakable``; docs/design.md §13).
+(``--cuda-graph-backend-prefill breakable``; docs/design.md §11).
 
 Per layer: a graph segment replays the layer's work before attention (norm, QKV projection, RoPE), the
 attention steps launch eagerly through the backend's prepared closures (two calls or the fused call; in a

@@ -94,7 +94,8 @@ def forward_section(view: pd.DataFrame, df: pd.DataFrame) -> list[str]:
         rows.append([c["backend"], c["cp_size"], c["bs"], human_tokens(c["max_extend_len"]),
                      ms(c["two_call_us"]), ms(c["fused_us"]), forward_text(c),
                      f"{100 * share:.0f} %" if math.isfinite(share) else "—",
-                     "hidden" if flag(c.get("host_hidden")) else "exposed", _segments(df, c)])
+                     "—" if c["status"] != "ok" else "hidden" if flag(c.get("host_hidden")) else "exposed",
+                     _segments(df, c)])
     b = df[df["timing"] == "breakable"]
     rest = sorted({str(x) for x in b.get("layer_rest", pd.Series(dtype=str)).dropna()})
     lines = ["## Prefill forward (breakable CUDA graphs)", "",

@@ -184,7 +184,7 @@ _COLUMNS = [
        "with --no-profile; breakable rows: the window layers' share of separately timed breakable forwards, "
        "CUDA events after every layer)"),
     _c("full_layers_us", "float", "µs", "the full-attention layers' share of the same forward"),
-    # -- the breakable prefill forward (timing breakable; docs/design.md §13) ---------------------------
+    # -- the breakable prefill forward (timing breakable; docs/design.md §11) ---------------------------
     _c("ep_size", "int", "GPUs", "expert parallelism of the MoE (--ep; default cp_size x tp_size); 0 for a "
        "dense model or --layer-rest-us; breakable rows)"),
     _c("layer_rest", "str", "model | N us", "what runs besides attention in a breakable forward: the model's "

@@ -8,11 +8,13 @@ from __future__ import annotations
 FLAGS = {"launch": "--launch", "world_size": "--nproc-per-node", "backend": "--backend", "dtype": "--dtype",
          "seed": "--seed", "gather": "--gather", "fused_order": "--fused-order", "tp_size": "--tp",
          "prefix": "--prefix", "context_len": "--context-len", "prefix_hit": "--prefix-hit",
-         "cp_min_extend": "--cp-min-extend", "cp_min_tokens": "--cp-min-tokens"}
+         "cp_min_extend": "--cp-min-extend", "cp_min_tokens": "--cp-min-tokens", "ep": "--ep",
+         "layer_rest_us": "--layer-rest-us", "graph_buckets": "--graph-buckets"}
 # the options a sweep's planned request batches (config key ``batches``) come from
 BATCH_OPTIONS = "--bs/--seq/--extend-lens/--lengths/--trace/--batches/--prefix-hit"
 MODEL_OPTIONS = "--model/--model-config, --layers/--heads/--kv-heads/--head-dim/--window/--sinks/--page-size"
-UNSET = {"context_len": "(default: the longest sequence)", "prefix_hit": "(none)"}
+UNSET = {"context_len": "(default: the longest sequence)", "prefix_hit": "(none)", "ep": "(default: cp_size x tp)",
+         "layer_rest_us": "(the model's own layer)"}
 
 
 def _short(value) -> str:

@@ -1,5 +1,5 @@
 """The rest of a layer on one CP rank, as integers (no torch): what a prefill layer does besides attention,
-sized as SGLang runs it, and the token bucket its CUDA-graph segments are replayed at (docs/design.md §13).
+sized as SGLang runs it, and the token bucket its CUDA-graph segments are replayed at (docs/design.md §11).
 
 Per layer, on the ``tokens`` rows of one rank (its padded local tokens, or the bucket they are padded to):
 
