@@ -41,3 +41,61 @@ def test_layer_rest_us_replaces_the_model(tmp_path):
     _, br, _ = _sweep(tmp_path, "--layer-rest-us", "50")
     assert {x["layer_rest"] for x in br} == {"50 us"} and {x["rest_flops"] for x in br} == {0.0}
     assert {x["status"] for x in br} == {"ok"}
+
+
+class _CountingA2A:
+    """An all-to-all of a 2-rank group whose peer sends back what it got (out = inp), counting calls."""
+
+    ranks = 2
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __call__(self, out, inp, what) -> None:
+        out.copy_(inp)
+        self.calls.append(what)
+
+
+def test_real_ranks_split_the_moe_at_its_dispatch_and_combine():
+    import torch
+
+    from cpbench.kernels.layer_rest import LayerRest
+    from cpbench.spec.hf_config import mlp_fields
+    from cpbench.spec.layer_rest import rest_shape
+    from cpbench.spec.models import ModelSpec
+
+    spec = ModelSpec("tiny", 2, 4, 2, 16, (7, -1), True, **mlp_fields(TINY, "tiny"))
+    a2a = _CountingA2A()
+    rest = LayerRest(rest_shape(spec, 12, cp_size=2), 2, torch.device("cpu"), torch.float32, a2a=a2a)
+    steps = rest.after_steps(1)
+    assert [(n, k) for n, _, k in steps] == [("after_attention", "layer"), ("moe_dispatch", "comm"),
+                                             ("experts", "layer"), ("moe_combine", "comm"), ("moe_reduce", "layer")]
+    x0 = rest.x.clone()
+    for _, fn, _ in steps:
+        fn()
+    assert a2a.calls == ["the MoE dispatch of layer 1", "the MoE combine of layer 1"]
+    assert rest.a2a_rows == 12 * 2 and rest.a2a_bytes == 2 * 24 * 64 * 4  # T x top_k rows of H fp32, both ways
+    assert not torch.equal(rest.x, x0) and torch.isfinite(rest.x).all()
+
+
+@pytest.mark.timeout(150)
+def test_torchrun_breakable_forward_runs_the_moe_all_to_all(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY))
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    env.pop("CPBENCH_INJECT_FAULT", None)
+    p = subprocess.run([sys.executable, "-m", "cpbench", "sweep", "--launch", "torchrun", "--nproc-per-node", "2",
+                        "--cp", "2", "--bs", "1", "--extend-len", "32", "--model-config", str(cfg), "--timing",
+                        "breakable", "--no-profile", "--no-report", "--dist-timeout", "30", "--out", str(out)],
+                       capture_output=True, text=True, env=env, timeout=140)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = [json.loads(ln) for ln in (out / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"} and {r["launch"] for r in rows} == {"torchrun"}
+    # 16 padded tokens x top-2 routed rows of 64 bf16 values, dispatched and combined every layer
+    assert {r["moe_a2a_bytes"] for r in rows} == {2 * 32 * 64 * 2} and {r["diff_vs_eager"] for r in rows} == {0.0}

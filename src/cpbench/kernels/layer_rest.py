@@ -13,6 +13,11 @@ can be captured into CUDA graphs that share one memory pool: intermediates live 
   fp32 reference. The O projection reads a static stand-in of the attention output.
 * The experts: each local expert gets ``rows_per_expert`` routed rows (the even spread), run as one
   grouped GEMM (``torch._grouped_mm`` where it runs, else ``torch.bmm``: the same products on equal groups).
+* Real ranks with a MoE (``a2a`` given, a torchrun launch): the routed rows cross the ranks as SGLang's EP
+  MoE moves them, an ``all_to_all_single`` before the experts (dispatch) and one after (combine). Each rank
+  sends its ``tokens * top_k`` routed rows (``hidden_size`` elements each, padded to a multiple of the group
+  size), split evenly over the group, and receives as many; the collectives are eager steps between graph
+  segments (``comm``), like the K|V gather.
 * ``--layer-rest-us N`` (:class:`SpinRest`) replaces all of it with N µs of GPU work per layer, half before
   and half after attention (``torch.cuda._sleep``, calibrated once; a busy wait on CPU).
 """
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable
+from typing import Callable, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +34,15 @@ import torch.nn.functional as F
 from cpbench.spec.layer_rest import RestShape
 
 Call = Callable[[], None]
+
+
+class AllToAll(Protocol):
+    """``all_to_all_single(out, inp)`` over a group of ``ranks`` processes (ranks/torchrun_group.py), equal
+    splits; ``what`` names the step in the error of a broken collective."""
+
+    ranks: int
+
+    def __call__(self, out: torch.Tensor, inp: torch.Tensor, what: str) -> None: ...
 ROTATION_BYTES = 256 << 20  # weights that pass between two uses of one weight copy (> 4x an H200's L2)
 SWIGLU_LIMIT = 7.0  # gpt-oss clamps the gate and up projections at 7 (config swiglu_limit)
 
@@ -47,8 +61,9 @@ class LayerRest:
     """
 
     def __init__(self, shape: RestShape, num_layers: int, device: torch.device, dtype: torch.dtype,
-                 seed: int = 0) -> None:
+                 seed: int = 0, a2a: "AllToAll | None" = None) -> None:
         self.shape = shape
+        self.a2a = a2a if shape.is_moe else None
         elem = torch.tensor([], dtype=dtype).element_size()
         per_layer = shape.weight_bytes(elem)
         self.copies = min(num_layers, max(1, math.ceil(ROTATION_BYTES / max(per_layer, 1))))
@@ -77,6 +92,18 @@ class LayerRest:
             self.weight_idx = (j % (t * shape.top_k)).to(device)
             self.offs = torch.arange(1, e + 1, dtype=torch.int32, device=device) * n
             self.grouped = "grouped_mm" if self._grouped_mm_runs(device, dtype) else "bmm"
+        self.a2a_rows = 0
+        if self.a2a is not None:
+            k, ranks = shape.top_k, self.a2a.ranks
+            self.a2a_rows = -(-t * k // ranks) * ranks  # S: routed rows sent (and received) per rank
+            rows = torch.arange(self.a2a_rows)
+            self.send_idx = (rows % t).to(device)  # dispatched row j carries token j mod T
+            self.send_w_idx = (rows % (t * k)).to(device)  # ... with combine weight j mod (T * top_k)
+            self.recv_idx = (torch.arange(shape.rows_per_expert * shape.local_experts) % self.a2a_rows).to(device)
+            self.back_idx = (rows % (shape.rows_per_expert * shape.local_experts)).to(device)
+            self.top_w = torch.zeros(t, k, device=device, dtype=dtype)  # [T, top_k]
+            self.send, self.recv, self.csend, self.crecv = (torch.zeros(self.a2a_rows, h, device=device, dtype=dtype)
+                                                            for _ in range(4))  # [S, H] each
 
     def _weights(self, w) -> dict:
         s = self.shape
@@ -132,6 +159,42 @@ class LayerRest:
             self.qkv[:, rot:].copy_(qkv[:, rot:])
         return run
 
+    @property
+    def a2a_bytes(self) -> int:
+        """Bytes one rank sends per layer in the MoE dispatch and combine (0 without real ranks)."""
+        return 2 * self.a2a_rows * self.shape.hidden_size * self.x.element_size() if self.a2a is not None else 0
+
+    def after_steps(self, layer: int) -> list[tuple[str, Call, str]]:
+        """Layer ``layer``'s work after attention as ``(name, closure, kind)`` steps: one ``layer`` step
+        (:meth:`after_attention`), or with real ranks the MoE split at its collectives: ``after_attention``
+        (O projection, norm, router, the rows to send), ``moe_dispatch`` (comm), ``experts`` (layer),
+        ``moe_combine`` (comm), ``moe_reduce`` (layer: the weighted sum into the hidden state)."""
+        if self.a2a is None:
+            return [("after_attention", self.after_attention(layer), "layer")]
+        ws = self.sets[layer % self.copies]
+        s = self.shape
+
+        def route() -> None:
+            self.x.add_(F.linear(self.attn, ws["o"], ws.get("o_b")))
+            h = F.rms_norm(self.x, (s.hidden_size,), ws["norm_post"], 1e-5)
+            top_w, _ = torch.topk(F.linear(h, ws["router"], ws.get("router_b")), s.top_k, dim=-1)
+            self.top_w.copy_(torch.softmax(top_w.float(), dim=-1))
+            torch.index_select(h, 0, self.send_idx, out=self.send)
+
+        def experts() -> None:
+            y = self._experts(self.recv.index_select(0, self.recv_idx), ws)
+            torch.index_select(y, 0, self.back_idx, out=self.csend)
+
+        def reduce() -> None:
+            w = self.top_w.reshape(-1).index_select(0, self.send_w_idx)[:, None]
+            self.x.index_add_(0, self.send_idx, self.crecv * w)
+
+        return [("after_attention", route, "layer"),
+                ("moe_dispatch", lambda: self.a2a(self.recv, self.send, f"the MoE dispatch of layer {layer}"), "comm"),
+                ("experts", experts, "layer"),
+                ("moe_combine", lambda: self.a2a(self.crecv, self.csend, f"the MoE combine of layer {layer}"), "comm"),
+                ("moe_reduce", reduce, "layer")]
+
     def after_attention(self, layer: int) -> Call:
         """Layer ``layer``'s work after attention: O projection (+ bias), residual, post-attention RMSNorm,
         then the dense MLP or the MoE (router, top-k, grouped expert GEMMs, weighted combine)."""
@@ -153,7 +216,13 @@ class LayerRest:
         logits = F.linear(h, ws["router"], ws.get("router_b"))  # [T, E]
         top_w, _ = torch.topk(logits, s.top_k, dim=-1)  # [T, k]
         top_w = torch.softmax(top_w.float(), dim=-1).to(h.dtype)
-        xe = h.index_select(0, self.route_idx)  # dispatched rows: [E_local * n, H]
+        y = self._experts(h.index_select(0, self.route_idx), ws)  # dispatched rows: [E_local * n, H]
+        y = y * top_w.reshape(-1).index_select(0, self.weight_idx)[:, None]
+        return torch.zeros_like(h).index_add_(0, self.route_idx, y)  # combine: [T, H]
+
+    def _experts(self, xe: torch.Tensor, ws: dict) -> torch.Tensor:
+        """The local experts on their routed rows ``xe [E_local * n, H]``: gate/up, clamped SwiGLU, down."""
+        s = self.shape
         if self.grouped == "grouped_mm":
             gu = torch._grouped_mm(xe, ws["gate_up"], offs=self.offs)  # [E_local * n, 2I]
         else:
@@ -165,8 +234,7 @@ class LayerRest:
             y = torch._grouped_mm(act, ws["down"], offs=self.offs)  # [E_local * n, H]
         else:
             y = torch.bmm(act.view(s.local_experts, -1, act.shape[-1]), ws["down"]).flatten(0, 1)
-        y = y * top_w.reshape(-1).index_select(0, self.weight_idx)[:, None]
-        return torch.zeros_like(h).index_add_(0, self.route_idx, y)  # combine: [T, H]
+        return y  # [E_local * n, H]
 
 
 class SpinRest:
@@ -199,6 +267,11 @@ class SpinRest:
 
     def after_attention(self, layer: int) -> Call:
         return self._half()
+
+    def after_steps(self, layer: int) -> list[tuple[str, Call, str]]:
+        return [("after_attention", self._half(), "layer")]
+
+    a2a_bytes = 0
 
     def reset(self) -> None:
         pass

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import torch
 
 from cpbench.kernels.backends.base import Prepared
-from cpbench.kernels.layer_rest import LayerRest, SpinRest
+from cpbench.kernels.layer_rest import AllToAll, LayerRest, SpinRest
 from cpbench.measure.layer_kinds import has_both_kinds, layer_kind_sums
 from cpbench.measure.timing import Clock, capture_segments
 from cpbench.spec.layer_rest import graph_bucket, rest_shape
@@ -61,9 +61,10 @@ class CellRest:
 
 def build_layer_rest(model: ModelSpec, tokens_padded: int, cp_size: int, *, tp_size: int, ep: int | None,
                      layer_rest_us: float | None, buckets: tuple[int, ...], device: torch.device,
-                     dtype: torch.dtype, seed: int) -> CellRest:
+                     dtype: torch.dtype, seed: int, a2a: AllToAll | None = None) -> CellRest:
     """The rest of every layer of one cell, on ``tokens_padded`` rows per rank (every rank of a cell pads to
-    the same count) or the bucket they pad to (:func:`cpbench.spec.layer_rest.graph_bucket`).
+    the same count) or the bucket they pad to (:func:`cpbench.spec.layer_rest.graph_bucket`). ``a2a``: the
+    all-to-all of a torchrun launch's CP group (the MoE dispatch and combine), None for simulated ranks.
 
     Raises:
         RestUnavailable: ``skipped`` when the weights and activations would not fit in free device memory (the
@@ -77,7 +78,7 @@ def build_layer_rest(model: ModelSpec, tokens_padded: int, cp_size: int, *, tp_s
                 rest_weights_note="", ep_size=0)
     if layer_rest_us is not None:
         work = SpinRest(layer_rest_us, device)
-        cols.update(layer_rest=f"{layer_rest_us:g} us", rest_flops=0.0, rest_weight_bytes=0.0)
+        cols.update(layer_rest=f"{layer_rest_us:g} us", rest_flops=0.0, rest_weight_bytes=0.0, moe_a2a_bytes=0)
         return CellRest(work, how == "graph", cols)
     shape = rest_shape(model, rows, cp_size, tp_size, ep)
     elem = torch.tensor([], dtype=dtype).element_size()
@@ -88,13 +89,14 @@ def build_layer_rest(model: ModelSpec, tokens_padded: int, cp_size: int, *, tp_s
             raise RestUnavailable("skipped", f"the rest of the layer needs about {need / 2**30:.1f} GiB (one layer's "
                                              f"weights and activations at {rows} tokens), {free / 2**30:.1f} GiB free")
     try:
-        work = LayerRest(shape, model.num_layers, device, dtype, seed)
+        work = LayerRest(shape, model.num_layers, device, dtype, seed, a2a)
     except (torch.OutOfMemoryError, MemoryError) as e:
         raise RestUnavailable("oom", f"out of memory building the rest of the layer ({need / 2**30:.1f} GiB "
                                      f"per layer): {str(e).splitlines()[0]}") from e
     ep_size = shape.num_experts // shape.local_experts if shape.is_moe else 0
     cols.update(layer_rest="model", rest_flops=float(shape.flops * model.num_layers),
-                rest_weight_bytes=float(work.weight_bytes), rest_weights_note=model.weights_note, ep_size=ep_size)
+                rest_weight_bytes=float(work.weight_bytes), rest_weights_note=model.weights_note, ep_size=ep_size,
+                moe_a2a_bytes=work.a2a_bytes)
     return CellRest(work, how == "graph", cols)
 
 
@@ -102,7 +104,7 @@ def breakable_layers(prep: Prepared, rest: CellRest) -> list[list[Fn]]:
     """Per layer, the callables of one breakable forward: ``prep`` with the rest of each layer around its
     steps, consecutive ``layer`` steps captured as one CUDA graph segment (when ``rest.graphs``), every other
     step (attention, gather, KV write) its own eager closure. Raises what capture raises."""
-    full = prep.with_layer_work(rest.work.before_attention, rest.work.after_attention)
+    full = prep.with_layer_work(rest.work.before_attention, rest.work.after_steps)
     plan: list[list[tuple[bool, list[Fn]]]] = []  # per layer: (is a segment, its fns)
     for steps in full.layers:
         groups: list[tuple[bool, list[Fn]]] = []

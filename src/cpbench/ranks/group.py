@@ -85,6 +85,11 @@ class RankGroup(Protocol):
     def collect(self, rows: list[dict]) -> list[dict]:
         """Every process's rows on the writer (rank 0), in rank order; [] on the other processes."""
 
+    def all_to_all(self) -> Any:
+        """``a2a(out, inp, what)``: ``all_to_all_single`` over the cell's CP group with equal splits (attribute
+        ``ranks``: the group size), for the MoE dispatch and combine of a breakable forward; None when the
+        ranks are simulated (no collective to run)."""
+
     def exchange(self, work: Any, mode: str) -> Exchange | None:
         """Per-layer communication steps to run before attention, or None (attention only)."""
 
@@ -124,6 +129,9 @@ class LocalGroup:
 
     def collect(self, rows: list[dict]) -> list[dict]:
         return rows
+
+    def all_to_all(self) -> None:
+        return None
 
     def exchange(self, work: Any, mode: str) -> None:
         return None

@@ -117,6 +117,13 @@ class TorchrunGroup:
     def share(self, obj: Any) -> Any:
         return groups.broadcast_object(obj, src=0)
 
+    # -- the MoE all-to-all of a breakable forward ------------------------------------------------------------
+    def all_to_all(self) -> "_AllToAll | None":
+        """The cell's CP group as an all-to-all (RankGroup.all_to_all); None outside it or at cp_size 1."""
+        if not self._member or self._cp_size < 2:
+            return None
+        return _AllToAll(self._cp, self._cp_size)
+
     # -- the per-layer K|V exchange ----------------------------------------------------------------------
     def exchange(self, work, mode: str) -> Exchange | None:
         """Gather -> KV-write steps for every layer (shared by both modes of a cell), or None for
@@ -216,6 +223,20 @@ class TorchrunGroup:
         got = tuple(f.index_select(0, plan.slots) for f in flat[0])
         if not all(torch.equal(a, b) for a, b in zip(got, want)):
             raise RuntimeError("the all-gathered K|V written to the paged cache differs from the full K|V")
+
+
+class _AllToAll:
+    """``all_to_all_single`` over one process group with equal splits, within the group's timeout; a broken or
+    timed-out collective is raised as :func:`cpbench.ranks.process_groups.broken` naming the step."""
+
+    def __init__(self, group: Any, ranks: int) -> None:
+        self.group, self.ranks = group, ranks
+
+    def __call__(self, out: torch.Tensor, inp: torch.Tensor, what: str) -> None:
+        try:
+            dist.all_to_all_single(out, inp, group=self.group)
+        except Exception as e:
+            raise groups.broken(what, e) from e
 
 
 def _topology() -> str | None:

@@ -198,6 +198,8 @@ _COLUMNS = [
     _c("rest_weight_bytes", "float", "bytes", "device bytes of the non-attention weights the layers rotate over"),
     _c("rest_weights_note", "str", "", "the checkpoint format the stand-in weights replace (e.g. MXFP4 experts: "
        "the stand-in moves more bytes, so rest time is an upper bound and attention's share a lower bound)"),
+    _c("moe_a2a_bytes", "int", "bytes", "bytes a rank sends per layer in the MoE dispatch and combine "
+       "(all_to_all_single over the CP group of a torchrun launch; 0 simulated)"),
     _c("host_samples_us", "list", "µs", "host time to issue each timed forward (breakable rows), in sample order"),
     _c("host_hidden", "bool", "", "breakable row whose median host issue time is below its median forward: the "
        "host ran ahead of the GPU", "derived"),

@@ -316,7 +316,7 @@ class Runner:
             try:
                 rest = build_layer_rest(c.model, tokens_padded, cell.cp_size, tp_size=c.tp_size, ep=c.ep,
                                         layer_rest_us=c.layer_rest_us, buckets=c.graph_buckets, device=c.device,
-                                        dtype=DTYPES[c.dtype], seed=c.seed)
+                                        dtype=DTYPES[c.dtype], seed=c.seed, a2a=self.group.all_to_all())
                 status = ("ok", "")
             except RestUnavailable as e:
                 rest, status = e, (e.status, e.reason)

@@ -97,11 +97,12 @@ class Prepared:
                         self.row_order, self.held)
 
 
-    def with_layer_work(self, before: Callable[[int], Call], after: Callable[[int], Call]) -> "Prepared":
+    def with_layer_work(self, before: Callable[[int], Call], after: Callable[[int], list]) -> "Prepared":
         """This forward with the rest of each layer around its steps: ``before(i)`` (norm, QKV projection,
-        RoPE) first and ``after(i)`` (O projection, MLP or MoE) last, as ``layer`` steps
-        (kernels/layer_rest.py); outputs, setup and kernel patterns are shared."""
-        layers = [[Step("before_attention", before(i), "layer"), *steps, Step("after_attention", after(i), "layer")]
+        RoPE) first, as a ``layer`` step, and the ``(name, closure, kind)`` steps of ``after(i)`` (O
+        projection, MLP or MoE, with real ranks the MoE's collectives) last (kernels/layer_rest.py); outputs,
+        setup and kernel patterns are shared."""
+        layers = [[Step("before_attention", before(i), "layer"), *steps, *(Step(*x) for x in after(i))]
                   for i, steps in enumerate(self.layers)]
         return Prepared(layers, self.outputs, dict(self.setup_us), self.kernel_patterns, dict(self.setup_mem),
                         self.row_order, self.held)
