@@ -122,3 +122,23 @@ def test_layer_synced_is_never_below_the_slowest_rank():
     v = float(layer_synced(meds, shares))
     assert v == pytest.approx(max(20, 72, 60) + max(80, 8, 60)) and v >= max(meds)
     assert math.isclose(float(layer_synced([50.0, 50.0], [[0.5, 0.5], [0.5, 0.5]])), 50.0)
+
+
+def test_breaker_findings_on_the_new_options(tmp_path):
+    # the default --ep (cp_size x tp) is checked before anything runs, naming itself
+    r = cpbench("sweep", "--cp", "2,3", "--bs", "1", "--extend-len", "32", "--timing", "breakable", "--device", "cpu")
+    assert r.returncode == 2 and "the default --ep = cp_size x tp = 3 at cp_size 3 does not divide the 128" in r.stderr
+    # a config with experts but no top-k still runs eager; breakable names what is missing; top-k > experts too
+    base = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "hidden_size": 64, "intermediate_size": 32, "num_local_experts": 8}
+    for extra, words in (({}, "has 8 experts but no num_experts_per_tok"),
+                         ({"num_experts_per_tok": 16}, "num_experts_per_tok 16 of only 8 experts")):
+        p = tmp_path / "config.json"
+        p.write_text(json.dumps({**base, **extra}))
+        assert from_hf_config(p).is_moe
+        r = cpbench("sweep", "--model-config", p, "--cp", "2", "--timing", "breakable", "--device", "cpu")
+        assert r.returncode == 2 and words in r.stderr, r.stderr
+    # DeepSeek names its routed experts n_routed_experts
+    p.write_text(json.dumps({**base, "num_local_experts": None, "n_routed_experts": 8, "num_experts_per_tok": 2,
+                             "moe_intermediate_size": 16}))
+    assert (from_hf_config(p).num_experts, from_hf_config(p).moe_intermediate_size) == (8, 16)

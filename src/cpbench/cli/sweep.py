@@ -137,8 +137,10 @@ def sweep(
     check_layer_rest_us(layer_rest_us)
     if ep is not None and layer_rest_us is not None:
         raise CpbenchInputError("--ep sizes the model's MoE, which --layer-rest-us replaces: give one of them")
-    check_ep(spec, ep, cells.cp_sizes, tp)
+    if ep is not None or ("breakable" in timings and layer_rest_us is None):  # None: checks the default
+        check_ep(spec, ep, cells.cp_sizes, tp)
     buckets = parse_buckets(graph_buckets)
+    layer_rest_us = None if layer_rest_us is None else layer_rest_us + 0.0  # -0 -> 0
     if "breakable" in timings and layer_rest_us is None and missing_rest_fields(spec):
         raise CpbenchInputError(f"--timing breakable: {missing_rest_fields(spec)}, so the rest of its layers "
                                 "cannot be built: give a config.json with the MLP sizes, or --layer-rest-us N")
@@ -148,7 +150,7 @@ def sweep(
     if "graph" in timings and dev.type != "cuda":
         asked = "both" if timing.strip() == "both" else "graph"
         raise CpbenchInputError(f"--timing {asked} needs a CUDA device (graph timing replays a CUDA graph): "
-                                "use --timing eager on CPU")
+                                "use --timing eager (or breakable, whose segments run eagerly there) on CPU")
     warmup = (3 if dev.type == "cuda" else 1) if warmup is None else warmup
     if max_prefill_tokens < 0:
         raise CpbenchInputError(f"--max-prefill-tokens must be >= 0 (0: no cap), got {max_prefill_tokens}")

@@ -95,7 +95,8 @@ def _speedups_table(f) -> str:
 
 
 # sweep options that change what every row means (its page tables or its cells), with their defaults
-ROW_MEANING = {"swa_pool": False, "context_len": None, "prefix_hit": None, "cp_min_extend": "pr", "cp_min_tokens": 0}
+ROW_MEANING = {"swa_pool": False, "context_len": None, "prefix_hit": None, "cp_min_extend": "pr", "cp_min_tokens": 0,
+               "ep": None, "layer_rest_us": None, "graph_buckets": []}
 
 
 def _short(v) -> str:

@@ -182,11 +182,11 @@ _COLUMNS = [
     _c("window_layers_us", "float", "µs", "the sliding-window layers' share of the profiled eager forward: "
        "GPU busy time of the work launched in those layers; NaN on CPU, for a model with one layer kind and "
        "with --no-profile; breakable rows: the window layers' share of separately timed breakable forwards, "
-       "CUDA events after every layer)"),
+       "CUDA events after every layer"),
     _c("full_layers_us", "float", "µs", "the full-attention layers' share of the same forward"),
     # -- the breakable prefill forward (timing breakable; docs/design.md §11) ---------------------------
     _c("ep_size", "int", "GPUs", "expert parallelism of the MoE (--ep; default cp_size x tp_size); 0 for a "
-       "dense model or --layer-rest-us; breakable rows)"),
+       "dense model or --layer-rest-us; breakable rows"),
     _c("layer_rest", "str", "model | N us", "what runs besides attention in a breakable forward: the model's "
        "layer (norms, projections, RoPE, MLP or MoE) or --layer-rest-us N µs of GPU work per layer (breakable rows)"),
     _c("segments", "str", "graph | eager: why", "how the breakable forward's non-attention segments ran: replayed "

@@ -193,20 +193,19 @@ def mlp_fields(cfg: dict, where: str) -> dict:
     (``num_local_experts`` or ``num_experts``), ``num_experts_per_tok`` and one expert's width
     (``moe_intermediate_size``, else ``intermediate_size``: gpt-oss names it so); or a dense MLP's
     ``intermediate_size``; ``attention_bias``; MXFP4 experts named in ``weights_note`` (``quantization_config``).
-    A field absent leaves 0 (the model then has no rest-of-layer work to time). Raises CpbenchInputError
-    for a present field that is not a positive integer, or experts without ``num_experts_per_tok``."""
+    Experts may be named ``num_local_experts``, ``num_experts`` or ``n_routed_experts`` (DeepSeek). A field
+    absent leaves 0 (the model then has no rest-of-layer work to time; ``--timing breakable`` says which).
+    Raises CpbenchInputError for a present field that is not a positive integer."""
     out: dict = {}
     for key in ("hidden_size", "intermediate_size", "moe_intermediate_size", "num_local_experts", "num_experts",
-                "num_experts_per_tok"):
+                "n_routed_experts", "num_experts_per_tok"):
         v = cfg.get(key)
         if v is not None and not _pos_int(v):
             raise CpbenchInputError(f"{where}: {key} must be a positive integer, got {v!r}")
     out["hidden_size"] = cfg.get("hidden_size") or 0
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 0
-    if experts:
-        if not cfg.get("num_experts_per_tok"):
-            raise CpbenchInputError(f"{where} has {experts} experts but no num_experts_per_tok: add it")
-        out.update(num_experts=experts, num_experts_per_tok=cfg["num_experts_per_tok"],
+    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0
+    if experts:  # a missing top-k is named by --timing breakable only (spec.layer_rest.missing_rest_fields)
+        out.update(num_experts=experts, num_experts_per_tok=cfg.get("num_experts_per_tok") or 0,
                    moe_intermediate_size=cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 0)
     else:
         out["intermediate_size"] = cfg.get("intermediate_size") or 0

@@ -133,16 +133,23 @@ def default_ep(cp_size: int, tp_size: int) -> int:
 
 def check_ep(model: ModelSpec, ep: int | None, cp_sizes, tp_size: int) -> None:
     """Refuse an ``--ep`` that makes no sense, in one line (CpbenchInputError): below 1, on a model without
-    a MoE, not dividing the experts, or not dividing ``cp_size * tp`` of a swept cp_size."""
+    a MoE, not dividing the experts, or not dividing ``cp_size * tp`` of a swept cp_size. Without ``--ep``
+    (None), the default ``cp_size * tp`` of every swept cp_size of a MoE model must divide the experts."""
     if ep is None:
+        for cp in cp_sizes if model.is_moe else ():
+            if model.num_experts % default_ep(cp, tp_size):
+                raise CpbenchInputError(
+                    f"the default --ep = cp_size x tp = {default_ep(cp, tp_size)} at cp_size {cp} does not divide "
+                    f"the {model.num_experts} experts of {model.name}: pass --ep D, D dividing both")
         return
     if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
         raise CpbenchInputError(f"--ep must be an integer >= 1, got {ep!r}")
     if not model.is_moe:
         raise CpbenchInputError(f"--ep {ep}: {model.name} has no MoE (a dense MLP): leave --ep out")
     if model.num_experts % ep:
-        raise CpbenchInputError(f"--ep {ep} does not divide the {model.num_experts} experts of {model.name}: "
-                                f"pick a divisor of {model.num_experts}")
+        raise CpbenchInputError(f"--ep {ep} does not divide the {model.num_experts} expert"
+                                f"{'s' if model.num_experts != 1 else ''} of {model.name}: pick a divisor of "
+                                f"{model.num_experts}")
     for cp in cp_sizes:
         if (cp * tp_size) % ep:
             raise CpbenchInputError(f"--ep {ep} does not divide the {cp * tp_size} GPUs of cp_size {cp} x tp "
@@ -153,7 +160,8 @@ def check_layer_rest_us(us: float | None) -> None:
     """Refuse a ``--layer-rest-us`` that is negative, not finite or above a second, in one line."""
     if us is None:
         return
-    if not (isinstance(us, (int, float)) and math.isfinite(us) and 0 <= us <= MAX_LAYER_REST_US):
+    if not (isinstance(us, (int, float)) and not isinstance(us, bool) and math.isfinite(us)
+            and 0 <= us <= MAX_LAYER_REST_US):
         raise CpbenchInputError(f"--layer-rest-us must be a number of µs per layer in [0, {MAX_LAYER_REST_US:g}], "
                                 f"got {us!r}")
 
@@ -162,8 +170,13 @@ def missing_rest_fields(model: ModelSpec) -> str:
     """Why ``model`` has no rest-of-layer work to build (a config without ``hidden_size`` or MLP sizes), or ""."""
     if model.hidden_size <= 0:
         return f"{model.name} has no hidden_size"
-    if model.is_moe and (model.moe_intermediate_size <= 0 or model.num_experts_per_tok <= 0):
-        return f"{model.name} has experts but no expert width or top-k"
+    if model.is_moe and model.num_experts_per_tok <= 0:
+        return f"{model.name} has {model.num_experts} experts but no num_experts_per_tok"
+    if model.is_moe and model.num_experts_per_tok > model.num_experts:
+        return (f"{model.name} routes each token to num_experts_per_tok {model.num_experts_per_tok} of only "
+                f"{model.num_experts} experts")
+    if model.is_moe and model.moe_intermediate_size <= 0:
+        return f"{model.name} has experts but no expert width (moe_intermediate_size or intermediate_size)"
     if not model.is_moe and model.intermediate_size <= 0:
         return f"{model.name} has no intermediate_size"
     return ""
