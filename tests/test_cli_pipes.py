@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 TINY = "--layers 2 --heads 4 --kv-heads 1 --head-dim 16 --page-size 16 --budget-ms 2 --device cpu"
@@ -42,3 +44,14 @@ def test_profile_json_into_head(tmp_path):
               tmp_path)
     assert r.returncode == 0 and r.stderr == "", r.stderr
     assert (tmp_path / "p" / "profile.json").is_file()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("closed", [">&-", "2>&-"])
+def test_a_closed_standard_stream_is_written_to_devnull(tmp_path, closed):
+    """`cpbench geometry >&-` raised AttributeError at start (exit 1): Python sets a closed stdout to None."""
+    env = {**os.environ, "PYTHONPATH": SRC}
+    cmd = f"'{sys.executable}' -m cpbench geometry --cp 4 {closed}"
+    p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, timeout=100)
+    assert p.returncode == 0, p.stderr[-1000:]
+    assert ("kv_len_prev" in p.stdout) == (closed == "2>&-")

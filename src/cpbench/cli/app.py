@@ -90,7 +90,13 @@ def entry() -> None:
     130, its message printed, every row already on disk and the run directory unlocked) the process ends
     without the interpreter's teardown. An interrupt can land inside torch.profiler's Python code, leaving
     its native callbacks half removed ("Requested callback is not found"), and their destructors then
-    crashed the process at exit (SIGSEGV) in about one Ctrl-C in 30."""
+    crashed the process at exit (SIGSEGV) in about one Ctrl-C in 30.
+
+    A process started with stdout or stderr closed (``cpbench geometry >&-``: Python sets it to None) writes
+    that stream to os.devnull instead of failing at its first write; the command runs as usual."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))
     code = cli_errors.run(app)
     if code == 130:
         sys.stdout.flush()

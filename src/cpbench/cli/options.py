@@ -45,6 +45,17 @@ def degrade_console() -> None:
                 pass
 
 
+def _null_stream():
+    """One text stream onto os.devnull, opened on first use (for a standard stream the process lacks)."""
+    global _NULL
+    if _NULL is None:
+        _NULL = open(os.devnull, "w", encoding="utf-8")
+    return _NULL
+
+
+_NULL = None
+
+
 class PipeSafe:
     """A text stream that writes to ``sys.stdout`` (or ``sys.stderr``) as it is *now* (tests swap them) and,
     once the reader has gone (``cpbench sweep | head -1``: BrokenPipeError), drops what follows instead of
@@ -56,7 +67,8 @@ class PipeSafe:
 
     @property
     def stream(self):
-        return getattr(sys, self.name)
+        """The stream as it is now (``cli.app.entry`` replaces one the process was started without)."""
+        return getattr(sys, self.name) or _null_stream()
 
     def write(self, text: str) -> int:
         if not self.broken:
