@@ -346,3 +346,23 @@ def test_a_cpu_run_without_its_manifest_still_reads_as_a_cpu_run(tmp_path):
     assert on_cpu(manifest)
     _, gpu = load_run(RUNS / "h200-fmha-v2-default-a")
     assert not on_cpu(gpu)
+
+
+def test_a_table_that_cannot_be_written_keeps_the_run_readable(tmp_path):
+    """Attack: a hand-edited `"bs": "one"` made --resume fail in pyarrow with a traceback and leave a 0-byte
+    results.parquet, after which report refused the run. Now the parquet is written aside and renamed, and a
+    failure leaves results.jsonl as the run's rows, with one warning naming the column."""
+    from cpbench.errors import CpbenchWarning
+
+    src = Path(__file__).parent.parent / "docs" / "runs" / "cpu-torch-default"
+    rows = [migrate_row(r) for r in RunDir(src).rows()] if RunDir(src).results.exists() else \
+        load_run(src)[0].drop(columns=list(DERIVED_COLUMNS), errors="ignore").to_dict("records")
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    run.write_tables(rows)  # a readable parquet first
+    rows[0] = {**rows[0], "bs": "one"}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        run.write_tables(rows)
+    assert any(issubclass(w.category, CpbenchWarning) and "column 'bs' holds 'one'" in str(w.message) for w in seen)
+    assert not run.parquet.exists() and not list(run.path.glob("*.tmp"))

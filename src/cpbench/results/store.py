@@ -272,8 +272,20 @@ class RunDir:
         df = pd.DataFrame(rows)
         if df.empty:
             return df
-        with open(self.parquet, "wb") as f:  # a file, not a path: pyarrow encodes paths as strict UTF-8
-            df.to_parquet(f, index=False)
+        tmp = self.parquet.with_name(self.parquet.name + ".tmp")
+        try:  # written aside, then renamed: a failure never leaves a truncated parquet over a readable run
+            with open(tmp, "wb") as f:  # a file, not a path: pyarrow encodes paths as strict UTF-8
+                df.to_parquet(f, index=False)
+            os.replace(tmp, self.parquet)
+        except Exception as e:  # pyarrow refuses a column of mixed types (a hand-edited row)
+            tmp.unlink(missing_ok=True)
+            self.parquet.unlink(missing_ok=True)  # stale: results.jsonl holds every row and is read instead
+            bad = non_numeric(df)
+            what = (f"column {bad[0]!r} holds {bad[1]!r} in {bad[2]} row(s), not a number" if bad else
+                    f"{type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            warnings.warn(f"{self.parquet} not written ({what}): every row stays in {self.results}, which report "
+                          "and compare read; fix or delete that row to get the parquet back", CpbenchWarning,
+                          stacklevel=2)
         csv = df.copy()
         if "samples_us" in csv:
             csv["samples_us"] = csv["samples_us"].map(
