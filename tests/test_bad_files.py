@@ -85,3 +85,21 @@ def test_a_parquet_with_both_seq_len_and_max_extend_len_is_one_line(tmp_path):
         assert r.stderr.strip() == (f"error: {str(run / 'results.parquet')!r} holds both column 'seq_len' and its new "
                                     "name 'max_extend_len': keep one (drop 'seq_len' if both hold the same values), "
                                     "or delete the file if results.jsonl beside it holds the rows")
+
+
+def test_a_row_with_an_unknown_mode_is_left_out_by_name(tmp_path, text_reports):
+    """Attack: one row's mode set to "triple" made the report say "0 of 4 cells ran" and list every cell as
+    incomplete ("no row for rank 0 triple"). The row is left out, named in one warning; only its cell lacks it."""
+    from runfactory import make_rows, manifest
+
+    rows = make_rows(cp_sizes=(2,), bss=(1, 2), seqs=(32,), timings=("eager",))
+    rows[0]["mode"] = "triple"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "manifest.json").write_text(json.dumps(manifest()))
+    r = cpbench("report", run)
+    assert r.returncode == 0, r.stderr
+    assert "left out 1 row(s): 1 with mode 'triple' (not two-call / fused)" in r.stderr
+    text = (run / "report.md").read_text()
+    assert "triple" not in text and text.count("**incomplete**") == 1

@@ -23,8 +23,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cpbench.results.schema import (CPU_MEM_REASON, SCHEMA_VERSION, V2_DEFAULTS, V2_RENAMED, check_row, migrate_row,
-                                    non_numeric, row_key)
+from cpbench.results.schema import (CPU_MEM_REASON, MODES, SCHEMA_VERSION, STATUSES, TIMINGS, V2_DEFAULTS, V2_RENAMED,
+                                    check_row, migrate_row, non_numeric, row_key)
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 
 if TYPE_CHECKING:  # pandas (and scipy, through derive) are imported where a table is built: a rank process
@@ -394,6 +394,7 @@ class RunDir:
             col, value, n = bad
             raise CpbenchInputError(f"{str(source)!r}: column {col!r} holds {value!r} in {n} row(s) where a number "
                                     "belongs (a hand-edited file?): correct those values or delete those rows")
+        df = _drop_unknown_choices(df, source)
         if not (manifest.get("device") or (manifest.get("config") or {}).get("device")) and "mem_reason" in df \
                 and (df["mem_reason"] == CPU_MEM_REASON).any():
             manifest = {**manifest, "device": "cpu"}  # no manifest: the rows say they ran on a CPU
@@ -409,6 +410,30 @@ def as_utf8(text: str) -> str:
 def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
     """``RunDir(run_dir).load()``: ``(results frame, manifest)`` of a run directory."""
     return RunDir(run_dir).load()
+
+
+def _drop_unknown_choices(df: pd.DataFrame, source) -> pd.DataFrame:
+    """``df`` without rows whose ``mode``, ``timing`` or ``status`` is none of the schema's values (a hand-edited
+    ``"mode": "triple"`` made every cell of a report look incomplete), with one CpbenchWarning naming them.
+    Raises CpbenchInputError when no row is left."""
+    import pandas as pd
+
+    keep = pd.Series(True, index=df.index)
+    named = []
+    for col, allowed in (("mode", MODES), ("timing", TIMINGS), ("status", STATUSES)):
+        if col in df:
+            bad = ~df[col].isin(allowed)
+            if bad.any():
+                named.append(f"{int(bad.sum())} with {col} {df.loc[bad, col].iloc[0]!r} (not {' / '.join(allowed)})")
+                keep &= ~bad
+    if not named:
+        return df
+    if not keep.any():
+        raise CpbenchInputError(f"{str(source)!r}: no row has a known mode, timing and status ({'; '.join(named)}): "
+                                "correct or delete those rows")
+    warnings.warn(f"{source}: left out {int((~keep).sum())} row(s): {'; '.join(named)} (a hand-edited file?)",
+                  CpbenchWarning, stacklevel=3)
+    return df[keep].reset_index(drop=True)
 
 
 def migrate_frame(df: pd.DataFrame, manifest: dict, source: str = "results.parquet") -> pd.DataFrame:
