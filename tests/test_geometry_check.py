@@ -106,3 +106,18 @@ def test_a_dump_with_a_utf8_byte_order_mark_is_read(tmp_path):
     p.write_bytes(b"\xef\xbb\xbf" + EXAMPLE.read_bytes())
     r = cpbench("geometry", "--check", str(p))
     assert r.returncode == 0 and "all 28 fields agree" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("page", [2**31 + 5, 2**40, -3])
+def test_a_page_id_no_pool_can_have_is_refused(tmp_path, page):
+    """Attack: page ids of 2**31+5, 2**40 or -3 printed "all 34 fields agree" and exited 0."""
+    import shutil
+
+    dump = tmp_path / "dump"
+    shutil.copytree(Path(__file__).parent.parent / "examples" / "sglang_dump_cp4", dump)
+    d = json.loads((dump / "rank0.json").read_text())
+    d["zigzag_page_table"][0][0] = page
+    (dump / "rank0.json").write_text(json.dumps(d))
+    r = cpbench("geometry", "--check", dump)
+    assert r.returncode == 2 and f"zigzag_page_table holds page id {page}, which no KV pool has" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

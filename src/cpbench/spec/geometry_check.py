@@ -175,6 +175,9 @@ def _check_batch_types(batch: dict, where: str) -> None:
                                 f"{_short(batch['num_tokens'])[:60]}")
 
 
+INT32_MAX = 2**31 - 1  # page tables are int32 (block_tables [rows, W])
+
+
 def _check_type(k: str, v, at: str) -> None:
     name = canonical(k)
     if name is None or v is None:
@@ -188,6 +191,10 @@ def _check_type(k: str, v, at: str) -> None:
         if len(widths) > 1:  # ragged: no [rows, W] shape to compare, so the table itself is at fault
             raise CpbenchInputError(f"{at}: {k} has rows of {widths[0]} and {widths[-1]} entries: a page table is "
                                     "[rows, W], every row W entries")
+        bad = next((x for row in v for x in row if not 0 <= x <= INT32_MAX), None) if ok else None
+        if bad is not None:  # an int32 index into the KV pool: what the kernels read cannot be negative or wider
+            raise CpbenchInputError(f"{at}: {k} holds page id {bad}, which no KV pool has: page ids are int32 "
+                                    f"indices in [0, {INT32_MAX}]")
     elif name in ("max_seqlen_q_prev", "max_seqlen_q_next", "max_seqlen_q_combined", "total_q_prev_tokens",
                   "total_q_next_tokens", "tokens_padded", "total_seq_lens", "bs"):
         ok, want = _is_int(v), "an integer"
