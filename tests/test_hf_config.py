@@ -161,3 +161,40 @@ def test_a_config_with_a_utf8_byte_order_mark_is_read(tmp_path):
     p = tmp_path / "config.json"
     p.write_bytes(b"\xef\xbb\xbf" + json.dumps({**HEADS, "num_hidden_layers": 2}).encode())
     assert from_hf_config(p).num_kv_heads == 1
+
+
+def _full(spec) -> list[int]:
+    return [i for i, w in enumerate(spec.window_left_per_layer) if w < 0]
+
+
+@pytest.mark.parametrize("cfg, layers, full", [
+    # Gemma-3: layer i full when i % 6 == 5 (the config has 8 layers; tiling gave [5, 13] at 18)
+    ({"model_type": "gemma3_text", "num_hidden_layers": 8, "sliding_window": 512, "sliding_window_pattern": 6},
+     18, [5, 11, 17]),
+    ({"model_type": "gemma3_text", "num_hidden_layers": 8, "sliding_window": 512}, 4, []),
+    # Qwen2: the first max_window_layers layers full, the rest windowed (tiling made layers 6, 7 full)
+    ({"model_type": "qwen2", "num_hidden_layers": 6, "sliding_window": 4096, "use_sliding_window": True,
+      "max_window_layers": 4}, 8, [0, 1, 2, 3]),
+    ({"model_type": "qwen2", "num_hidden_layers": 6, "sliding_window": 4096, "use_sliding_window": True,
+      "max_window_layers": 4}, 3, [0, 1, 2]),
+    # Cohere2: period 4 (tiling gave [3] at 9 layers of a 4-layer config)
+    ({"model_type": "cohere2", "num_hidden_layers": 4, "sliding_window": 4096}, 9, [3, 7]),
+    # an explicit list that repeats is its unit, at any count
+    ({"model_type": "gpt_oss", "num_hidden_layers": 4, "sliding_window": 128,
+      "layer_types": ["sliding_attention", "full_attention"] * 2}, 7, [1, 3, 5]),
+])
+def test_a_configs_window_rule_holds_at_any_layer_count(tmp_path, cfg, layers, full):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64, **cfg}))
+    spec = with_overrides(from_hf_config(p), layers=layers)
+    assert spec.num_layers == layers and _full(spec) == full
+
+
+def test_an_explicit_list_without_a_pattern_is_refused_at_another_count(tmp_path):
+    p = tmp_path / "config.json"
+    types = ["full_attention", "sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]
+    p.write_text(json.dumps({"num_hidden_layers": 5, "num_attention_heads": 8, "head_dim": 64, "sliding_window": 64,
+                             "layer_types": types}))
+    assert _full(with_overrides(from_hf_config(p), layers=5)) == [0, 4]
+    with pytest.raises(CpbenchInputError, match="lists 5 layers with no repeating pattern"):
+        with_overrides(from_hf_config(p), layers=6)

@@ -98,6 +98,29 @@ def _period(cfg: dict, where: str) -> tuple[int | None, str]:
     return None, ""
 
 
+def rule_of(cfg: dict, types: list[str], window: int | None, where: str) -> tuple:
+    """The rule that made ``types`` (:func:`layer_types_of`), as data a different ``--layers`` re-applies
+    (:func:`cpbench.spec.models.layers_by_rule`): ``("period", N, window_left)``, ``("leading_full", K,
+    window_left)``, ``("uniform", window_left)``, or for an explicit ``layer_types`` list its shortest unit that
+    repeats at least twice (``("pattern", unit)``), or ``("explicit", len)`` when none does (another count is
+    refused)."""
+    wl = window - 1 if window is not None else -1
+    if cfg.get("layer_types") is not None:
+        n = len(types)
+        p = next(p for p in range(1, n + 1) if all(types[i] == types[i % p] for i in range(n)))
+        if 2 * p > n and n > 1:  # no unit seen twice: what further layers would be is not in the list
+            return ("explicit", n)
+        unit = tuple(wl if t == "sliding_attention" else -1 for t in types[:p])
+        return ("pattern", unit)
+    period, _ = _period(cfg, where)
+    use = cfg.get("use_sliding_window")
+    if period is not None and use is None:
+        return ("period", period, wl)
+    if use:
+        return ("leading_full", cfg["max_window_layers"], wl)
+    return ("uniform", wl if (use is None and window is not None) else -1)
+
+
 def layer_types_of(cfg: dict, layers: int, window: int | None, where: str) -> tuple[list[str], str]:
     """Each layer's type (``sliding_attention`` / ``full_attention``) and the rule that gave it (see the
     module docstring). Raises CpbenchInputError for what cpbench cannot tell."""
@@ -176,6 +199,7 @@ def from_hf_config(path: str | Path) -> ModelSpec:
     if window is not None and not _pos_int(window):
         raise CpbenchInputError(f"{where}: sliding_window must be a positive integer or null")
     types, rule = layer_types_of(cfg, layers, window, where)
+    layer_rule = rule_of(cfg, types, window, where)
     n_slide = types.count("sliding_attention")
     if n_slide and window is None:
         raise CpbenchInputError(f"{where} has sliding layers ({rule}) but no sliding_window: add sliding_window")
@@ -184,7 +208,7 @@ def from_hf_config(path: str | Path) -> ModelSpec:
               if n_slide else f"all {layers} layers full")
     name = cfg.get("_name_or_path") or cfg.get("model_type") or p.parent.name or "config"
     spec = ModelSpec(str(name), layers, heads, int(kv_heads), int(head_dim), wl, cfg.get("model_type") == "gpt_oss",
-                     64, window_rule=f"{rule}; {counts}{derived}", **mlp_fields(cfg, where))
+                     64, window_rule=f"{rule}; {counts}{derived}", layer_rule=layer_rule, **mlp_fields(cfg, where))
     return checked(spec)
 
 

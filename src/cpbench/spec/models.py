@@ -27,6 +27,8 @@ class ModelSpec:
         page_size: default KV page size in tokens (GPT-OSS runs with 64 in SGLang's TRT-LLM backend).
         window_rule: for a model read from a config.json, which rule decided the windowed layers (one
             line, see :mod:`cpbench.spec.hf_config`); empty for a preset.
+        layer_rule: that rule as data, re-applied at another layer count (:func:`layers_by_rule`); empty for
+            a preset (its pattern is tiled).
         hidden_size: the residual stream width (HF ``hidden_size``); 0 when unknown (no rest-of-layer work).
         intermediate_size: a dense MLP's width (whole model, before any split); 0 for a MoE model.
         num_experts / num_experts_per_tok / moe_intermediate_size: a MoE's experts (HF
@@ -45,6 +47,7 @@ class ModelSpec:
     has_sinks: bool
     page_size: int = 64
     window_rule: str = ""
+    layer_rule: tuple = ()
     hidden_size: int = 0
     intermediate_size: int = 0
     num_experts: int = 0
@@ -147,7 +150,8 @@ def with_overrides(spec: ModelSpec, *, layers: int | None = None, heads: int | N
                    sinks: bool | None = None, page_size: int | None = None) -> ModelSpec:
     """Apply CLI overrides. ``window`` is the sliding window in tokens (0 = make every layer full);
     a model without sliding layers gets GPT-OSS's alternating pattern when a window is given.
-    A new layer count keeps the pattern (alternating or uniform).
+    A new layer count applies a config's own rule (``layer_rule``: Gemma-3's period, Qwen2's leading full
+    layers, ...; :func:`layers_by_rule`) and tiles a preset's pattern (alternating or uniform).
 
     Raises:
         CpbenchInputError: non-positive or absurdly large sizes, q heads not a multiple of kv heads, bad
@@ -164,8 +168,9 @@ def with_overrides(spec: ModelSpec, *, layers: int | None = None, heads: int | N
         if layers < 1:
             raise CpbenchInputError(f"--layers must be >= 1, got {layers}")
         pattern = spec.window_left_per_layer
-        out = replace(out, num_layers=layers,
-                      window_left_per_layer=tuple(pattern[i % len(pattern)] for i in range(layers)))
+        wl = (pattern if layers == spec.num_layers else layers_by_rule(spec.layer_rule, layers) if spec.layer_rule
+              else tuple(pattern[i % len(pattern)] for i in range(layers)))
+        out = replace(out, num_layers=layers, window_left_per_layer=wl)
     if heads is not None:
         out = replace(out, num_q_heads=heads)
     if kv_heads is not None:
@@ -192,6 +197,32 @@ def with_overrides(spec: ModelSpec, *, layers: int | None = None, heads: int | N
     if page_size is not None:
         out = replace(out, page_size=check_page_size(page_size))
     return checked(replace(out, name=spec.name + _override_tag(spec, out)))
+
+
+def layers_by_rule(rule, n: int) -> tuple[int, ...]:
+    """``window_left`` of each of ``n`` layers by a config's rule (``ModelSpec.layer_rule``, from
+    :func:`cpbench.spec.hf_config.rule_of`): a period N (layer i full when ``i % N == N - 1``), K leading full
+    layers (Qwen2's ``max_window_layers``), a repeating ``layer_types`` unit, or every layer alike.
+
+    Raises:
+        CpbenchInputError: an explicit ``layer_types`` list without a repeating unit asked for another count
+            (what its extra layers would be is not in the config).
+    """
+    kind = rule[0]
+    if kind == "period":
+        p, wl = rule[1], rule[2]
+        return tuple(-1 if i % p == p - 1 else wl for i in range(n))
+    if kind == "leading_full":
+        k, wl = rule[1], rule[2]
+        return tuple(-1 if i < k else wl for i in range(n))
+    if kind == "pattern":
+        unit = tuple(rule[1])
+        return tuple(unit[i % len(unit)] for i in range(n))
+    if kind == "uniform":
+        return (rule[1],) * n
+    raise CpbenchInputError(f"--layers {n}: the config's layer_types lists {rule[1]} layers with no repeating "
+                            f"pattern, so which of {n} layers slide is not in it: use --layers {rule[1]}, or edit "
+                            "layer_types to the count you want")
 
 
 def _override_tag(spec: ModelSpec, out: ModelSpec) -> str:
