@@ -217,3 +217,29 @@ def test_a_torchrun_sweep_into_a_file_or_a_resume_without_a_manifest_file_ends_b
     r = cpbench("sweep", "--device", "cpu", *LAUNCH, "--seq", "40", *SMALL, "--out", run, "--resume")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert f"{str(run / 'manifest.json')!r} is not a file: move it away" in r.stderr
+
+
+@pytest.mark.timeout(150)
+def test_a_stopped_agent_does_not_hang_the_launch_once_its_ranks_ended(tmp_path):
+    """Attack: `kill -STOP` of torchrun's agent: the ranks wrote every row and rank 0 its exit code, but the
+    launcher waited for the stopped agent for ever. It is now killed AGENT_WAIT_S after its ranks ended."""
+    out = tmp_path / "stopped-agent"
+    args = [*LAUNCH, "--seq", ",".join(str(32 + 8 * i) for i in range(4)), "--out", out, *SMALL[:-2],
+            "--dist-timeout", "20"]
+    p = subprocess.Popen([sys.executable, "-m", "cpbench", "sweep", *map(str, args)], env=_env(),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    while len(RunDir(out).rows()) < 4 and p.poll() is None:  # the ranks are running: the first cell is on disk
+        time.sleep(0.1)
+    agent = _agent_of(p.pid)
+    assert agent is not None, "no torchrun agent"
+    os.kill(agent, signal.SIGSTOP)  # the ranks go on: they are the agent's children, not stopped with it
+    try:
+        p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.kill(agent, signal.SIGKILL)
+            p.kill()
+    err = p.stderr.read()
+    assert p.returncode == 0, err[-1500:]
+    assert "torchrun's agent did not exit after its ranks ended" in err
+    assert len(RunDir(out).rows()) == 16 and all(r["status"] == "ok" for r in RunDir(out).rows())

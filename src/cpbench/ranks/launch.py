@@ -27,6 +27,8 @@ from cpbench.ranks import watch
 from cpbench.errors import CpbenchInputError
 
 EXIT_FILE = "CPBENCH_EXIT_FILE"
+AGENT_WAIT_S = 10.0  # how long torchrun may outlive its ranks (after rank 0 left its exit code) before it is killed
+AGENT_STUCK = "torchrun's agent did not exit after its ranks ended"
 LAUNCH_FLAGS = {"--launch": 1, "--nproc-per-node": 1}  # parent-only options and how many values follow
 GRACE_S = 2.0  # after a rank's collective failed: how long the other ranks get to end by themselves, s
 STOP_WAIT_S = 30.0  # after SIGINT / SIGTERM or a kill: how long torchrun gets before SIGKILL, s
@@ -138,6 +140,10 @@ def run_torchrun(nproc: int, argv: Sequence[str], resume_hint: bool = True) -> i
             sys.stderr.write(_child_lines(stderr, keep_errors=False))
             raise LaunchInterrupted(f"interrupted: the launch was stopped{resume}", 128 + signal_no)
         code = exit_file.read_text(encoding="utf-8").strip() if exit_file.exists() else ""
+        if stuck == AGENT_STUCK and code.isdigit():  # the ranks finished: their rows and exit code stand
+            sys.stderr.write(_child_lines(stderr))
+            sys.stderr.write(f"warning: {AGENT_STUCK} (stopped?); it was killed {AGENT_WAIT_S:g} s later\n")
+            return int(code)
         if proc.returncode == 0 and code.isdigit():
             sys.stderr.write(_child_lines(stderr))
             return int(code)
@@ -177,8 +183,12 @@ def _wait_watching(proc: subprocess.Popen, launch_dir: Path) -> tuple[int | None
     :data:`GRACE_S` to end; then the ranks that stopped answering are named, every rank is killed and
     torchrun is stopped. torchrun gets SIGKILL :data:`STOP_WAIT_S` after being told to stop.
 
+    When every rank has ended and rank 0 left its exit code but torchrun does not exit (its agent was stopped),
+    torchrun is killed :data:`AGENT_WAIT_S` later and :data:`AGENT_STUCK` returned.
+
     Returns:
-        (the signal received or None, one line naming the ranks that stopped answering or "").
+        (the signal received or None, one line naming the ranks that stopped answering, :data:`AGENT_STUCK`,
+        or "").
     """
     got: list[int] = []
     stop_at: list[float] = []  # when torchrun was told to stop
@@ -190,7 +200,7 @@ def _wait_watching(proc: subprocess.Popen, launch_dir: Path) -> tuple[int | None
             stop_at.append(time.monotonic())
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-    noted_at, stuck = None, ""
+    noted_at, stuck, ended_at = None, "", None
     try:
         while True:
             try:
@@ -202,6 +212,13 @@ def _wait_watching(proc: subprocess.Popen, launch_dir: Path) -> tuple[int | None
             if stop_at and now - stop_at[0] > STOP_WAIT_S:
                 proc.kill()
             if got or stuck:
+                continue
+            if (launch_dir / "exit").exists() and not watch.alive(launch_dir):  # every rank ended, rank 0's code left
+                ended_at = ended_at or now
+                if now - ended_at > AGENT_WAIT_S:  # torchrun's agent itself stopped answering (SIGSTOP)
+                    proc.kill()  # SIGKILL ends a stopped process too
+                    proc.wait()
+                    return None, AGENT_STUCK
                 continue
             if noted_at is None and watch.notes(launch_dir):
                 noted_at = now
