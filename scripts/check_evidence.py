@@ -110,6 +110,69 @@ def h200_forward_agrees_with_the_independent_script() -> None:
     expect(checked == 6, f"{checked} cells compared, not 6")
 
 
+# torchrun runs whose committed report holds the "Simulated vs real" section: the simulated run it was made with
+SIMULATED_PAIRS = {"h200x2-fa3-torchrun": "h200x2-fa3-simulated", "h200x2-fa3-torchrun-nogather": "h200x2-fa3-simulated",
+                   "h200x2-fa3-torchrun-separate": "h200x2-fa3-simulated",
+                   "h200x2-fa3-tp8-mix-torchrun": "h200x2-fa3-tp8-mix-simulated"}
+
+
+def committed_reports_are_current() -> None:
+    """Every committed report.md is what this checkout's code renders from its run's rows (a stale report
+    quotes numbers or wording the code no longer produces). Regenerate one with
+    ``cpbench report docs/runs/NAME`` (``--simulated docs/runs/SIM`` for SIMULATED_PAIRS)."""
+    stale = []
+    for run in sorted(p for p in RUNS.iterdir() if (p / "report.md").exists()):
+        df, manifest = load_run(run)
+        sim = SIMULATED_PAIRS.get(run.name)
+        text = render_report(df, manifest, run.name, run / "plots", sim_df=load_run(RUNS / sim)[0] if sim else None,
+                             sim_name=sim or "")
+        if text != (run / "report.md").read_text(encoding="utf-8"):
+            stale.append(run.name + (f" (--simulated docs/runs/{sim})" if sim else ""))
+    expect(not stale, f"{len(stale)} committed report(s) differ from what the code renders: {', '.join(stale)}; "
+                      "regenerate with cpbench report docs/runs/NAME")
+
+
+def readme_headline_rows() -> list[str]:
+    """The rows of the README's two headline tables, rendered from the runs they cite: the prefill forward
+    (``h200-forward``: per backend the breakable answer and the graph-timed attention answer) and attention
+    alone (``h200-fmha-v2-vs-fa3``, graph timing). ``--print`` shows them for pasting."""
+    from cpbench.report.backend_answer import best_of
+    from cpbench.report.data import cells
+    from cpbench.report.forward import forward_cells, forward_text
+    from cpbench.report.style import human_tokens
+    from cpbench.report.tables import ms, times_ci, verdict
+
+    def answer(c) -> str:
+        return f"{verdict(c)} {times_ci(c)}" if c["status"] == "ok" else str(c["status"])
+
+    rows = []
+    view = cells(load_run(RUNS / "h200-forward")[0])
+    fw = forward_cells(view)
+    graph = view[view["timing"] == "graph"]
+    for (bs, ext), g in fw[fw["status"] == "ok"].groupby(["bs", "max_extend_len"], sort=True):
+        row = [str(bs), human_tokens(ext)]
+        for b in ("trtllm-fmha-v2", "fa3"):
+            att = graph[(graph["backend"] == b) & (graph["bs"] == bs) & (graph["max_extend_len"] == ext)]
+            row += [forward_text(g[g["backend"] == b].iloc[0]), answer(att.iloc[0])]
+        rows.append("| " + " | ".join(row) + " |")
+    view = cells(load_run(RUNS / "h200-fmha-v2-vs-fa3")[0])
+    graph = view[(view["timing"] == "graph") & (view["status"] == "ok")]
+    for (bs, ext), g in graph.groupby(["bs", "max_extend_len"], sort=True):
+        by = {r["backend"]: r for _, r in g.iterrows()}
+        best = min(((best_of(c), b) for b, c in by.items()), key=lambda x: x[0][0])
+        rows.append(f"| {bs} | {human_tokens(ext)} | {answer(by['trtllm-fmha-v2'])} | {answer(by['fa3'])} | "
+                    f"{ms(best[0][0])} ({best[1]}, {best[0][1]}) |")
+    return rows
+
+
+def readme_headline_tables_come_from_the_runs() -> None:
+    """Every row of the README's headline tables is what the cited run gives (:func:`readme_headline_rows`)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = [r for r in readme_headline_rows() if r not in readme]
+    expect(not missing, f"{len(missing)} README headline row(s) differ from the runs, e.g. {missing[0] if missing else ''} "
+                        "(python3 scripts/check_evidence.py --print shows them)")
+
+
 def charts_regenerate(name: str, charts: int) -> Callable[[], None]:
     def check() -> None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -144,6 +207,8 @@ CHECKS: list[Callable[[], None]] = [
     h200_default_sweep_is_complete_and_timed,
     h200_fa2_two_call_splits_kv_at_small_batch,
     h200_forward_agrees_with_the_independent_script,
+    committed_reports_are_current,
+    readme_headline_tables_come_from_the_runs,
     charts_regenerate("h200-fa3-cp2-cp8", len(CHARTS)),  # two batch sizes: no segments chart
     charts_regenerate("h200x2-fa3-torchrun", len(CHARTS) + len(DIST_CHARTS) + 1),  # bs 1, 4, 16: + segments
     every_link_resolves,
@@ -151,6 +216,9 @@ CHECKS: list[Callable[[], None]] = [
 
 
 def main() -> int:
+    if sys.argv[1:] == ["--print"]:
+        print("\n".join(readme_headline_rows()))
+        return 0
     failed = []
     for check in CHECKS:
         try:

@@ -9,6 +9,7 @@ import pytest
 
 from cpbench.results.critical_path import critical_path
 from cpbench.results.store import load_run
+from cpbench.results.verdicts import ratio_text
 from cpbench.report.run_report import render_report, write_report
 
 RUNS = Path(__file__).parent.parent / "docs" / "runs"
@@ -27,7 +28,7 @@ def test_report_from_committed_run(name, per_rank):
     assert len(ok) >= 6
     cpu = name.startswith("cpu")
     for _, r in ok.iterrows():  # every critical-path speedup appears in the report, as computed (not on CPU)
-        assert (f"{r['speedup']:.2f}×" in text) != cpu
+        assert (ratio_text(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]) in text) != cpu
     assert ("a functional check, not a benchmark" in text) == cpu
     assert manifest["command"] in text
     assert f"{per_rank} per rank" in text  # the attention kernel (torch: call) counts

@@ -38,7 +38,8 @@ def test_speedup_verdicts_agree_per_cell(tmp_path):
     assert list(f["agree"]) == [True, True, False, False] * 2 and agreement(f) == (4, 8)
     r = cpbench("compare", base, new, "--allow-missing")
     assert "## Speedups (fused vs two-call, critical path)" in r.stdout
-    assert "**verdicts agree in 4 of 8 cells (50 %); the two intervals overlap in 4 of 8**" in r.stdout
+    assert "**verdicts agree in 4 of 8 cells (50 %); the two intervals overlap in 4 of 8; the new speedup lies " \
+           "inside the base interval in " in r.stdout
     assert list(f["overlap"]) == [True, True, False, False] * 2  # 1.2 vs 1.0 and 0.8: disjoint
     row = next(x for x in r.stdout.splitlines() if x.startswith("| graph | 4 | 4 | 8192 |"))
     assert row.endswith("| slower | **no** | **no** |") and "| faster |" in row
@@ -55,7 +56,8 @@ def test_cells_that_did_not_run_are_listed_not_counted(tmp_path):
     assert len(f) == 8 and list(f["new_status"]).count("oom") == 4
     assert set(f.loc[f["new_status"] == "oom", "new_verdict"]) == {NO_VERDICT}
     assert agreement(f) == (4, 4)
-    assert agreement_line(f) == "verdicts agree in 4 of 4 cells (100 %); the two intervals overlap in 4 of 4"
+    assert agreement_line(f).startswith("verdicts agree in 4 of 4 cells (100 %); the two intervals overlap in 4 of 4; "
+                                        "the new speedup lies inside the base interval in ")
     assert agreement_line(f.iloc[0:0]) == "no cell has a speedup verdict in both runs"
     r = cpbench("compare", base, new)
     assert r.returncode == 1  # the lost bs-4 cells fail the gate
@@ -191,7 +193,8 @@ def test_agreement_among_cells_host_bound_in_neither_run():
     assert [(r.timing, r.bs, r.max_extend_len) for r in hb.itertuples()] == [("eager", 1, 2048)]
     assert agreement(f) == (16, 16) and agreement(f, gpu_bound_only=True) == (15, 15)
     assert agreement_line(f) == ("verdicts agree in 16 of 16 cells (100 %; 15 of 15 not host-bound); "
-                                 "the two intervals overlap in 14 of 16")
+                                 "the two intervals overlap in 14 of 16; the new speedup lies inside the base "
+                                 "interval in 14 of 16 (88 %)")
     every = f.assign(base_host_bound=True)
     assert agreement_line(every).startswith("verdicts agree in 16 of 16 cells (100 %; every cell host-bound)")
 

@@ -92,3 +92,25 @@ def test_columns_command_lists_the_schema(monkeypatch):
     assert cpbench("columns").returncode == 0
     out = console.export_text()
     assert "…" not in out and all(name in out for name in COLUMNS)
+
+
+def test_the_console_marks_a_host_bound_cell_and_prints_ratios_with_their_digits():
+    """The report marks bs 1 x 2K eager (host-bound) with †; the sweep's console now does too, and a ratio near
+    1 is printed as a signed percentage whose interval never reads as the other verdict."""
+    from pathlib import Path
+
+    from cpbench.results.store import load_run
+
+    df, _ = load_run(Path(__file__).parent.parent / "docs" / "runs" / "h200-fmha-v2-default-a")
+    console = Console(width=200, record=True)
+    show_summary(console, df)
+    out = console.export_text()
+    eager = out[out.index("trtllm-fmha-v2, eager"):out.index("trtllm-fmha-v2, graph")]
+    row = next(ln for ln in eager.splitlines() if re.search(r"│\s+1 │\s+2048 │", ln))
+    assert "× [" in row and "†" in row and "faster" in row
+    assert "† host-bound eager cell" in out
+    for ln in out.splitlines():  # a verdict of faster / slower never sits beside an interval that reaches 1
+        m = re.search(r"([+−-]\d+\.\d+) % \[([+−-][\d.]+), ([+−-][\d.]+)\].*?│ (faster|slower) ", ln)
+        if m:
+            lo, hi = (float(x.replace("−", "-")) for x in m.group(2, 3))
+            assert (lo > 0) if m.group(4) == "faster" else (hi < 0), ln

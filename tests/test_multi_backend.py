@@ -86,3 +86,42 @@ def test_backend_answer_names_the_fastest_backend():
     assert cells[4] == "slower 0.80× [0.78–0.82]" and cells[5] == "1.000 two-call"
     assert cells[6] == "tie 1.25× [0.99–1.30]"  # the interval contains 1
     assert cells[7] == "0.800 [0.090–0.110] fused" and cells[8] == "trtllm-fmha-v2 (1.25× vs fa3)"
+
+
+def test_every_table_of_a_two_backend_report_shows_both_backends():
+    """#33: the memory table of a two-backend report had no backend column and showed one backend's numbers.
+    Two backends with different memory and latency: every per-cell table names both, with their own values."""
+    import re
+
+    from runfactory import make_rows, manifest
+    from cpbench.report.run_report import render_report
+    from cpbench.results.derived import derive
+
+    rows = make_rows(cp_sizes=(4,), bss=(1, 4), seqs=(2048,), backends=("fa3", "trtllm-fmha-v2"),
+                     latency=lambda m, b, t, cp, bs, seq, r, mode: (1000.0 if b == "fa3" else 700.0) * bs)
+    for r in rows:
+        if r["backend"] == "fa3":  # a different workspace: the setup bytes differ by backend
+            r["setup_mem_workspace"] += 40 << 20
+            r["setup_mem_bytes"] += 40 << 20
+            r["peak_mem_bytes"] += 40 << 20
+    text = render_report(derive(pd.DataFrame(rows), manifest()), manifest(), "two")
+    heading, per_backend, tables = "", {"fa3": 0, "trtllm-fmha-v2": 0}, []
+    for block in text.split("\n\n"):
+        if block.startswith("#"):
+            heading = block
+            continue
+        if not block.startswith("|") or "bs" not in block.splitlines()[0]:
+            continue
+        tables.append(block)
+        head = block.splitlines()[0]
+        named = [b for b in per_backend if f"· {b} ·" in heading]
+        if named:  # one table per backend, named in its heading
+            per_backend[named[0]] += 1
+        elif "backend" in head:  # a backend column: both backends in it
+            assert "fa3" in block and "trtllm-fmha-v2" in block, block
+        else:  # the first table: a column per backend
+            assert "fa3:" in head and "trtllm-fmha-v2:" in head, (heading, head)
+    assert per_backend["fa3"] == per_backend["trtllm-fmha-v2"] > 0
+    mem = next(t for t in tables if "two-call setup" in t.splitlines()[0])
+    by = {ln.split("|")[1].strip(): ln.split("|")[5].strip() for ln in mem.splitlines()[2:]}
+    assert set(by) == {"fa3", "trtllm-fmha-v2"} and by["fa3"] != by["trtllm-fmha-v2"]

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from cpbench.results.store import load_run
+from cpbench.results.verdicts import ratio_text
 from cpbench.report.charts import CHARTS, DIST_CHARTS, chart_stems, render_frame
 from cpbench.report.data import prepare
 from cpbench.report.dist_data import sim_vs_real, stacks, t_gather_us, topology_summary
@@ -93,7 +94,10 @@ def test_report_gather_share_is_gather_over_latency(report_text):
         row = next(ln for ln in section.splitlines() if ln.startswith(f"| {bs} | {seq // 1024}K | "))
         assert f"| {100 * share['two-call']:.1f}% / {100 * share['fused']:.1f}% |" in row
         assert f"| {wait['two-call']:.4g} / {wait['fused']:.4g} |" in row
-        assert f"| {crit['two-call'] / crit['fused']:.2f}× [" in row  # speedup on the torchrun critical path
+        sp = crit["two-call"] / crit["fused"]  # the speedup on the torchrun critical path, as the report prints it
+        shown = row.split(" | ")[4].split(" [")[0]
+        value = float(shown[:-1]) if shown.endswith("×") else 1 + float(shown[:-2].replace("−", "-")) / 100
+        assert abs(value - sp) < 0.006 and shown.startswith(ratio_text(sp)[:3]), (shown, sp)
     assert "- World size: 2 processes; distributed backend: nccl; K|V all-gather: packed." in report_text
     assert "NCCL version: 2.27.3; NCCL variables: `NCCL_ALGO=Ring`" in report_text
     assert "GPU topology: 2 GPUs; GPU↔GPU links: NV18 × 1 pair." in report_text

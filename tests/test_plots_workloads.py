@@ -29,7 +29,7 @@ def test_when_to_fuse_grid():
     assert heading == "gpt-oss-120b · fa3 · eager · tp 1 · cp 2"
     assert table.splitlines() == [
         "| bs | 1K | 8K |", "| ---: | ---: | ---: |",
-        "| 1 | faster 2.00× [2.00–2.00] | tie 1.00× [1.00–1.00] |",  # noise-free samples: zero-width intervals
+        "| 1 | faster 2.00× [2.00–2.00] | tie +0.0 % [+0.0, +0.0] |",  # noise-free samples: zero-width intervals
         "| 4 | faster 2.00× [2.00–2.00] | slower 0.67× [0.67–0.67] |"]
 
 

@@ -67,3 +67,25 @@ def test_critical_path_carries_the_interval():
                          "latency_us_median": float(np.median(xs)), "samples_us": xs})
     cp = critical_path(pd.DataFrame(rows))
     assert len(cp) == 1 and 1 < cp.loc[0, "speedup_ci_low"] < cp.loc[0, "speedup"] < cp.loc[0, "speedup_ci_high"]
+
+
+def test_passes_widen_the_interval_to_cover_the_drift_between_them():
+    """--passes: pass 1 says fused is 5 % faster, pass 2 (a later, slower clock) a tie; within each pass the
+    noise is tiny. The interval over all samples alone would call it faster; over the passes it is a tie."""
+    from cpbench.results.uncertainty import speedup_ci_over_passes, split_passes
+    from cpbench.results.verdicts import speedup_verdict
+
+    rng = np.random.default_rng(1)
+    noisy = lambda m, n=30: list(m * (1 + 0.001 * rng.standard_normal(n)))  # noqa: E731
+    two = [noisy(1050) + noisy(1000) for _ in range(2)]  # per rank: pass 1 then pass 2
+    fused = [noisy(1000) + noisy(1000) for _ in range(2)]
+    sizes = [[30, 30], [30, 30]]
+    lo_all, hi_all = speedup_ci(two, fused, per_sample_max=False)
+    lo, hi = speedup_ci_over_passes(two, fused, sizes, sizes)
+    assert lo <= 1.0 + 1e-3 and hi >= 1.049 and lo <= lo_all and hi >= hi_all
+    assert speedup_verdict(1.02, lo, hi) == "tie"
+    assert split_passes([1, 2, 3], [2, 1]) == [[1, 2], [3]] and split_passes([1, 2, 3], [2, 2]) is None
+    # passes that agree keep a clear verdict
+    two = [noisy(1050) + noisy(1052) for _ in range(2)]
+    lo, hi = speedup_ci_over_passes(two, fused, sizes, sizes)
+    assert speedup_verdict(1.05, lo, hi) == "faster"

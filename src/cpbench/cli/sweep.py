@@ -89,7 +89,12 @@ def sweep(
                            "read their own caches through their own page table [bs, W], which the fused call "
                            "duplicates too; page-table bytes, duplicate bytes, copy time and memory count both "
                            "tables.")] = False,
-    budget_ms: Annotated[float, typer.Option("--budget-ms", help="Time budget per timed variant, ms (the cap).")] = 200.0,
+    budget_ms: Annotated[float, typer.Option("--budget-ms", help="Time budget per timed variant, ms (the cap), "
+                                             "split over the --passes.")] = 200.0,
+    passes: Annotated[Optional[int], typer.Option(
+        "--passes", help="Time every cell in this many passes over the sweep (pass 1 over all cells, then pass 2, "
+                         "...); the speedup interval covers the drift between passes, and faster/slower needs "
+                         "every pass to agree. Default: 2 on CUDA, 1 on CPU and under --launch torchrun.")] = None,
     rel_ci: Annotated[float, typer.Option(
         "--rel-ci", help="Stop sampling a variant once the 95% CI of its median is within this fraction of the "
                          "median (0: always use the whole --budget-ms).")] = 0.01,
@@ -152,6 +157,12 @@ def sweep(
         raise CpbenchInputError(f"--timing {asked} needs a CUDA device (graph timing replays a CUDA graph): "
                                 "use --timing eager (or breakable, whose segments run eagerly there) on CPU")
     warmup = (3 if dev.type == "cuda" else 1) if warmup is None else warmup
+    if passes is not None and not 1 <= passes <= 10:
+        raise CpbenchInputError(f"--passes must be an integer in [1, 10], got {passes}")
+    if passes is not None and passes > 1 and launch != Launch.simulated:
+        raise CpbenchInputError("--passes > 1 is for simulated ranks; a torchrun launch times its ranks together in "
+                                "one pass: drop --passes")
+    passes = passes or (2 if dev.type == "cuda" and launch == Launch.simulated else 1)
     if max_prefill_tokens < 0:
         raise CpbenchInputError(f"--max-prefill-tokens must be >= 0 (0: no cap), got {max_prefill_tokens}")
     from cpbench.spec.eligibility import parse_rule
@@ -186,7 +197,7 @@ def sweep(
                       check=check, context_len=context_len, profile=profile, nvtx=nvtx, gather=dist.gather_mode,
                       fused_order=check_fused_order(fused_order), tp_size=tp, max_prefill_tokens=max_prefill_tokens,
                       cp_min_extend=rule.min_extend, cp_min_tokens=rule.min_tokens, swa_pool=swa_pool,
-                      ep=ep, layer_rest_us=layer_rest_us, graph_buckets=buckets)
+                      ep=ep, layer_rest_us=layer_rest_us, graph_buckets=buckets, passes=passes)
     output = SweepOutput(out, resume, report, allow_mismatch)
     if not dist.distributed:
         raise typer.Exit(run_sweep(cfg, output, cpu_affinity=cpu_affinity))
@@ -244,7 +255,10 @@ def _run(sweep, console: Console, report: bool, allow_mismatch: bool) -> int:
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, transient=False, disable=not writer) as bar:
         task = bar.add_task("ranks", total=sweep.total_ranks())
-        sweep.run(on_cell=lambda c: bar.update(task, description=c.label()), on_rank=lambda: bar.advance(task))
+        passes = sweep.cfg.passes
+        sweep.run(on_cell=lambda c, p: bar.update(task, description=c.label() + (f" pass {p}/{passes}" if passes > 1
+                                                                                  else "")),
+                  on_rank=lambda: bar.advance(task))
     df = sweep.finish()
     if not writer:
         return 0
@@ -272,8 +286,9 @@ def _ms(x: float) -> str:
 
 
 def show_summary(console: Console, df, cpu: bool = False) -> None:
-    """Table per (cp_size, backend, timing): critical-path two-call ms, fused ms, speedup, 95% CI (not on a
-    CPU, whose ratios carry no claim), status.
+    """Table per (cp_size, backend, timing): critical-path two-call ms, fused ms, speedup with its 95% CI and
+    verdict (not on a CPU, whose ratios carry no claim: its caveat comes first), status; a host-bound eager cell
+    carries the report's mark (†).
 
     A cell measured on some ranks only (``--ranks``) shows its measured ranks (``rank 0 only (1 of 4)``)
     and the slowest *measured* rank's latencies, never a speedup: it has no critical path. ``cpu``: the
@@ -282,25 +297,37 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
     from cpbench.results.critical_path import critical_path
     from cpbench.cli.tables import Col, print_table
 
+    from cpbench.report.tables import HOST_MARK
+    from cpbench.results.critical_path import flag
+    from cpbench.results.verdicts import ratio_text, speedup_verdict
+
     cp = critical_path(df)
     if cp.empty:
         return
+    if cpu:  # the caveat before the ratios it qualifies
+        console.print("CPU: a functional check, not a benchmark (CPU timings move by tens of percent between "
+                      "runs; the ratios below are not speedups)")
+    marked = False
     for (cp_size, backend, timing), g in cp.groupby(["cp_size", "backend", "timing"], sort=True):
         partial = not bool(g["all_ranks"].all())
         title = (f"cp_size {cp_size}, {backend}, {timing}: "
                  + ("slowest measured rank (not the critical path: some ranks were not measured)" if partial
                     else "critical path (slowest rank)"))
         cols = [Col("bs"), Col("extend"), *([Col("ranks measured", number=False)] if partial else []),
-                Col("two-call ms"), Col("fused ms"), Col("two-call / fused" if cpu else "speedup"),
-                *([] if cpu else [Col("95% CI")]), Col("status", number=False)]  # a CPU ratio carries no claim
+                Col("two-call ms"), Col("fused ms"),
+                Col("two-call / fused" if cpu else "speedup [95% CI]"),  # a CPU ratio carries no claim
+                *([] if cpu else [Col("fuse?", number=False)]), Col("status", number=False)]
         rows = []
         for _, r in g.sort_values(["bs", "max_extend_len"]).iterrows():
             sp, lo, hi = r["speedup"], r.get("speedup_ci_low", math.nan), r.get("speedup_ci_high", math.nan)
+            mark = f" {HOST_MARK}" if timing == "eager" and flag(r.get("host_bound")) else ""
+            marked |= bool(mark)
             rows.append([str(r["bs"]), str(r["max_extend_len"]), *([r["ranks_label"]] if partial else []),
-                         _ms(r["two_call_us"]), _ms(r["fused_us"]), "-" if sp != sp else f"{sp:.2f}x",
-                         *([] if cpu else ["-" if lo != lo or hi != hi else f"{lo:.2f}-{hi:.2f}"]),
+                         _ms(r["two_call_us"]), _ms(r["fused_us"]),
+                         "-" if sp != sp else (ratio_text(sp) if cpu else ratio_text(sp, lo, hi) + mark),
+                         *([] if cpu else [speedup_verdict(sp, lo, hi) if sp == sp else "-"]),
                          r["status"] if r["status"] == "ok" else f"{r['status']}: {str(r['reason'])[:120]}"])
         print_table(console, title, cols, rows)
-    if cpu:
-        console.print("CPU: a functional check, not a benchmark (CPU timings move by tens of percent between "
-                      "runs; the ratios are not speedups)")
+    if marked:
+        console.print(f"{HOST_MARK} host-bound eager cell: its latency exceeds 1.2x the GPU busy time, so the eager "
+                      "ratio measures how fast the CPU launches (the report gives its GPU-time ratio)")

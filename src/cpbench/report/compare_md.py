@@ -13,9 +13,9 @@ from cpbench.results.compare import CompareResult, cells_of, run_difference
 from cpbench.results.compare_speedup import agreement_line
 from cpbench.results.critical_path import flag
 from cpbench.results.schema import CELL_COLUMNS
-from cpbench.results.verdicts import TIE_BAND
+from cpbench.results.verdicts import TIE_BAND, ratio_text
 from cpbench.report.data import on_cpu
-from cpbench.report.tables import HOST_MARK, md_table, ms, plural, times
+from cpbench.report.tables import HOST_MARK, md_table, ms, plural
 
 MAX_LISTED = 40
 
@@ -61,9 +61,8 @@ def _listing(lines: list[str]) -> list[str]:
 
 
 def _speedup(sp: float, lo: float, hi: float) -> str:
-    if not math.isfinite(sp):
-        return "—"
-    return times(sp) + (f" [{lo:.2f}–{hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else "")
+    """A run's speedup with its interval, with the digits it needs (:func:`ratio_text`)."""
+    return ratio_text(sp, lo, hi)
 
 
 def _speedups_table(f) -> str:

@@ -37,7 +37,7 @@ def saved_fraction(speedup: float) -> float:
 
 
 def forward_text(c: pd.Series) -> str:
-    """One cell's answer on the forward: ``"0.9 % faster [0.5–1.3 %] (−0.22 ms of 24.7 ms)"``, ``"tie ..."``,
+    """One cell's answer on the forward: ``"0.9 % faster [+0.5 to +1.3 %] (−0.22 ms of 24.70 ms)"``, ``"tie ..."``,
     or the status of a cell that did not run."""
     if c.get("status", "ok") != "ok" or not math.isfinite(float(c.get("speedup", math.nan))):
         return str(c.get("status", "—")) if c.get("status", "ok") != "ok" else "—"
@@ -45,10 +45,15 @@ def forward_text(c: pd.Series) -> str:
     pct = 100 * saved_fraction(float(c["speedup"]))
     lo, hi = (100 * saved_fraction(float(c.get(k, math.nan))) for k in ("speedup_ci_low", "speedup_ci_high"))
     word = verdict(c)
-    head = f"{abs(pct):.1f} % {word}" if word in ("faster", "slower") else f"tie ({pct:+.1f} %)"
-    band = f" [{lo:+.1f} to {hi:+.1f} %]" if math.isfinite(lo) and math.isfinite(hi) else ""
+    head = f"{abs(pct):.1f} % {word}" if word in ("faster", "slower") else f"tie ({_signed(pct, 1)} %)"
+    band = f" [{_signed(lo, 1)} to {_signed(hi, 1)} %]" if math.isfinite(lo) and math.isfinite(hi) else ""
     host = "" if flag(c.get("host_hidden")) else ", host exposed"
-    return f"{head}{band} ({(fused - two) / 1e3:+.2f} ms of {ms(two)} ms{host})"
+    return f"{head}{band} ({_signed((fused - two) / 1e3, 2)} ms of {ms(two)} ms{host})"
+
+
+def _signed(x: float, digits: int) -> str:
+    """``+0.5`` / ``−0.3`` (a true minus sign, as the report's other signed figures)."""
+    return f"{x:+.{digits}f}".replace("-", "−")
 
 
 def attention_share(view: pd.DataFrame, c: pd.Series, mode_tag: str = "fused") -> float:

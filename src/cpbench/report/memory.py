@@ -34,12 +34,12 @@ def share_text(x: float) -> str:
 
 
 def setup_memory_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (cp_size, bs, max_extend_len, mode), over ok rows with measured memory: the rank holding the most
+    """Per (backend, cp_size, bs, max_extend_len, mode), over ok rows with measured memory: the rank holding the most
     (``setup_mem_bytes``), its ``setup_mem_<part>`` bytes, ``forward_mem_bytes``, ``peak_mem_bytes``
     and ``dup_share`` (the duplicated tables, SWA pool's included, / setup_mem_bytes, a fraction). Empty when nothing was
     measured (CPU runs: the columns are NaN)."""
     cols = [f"setup_mem_{p}" for p in SETUP_PARTS] + ["setup_mem_bytes", "forward_mem_bytes", "peak_mem_bytes"]
-    keys = ["cp_size", "bs", "max_extend_len", "mode"]
+    keys = [k for k in ("backend",) if k in df] + ["cp_size", "bs", "max_extend_len", "mode"]
     d = df[df["status"] == "ok"].copy()
     for c in cols:
         d[c] = pd.to_numeric(d[c], errors="coerce") if c in d else np.nan

@@ -105,9 +105,9 @@ def resources_section(df: pd.DataFrame, manifest: dict, cpu: bool = False) -> li
         out += [f"Device memory: {reasons[0] if reasons else 'not measured in this run'}.", ""]
         return out
     rows = []
-    for key, g in mem.groupby(["cp_size", "bs", "max_extend_len"], sort=True):
+    for key, g in mem.groupby(["backend", "cp_size", "bs", "max_extend_len"], sort=True):
         by = {r["mode"]: r for _, r in g.iterrows()}
-        cell = [key[0], key[1], human_tokens(key[2])]
+        cell = [key[0], key[1], key[2], human_tokens(key[3])]
         for m in MODES:
             r = by.get(m)
             cell += [human_bytes(r["setup_mem_bytes"]) if r is not None else "—",
@@ -118,7 +118,7 @@ def resources_section(df: pd.DataFrame, manifest: dict, cpu: bool = False) -> li
     out += ["Device memory each mode needs on its most loaded rank, measured with the CUDA allocator from "
             "before its setup (setup: what the metadata, page tables, plans, workspace and outputs hold; peak: "
             "setup plus the first forward's transient peak):", "",
-            md_table(["cp>", "bs>", "tokens>", "two-call setup>", "two-call peak>", "fused setup>", "fused peak>",
+            md_table(["backend", "cp>", "bs>", "tokens>", "two-call setup>", "two-call peak>", "fused setup>", "fused peak>",
                       "duplicated page table (share of fused setup)>"], rows), ""]
     return out
 

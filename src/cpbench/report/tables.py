@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from cpbench.results.critical_path import flags
-from cpbench.results.verdicts import speedup_verdict
+from cpbench.results.verdicts import ratio_text, speedup_verdict
 from cpbench.report.data import ranks_text, uniform
 from cpbench.report.style import human_tokens
 from cpbench.spec.tolerance import REFERENCE_TOLERANCE
@@ -55,11 +55,9 @@ def times(x: float) -> str:
 
 
 def times_ci(c) -> str:
-    """'1.15× [1.13–1.33]' (speedup and its 95 % interval); the bare speedup without an interval."""
-    lo, hi = float(c.get("speedup_ci_low", math.nan)), float(c.get("speedup_ci_high", math.nan))
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return times(c["speedup"])
-    return f"{times(c['speedup'])} [{lo:.2f}–{hi:.2f}]"
+    """'1.15× [1.13–1.33]' (speedup and its 95 % interval), or within 5 % of 1 the change in percent
+    ('+0.6 % [+0.1, +1.1]'), with the digits it needs (:func:`cpbench.results.verdicts.ratio_text`)."""
+    return ratio_text(c["speedup"], c.get("speedup_ci_low", math.nan), c.get("speedup_ci_high", math.nan))
 
 
 def verdict(c) -> str:

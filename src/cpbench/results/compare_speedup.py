@@ -95,15 +95,27 @@ def overlaps(frame: pd.DataFrame) -> tuple[int, int]:
     return sum(bool(a) for a in judged), len(judged)
 
 
+def inside(frame: pd.DataFrame) -> tuple[int, int]:
+    """``(K, N)``: cells whose new speedup lies inside the base run's 95 % interval, of the cells with both (how
+    well one run's interval predicts the next: run-to-run coverage)."""
+    if frame is None or frame.empty:
+        return 0, 0
+    vals = [(p, lo, hi) for p, lo, hi in zip(frame["new_speedup"], frame["base_ci_low"], frame["base_ci_high"])
+            if all(isinstance(x, (int, float)) and math.isfinite(x) for x in (p, lo, hi))]
+    return sum(lo <= p <= hi for p, lo, hi in vals), len(vals)
+
+
 def agreement_line(frame: pd.DataFrame) -> str:
-    """``verdicts agree in K of N cells (P %; K' of N' not host-bound); the intervals overlap in J of M``
-    (the part in brackets only when some cell is host-bound); ``no cell has a speedup verdict in both
-    runs`` when N = 0."""
+    """``verdicts agree in K of N cells (P %; K' of N' not host-bound); the intervals overlap in J of M; the new
+    speedup lies inside the base interval in I of T (Q %)`` (the part in brackets only when some cell is
+    host-bound); ``no cell has a speedup verdict in both runs`` when N = 0."""
     k, n = agreement(frame)
     if not n:
         return "no cell has a speedup verdict in both runs"
     j, m = overlaps(frame)
     kg, ng = agreement(frame, gpu_bound_only=True)
     gpu = "; every cell host-bound" if not ng else f"; {kg} of {ng} not host-bound" if ng < n else ""
+    i, t = inside(frame)
     return (f"verdicts agree in {k} of {n} cells ({100.0 * k / n:.0f} %{gpu})"
-            + (f"; the two intervals overlap in {j} of {m}" if m else ""))
+            + (f"; the two intervals overlap in {j} of {m}" if m else "")
+            + (f"; the new speedup lies inside the base interval in {i} of {t} ({100.0 * i / t:.0f} %)" if t else ""))

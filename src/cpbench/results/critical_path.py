@@ -149,6 +149,12 @@ def _speedup_ci(g: pd.DataFrame, shares: dict | None = None) -> tuple[float, flo
     torchrun = "launch" in ok and (ok["launch"] == "torchrun").all()
     if shares is not None and any(len(p) != len(shares[m][0]) for p, m in zip(per_mode, ("two-call", "fused"))):
         return math.nan, math.nan
+    if not torchrun and "pass_sizes" in ok and ok["pass_sizes"].map(lambda x: hasattr(x, "__len__") and len(x) > 1).all():
+        from cpbench.results.uncertainty import speedup_ci_over_passes
+
+        sizes = [list(ok.loc[ok["mode"] == m, "pass_sizes"]) for m in ("two-call", "fused")]
+        return speedup_ci_over_passes(*per_mode, *sizes,
+                                      shares=(shares["two-call"][0], shares["fused"][0]) if shares is not None else None)
     return speedup_ci(*per_mode, per_sample_max=bool(torchrun),
                       shares=(shares["two-call"][0], shares["fused"][0]) if shares is not None else None)
 

@@ -92,7 +92,9 @@ _COLUMNS = [
     _c("n_samples", "int", "", "timed forwards"),
     _c("stop_reason", "str", "precision | time budget | max samples", "why sampling stopped (--rel-ci, --budget-ms)"),
     _c("ci_rel_width", "float", "", "width of the median's 95% CI / median when sampling stopped"),
-    _c("samples_us", "list", "µs", "every raw sample, in the agreed ABBA order"),
+    _c("samples_us", "list", "µs", "every raw sample, in the agreed ABBA order (with --passes, pass after pass)"),
+    _c("passes", "int", "", "timing passes whose samples the row holds (--passes; measure/passes.py)"),
+    _c("pass_sizes", "list", "", "samples each pass contributed to samples_us, in order"),
     _c("per_layer_us", "float", "µs", "latency_us_median / num_layers", "derived"),
     _c("flops", "float", "FLOP", "per forward, from per-segment causal (windowed) areas"),
     _c("tflops", "float", "TFLOP/s", "flops / latency_us_median", "derived"),
@@ -214,7 +216,7 @@ DERIVED_COLUMNS = tuple(c.name for c in _COLUMNS if c.role == "derived")  # comp
 # row's meaning without being a column of their own
 FIXED_ON_RESUME = tuple(c.option for c in _COLUMNS if c.option) + ("prefix", "context_len", "check", "batches",
                                                                   "prefix_hit", "cp_min_extend", "cp_min_tokens",
-                                                                  "swa_pool", "ep", "layer_rest_us", "graph_buckets")
+                                                                  "swa_pool", "ep", "layer_rest_us", "graph_buckets", "passes")
 
 
 def row_key(row: dict) -> tuple:

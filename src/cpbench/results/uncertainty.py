@@ -96,6 +96,52 @@ def speedup_ci(two_call: Sequence[Sequence[float]], fused: Sequence[Sequence[flo
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def split_passes(samples: Sequence[float], sizes: Sequence[int] | None) -> list[list[float]] | None:
+    """A row's ``samples_us`` cut into its passes by ``pass_sizes``; None when the sizes do not add up (a
+    hand-edited row) or there is one pass."""
+    if sizes is None or not hasattr(sizes, "__len__") or len(sizes) < 2 or sum(int(n) for n in sizes) != len(samples):
+        return None
+    out, start = [], 0
+    for n in sizes:
+        out.append(list(samples[start:start + int(n)]))
+        start += int(n)
+    return out
+
+
+def speedup_ci_over_passes(two_call: Sequence[Sequence[float]], fused: Sequence[Sequence[float]],
+                           sizes_two: Sequence, sizes_fused: Sequence, *, shares: tuple | None = None,
+                           seed: int = 0) -> tuple[float, float]:
+    """The speedup interval of a simulated cell timed in several passes (``--passes``): the hull of the
+    interval over all samples and of each pass's own interval (a pass with too few samples for one counts as
+    its point estimate). A faster / slower verdict therefore needs every pass to agree, and the interval
+    covers the drift between passes as well as the noise within each.
+
+    Args: per rank, its raw samples (µs) and its ``pass_sizes``, by mode; ``shares`` as :func:`speedup_ci`.
+    Returns ``(low, high)``; NaNs when the ranks' passes do not line up or no interval can be formed.
+    """
+    cut = [[split_passes(s, n) for s, n in zip(samples, sizes)] for samples, sizes in
+           ((two_call, sizes_two), (fused, sizes_fused))]
+    counts = {len(p) if p is not None else 0 for mode in cut for p in mode}
+    if len(counts) != 1 or 0 in counts:
+        return math.nan, math.nan
+    lo, hi = speedup_ci(two_call, fused, per_sample_max=False, seed=seed, shares=shares)
+    bounds = [(lo, hi)] if math.isfinite(lo) and math.isfinite(hi) else []
+    for i in range(counts.pop()):
+        tc, fu = [p[i] for p in cut[0]], [p[i] for p in cut[1]]
+        plo, phi = speedup_ci(tc, fu, per_sample_max=False, seed=seed, shares=shares)
+        if not (math.isfinite(plo) and math.isfinite(phi)):
+            meds = [np.median(_clean(x)) if len(_clean(x)) else math.nan for x in tc + fu]
+            k = len(tc)
+            point = (float(layer_synced(meds[:k], shares[0]) / layer_synced(meds[k:], shares[1])) if shares is not None
+                     else max(meds[:k]) / max(meds[k:]))
+            plo = phi = point
+        bounds.append((plo, phi))
+    finite = [b for b in bounds if math.isfinite(b[0]) and math.isfinite(b[1])]
+    if not finite:
+        return math.nan, math.nan
+    return min(b[0] for b in finite), max(b[1] for b in finite)
+
+
 def _rng_kw(rng) -> dict:
     """scipy >= 1.15 takes ``rng=``; older releases ``random_state=``."""
     import inspect

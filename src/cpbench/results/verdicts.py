@@ -69,3 +69,34 @@ def on_cpu(manifest: dict) -> bool:
     config = manifest.get("config")
     device = manifest.get("device") or (config.get("device") if isinstance(config, dict) else "") or ""
     return str(device).strip().lower().startswith("cpu")
+
+
+PERCENT_BAND = 0.05
+"""Within this fraction of 1 a ratio is printed as a signed percentage (``+0.6 % [+0.1, +1.1]``): ``1.00×``
+hides a change that the interval resolves."""
+
+
+def ratio_text(value, low=math.nan, high=math.nan) -> str:
+    """A ratio (speedup ``two-call / fused``, or ``new / base``) with its 95 % interval, with the digits it
+    needs: within :data:`PERCENT_BAND` of 1 (the value and both ends) the change in percent, signed
+    (``+0.6 % [+0.1, +1.1]``; ``1.006`` is ``+0.6 %``), else ``1.21× [1.20–1.23]``. Decimals are added until
+    an interval that excludes 1 no longer prints an end at 1 (``+0.0 %`` or ``1.00``), so a printed verdict
+    never contradicts its printed interval. ``—`` for a value that is not a finite positive number."""
+    v, lo, hi = _f(value), _f(low), _f(high)
+    if not (math.isfinite(v) and v > 0):
+        return "—"
+    has_ci = math.isfinite(lo) and math.isfinite(hi) and lo > 0
+    side = side_of_one(v, lo, hi) if has_ci else 0
+    ends = (v, lo, hi) if has_ci else (v,)
+    if all(abs(x - 1) < PERCENT_BAND for x in ends):
+        for d in (1, 2, 3):
+            text = [f"{(x - 1) * 100:+.{d}f}" for x in ends]
+            if not side or all(t.strip("+-0.") for t in text[1:]):  # no end of an excluding interval reads 0
+                break
+        text = [t.replace("-", "−") for t in text]
+        return f"{text[0]} %" + (f" [{text[1]}, {text[2]}]" if has_ci else "")
+    for d in (2, 3, 4):
+        text = [f"{x:.{d}f}" for x in ends]
+        if not side or all(float(t) != 1 for t in text[1:]):
+            break
+    return f"{text[0]}×" + (f" [{text[1]}–{text[2]}]" if has_ci else "")

@@ -9,7 +9,7 @@ FLAGS = {"launch": "--launch", "world_size": "--nproc-per-node", "backend": "--b
          "seed": "--seed", "gather": "--gather", "fused_order": "--fused-order", "tp_size": "--tp",
          "prefix": "--prefix", "context_len": "--context-len", "prefix_hit": "--prefix-hit",
          "cp_min_extend": "--cp-min-extend", "cp_min_tokens": "--cp-min-tokens", "ep": "--ep",
-         "layer_rest_us": "--layer-rest-us", "graph_buckets": "--graph-buckets"}
+         "layer_rest_us": "--layer-rest-us", "graph_buckets": "--graph-buckets", "passes": "--passes"}
 # the options a sweep's planned request batches (config key ``batches``) come from
 BATCH_OPTIONS = "--bs/--seq/--extend-lens/--lengths/--trace/--batches/--prefix-hit"
 MODEL_OPTIONS = "--model/--model-config, --layers/--heads/--kv-heads/--head-dim/--window/--sinks/--page-size"

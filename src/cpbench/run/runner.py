@@ -26,6 +26,7 @@ from cpbench.spec.geometry import all_ranks, eligibility
 from cpbench.kernels.kv import duplicate_block_tables, table_bytes
 from cpbench.measure.kernel_counts import count_kernels
 from cpbench.measure.breakable import CellRest, RestUnavailable, build_layer_rest
+from cpbench.measure.passes import merge_pass
 from cpbench.measure.rank import DTYPES, RankJob, is_oom, measure_rank
 from cpbench.spec.models import ModelSpec
 from cpbench.ranks.group import LocalGroup, RankGroup
@@ -106,6 +107,8 @@ class SweepConfig:
     ep: int | None = None
     layer_rest_us: float | None = None
     graph_buckets: tuple[int, ...] = ()
+    # timing passes over every cell (measure/passes.py): the interval covers the drift between them
+    passes: int = 1
 
     @property
     def cp_rule(self) -> CpRule:
@@ -161,8 +164,10 @@ class Runner:
     """
 
     def __init__(self, cfg: SweepConfig, emit: Callable[[list[dict]], None], done: set | None = None,
-                 trace_dir: Path | None = None, group: RankGroup | None = None) -> None:
+                 trace_dir: Path | None = None, group: RankGroup | None = None, prior: dict | None = None) -> None:
         self.cfg = cfg
+        self.prior = dict(prior or {})  # row key -> the stored row a later pass folds its samples into
+        self.pass_no = 1
         self._sink = emit
         self.done = done or set()
         self.trace_dir = trace_dir
@@ -187,7 +192,9 @@ class Runner:
             return
         for row in rows:
             self.done.add(row_key(row))
-            self.mismatches += row.get("status") == "mismatch"
+            self.mismatches += row.get("status") == "mismatch" and self.pass_no == 1
+            if self.cfg.passes > 1:
+                self.prior[row_key(row)] = row
         self._sink(rows)
 
     def base(self, cell: CellSpec, backend: str) -> dict:
@@ -206,10 +213,15 @@ class Runner:
         return [r for r in (self.cfg.ranks if self.cfg.ranks is not None else range(cell.cp_size)) if r < cell.cp_size]
 
     def todo(self, cell: CellSpec, rank: int, backend: str) -> list[tuple[str, str]]:
-        """``(mode, timing)`` pairs of ``rank`` on ``backend`` not yet on disk."""
+        """``(mode, timing)`` pairs of ``rank`` on ``backend`` not yet on disk; in a later pass, the ``ok`` rows
+        on disk that lack this pass (measure/passes.py)."""
         base = self.base(cell, backend)
-        return [(m, t) for m in self.cfg.modes for t in self.cfg.timings
-                if row_key({**base, "rank": rank, "mode": m, "timing": t}) not in self.done]
+        keys = {(m, t): row_key({**base, "rank": rank, "mode": m, "timing": t})
+                for m in self.cfg.modes for t in self.cfg.timings}
+        if self.pass_no == 1:
+            return [x for x, k in keys.items() if k not in self.done]
+        return [x for x, k in keys.items() if k in self.prior and self.prior[k].get("status") == "ok"
+                and int(self.prior[k].get("passes") or 1) < self.pass_no]
 
     def _status_rows(self, cell: CellSpec, backend: str, ranks: list[int], status: str, reason: str,
                      todo: dict[int, list]) -> list[dict]:
@@ -218,10 +230,12 @@ class Runner:
                 for r in ranks for m, t in todo[r]]
 
     # -- cells -----------------------------------------------------------------------------------
-    def run_cell(self, cell: CellSpec, on_rank: Callable[[], None] = lambda: None) -> None:
+    def run_cell(self, cell: CellSpec, on_rank: Callable[[], None] = lambda: None, pass_no: int = 1) -> None:
         """Measure every missing row of one cell, on every backend of the sweep in turn (the cell's
         inputs built once), on the ranks this process owns; the writer emits every process's rows.
-        Never raises for a cell that cannot run (CpbenchInputError propagates)."""
+        Never raises for a cell that cannot run (CpbenchInputError propagates). ``pass_no`` > 1: time the cell's
+        ok rows again and fold the samples into them (measure/passes.py)."""
+        self.pass_no = pass_no
         self.group.begin_cell(cell.label(), cell.cp_size)
         self._inputs = None
         self._rest = None
@@ -245,6 +259,8 @@ class Runner:
         rows: list[dict] = []
         if any(todo.values()):
             rows = self._measure_cell(cell, backend, mine, todo, on_rank)
+        if self.pass_no > 1:  # fold this pass into the stored rows (a failed re-timing keeps the stored row)
+            rows = [merge_pass(self.prior[row_key(r)], r) for r in rows if row_key(r) in self.prior]
         self.emit(g.collect(rows))
         for _ in range(len(ranks) - len(mine) if g.launch == "simulated" else 0):
             on_rank()  # ranks already on disk
@@ -333,7 +349,8 @@ class Runner:
         c = self.cfg
         return RankJob(self.backends[backend], self.clock, c.device, c.dtype, self.base(cell, backend), cell_metrics,
                        todo, cell.label(),
-                       warmup=c.warmup, budget_ms=c.budget_ms, rel_ci=c.rel_ci, check=c.check, profile=c.profile,
+                       warmup=c.warmup, budget_ms=c.budget_ms / c.passes, rel_ci=c.rel_ci,
+                       check=c.check and self.pass_no == 1, profile=c.profile and self.pass_no == 1,
                        nvtx=c.nvtx, trace_dir=self.trace_dir,
                        per_call_cache=self._kernels_per_call.setdefault((cell, backend), {}),
                        rest=rest, times=self.times)

@@ -25,7 +25,7 @@ from cpbench.run.resume_options import FLAGS, difference
 from cpbench.run.runner import (DTYPES, Runner, SweepConfig, cpu_sweep_threads, omp_threads, cpu_tflop_limit,
                                 over_token_budget)
 from cpbench.spec.cells import CellSpec
-from cpbench.results.schema import FIXED_ON_RESUME
+from cpbench.results.schema import FIXED_ON_RESUME, row_key
 from cpbench.results.store import RunDir
 from cpbench.errors import CpbenchInputError
 
@@ -113,7 +113,9 @@ class Sweep:
         error, done = group.share((error, sorted(done)))
         if error:
             raise CpbenchInputError(error)
-        runner = Runner(cfg, run.append_rows if run is not None else _no_writer, set(map(tuple, done)), group=group)
+        prior = {row_key(r): r for r in run.latest_rows()} if run is not None and cfg.passes > 1 else {}
+        runner = Runner(cfg, run.append_rows if run is not None else _no_writer, set(map(tuple, done)), group=group,
+                        prior=prior)
         if run is not None:
             peak = gemm_peak(cfg.device, DTYPES[cfg.dtype])
             env = environment(cfg.device)
@@ -129,17 +131,20 @@ class Sweep:
         return cls(cfg, cells, run, runner, len(done), t0)
 
     def total_ranks(self) -> int:
-        """Rank measurements this process makes in the plan (for a progress bar)."""
+        """Rank measurements this process makes in the plan, every pass (for a progress bar)."""
         g = self.runner.group
-        return len(self.cfg.backends) * sum(len(g.local_ranks(c.cp_size, self.runner.ranks(c))) for c in self.cells)
+        per_pass = len(self.cfg.backends) * sum(len(g.local_ranks(c.cp_size, self.runner.ranks(c))) for c in self.cells)
+        return per_pass * self.cfg.passes
 
-    def run(self, on_cell: Callable[[CellSpec], None] = lambda c: None,
+    def run(self, on_cell: Callable[[CellSpec, int], None] = lambda c, p: None,
             on_rank: Callable[[], None] = lambda: None) -> None:
-        """Measure every cell (``on_cell`` before each, ``on_rank`` after each rank)."""
-        for c in self.cells:
-            on_cell(c)
-            self.runner.run_cell(c, on_rank=on_rank)
-            self._record_wall_time()
+        """Measure every cell in each of ``cfg.passes`` passes (measure/passes.py: pass 1 over every cell, then
+        pass 2, ...; ``on_cell(cell, pass)`` before each, ``on_rank`` after each rank)."""
+        for p in range(1, self.cfg.passes + 1):
+            for c in self.cells:
+                on_cell(c, p)
+                self.runner.run_cell(c, on_rank=on_rank, pass_no=p)
+                self._record_wall_time()
 
     def finish(self):
         """Write the final tables (writer); return the results frame (None on other processes)."""
