@@ -33,7 +33,8 @@ from cpbench.measure.memory import SetupMemory, memory_columns
 from cpbench.measure.phases import phase_times_us
 from cpbench.results.rows import make_row
 from cpbench.ranks.group import Exchange, PeerFailure, RankGroup, Status
-from cpbench.measure.timing import Clock, capture_graph, release_graphs, summarize, time_interleaved
+from cpbench.measure.timing import (MIN_STOP_SAMPLES, Clock, capture_graph, release_graphs, summarize,
+                                   time_interleaved)
 from cpbench.measure.walltime import PhaseTimes
 from cpbench.kernels.workload import RankWork
 from cpbench.errors import CpbenchInputError, one_line
@@ -71,6 +72,7 @@ class RankJob:
     trace_dir: Path | None = None
     per_call_cache: dict = field(default_factory=dict)
     rest: CellRest | None = None  # the cell's rest-of-layer work, for timing breakable (measure/breakable.py)
+    passes: int = 1  # timing passes of the sweep (measure/passes.py): each pass stops on precision at 1/passes
     times: PhaseTimes = field(default_factory=PhaseTimes)  # harness wall time by phase (measure/walltime.py)
 
 
@@ -152,6 +154,7 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
             st = _attempt(lambda: samples.update(time_interleaved(
                 fns, job.clock, warmup=job.warmup, budget_ms=job.budget_ms,
                 min_reps=5 if job.clock.cuda else 3, agree=group.agree, barrier=group.barrier,
+                min_stop=-(-MIN_STOP_SAMPLES // job.passes),
                 rel_ci=job.rel_ci, info=stop, times=times)))
             st = group.agree_status(st)
             if st != OK:

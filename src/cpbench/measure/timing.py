@@ -136,7 +136,7 @@ def repeats_for_budget(estimate_us: float, budget_ms: float, min_reps: int = 5, 
 def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms: float,
                      min_reps: int = 5, max_reps: int = 2000, agree: Callable[[float], float] = lambda x: x,
                      barrier: Fn | None = None, rel_ci: float | None = None,
-                     info: dict | None = None, times=None) -> dict[str, list[float]]:
+                     info: dict | None = None, times=None, min_stop: int = MIN_STOP_SAMPLES) -> dict[str, list[float]]:
     """Time each variant in ABBA order; return ``name -> raw samples (µs)``.
 
     ``warmup`` untimed calls of each variant run first (only one when the rest would overrun
@@ -147,7 +147,8 @@ def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms
     The garbage collector is paused meanwhile.
 
     Stopping by noise (nvbench's criterion): with ``rel_ci``, sampling stops at the end of an ABBA cycle
-    once every variant holds at least ``max(min_reps, MIN_STOP_SAMPLES)`` samples and the 95 % CI of its
+    once every variant holds at least ``max(min_reps, min_stop)`` samples (``min_stop``: MIN_STOP_SAMPLES, or
+    its share of one of several timing passes, whose samples are pooled) and the 95 % CI of its
     median is within ``rel_ci`` of the median (on every rank: agreed); ``budget_ms`` stays the cap.
     ``info`` (optional) receives ``name -> {stop_reason, ci_rel_width, host_launch_us, host_samples_us,
     sm_clock_mhz_min, sm_clock_mhz_max}``: the stop reason (``precision``, ``time budget`` or ``max samples``),
@@ -157,7 +158,7 @@ def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms
     """
     with _gc_paused():
         return _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, barrier, rel_ci, info,
-                                 times)
+                                 times, min_stop)
 
 
 @contextlib.contextmanager
@@ -174,7 +175,7 @@ def _gc_paused():
 
 
 def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, barrier, rel_ci,
-                      info, times) -> dict[str, list[float]]:
+                      info, times, min_stop=MIN_STOP_SAMPLES) -> dict[str, list[float]]:
     t0 = time.perf_counter()
     names = list(fns)
     for name in names:  # one untimed call each, then the rest of the warm-up if it fits the budget
@@ -200,7 +201,7 @@ def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, 
     order = names + names[::-1]  # A B B A
     reason = "max samples" if reps >= max_reps else "time budget"
     for i in range(max(0, reps - 1) * len(names)):
-        if rel_ci and i % len(order) == 0 and len(samples[names[0]]) >= max(min_reps, MIN_STOP_SAMPLES):
+        if rel_ci and i % len(order) == 0 and len(samples[names[0]]) >= max(min_reps, min_stop):
             precise = all(ci_rel_width(samples[n]) <= rel_ci for n in names)
             if not agree(0.0 if precise else 1.0):  # every rank's variants are precise enough
                 reason = "precision"
