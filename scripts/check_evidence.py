@@ -132,6 +132,19 @@ def committed_reports_are_current() -> None:
                       "regenerate with cpbench report docs/runs/NAME")
 
 
+def back_to_back_runs_overlap() -> None:
+    """#33's run-to-run evidence: two back-to-back runs of the default main job with two timing passes per cell
+    (h200-passes-a, -b): their speedup intervals overlap in at least 15 of 16 cells, and each row holds 2 passes."""
+    from cpbench.results.compare_speedup import overlaps, speedup_frame
+
+    a, b = (load_run(RUNS / f"h200-passes-{r}")[0] for r in "ab")
+    for df in (a, b):
+        ok = df[df["status"] == "ok"]
+        expect(set(ok["passes"]) == {2}, f"passes per row {sorted(set(ok['passes']))}, not {{2}}")
+    j, m = overlaps(speedup_frame(a, b))
+    expect(m == 16 and j >= 15, f"intervals overlap in {j} of {m} cells (need at least 15 of 16)")
+
+
 def readme_headline_rows() -> list[str]:
     """The rows of the README's two headline tables, rendered from the runs they cite: the prefill forward
     (``h200-forward``: per backend the breakable answer and the graph-timed attention answer) and attention
@@ -209,6 +222,7 @@ CHECKS: list[Callable[[], None]] = [
     h200_forward_agrees_with_the_independent_script,
     committed_reports_are_current,
     readme_headline_tables_come_from_the_runs,
+    back_to_back_runs_overlap,
     charts_regenerate("h200-fa3-cp2-cp8", len(CHARTS)),  # two batch sizes: no segments chart
     charts_regenerate("h200x2-fa3-torchrun", len(CHARTS) + len(DIST_CHARTS) + 1),  # bs 1, 4, 16: + segments
     every_link_resolves,
