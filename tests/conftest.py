@@ -9,7 +9,18 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
+# `python -m pytest -q -m quick`: a first check in under a minute on an idle 2-core machine (README): the pure
+# layers (geometry, rules, schema, statistics, verdicts, config reading), one CPU sweep, the report's golden file
+QUICK_MODULES = {"test_geometry", "test_eligibility", "test_lengths", "test_layer_rest", "test_schema",
+                 "test_uncertainty", "test_hf_config", "test_worksplit", "test_report_golden",
+                 "test_passes", "test_tp"}
+
+
 def pytest_collection_modifyitems(config, items):
+    quick = pytest.mark.quick
+    for item in items:
+        if item.module.__name__.rsplit(".", 1)[-1] in QUICK_MODULES:
+            item.add_marker(quick)
     if _cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

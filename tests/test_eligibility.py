@@ -103,3 +103,10 @@ def test_sweep_share_follows_the_rule(tmp_path, text_reports):
     r = cpbench("sweep", "--device", "cpu", "--cp", "2", "--bs", "1", "--lengths", "16,130", "--out", str(out),
                 "--resume", *TINY)
     assert r.returncode == 2 and "was measured with --cp-min-extend upstream, not --cp-min-extend pr" in r.stderr
+
+
+def test_a_sweep_no_batch_of_can_run_names_the_length_that_would():
+    """#33: `cpbench sweep --cp-min-extend upstream --swa-pool` (a README example) exited 2 on CPU without
+    saying which length passes."""
+    r = cpbench("sweep", "--cp-min-extend", "upstream", "--swa-pool", "--device", "cpu")
+    assert r.returncode == 2 and r.stderr.strip().endswith("use --extend-len 128 or more")

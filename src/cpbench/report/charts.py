@@ -132,23 +132,35 @@ def chart_stems(df: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str, str
     return [(name, "", "", caption) for name, _, _, caption in run_charts(df, cpu)] + per_group
 
 
-def render_frame(df: pd.DataFrame, out_dir: Path, cpu: bool = False) -> list[Path]:
+def render_frame(df: pd.DataFrame, out_dir: Path, cpu: bool = False, device: str = "") -> list[Path]:
     """Draw every chart of a results frame (any shape, even empty) into ``out_dir``.
 
     Args: df: a results frame (``load_run``); out_dir: created if missing; cpu: the run is on a CPU
-    (``data.on_cpu(manifest)``): CPU wording, no balance drawn from CPU noise.
+    (``data.on_cpu(manifest)``): CPU wording, no balance drawn from CPU noise; device: the GPU (or CPU) the run
+    measured on (the manifest's ``gpu_name``), named in every chart's title with the model.
     Returns every written path (PNG and SVG per chart). One chart set per (model, backend); file stems
     get a ``_<model>_<backend>`` suffix when the run holds more than one.
     """
     d = prepare(df)
     out: list[Path] = []
+    on = f" · {device}" if device else ""
     for model, backend, suffix, rows in groups(d):
-        head = f"{model} · {backend}: " if model or backend else ""
+        head = f"{model} · {backend}{on}: " if model or backend else (f"{device}: " if device else "")
         for name, fn, title, _ in charts_for(rows, cpu):
             out += fn(rows, Path(out_dir), f"{name}{suffix}", head + title)
+    models = ", ".join(sorted({str(m) for m in d["model"].dropna()})) if "model" in d and len(d) else ""
     for name, fn, title, _ in run_charts(d, cpu):
-        out += fn(d, Path(out_dir), name, title)
+        out += fn(d, Path(out_dir), name, f"{models}{on}: {title}" if models or device else title)
     return out
+
+
+def device_name(manifest: dict) -> str:
+    """The device a run measured on, for chart titles: the GPU's name without the vendor (``H200``), ``CPU``, or
+    "" when the manifest does not say."""
+    if on_cpu(manifest):
+        return "CPU"
+    name = str(manifest.get("gpu_name") or "")
+    return name.replace("NVIDIA ", "")
 
 
 def render_all(run_dir: str | Path) -> list[Path]:
@@ -159,4 +171,4 @@ def render_all(run_dir: str | Path) -> list[Path]:
     """
     df, manifest = load_run(run_dir)
     with one_view():
-        return render_frame(df, RunDir(run_dir).plots, cpu=on_cpu(manifest))
+        return render_frame(df, RunDir(run_dir).plots, cpu=on_cpu(manifest), device=device_name(manifest))

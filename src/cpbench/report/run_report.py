@@ -21,7 +21,7 @@ from cpbench.results.store import RunDir, as_utf8, load_run
 from cpbench.results.verdicts import TIE_BAND
 from cpbench.report.forward import cpu_forward_lines, forward_section
 from cpbench.report.backend_answer import backend_answer
-from cpbench.report.charts import chart_stems, render_frame
+from cpbench.report.charts import chart_stems, device_name, render_frame
 from cpbench.report.costs import kernel_counts
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 from cpbench.report.data import cells, groups, on_cpu, one_view, prepare
@@ -324,7 +324,7 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
     with one_view():  # the rows are prepared and their critical path computed once for charts and text
         stems = chart_stems(prepare(df), cpu)
         if charts and (replot or any(not (plot_dir / f"{s}.png").exists() for s, *_ in stems)):
-            render_frame(df, plot_dir, cpu=cpu)
+            render_frame(df, plot_dir, cpu=cpu, device=device_name(manifest))
         d = prepare(df)
         sim = _simulated(d, sim_df)
         if charts and sim is not None:

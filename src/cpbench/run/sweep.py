@@ -66,8 +66,11 @@ def check_cells(cfg: SweepConfig, cells: list[CellSpec]) -> None:
     rule = cfg.cp_rule
     if not any(eligibility(c.extend_lens, c.cp_size, rule)[0] for c in cells):
         c = cells[0]
+        need = max(rule.need(x.cp_size) for x in cells)
         raise CpbenchInputError(f"no cell can run: {eligibility(c.extend_lens, c.cp_size, rule)[1]} "
-                                f"(every batch must pass --cp-min-extend {rule.min_extend})")
+                                f"(every batch must pass --cp-min-extend {rule.min_extend}): use --extend-len "
+                                f"{need} or more" + (f" and at least {rule.min_tokens} tokens a batch"
+                                                     if rule.min_tokens else ""))
     over = [over_token_budget(c, cfg.max_prefill_tokens) for c in cells]
     if all(o or not eligibility(c.extend_lens, c.cp_size, rule)[0] for o, c in zip(over, cells)):
         first = next(o for o in over if o)[1]
