@@ -80,3 +80,22 @@ def test_a_torchrun_profile_into_a_held_directory_is_refused_before_launch(tmp_p
     r = cpbench("profile", "--cp", "2", "--seq", "32", "--launch", "torchrun", "--nproc-per-node", "2",
                 "--out", str(tmp_path / "afile"), *TINY)
     assert r.returncode == 2 and "is a file: pass a directory" in r.stderr, r.stderr[-800:]
+
+
+def test_options_that_would_be_silently_ignored_are_refused():
+    """#33: --model beside --model-config and --nproc-per-node on a simulated launch were ignored without a word;
+    geometry --ranks 0,0 printed rank 0 twice."""
+    r = cpbench("sweep", "--model", "llama-3.1-8b", "--model-config", "cfg.json", "--device", "cpu")
+    assert r.returncode == 2 and "--model llama-3.1-8b and --model-config name two models" in r.stderr
+    r = cpbench("sweep", "--nproc-per-node", "2", "--device", "cpu")
+    assert r.returncode == 2 and "--nproc-per-node sets the processes of --launch torchrun" in r.stderr
+    r = cpbench("geometry", "--cp", "4", "--ranks", "0,0", "--json")
+    assert r.returncode == 0 and len(json.loads(r.stdout)) == 1
+
+
+def test_compare_refuses_an_unwritable_out_before_printing(tmp_path):
+    from pathlib import Path
+
+    runs = Path(__file__).parent.parent / "docs" / "runs"
+    r = cpbench("compare", runs / "h200-passes-a", runs / "h200-passes-b", "--out", tmp_path / "no" / "such" / "x.md")
+    assert r.returncode == 2 and r.stdout == "" and "is not a writable directory" in r.stderr

@@ -83,6 +83,9 @@ class DistOptions:
         if not self.distributed and os.environ.get(faults.ENV, "").strip():
             raise CpbenchInputError(f"{faults.ENV} fails ranks of a --launch torchrun and has no effect on a "
                                     "simulated launch: add --launch torchrun, or unset it")
+        if self.nproc_per_node is not None and not self.distributed:
+            raise CpbenchInputError("--nproc-per-node sets the processes of --launch torchrun; a simulated launch "
+                                    "runs every rank in this process: add --launch torchrun or drop it")
         if self.distributed and ranks is not None:
             raise CpbenchInputError("--ranks does not apply to --launch torchrun (every rank takes part in the "
                                     "all-gather): drop --ranks")

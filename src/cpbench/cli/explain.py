@@ -46,7 +46,7 @@ def explain(
     out: Annotated[Optional[str], typer.Option("--out", help="Directory (default runs/explain-<time>).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     explain_child: Annotated[bool, typer.Option("--explain-child", hidden=True)] = False,
-    model: c.ModelOpt = "gpt-oss-120b", model_config: c.ModelConfigOpt = None,
+    model: c.ModelOpt = None, model_config: c.ModelConfigOpt = None,
     layers: Annotated[Optional[int], typer.Option(
         "--layers", help="Layers per forward (default: one of each window kind, e.g. 2 for gpt-oss).")] = None,
     heads: c.HeadsOpt = None, kv_heads: c.KvHeadsOpt = None, head_dim: c.HeadDimOpt = None,

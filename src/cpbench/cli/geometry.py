@@ -52,7 +52,7 @@ def geometry(
     if pre is not None and len(pre) == 1 and len(ext) > 1:
         pre = pre * len(ext)  # one prefix for every request, as sweep's --prefix-len
     cp = int_list(str(cp), "--cp")[0]  # the same bounds as sweep's --cp
-    ranks = int_list(rank, "--ranks", minimum=0) if rank is not None else list(range(cp))
+    ranks = list(dict.fromkeys(int_list(rank, "--ranks", minimum=0))) if rank is not None else list(range(cp))
     for r in ranks:
         validate_batch(ext, pre, cp, r)
     geoms = [rank_geometry(ext, pre, cp, r, rule) for r in ranks]

@@ -169,7 +169,9 @@ class DType(str, Enum):
     fp32 = "fp32"
 
 
-ModelOpt = Annotated[str, typer.Option("--model", help="Model preset (see `cpbench models`).")]
+ModelOpt = Annotated[Optional[str], typer.Option(
+    "--model", help="Model preset (see `cpbench models`); default gpt-oss-120b.")]
+DEFAULT_MODEL = "gpt-oss-120b"
 ModelConfigOpt = Annotated[Optional[Path], typer.Option(
     "--model-config", help="Local Hugging Face config.json (or its folder) instead of a preset.")]
 LayersOpt = Annotated[Optional[int], typer.Option("--layers", help="Override: attention layers.")]
@@ -196,7 +198,9 @@ def resolve_model(model: str, model_config: Optional[Path], layers, heads, kv_he
 
     from cpbench.spec.models import shape_tag
 
-    spec = from_hf_config(model_config) if model_config else get_preset(model)
+    if model is not None and model_config:
+        raise CpbenchInputError(f"--model {model} and --model-config name two models: give one of them")
+    spec = from_hf_config(model_config) if model_config else get_preset(model or DEFAULT_MODEL)
     base = spec.name
     spec = with_overrides(spec, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                           window=window, sinks=sinks, page_size=page_size)

@@ -42,7 +42,7 @@ def profile(
     nsys: Annotated[bool, typer.Option("--nsys", help="Also run under Nsight Systems and cross-check the counts.")] = False,
     nsys_child: Annotated[bool, typer.Option("--nsys-child", hidden=True)] = False,
     tp: Annotated[int, typer.Option("--tp", help="Attention tensor parallelism: one GPU's heads.")] = 1,
-    model: c.ModelOpt = "gpt-oss-120b", model_config: c.ModelConfigOpt = None, layers: c.LayersOpt = None,
+    model: c.ModelOpt = None, model_config: c.ModelConfigOpt = None, layers: c.LayersOpt = None,
     heads: c.HeadsOpt = None, kv_heads: c.KvHeadsOpt = None, head_dim: c.HeadDimOpt = None,
     window: c.WindowOpt = None, sinks: c.SinksOpt = None, page_size: c.PageSizeOpt = None,
     device: c.DeviceOpt = None,

@@ -5,6 +5,7 @@ Errors are CpbenchInputError (one line, exit 2, printed by cli.main); a regressi
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
@@ -141,6 +142,9 @@ def compare(
         if real.name in RunDir.FILES or RunDir(real.parent).is_run_dir():
             raise CpbenchInputError(f"--out {str(out)!r} would write into a run directory ({real.parent}): "
                                     "give a path outside it, such as compare.md")
+        if not real.parent.is_dir() or not os.access(real.parent, os.W_OK):  # found now, not after printing
+            raise CpbenchInputError(f"cannot write --out {str(out)!r}: {real.parent} is not a writable directory; "
+                                    "pick a writable path")
     for name, run in (("BASE", base), ("NEW", new)):  # never guess which run of runs/ was meant here
         inside = RunDir(run).runs_inside()
         if inside:

@@ -114,7 +114,7 @@ def sweep(
         "--nvtx", help="NVTX ranges (cell, layer, prev/next/combined) around timed eager forwards, for nsys; "
                        "off by default: ~0.4 µs per range shows in short forwards.")] = False,
     fused_order: FusedOrderOpt = "prev-next",
-    model: ModelOpt = "gpt-oss-120b", model_config: ModelConfigOpt = None, layers: LayersOpt = None,
+    model: ModelOpt = None, model_config: ModelConfigOpt = None, layers: LayersOpt = None,
     heads: HeadsOpt = None, kv_heads: KvHeadsOpt = None, head_dim: HeadDimOpt = None, window: WindowOpt = None,
     sinks: SinksOpt = None, page_size: PageSizeOpt = None, device: DeviceOpt = None,
     launch: LaunchOpt = Launch.simulated, nproc_per_node: NprocOpt = None, gather: GatherOpt = None,
