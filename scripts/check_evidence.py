@@ -3,7 +3,9 @@
 regenerates with this checkout's code. Not a unit test: the unit suite (``python3 -m pytest``) checks code
 behaviour; this script checks the committed data the README and the reports quote.
 
-Usage: ``python3 scripts/check_evidence.py`` from anywhere (it imports this checkout's ``src/``).
+Usage: ``python3 scripts/check_evidence.py`` from anywhere (it imports this checkout's ``src/``);
+``--print`` shows the README's headline rows as the runs give them; ``--write-reports`` rewrites every committed
+report.md from its rows (after an intended change to the report; review the diff).
 Prints one line per check; exits 1 with a message on any failure, 0 when every check holds.
 """
 
@@ -232,6 +234,12 @@ CHECKS: list[Callable[[], None]] = [
 def main() -> int:
     if sys.argv[1:] == ["--print"]:
         print("\n".join(readme_headline_rows()))
+        return 0
+    if sys.argv[1:] == ["--write-reports"]:  # after an intended change to the report: rewrite every committed one
+        for run in sorted(p for p in RUNS.iterdir() if (p / "report.md").exists()):
+            sim = SIMULATED_PAIRS.get(run.name)
+            write_report(run, simulated=RUNS / sim if sim else None, charts=False)
+            print(f"wrote {run / 'report.md'}")
         return 0
     failed = []
     for check in CHECKS:

@@ -64,7 +64,7 @@ DIST_CHARTS = (
 RUN_CHARTS = (
     ("segments", segments_chart, "fusion vs the fused call's segment count",
      "Two-call / fused speedup (95 % interval) and the fused forward's latency per segment against the fused "
-     "call's segments (2·bs), a colour per backend, graph solid / eager dashed with open markers: where fusion "
+     "call's segments (2·bs), a colour per backend, graph solid / eager dotted with open markers: where fusion "
      "stops paying. A host-bound eager ratio (it measures the CPU) is a cross off the line, drawn at the axis "
      "edge with its value when it lies outside the others' range."),
 )
@@ -94,6 +94,9 @@ CPU_CHARTS = {
                "Per cell, rank and mode: attention, KV write, all-gather and its wait, with each rank's forward "
                "latency as a black whisker. On a CPU the phases are timed in separate forwards and need not add "
                "up to the whisker, and which rank waits is noise."),
+    "gather_share": (gather_share_chart, "all-gather share of the forward (eager, torchrun; CPU: a functional check)",
+                     "gather_us / forward latency per rank vs tokens, on a CPU (gloo): which share the gather takes "
+                     "there says nothing of NCCL on GPUs; a functional check, not a benchmark."),
     "overhead": (partial(overhead_chart, cpu=True), "forward vs host time per forward",
                  "Forward latency (eager) against host setup (metadata, page tables), per mode (on a CPU the "
                  "forward runs on the host: there is no separate launch time)."),

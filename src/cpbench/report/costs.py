@@ -169,8 +169,8 @@ def memory_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list
                 lambda v, _: np.format_float_positional(v, precision=2, fractional=False, trim="-") + "%"))
             if same_pct and len(colors) > 1:
                 ax.set_title("the same for every bs", fontsize="small")
-        else:
-            style.log_y(ax)
+        else:  # the copy time from 0: on a log axis, or cut above 0, noise between cells read as a trend
+            ax.set_ylim(0, ax.get_ylim()[1] * 1.1)
     if drawn:
         handles = [Line2D([], [], color=c, lw=2, label=f"bs {b}") for b, c in colors.items()]
         if swa:  # both pools' tables have the same shape (SGLang sizes them alike): the markers overlap

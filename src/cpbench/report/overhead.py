@@ -16,8 +16,9 @@ from cpbench.report.style import MODE_COLOR, MODE_LINE, MODE_MARKER, no_data, po
 from cpbench.results.schema import MODES
 
 # (quantity, timing, line style, marker, legend text)
-QUANTITIES = (("gpu", "eager", "-", "o", "GPU forward, eager"), ("gpu", "graph", "--", "s", "GPU forward, graph"),
-              ("setup", None, ":", "^", "host setup (metadata+page table+plan)"),
+# one convention in every chart: dashed is the fused mode, dotted is eager timing (README)
+QUANTITIES = (("gpu", "eager", ":", "o", "GPU forward, eager"), ("gpu", "graph", "-", "s", "GPU forward, graph"),
+              ("setup", None, (0, (3, 1, 1, 1, 1, 1)), "^", "host setup (metadata+page table+plan)"),
               ("launch", "eager", "-.", "v", "host launch, eager"))
 
 

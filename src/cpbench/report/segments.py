@@ -2,7 +2,7 @@
 
 A run with at least :data:`MIN_BATCHES` batch sizes at one (cp_size, extend length, prefix) gets this chart:
 x = segments in the fused call (2*bs, log2), left panel the two-call / fused speedup on the critical path
-with its 95 % interval (one line per backend, eager dashed with open markers, graph solid; a host-bound
+with its 95 % interval (one line per backend, eager dotted with open markers, graph solid; a host-bound
 eager cell crossed, off the line, and drawn at the axis edge with its value when outside the others' range),
 right panel the fused forward's latency per segment (µs; a log axis when it spans a decade), where a kernel
 that stalls past some segment count shows as a step.
@@ -22,7 +22,7 @@ from cpbench.report.data import cells
 from cpbench.results.critical_path import flags
 
 MIN_BATCHES = 3
-TIMING_LINE = {"graph": "-", "eager": "--"}
+TIMING_LINE = {"graph": "-", "eager": ":"}  # dotted eager, as in every chart (dashed is reserved for fused)
 HOST_COLOR = "#222222"  # the legend's host-bound cross (on the chart each cross takes its backend's colour)
 
 
@@ -51,7 +51,7 @@ def has_segment_axis(df: pd.DataFrame) -> bool:
 @style.styled
 def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
     """Speedup (with its 95 % interval) and fused µs per segment vs the fused call's segment count, a colour
-    per backend, graph solid / eager dashed. ``df``: prepared rows of the whole run (every backend).
+    per backend, graph solid / eager dotted. ``df``: prepared rows of the whole run (every backend).
     Returns the PNG and SVG paths; an empty chart when the run has no batch-size axis."""
     axis = segment_axes(cells(df))
     if axis.empty:
@@ -69,7 +69,7 @@ def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
             s = v["speedup"].to_numpy(float)
             lo = np.nan_to_num(s - v["speedup_ci_low"].to_numpy(float), nan=0.0).clip(0)
             hi = np.nan_to_num(v["speedup_ci_high"].to_numpy(float) - s, nan=0.0).clip(0)
-            # graph: filled markers, eager: open ones (and dashed), so the legend tells them apart at a glance
+            # graph: filled markers, eager: open ones (and dotted), so the legend tells them apart at a glance
             style_kw = dict(color=color, ls=TIMING_LINE.get(timing, ":"), marker="o", ms=4,
                             mfc=color if timing == "graph" else "white")
             # the eager ratio of a host-bound cell measures the launching CPU: a cross, off the line and
