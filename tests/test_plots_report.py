@@ -315,3 +315,22 @@ def test_a_long_title_is_fitted_to_the_figure_width_line_by_line(title):
     extent = t.get_window_extent(fig.canvas.get_renderer())
     assert extent.x0 >= 0 and extent.x1 <= fig.bbox.width  # nothing clipped at either edge
     assert t.get_fontsize() >= 8.0 and t.get_text().split() == title.split()  # wrapped, no word lost
+
+
+def test_a_log_axis_labels_at_least_three_values_in_view():
+    """#33: a latency axis over 1.3-150 ms carried two labels (10, 100)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from cpbench.report.style import log_y
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 3], [1.3, 5.0, 150.0])
+    log_y(ax)
+    fig.canvas.draw()
+    lo, hi = ax.get_ylim()
+    shown = [t for t in ax.get_yticks() if lo <= t <= hi]
+    assert len(shown) >= 3, shown
+    plt.close(fig)

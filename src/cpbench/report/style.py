@@ -169,7 +169,7 @@ def bs_colors(bss: Iterable) -> dict:
 
 def log_y(ax: Axes, fmt: Callable[[float], str] = lambda v: f"{v:,.0f}" if v >= 1e4 else f"{v:g}") -> None:
     """Log y axis with plain labels (0.1, 1, 10; 2 and 5 as well when the span is two decades or less, 1.5, 3
-    and 7 too up to 1.3 decades); a
+    and 7 too up to 1.3 decades; denser whenever fewer than three labels would fall inside the limits); a
     linear one when the data span less than a decade (a log axis would carry one or two labels). Call
     after plotting, when the limits are known."""
     ax.set_yscale("log")  # the span is read from the log autoscale: linear limits may reach down to 0
@@ -182,9 +182,21 @@ def log_y(ax: Axes, fmt: Callable[[float], str] = lambda v: f"{v:,.0f}" if v >= 
     # labelled ticks at 1, 1.5, 2, 3, 5, 7 x 10^k up to 1.3 decades (1, 2, 5 alone can leave the lowest line
     # unlabelled), 1, 2, 5 x 10^k up to two decades (a decade-only axis may show one label), else decades
     subs = (1.0, 1.5, 2.0, 3.0, 5.0, 7.0) if span <= 1.3 else (1.0, 2.0, 5.0) if span <= 2 else (1.0,)
+    for denser in ((1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)):  # at least three labels inside the limits
+        if _ticks_within(lo, hi, subs) >= 3:
+            break
+        subs = denser if len(denser) > len(subs) else subs
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: fmt(v) if v > 0 else ""))
     ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _ticks_within(lo: float, hi: float, subs) -> int:
+    """How many ticks ``sub x 10^k`` fall in ``[lo, hi]``."""
+    if not (lo > 0 and hi > lo):
+        return 0
+    return sum(lo <= m * 10.0 ** k <= hi for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+               for m in subs)
 
 
 def bytes_y(ax: Axes) -> None:
