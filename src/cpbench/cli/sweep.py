@@ -149,6 +149,10 @@ def sweep(
     if "breakable" in timings and layer_rest_us is None and missing_rest_fields(spec):
         raise CpbenchInputError(f"--timing breakable: {missing_rest_fields(spec)}, so the rest of its layers "
                                 "cannot be built: give a config.json with the MLP sizes, or --layer-rest-us N")
+    if "breakable" in timings and layer_rest_us is None and dev.type == "cpu" and spec.num_layers * spec.hidden_size > 8192:
+        err_console.print(f"note: --timing breakable on a CPU runs {spec.name}'s whole layer {spec.num_layers} times a "
+                          "forward (seconds per forward for a large model); --layers 2 or --layer-rest-us N keeps a "
+                          "functional check short", highlight=False)
     if "breakable" not in timings and (ep is not None or layer_rest_us is not None or buckets):
         raise CpbenchInputError("--ep, --layer-rest-us and --graph-buckets size the breakable forward: add "
                                 "--timing breakable (e.g. --timing eager,graph,breakable)")

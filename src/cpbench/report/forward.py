@@ -37,7 +37,8 @@ def saved_fraction(speedup: float) -> float:
 
 
 def forward_text(c: pd.Series) -> str:
-    """One cell's answer on the forward: ``"0.9 % faster [+0.5 to +1.3 %] (−0.22 ms of 24.70 ms)"``, ``"tie ..."``,
+    """One cell's answer on the forward, as the share of the two-call forward the fusion saves (+) or costs (−):
+    ``"0.9 % faster [+0.5 to +1.3 %] (saves 0.22 ms of 24.70 ms)"``, ``"tie (−0.2 %) [...] (costs 0.06 ms ...)"``,
     or the status of a cell that did not run."""
     if c.get("status", "ok") != "ok" or not math.isfinite(float(c.get("speedup", math.nan))):
         return str(c.get("status", "—")) if c.get("status", "ok") != "ok" else "—"
@@ -48,7 +49,8 @@ def forward_text(c: pd.Series) -> str:
     head = f"{abs(pct):.1f} % {word}" if word in ("faster", "slower") else f"tie ({_signed(pct, 1)} %)"
     band = f" [{_signed(lo, 1)} to {_signed(hi, 1)} %]" if math.isfinite(lo) and math.isfinite(hi) else ""
     host = "" if flag(c.get("host_hidden")) else ", host exposed"
-    return f"{head}{band} ({_signed((fused - two) / 1e3, 2)} ms of {ms(two)} ms{host})"
+    saves = (two - fused) / 1e3
+    return f"{head}{band} ({'saves' if saves >= 0 else 'costs'} {abs(saves):.2f} ms of {ms(two)} ms{host})"
 
 
 def _signed(x: float, digits: int) -> str:
@@ -142,7 +144,7 @@ def cpu_forward_lines(df: pd.DataFrame) -> list[str]:
     if b.empty:
         return []
     ok = int((b["status"] == "ok").sum())
-    return [f"Breakable forward: {ok} of {len(b)} rows ran the whole forward (the rest of every layer around "
+    return ["", f"Breakable forward: {ok} of {len(b)} rows ran the whole forward (the rest of every layer around "
             "attention) with its segments eager, as a CPU has no CUDA graphs: a functional check of the path, "
             "not a measurement of it.", ""]
 

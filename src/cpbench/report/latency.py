@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.lines import Line2D
 
-from cpbench.results.verdicts import is_tie
+from cpbench.results.verdicts import is_tie, ratio_text
 from cpbench.report import style
 from cpbench.report.data import cells, uniform
 from cpbench.report.style import MODE_LINE, MODE_MARKER, no_data, positive
@@ -166,7 +166,9 @@ def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0, neutra
         val = grid[r, k]
         if st == "ok" and math.isfinite(val):
             dark = abs(norm(shade[r, k]) - 0.5) > 0.3
-            ax.text(k, r, f"{val:.2f}" + ("×" if cell_pt > 32 else "") + ("≈" if tie[(r, k)] and not neutral else ""),
+            text = ratio_text(val)  # as the tables print it: within 5 % of 1 the change in percent
+            text = text.replace(" %", "%") if "%" in text else (text if cell_pt > 32 else text.rstrip("×"))
+            ax.text(k, r, text + ("≈" if tie[(r, k)] and not neutral else ""),
                     ha="center", va="center", fontsize=size, color="white" if dark else "black")
         else:
             ax.add_patch(_fail_patch(k, r))
