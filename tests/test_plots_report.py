@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from cpbench.results.store import load_run
+from cpbench.results.verdicts import ratio_text
 from cpbench.report import latency, style
 from cpbench.report.charts import CHARTS, render_frame
 from cpbench.report.data import cells, prepare
@@ -133,7 +134,7 @@ def test_heatmap_marks_failed_cells():
     fig, axes = style.new_figure()
     latency._heat(axes[0, 0], view, latency._norm(view["speedup"].to_numpy(float)))
     texts = [t.get_text() for t in axes[0, 0].texts]
-    expected = view[view["status"] == "ok"]["speedup"].map(lambda s: f"{s:.2f}×")
+    expected = view[view["status"] == "ok"]["speedup"].map(lambda s: ratio_text(s).replace(" %", "%"))
     assert sorted(texts) == sorted(list(expected) + ["oom"])
 
 
