@@ -43,6 +43,8 @@ class AllToAll(Protocol):
     ranks: int
 
     def __call__(self, out: torch.Tensor, inp: torch.Tensor, what: str) -> None: ...
+
+
 ROTATION_BYTES = 256 << 20  # weights that pass between two uses of one weight copy (> 4x an H200's L2)
 SWIGLU_LIMIT = 7.0  # gpt-oss clamps the gate and up projections at 7 (config swiglu_limit)
 
@@ -53,6 +55,8 @@ class LayerRest:
     Args:
         shape: the per-rank sizes. num_layers: layers of a forward. device, dtype: where and in what the
             weights and activations live. seed: weight and activation values (timing does not depend on them).
+        a2a: a torchrun launch's all-to-all over the CP group (the MoE dispatch and combine, :meth:`after_steps`);
+            None for simulated ranks.
     Attributes:
         copies: weight sets the layers rotate over. weight_bytes: their bytes. grouped: ``"grouped_mm"`` or
             ``"bmm"`` (how the experts run; ``""`` for a dense MLP).
@@ -61,7 +65,7 @@ class LayerRest:
     """
 
     def __init__(self, shape: RestShape, num_layers: int, device: torch.device, dtype: torch.dtype,
-                 seed: int = 0, a2a: "AllToAll | None" = None) -> None:
+                 seed: int = 0, a2a: AllToAll | None = None) -> None:
         self.shape = shape
         self.a2a = a2a if shape.is_moe else None
         elem = torch.tensor([], dtype=dtype).element_size()
