@@ -284,7 +284,9 @@ def timing_method(cfg: SweepConfig, cpu_threads: int | None) -> str:
     layers, warm = cfg.model.num_layers, cfg.warmup
     sync = "device synchronised before each sample" if cfg.device.type == "cuda" else "one forward at a time"
     return (f"{clock}, one whole forward ({layers} layer{'' if layers == 1 else 's'}) per sample, {sync}; "
-            f"{warm} warm-up forward{'' if warm == 1 else 's'}; up to ~{cfg.budget_ms:g} ms of samples per variant"
+            f"up to {warm} warm-up forward{'' if warm == 1 else 's'} (one when more would overrun the time budget); "
+            f"up to ~{cfg.budget_ms:g} ms of samples per variant"
+            f"{f' split over {cfg.passes} passes over the sweep (later passes: one warm-up)' if cfg.passes > 1 else ''}"
             f"{f', fewer once the median is known within {100 * cfg.rel_ci:g} % (95 % CI)' if cfg.rel_ci else ''} "
             f"(>= {5 if cfg.device.type == 'cuda' else 3}"
             f"{'' if cpu_threads is None else f', {cpu_threads} CPU thread' + ('' if cpu_threads == 1 else 's')}"
