@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 
-from cpbench.kernels.backends.base import Prepared
+from cpbench.kernels.backends.base import Prepared, Step
 from cpbench.kernels.layer_rest import AllToAll, LayerRest, SpinRest
 from cpbench.measure.layer_kinds import has_both_kinds, layer_kind_sums
+from cpbench.measure.phases import span_times_us
 from cpbench.measure.timing import Clock, capture_segments
 from cpbench.spec.layer_rest import graph_bucket, rest_shape
 from cpbench.spec.models import ModelSpec
@@ -153,25 +153,7 @@ def layer_kind_us(layers: list[list[Fn]], clock: Clock, window_left_per_layer: S
     Empty for a model with one layer kind (its critical path needs no split)."""
     if not has_both_kinds(window_left_per_layer):
         return {}
-    per_layer: list[list[float]] = [[] for _ in layers]
-    for _ in range(reps):
-        clock.sync()
-        if barrier is not None:
-            barrier()
-        if clock.cuda:
-            events = [torch.cuda.Event(enable_timing=True) for _ in range(len(layers) + 1)]
-            events[0].record()
-            for i, fns in enumerate(layers):
-                for f in fns:
-                    f()
-                events[i + 1].record()
-            events[-1].synchronize()
-            for i in range(len(layers)):
-                per_layer[i].append(events[i].elapsed_time(events[i + 1]) * 1e3)
-        else:
-            for i, fns in enumerate(layers):
-                t0 = time.perf_counter()
-                for f in fns:
-                    f()
-                per_layer[i].append((time.perf_counter() - t0) * 1e6)
-    return layer_kind_sums({i: statistics.median(xs) for i, xs in enumerate(per_layer)}, window_left_per_layer)
+    chunks = [[Step("", f) for f in fns] for fns in layers]  # one chunk per layer (phases.span_times_us)
+    runs = [span_times_us(chunks, clock, barrier) for _ in range(reps)]  # reps x [layers] µs
+    return layer_kind_sums({i: statistics.median(r[i] for r in runs) for i in range(len(layers))},
+                           window_left_per_layer)
