@@ -13,7 +13,7 @@ from cpbench.errors import CpbenchInputError
 from cpbench.results.critical_path import critical_path
 from cpbench.results.uncertainty import layer_synced
 from cpbench.spec.hf_config import from_hf_config
-from cpbench.spec.layer_rest import check_ep, graph_bucket, parse_buckets, rest_shape
+from cpbench.spec.layer_rest import check_ep, graph_bucket, rest_shape
 from cpbench.spec.models import get_preset
 from cpbench.spec.tp import split_heads
 from clirun import cpbench
@@ -67,14 +67,23 @@ def test_ep_on_a_dense_model_and_negative_rest_exit_2():
     assert r.returncode == 2 and "add --timing breakable" in r.stderr
 
 
-def test_buckets_as_sglang_pads_them():
-    assert parse_buckets("65536, 4096,139264") == (4096, 65536, 139264)
+def test_buckets_as_sglang_pads_them(tmp_path):
     assert graph_bucket(3000, (4096, 65536)) == (4096, "graph")
     assert graph_bucket(1000, (4096,))[1].startswith("eager: bucket 4096 > 2x 1000")
     assert graph_bucket(70000, (4096, 65536))[1].startswith("eager: 70000 tokens > the largest bucket")
     assert graph_bucket(777, ()) == (777, "graph")
-    with pytest.raises(CpbenchInputError, match="positive token counts"):
-        parse_buckets("4096,-1")
+    # --graph-buckets is read like every other list option (cli.options.int_list): sorted, unique
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 16, "hidden_size": 64,
+                               "intermediate_size": 32}))
+    out = tmp_path / "run"
+    r = cpbench("sweep", "--model-config", cfg, "--cp", "2", "--bs", "1", "--extend-len", "32", "--device", "cpu",
+                "--timing", "breakable", "--layer-rest-us", "5", "--no-profile", "--no-report",
+                "--graph-buckets", "65536, 4096,139264,4096", "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((out / "manifest.json").read_text())["config"]["graph_buckets"] == [4096, 65536, 139264]
+    r = cpbench("sweep", "--timing", "breakable", "--graph-buckets", "4096,-1", "--device", "cpu")
+    assert r.returncode == 2 and "--graph-buckets values must be >= 1, got -1" in r.stderr
 
 
 def test_config_fields(tmp_path):

@@ -120,7 +120,7 @@ err_console = Console(file=PipeSafe("stderr"))
 MAX_TOKENS = 1 << 24
 LIMITS = {"--cp": 1024, "--bs": 65536, "--seq": MAX_TOKENS, "--seq-lens": MAX_TOKENS, "--extend": MAX_TOKENS,
           "--extend-len": MAX_TOKENS, "--extend-lens": MAX_TOKENS, "--prefix": MAX_TOKENS,
-          "--prefix-lens": MAX_TOKENS, "--ranks": 1023}
+          "--prefix-lens": MAX_TOKENS, "--ranks": 1023, "--graph-buckets": MAX_TOKENS}
 
 
 def typed(*names: str) -> str:

@@ -20,7 +20,7 @@ from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTime
 from cpbench.cli.options import (BACKEND_CHOICES, CpMinExtendOpt, CpMinTokensOpt, DeviceOpt, DType, ExtendLensOpt,
                                  FusedOrderOpt, HeadDimOpt, HeadsOpt, KvHeadsOpt, LayersOpt, ModelConfigOpt,
                                  ModelOpt, PageSizeOpt, PrefixLenOpt, SinksOpt, WindowOpt, check_fused_order,
-                                 choice_list, console, err_console, resolve_device, resolve_model)
+                                 choice_list, console, err_console, int_list, resolve_device, resolve_model)
 from cpbench.errors import CpbenchInputError
 
 
@@ -137,14 +137,14 @@ def sweep(
     timing_text = "eager,graph" if timing is not None and timing.strip() == "both" else timing
     timings = choice_list(timing_text if timing is not None else ("eager,graph" if dev.type == "cuda" else "eager"),
                           ("eager", "graph", "breakable"), "--timing", both=False)
-    from cpbench.spec.layer_rest import check_ep, check_layer_rest_us, missing_rest_fields, parse_buckets
+    from cpbench.spec.layer_rest import check_ep, check_layer_rest_us, missing_rest_fields
 
     check_layer_rest_us(layer_rest_us)
     if ep is not None and layer_rest_us is not None:
         raise CpbenchInputError("--ep sizes the model's MoE, which --layer-rest-us replaces: give one of them")
     if ep is not None or ("breakable" in timings and layer_rest_us is None):  # None: checks the default
         check_ep(spec, ep, cells.cp_sizes, tp)
-    buckets = parse_buckets(graph_buckets)
+    buckets = tuple(sorted(set(int_list(graph_buckets, "--graph-buckets")))) if graph_buckets is not None else ()
     layer_rest_us = None if layer_rest_us is None else layer_rest_us + 0.0  # -0 -> 0
     if "breakable" in timings and layer_rest_us is None and missing_rest_fields(spec):
         raise CpbenchInputError(f"--timing breakable: {missing_rest_fields(spec)}, so the rest of its layers "

@@ -211,22 +211,6 @@ def rest_shape(model: ModelSpec, tokens: int, cp_size: int, tp_size: int = 1, ep
                      routed_tokens=cp_size * tokens * model.num_experts_per_tok // ep)
 
 
-def parse_buckets(text: str | None) -> tuple[int, ...]:
-    """``--graph-buckets "4096,65536,139264"`` -> sorted unique token counts; ``None``/"" -> () (no buckets:
-    segments are captured at the exact token count). Raises CpbenchInputError for a non-positive or
-    non-integer entry."""
-    if not text or not text.strip():
-        return ()
-    out = set()
-    for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit() or not part.isascii() or int(part) < 1:
-            raise CpbenchInputError(f"--graph-buckets takes positive token counts separated by commas "
-                                    f"(e.g. 4096,65536,139264), got {part!r}")
-        out.add(int(part))
-    return tuple(sorted(out))
-
-
 def graph_bucket(tokens: int, buckets: tuple[int, ...]) -> tuple[int, str]:
     """The rows a rank's graph segments run at and how: ``(rows, "graph")`` with rows = the smallest bucket
     ``>= tokens`` (the exact count without buckets); ``(tokens, reason)`` when SGLang would run the forward
