@@ -21,8 +21,8 @@ import torch
 
 from cpbench.kernels.backends import torch_ref
 from cpbench.kernels.backends.torch_ref import TorchBackend
-from cpbench.spec.geometry import rank_geometry
-from cpbench.spec.models import get_preset
+from cpbench.domain.geometry import rank_geometry
+from cpbench.domain.models import get_preset
 from cpbench.kernels.workload import build_cell, rank_work
 
 

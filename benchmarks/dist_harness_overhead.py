@@ -21,8 +21,8 @@ import torch.distributed as dist
 from cpbench.kernels.backends import get_backend
 from cpbench.ranks import process_groups as groups
 from cpbench.ranks.torchrun_group import TorchrunGroup
-from cpbench.spec.geometry import rank_geometry
-from cpbench.spec.models import get_preset
+from cpbench.domain.geometry import rank_geometry
+from cpbench.domain.models import get_preset
 from cpbench.measure.timing import Clock, time_interleaved
 from cpbench.kernels.workload import build_cell, rank_work
 from harness_overhead import bare_loop_us  # benchmarks/: the script's folder is on sys.path

@@ -14,8 +14,8 @@ import statistics
 import torch
 
 from cpbench.kernels.backends import get_backend
-from cpbench.spec.geometry import rank_geometry
-from cpbench.spec.models import get_preset
+from cpbench.domain.geometry import rank_geometry
+from cpbench.domain.models import get_preset
 from cpbench.measure.timing import Clock, summarize, time_interleaved
 from cpbench.kernels.workload import build_cell, rank_work
 

@@ -6,8 +6,8 @@ import torch
 
 from cpbench.kernels.backends import get_backend
 from cpbench.kernels.check import TOLERANCE, max_abs_diff, max_abs_error
-from cpbench.spec.geometry import all_ranks
-from cpbench.spec.models import get_preset, with_overrides
+from cpbench.domain.geometry import all_ranks
+from cpbench.domain.models import get_preset, with_overrides
 from cpbench.kernels.workload import build_cell, rank_work
 
 # 4 layers (window 127, full, window 127, full): two caches a pool, so layers 0 and 2 read different SWA caches

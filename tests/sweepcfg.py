@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from cpbench.run.sweep import SweepOutput, make_config
-from cpbench.spec.cells import Batch
-from cpbench.spec.models import get_preset, with_overrides
+from cpbench.domain.cells import Batch
+from cpbench.domain.models import get_preset, with_overrides
 
 TINY_MODEL = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=16)
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from cpbench.kernels.backends import get_backend, resolve_auto
-from cpbench.spec.geometry import rank_geometry
-from cpbench.spec.models import get_preset, with_overrides
+from cpbench.domain.geometry import rank_geometry
+from cpbench.domain.models import get_preset, with_overrides
 from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.errors import CpbenchInputError
 from clirun import cpbench

@@ -60,9 +60,9 @@ def test_real_ranks_split_the_moe_at_its_dispatch_and_combine():
     import torch
 
     from cpbench.kernels.layer_rest import LayerRest
-    from cpbench.spec.hf_config import mlp_fields
-    from cpbench.spec.layer_rest import rest_shape
-    from cpbench.spec.models import ModelSpec
+    from cpbench.domain.hf_config import mlp_fields
+    from cpbench.domain.layer_rest import rest_shape
+    from cpbench.domain.models import ModelSpec
 
     spec = ModelSpec("tiny", 2, 4, 2, 16, (7, -1), True, **mlp_fields(TINY, "tiny"))
     a2a = _CountingA2A()

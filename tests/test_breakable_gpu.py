@@ -13,8 +13,8 @@ from cpbench.kernels.backends import get_backend
 from cpbench.kernels.check import max_abs_diff, max_diff_outputs
 from cpbench.measure.breakable import breakable_layers, build_layer_rest, run_layers
 from cpbench.measure.timing import release_graphs
-from cpbench.spec.geometry import all_ranks
-from cpbench.spec.models import get_preset, with_overrides
+from cpbench.domain.geometry import all_ranks
+from cpbench.domain.models import get_preset, with_overrides
 from cpbench.kernels.workload import build_cell, rank_work
 
 pytestmark = pytest.mark.gpu

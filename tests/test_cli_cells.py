@@ -86,7 +86,7 @@ def test_exception_table(monkeypatch, exc, code, line):
     def boom():
         raise exc
 
-    monkeypatch.setattr("cpbench.spec.models.PRESETS", type("P", (), {"values": staticmethod(boom)})())
+    monkeypatch.setattr("cpbench.domain.models.PRESETS", type("P", (), {"values": staticmethod(boom)})())
     r = cpbench("models")
     assert r.returncode == code and r.stderr.startswith(line) and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert g.models  # the command itself is a plain function

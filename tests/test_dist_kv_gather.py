@@ -16,8 +16,8 @@ import torch
 from cpbench.ranks import process_groups as groups
 from cpbench.ranks.kv_gather import (MODES, allocate_gather_buffers, build_gather_plan, gather_bytes,
                                      write_kv)
-from cpbench.spec.geometry import all_ranks
-from cpbench.spec.ring import bus_bandwidth_gbps
+from cpbench.domain.geometry import all_ranks
+from cpbench.domain.ring import bus_bandwidth_gbps
 from cpbench.kernels.kv import build_block_tables, token_slots
 from cpbench.errors import CpbenchInputError
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cpbench.errors import CpbenchInputError
-from cpbench.spec.geometry_check import diff_dump, load_dump, resolve_batch, shown
+from cpbench.domain.geometry_check import diff_dump, load_dump, resolve_batch, shown
 from clirun import cpbench
 
 DUMP = Path(__file__).resolve().parents[1] / "examples" / "sglang_dump_cp4"

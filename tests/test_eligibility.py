@@ -6,8 +6,8 @@ import json
 import pytest
 from clirun import cpbench
 
-from cpbench.spec.eligibility import CpRule, parse_rule
-from cpbench.spec.geometry import eligibility, rank_geometry
+from cpbench.domain.eligibility import CpRule, parse_rule
+from cpbench.domain.geometry import eligibility, rank_geometry
 from cpbench.results.store import load_run
 from cpbench.errors import CpbenchInputError
 

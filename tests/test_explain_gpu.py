@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from cpbench.run.explain import CHILD_FILE, run_explain_child
-from cpbench.spec.models import get_preset, with_overrides
-from cpbench.spec.cells import CellSpec
+from cpbench.domain.models import get_preset, with_overrides
+from cpbench.domain.cells import CellSpec
 from clirun import cpbench
 
 pytestmark = pytest.mark.gpu

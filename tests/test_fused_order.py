@@ -9,9 +9,9 @@ import torch
 from cpbench.kernels.backends.base import call_rows
 from cpbench.kernels.backends.torch_ref import TorchBackend, sequence_reference
 from cpbench.kernels.check import max_abs_diff, max_abs_error
-from cpbench.spec.geometry import FUSED_ORDERS, all_ranks, rank_geometry
+from cpbench.domain.geometry import FUSED_ORDERS, all_ranks, rank_geometry
 from cpbench.kernels.kv import duplicate_block_tables
-from cpbench.spec.models import get_preset, with_overrides
+from cpbench.domain.models import get_preset, with_overrides
 from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.errors import CpbenchInputError
 

@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cpbench.spec.geometry import all_ranks, attended_pairs, attention_flops, block_sizes, rank_geometry
+from cpbench.domain.geometry import all_ranks, attended_pairs, attention_flops, block_sizes, rank_geometry
 from cpbench.errors import CpbenchInputError
 
 # docs/design.md §1: C=4, seq_lens [19,27], extend [11,13], prefix [8,14]

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from cpbench.spec.hf_config import from_hf_config
-from cpbench.spec.models import with_overrides
+from cpbench.domain.hf_config import from_hf_config
+from cpbench.domain.models import with_overrides
 from cpbench.errors import CpbenchInputError
 from clirun import cpbench
 

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from cpbench.kernels.backends.registry import kernel_patterns
-from cpbench.spec.models import get_preset
+from cpbench.domain.models import get_preset
 from cpbench.results.critical_path import critical_path
 from cpbench.results.derived import derive
 from cpbench.results.store import load_run

@@ -5,11 +5,11 @@ import json
 import pytest
 import torch
 
-from cpbench.spec.geometry import rank_geometry
+from cpbench.domain.geometry import rank_geometry
 from cpbench.kernels.kv import (build_block_tables, duplicate_block_tables, last_page_len, paged_kv_arrays,
                                 table_bytes, token_slots)
-from cpbench.spec.hf_config import from_hf_config
-from cpbench.spec.models import PRESETS, get_preset, with_overrides
+from cpbench.domain.hf_config import from_hf_config
+from cpbench.domain.models import PRESETS, get_preset, with_overrides
 from cpbench.errors import CpbenchInputError
 
 

@@ -1,4 +1,4 @@
-"""The rest of a layer (spec/layer_rest.py) against hand-computed shapes and FLOPs, the token bucket rule, the
+"""The rest of a layer (domain/layer_rest.py) against hand-computed shapes and FLOPs, the token bucket rule, the
 --ep / --layer-rest-us errors, the config fields it reads, and the layer-synchronised critical path on
 synthetic per-layer-kind times (a case where the sum over kinds of the slowest rank differs from the slowest
 rank's sum)."""
@@ -12,10 +12,10 @@ import pytest
 from cpbench.errors import CpbenchInputError
 from cpbench.results.critical_path import critical_path
 from cpbench.results.uncertainty import layer_synced
-from cpbench.spec.hf_config import from_hf_config
-from cpbench.spec.layer_rest import check_ep, graph_bucket, rest_shape
-from cpbench.spec.models import get_preset
-from cpbench.spec.tp import split_heads
+from cpbench.domain.hf_config import from_hf_config
+from cpbench.domain.layer_rest import check_ep, graph_bucket, rest_shape
+from cpbench.domain.models import get_preset
+from cpbench.domain.tp import split_heads
 from clirun import cpbench
 
 

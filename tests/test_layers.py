@@ -43,9 +43,9 @@ def test_the_tree_keeps_every_contract(tree):
 
 
 BREAKS = {
-    "torch in spec": ("cpbench.spec.geometry", "import torch", "no torch in spec"),
-    "torch in results, inside a function": ("cpbench.results.store", "def _t():\n    import torch", "no torch in spec"),
-    "spec imports run (upward)": ("cpbench.spec.lengths", "def _up():\n    from cpbench.run import sweep", "layers"),
+    "torch in domain": ("cpbench.domain.geometry", "import torch", "no torch in domain"),
+    "torch in results, inside a function": ("cpbench.results.store", "def _t():\n    import torch", "no torch in domain"),
+    "domain imports run (upward)": ("cpbench.domain.lengths", "def _up():\n    from cpbench.run import sweep", "layers"),
     "measure imports the CLI (upward)": ("cpbench.measure.timing", "import cpbench.cli.options", "layers"),
     "report imports run (siblings)": ("cpbench.report.style", "import cpbench.run.doctor", "layers"),
     "rich outside the CLI": ("cpbench.results.verdicts", "import rich", "typer and rich"),

@@ -5,11 +5,11 @@ import re
 
 import pytest
 
-from cpbench.spec.flops import forward_flops
-from cpbench.spec.geometry import rank_geometry
-from cpbench.spec.lengths import LengthMix, draw, parse_lengths, plan_batches, read_trace, with_prefix_hit
-from cpbench.spec.models import get_preset
-from cpbench.spec.tp import split_heads
+from cpbench.domain.flops import forward_flops
+from cpbench.domain.geometry import rank_geometry
+from cpbench.domain.lengths import LengthMix, draw, parse_lengths, plan_batches, read_trace, with_prefix_hit
+from cpbench.domain.models import get_preset
+from cpbench.domain.tp import split_heads
 from cpbench.errors import CpbenchInputError
 
 

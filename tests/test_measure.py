@@ -11,10 +11,10 @@ import torch
 
 from cpbench.kernels.backends import get_backend
 from cpbench.kernels.check import TOLERANCE
-from cpbench.spec.geometry import all_ranks
+from cpbench.domain.geometry import all_ranks
 from cpbench.kernels.kv import table_bytes
 from cpbench.measure.rank import RankJob, measure_rank
-from cpbench.spec.models import get_preset, with_overrides
+from cpbench.domain.models import get_preset, with_overrides
 from cpbench.ranks.group import LocalGroup
 from cpbench.results.derived import derive
 from cpbench.results.schema import SCHEMA_VERSION, check_row

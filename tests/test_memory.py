@@ -92,8 +92,8 @@ def test_cuda_setup_memory_by_part_is_measured():
     """On a GPU the fused setup holds its duplicated page table (allocator-rounded) and the outputs, the
     two-call setup no duplicate; every part is a measured, non-negative byte count."""
     from cpbench.kernels.backends.torch_ref import TorchBackend
-    from cpbench.spec.geometry import rank_geometry
-    from cpbench.spec.models import get_preset, with_overrides
+    from cpbench.domain.geometry import rank_geometry
+    from cpbench.domain.models import get_preset, with_overrides
     from cpbench.kernels.workload import build_cell, rank_work
 
     model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=64, page_size=16)

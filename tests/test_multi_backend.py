@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from cpbench.kernels.backends import registry
-from cpbench.spec.models import get_preset, with_overrides
+from cpbench.domain.models import get_preset, with_overrides
 from cpbench.results.store import read_jsonl
 from cpbench.cli.sweep import run_sweep
 from sweepcfg import grid_config, output

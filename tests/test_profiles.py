@@ -8,8 +8,8 @@ import torch
 
 from cpbench.kernels.backends.registry import kernel_patterns, known_attention_patterns
 from cpbench.kernels.backends.torch_ref import TorchBackend
-from cpbench.spec.geometry import rank_geometry
-from cpbench.spec.models import get_preset, with_overrides
+from cpbench.domain.geometry import rank_geometry
+from cpbench.domain.models import get_preset, with_overrides
 from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.profiles import capture, kernels, nsys, ranges
 from cpbench.profiles.kernels import KernelCounts, ProfileError, classify

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from cpbench.kernels.backends.torch_ref import TorchBackend, attend, sequence_reference
-from cpbench.spec.geometry import all_ranks
-from cpbench.spec.models import get_preset, with_overrides
+from cpbench.domain.geometry import all_ranks
+from cpbench.domain.models import get_preset, with_overrides
 from cpbench.kernels.workload import build_cell, rank_work
 
 TOL = 2e-5  # fp32: same math, different query-row blocking

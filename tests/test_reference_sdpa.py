@@ -5,8 +5,8 @@ import torch
 
 from cpbench.kernels.backends import torch_ref
 from cpbench.kernels.backends.torch_ref import TorchBackend, attend, attend_reference, attend_sdpa
-from cpbench.spec.geometry import rank_geometry
-from cpbench.spec.models import PRESETS, with_overrides
+from cpbench.domain.geometry import rank_geometry
+from cpbench.domain.models import PRESETS, with_overrides
 from cpbench.kernels.workload import build_cell, rank_work
 
 TOL = 1e-5  # fp32, unit-normal inputs, outputs O(1)

@@ -12,7 +12,7 @@ from cpbench.results.schema import FIXED_ON_RESUME
 from cpbench.results.store import RunDir
 from cpbench.run.resume_options import FLAGS, phrase
 from cpbench.run.sweep import check_resume_config, config_dict
-from cpbench.spec.models import with_overrides
+from cpbench.domain.models import with_overrides
 from sweepcfg import TINY_MODEL, grid_config
 
 SIM = SimpleNamespace(launch="simulated", world_size=1)

@@ -5,8 +5,8 @@ import json
 
 from clirun import cpbench
 
-from cpbench.spec.geometry import all_ranks, rank_geometry
-from cpbench.spec.sglang_fields import batch_layout, expected_fields
+from cpbench.domain.geometry import all_ranks, rank_geometry
+from cpbench.domain.sglang_fields import batch_layout, expected_fields
 
 
 def test_combined_fields_vector_every_rank():

@@ -10,9 +10,9 @@ from cpbench.errors import CpbenchInputError
 from cpbench.kernels.backends.base import Stopwatch, swa_table
 from cpbench.kernels.backends.torch_ref import TorchBackend, gather_kv, sequence_reference
 from cpbench.kernels.check import max_abs_diff, max_abs_error
-from cpbench.spec.geometry import all_ranks, rank_geometry
+from cpbench.domain.geometry import all_ranks, rank_geometry
 from cpbench.kernels.kv import build_block_tables, build_swa_block_tables, duplicate_block_tables
-from cpbench.spec.models import get_preset, with_overrides
+from cpbench.domain.models import get_preset, with_overrides
 from cpbench.results.store import load_run
 from cpbench.kernels.workload import build_cell, rank_work
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from cpbench.spec.models import PRESETS, get_preset, with_overrides
-from cpbench.spec.tp import split_heads, tp_heads
+from cpbench.domain.models import PRESETS, get_preset, with_overrides
+from cpbench.domain.tp import split_heads, tp_heads
 from cpbench.errors import CpbenchInputError
 from clirun import cpbench
 

@@ -9,9 +9,9 @@ import torch
 
 from cpbench.kernels.backends import get_backend
 from cpbench.kernels.backends.trtllm_args import call_tensors, layer_args, trtllm_calls
-from cpbench.spec.geometry import rank_geometry
+from cpbench.domain.geometry import rank_geometry
 from cpbench.kernels.kv import allocate_kv_cache, duplicate_block_tables, kv_block_offsets
-from cpbench.spec.models import get_preset, with_overrides
+from cpbench.domain.models import get_preset, with_overrides
 from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.errors import CpbenchInputError
 

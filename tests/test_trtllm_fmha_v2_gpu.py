@@ -12,8 +12,8 @@ import torch
 from cpbench.kernels.backends import get_backend
 from cpbench.kernels.backends.registry import BACKENDS
 from cpbench.kernels.check import TOLERANCE, max_abs_diff, max_abs_error
-from cpbench.spec.geometry import all_ranks
-from cpbench.spec.models import get_preset, with_overrides
+from cpbench.domain.geometry import all_ranks
+from cpbench.domain.models import get_preset, with_overrides
 from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.profiles import capture, ranges
 from swacheck import SWA_BATCHES, check_swa_pool

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from cpbench.run.runner import omp_threads, over_token_budget
-from cpbench.spec.cells import CellSpec
+from cpbench.domain.cells import CellSpec
 from cpbench.measure.walltime import PHASES, PhaseTimes
 from clirun import cpbench
 

@@ -7,12 +7,12 @@ import math
 import pandas as pd
 import pytest
 
-from cpbench.spec.flops import forward_flops
-from cpbench.spec.geometry import rank_geometry
+from cpbench.domain.flops import forward_flops
+from cpbench.domain.geometry import rank_geometry
 from cpbench.measure.layer_kinds import has_both_kinds, layer_kind_sums
-from cpbench.spec.models import get_preset, with_overrides
+from cpbench.domain.models import get_preset, with_overrides
 from cpbench.results.store import load_run
-from cpbench.spec.tp import split_heads
+from cpbench.domain.tp import split_heads
 from clirun import cpbench
 
 # gpt-oss-120b's pattern on 2 layers (window 128, full), 8 q / 2 kv heads before --tp

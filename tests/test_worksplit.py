@@ -2,7 +2,7 @@
 
 import pytest
 
-from cpbench.spec.worksplit import fa2_cta_tile_q, fused_segments, kv_tiles, split_launch, split_rank, tile_config
+from cpbench.domain.worksplit import fa2_cta_tile_q, fused_segments, kv_tiles, split_launch, split_rank, tile_config
 from cpbench.errors import CpbenchInputError
 
 GPT_OSS = dict(num_q_heads=64, num_kv_heads=8, head_dim=64)
@@ -96,7 +96,7 @@ def test_fused_orders_and_bad_input():
 def test_cta_cost_heap_breaks_ties_as_libstdcxx():
     # FlashInfer's CTACostHeap over std::pop_heap / std::push_heap: the CTAs popped for these cost increments,
     # as a 5-line C++ program with libstdc++ prints them (equal costs are common: every CTA starts at 0)
-    from cpbench.spec.worksplit_plans import CtaCostHeap
+    from cpbench.domain.worksplit_plans import CtaCostHeap
 
     h, popped = CtaCostHeap(5), []
     for inc in [3, 1, 2, 2, 1, 3, 1, 1, 2, 3, 2, 1, 1, 1, 2, 2, 3, 1]:

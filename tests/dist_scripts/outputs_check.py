@@ -19,8 +19,8 @@ import torch
 from cpbench.kernels.backends import get_backend
 from cpbench.ranks import process_groups as groups
 from cpbench.ranks.torchrun_group import TorchrunGroup
-from cpbench.spec.geometry import all_ranks
-from cpbench.spec.models import get_preset, with_overrides
+from cpbench.domain.geometry import all_ranks
+from cpbench.domain.models import get_preset, with_overrides
 from cpbench.kernels.workload import build_cell, rank_work
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from cpbench.cli.options import MAX_TOKENS, int_list, typed
-from cpbench.spec.cells import Batch
+from cpbench.domain.cells import Batch
 from cpbench.errors import CpbenchInputError
 
 MAX_CELLS = 100_000  # cells a sweep may plan: far above a real sweep, low enough that a typo cannot hang planning
@@ -98,11 +98,11 @@ def backend_name(backend: str, device) -> str:
 def workload_batches(cells: Cells, *, lengths: Optional[str], trace: Optional[str], prefix_hit: Optional[float],
                      batches: Optional[int], seed: int, seq_given: bool) -> Optional[list]:
     """The batches of ``--lengths``, ``--trace`` or ``--prefix-hit`` as ``[[extend_lens], [prefix_lens]]``
-    per batch (:func:`cpbench.spec.lengths.plan_batches`), or None for a plain bs x seq grid / --seq-lens.
+    per batch (:func:`cpbench.domain.lengths.plan_batches`), or None for a plain bs x seq grid / --seq-lens.
     ``--prefix-hit`` alone applies to every --seq (or --seq-lens) length.
 
     Raises CpbenchInputError: --lengths with --trace, either with --seq or --seq-lens, a bad value."""
-    from cpbench.spec.lengths import LengthMix, parse_lengths, plan_batches, read_trace
+    from cpbench.domain.lengths import LengthMix, parse_lengths, plan_batches, read_trace
 
     if lengths is None and trace is None and batches is not None:
         raise CpbenchInputError("--batches applies to --lengths or --trace: add one, or drop --batches")
@@ -141,7 +141,7 @@ def workload_batches(cells: Cells, *, lengths: Optional[str], trace: Optional[st
 
 
 def batches_of(cells: Cells, mix: Optional[list]) -> tuple[Batch, ...]:
-    """The batches a command measures, the one way cells are named from here on (spec.cells): the batches
+    """The batches a command measures, the one way cells are named from here on (domain.cells): the batches
     of a ``--lengths`` mix, ``--trace`` or ``--prefix-hit`` (:func:`workload_batches`, numbered by their
     ``index``), else every ``--bs`` x ``--extend-len`` (or the one ``--extend-lens`` batch) with ``--prefix``."""
     if mix is not None:

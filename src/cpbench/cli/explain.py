@@ -3,7 +3,7 @@
 The command re-runs itself under Nsight Compute (``--explain-child``): the child runs the rank's
 two-call and fused forwards once each inside NVTX ranges (run/explain.py); ncu profiles only the
 kernels inside them and writes its raw CSV (profiles/ncu.py). The parent (run/explain.run_under_ncu)
-groups the kernels into attention calls and adds the work split (spec/worksplit.py); this command writes ``explain.json``, ``explain.md``
+groups the kernels into attention calls and adds the work split (domain/worksplit.py); this command writes ``explain.json``, ``explain.md``
 (the verdict) and a chart (report/explain_*.py).
 """
 
@@ -78,7 +78,7 @@ def explain(
                         default_bs="1", default_seq="2048")
     if len(cells.batches) != 1:
         raise CpbenchInputError("cpbench explain takes one cell: give one --bs and one --seq (or --seq-lens)")
-    from cpbench.spec.cells import plan_cells
+    from cpbench.domain.cells import plan_cells
 
     cell, = plan_cells([cp], batches_of(cells, None))
     check_out(out, "runs/explain-<time>")
@@ -93,7 +93,7 @@ def explain(
         return
     check_not_written(run_dir, "explain.json")
     from cpbench.kernels.backends import get_backend
-    from cpbench.spec.geometry import eligibility
+    from cpbench.domain.geometry import eligibility
     from cpbench.run.runner import DTYPES
 
     ok, why = eligibility(cell.extend_lens, cell.cp_size)

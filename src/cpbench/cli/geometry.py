@@ -40,8 +40,8 @@ def geometry(
                         "'all N fields agree' or the first difference (exit 1).")] = None,
 ) -> None:
     """Print each rank's zigzag metadata (SGLang field names) for a batch, to check an engine's own."""
-    from cpbench.spec.eligibility import parse_rule
-    from cpbench.spec.geometry import rank_geometry, validate_batch
+    from cpbench.domain.eligibility import parse_rule
+    from cpbench.domain.geometry import rank_geometry, validate_batch
 
     rule = parse_rule(cp_min_extend, cp_min_tokens)
     if check is not None:
@@ -80,7 +80,7 @@ def _check(path: Path, cp: Optional[int], extend: Optional[str], prefix: Optiona
     """``geometry --check``: 0 when every compared field of the dump agrees ("all N fields agree"), 1 on a
     difference (the first one, its value in both, and how many differ); CpbenchInputError (exit 2) for a
     malformed dump, a missing input (the prefix lengths) or options that clash with it."""
-    from cpbench.spec.geometry_check import diff_dump, load_dump, resolve_batch, shown
+    from cpbench.domain.geometry_check import diff_dump, load_dump, resolve_batch, shown
 
     if as_json or rank is not None:
         raise CpbenchInputError("--check compares every rank of the dump and prints a diff: drop --json and --ranks")
@@ -110,8 +110,8 @@ def _check(path: Path, cp: Optional[int], extend: Optional[str], prefix: Optiona
 
 def models(tp: Annotated[int, typer.Option("--tp", help="Show one GPU's heads at this attention TP.")] = 1) -> None:
     """List the model presets (attention shape per CP rank and GPU, attention TP 1 or --tp)."""
-    from cpbench.spec.models import PRESETS
-    from cpbench.spec.tp import split_heads
+    from cpbench.domain.models import PRESETS
+    from cpbench.domain.tp import split_heads
 
     rows = [[m.name, str(m.num_layers), str(m.num_q_heads), str(m.num_kv_heads), str(m.head_dim),
              f"{m.sliding_window}/full alt." if m.sliding_window else "full", "fp32" if m.has_sinks else "-",

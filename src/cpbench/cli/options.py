@@ -191,12 +191,12 @@ DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="cuda, cuda:N
 
 def resolve_model(model: str, model_config: Optional[Path], layers, heads, kv_heads, head_dim, window,
                   sinks, page_size):
-    from cpbench.spec.hf_config import from_hf_config
-    from cpbench.spec.models import get_preset, with_overrides
+    from cpbench.domain.hf_config import from_hf_config
+    from cpbench.domain.models import get_preset, with_overrides
 
     from dataclasses import replace
 
-    from cpbench.spec.models import shape_tag
+    from cpbench.domain.models import shape_tag
 
     if model is not None and model_config:
         raise CpbenchInputError(f"--model {model} and --model-config name two models: give one of them")
@@ -270,7 +270,7 @@ FusedOrderOpt = Annotated[str, typer.Option(
 
 def check_fused_order(text: str) -> str:
     """``--fused-order``'s value if it is one of geometry.FUSED_ORDERS; else CpbenchInputError."""
-    from cpbench.spec.geometry import FUSED_ORDERS
+    from cpbench.domain.geometry import FUSED_ORDERS
 
     if text not in FUSED_ORDERS:
         raise CpbenchInputError(f"unknown --fused-order {text!r}: use one of {', '.join(FUSED_ORDERS)}")

@@ -55,13 +55,13 @@ def profile(
     from cpbench.kernels.backends import get_backend
     from cpbench.run.profiling import nsys_child as run_child
     from cpbench.run.runner import DTYPES
-    from cpbench.spec.cells import plan_cells
+    from cpbench.domain.cells import plan_cells
     from cpbench.profiles.nsys import find_nsys
 
     backend = c.one_backend(backend, "profile")
     dev = c.resolve_device(device)
     spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
-    from cpbench.spec.tp import split_heads
+    from cpbench.domain.tp import split_heads
 
     spec = split_heads(spec, tp)
     name = backend_name(backend, dev)

@@ -123,7 +123,7 @@ def sweep(
     """Measure fused vs two-call zigzag CP attention for every cell and rank; write a run directory."""
     dev = resolve_device(device)
     spec = resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
-    from cpbench.spec.tp import split_heads
+    from cpbench.domain.tp import split_heads
 
     spec = split_heads(spec, tp)
     cells = parse_cells(cp=cp, bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=ranks, default_bs="1,4,16",
@@ -137,7 +137,7 @@ def sweep(
     timing_text = "eager,graph" if timing is not None and timing.strip() == "both" else timing
     timings = choice_list(timing_text if timing is not None else ("eager,graph" if dev.type == "cuda" else "eager"),
                           ("eager", "graph", "breakable"), "--timing", both=False)
-    from cpbench.spec.layer_rest import check_ep, check_layer_rest_us, missing_rest_fields
+    from cpbench.domain.layer_rest import check_ep, check_layer_rest_us, missing_rest_fields
 
     check_layer_rest_us(layer_rest_us)
     if ep is not None and layer_rest_us is not None:
@@ -169,7 +169,7 @@ def sweep(
     passes = passes or (2 if dev.type == "cuda" and launch == Launch.simulated else 1)
     if max_prefill_tokens < 0:
         raise CpbenchInputError(f"--max-prefill-tokens must be >= 0 (0: no cap), got {max_prefill_tokens}")
-    from cpbench.spec.eligibility import parse_rule
+    from cpbench.domain.eligibility import parse_rule
 
     rule = parse_rule(cp_min_extend, cp_min_tokens)
     if swa_pool and spec.sliding_window is None:

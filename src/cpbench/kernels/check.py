@@ -18,9 +18,9 @@ import torch
 from cpbench.kernels.backends.base import Prepared
 from cpbench.kernels.backends.torch_ref import attend_reference, gather_kv
 from cpbench.kernels.workload import RankWork
-from cpbench.spec.tolerance import REFERENCE_TOLERANCE
+from cpbench.domain.tolerance import REFERENCE_TOLERANCE
 
-# Tolerances on max |out - reference| per dtype (spec/tolerance.py says why; the H200 evidence:
+# Tolerances on max |out - reference| per dtype (domain/tolerance.py says why; the H200 evidence:
 # docs/evidence/h200-gpu-tests.log).
 TOLERANCE = {torch.bfloat16: REFERENCE_TOLERANCE["bf16"], torch.float16: REFERENCE_TOLERANCE["fp16"],
              torch.float32: REFERENCE_TOLERANCE["fp32"]}

@@ -12,8 +12,8 @@ from typing import Sequence
 
 import torch
 
-from cpbench.spec.geometry import Segment
-from cpbench.spec.models import check_page_size
+from cpbench.domain.geometry import Segment
+from cpbench.domain.models import check_page_size
 from cpbench.errors import CpbenchInputError
 
 

@@ -1,7 +1,7 @@
 """The rest of each layer as torch work, for the ``breakable`` forward (docs/design.md §11).
 
 :class:`LayerRest` holds the weights and the static activations of one cell's rest-of-layer work
-(:class:`cpbench.spec.layer_rest.RestShape`) and hands out, per layer, the closure that runs before
+(:class:`cpbench.domain.layer_rest.RestShape`) and hands out, per layer, the closure that runs before
 attention and the one after it. Both only launch work on static buffers (the hidden state ``x``), so they
 can be captured into CUDA graphs that share one memory pool: intermediates live and die inside a segment.
 
@@ -31,7 +31,7 @@ from typing import Callable, Protocol
 import torch
 import torch.nn.functional as F
 
-from cpbench.spec.layer_rest import RestShape
+from cpbench.domain.layer_rest import RestShape
 
 Call = Callable[[], None]
 

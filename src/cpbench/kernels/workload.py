@@ -12,10 +12,10 @@ from typing import Sequence
 
 import torch
 
-from cpbench.spec.geometry import RankGeometry
+from cpbench.domain.geometry import RankGeometry
 from cpbench.kernels.kv import allocate_kv_cache, build_block_tables, build_swa_block_tables, copy_kv_pages
 from cpbench.errors import CpbenchInputError
-from cpbench.spec.models import ModelSpec
+from cpbench.domain.models import ModelSpec
 
 
 @dataclass
@@ -181,7 +181,7 @@ class RankWork:
 def rank_work(cell: CellInputs, geometry: RankGeometry, fused_order: str = "prev-next") -> RankWork:
     """Gather one rank's query rows from the cell (the geometry must be CP-eligible); ``fused_order``
     as in :meth:`RankGeometry.calls` (CpbenchInputError for an unknown one)."""
-    from cpbench.spec.geometry import FUSED_ORDERS
+    from cpbench.domain.geometry import FUSED_ORDERS
 
     if fused_order not in FUSED_ORDERS:
         raise CpbenchInputError(f"unknown --fused-order {fused_order!r}: use one of {', '.join(FUSED_ORDERS)}")

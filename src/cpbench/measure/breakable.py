@@ -28,8 +28,8 @@ from cpbench.kernels.layer_rest import AllToAll, LayerRest, SpinRest
 from cpbench.measure.layer_kinds import has_both_kinds, layer_kind_sums
 from cpbench.measure.phases import span_times_us
 from cpbench.measure.timing import Clock, capture_segments
-from cpbench.spec.layer_rest import graph_bucket, rest_shape
-from cpbench.spec.models import ModelSpec
+from cpbench.domain.layer_rest import graph_bucket, rest_shape
+from cpbench.domain.models import ModelSpec
 
 Fn = Callable[[], None]
 KIND_PASS_REPS = 3  # forwards timed layer by layer for the per-layer-kind split
@@ -63,7 +63,7 @@ def build_layer_rest(model: ModelSpec, tokens_padded: int, cp_size: int, *, tp_s
                      layer_rest_us: float | None, buckets: tuple[int, ...], device: torch.device,
                      dtype: torch.dtype, seed: int, a2a: AllToAll | None = None) -> CellRest:
     """The rest of every layer of one cell, on ``tokens_padded`` rows per rank (every rank of a cell pads to
-    the same count) or the bucket they pad to (:func:`cpbench.spec.layer_rest.graph_bucket`). ``a2a``: the
+    the same count) or the bucket they pad to (:func:`cpbench.domain.layer_rest.graph_bucket`). ``a2a``: the
     all-to-all of a torchrun launch's CP group (the MoE dispatch and combine), None for simulated ranks.
 
     Raises:

@@ -26,7 +26,7 @@ from cpbench.kernels import check as checks
 from cpbench.kernels.backends.base import Backend, Prepared
 from cpbench.measure.breakable import CellRest, breakable_layers, layer_kind_us, run_layers
 from cpbench.measure.env import sm_clock_mhz
-from cpbench.spec.flops import forward_flops
+from cpbench.domain.flops import forward_flops
 from cpbench.measure.kernel_counts import COUNT_COLUMNS, count_kernels
 from cpbench.measure.layer_kinds import KIND_COLUMNS
 from cpbench.measure.memory import SetupMemory, memory_columns

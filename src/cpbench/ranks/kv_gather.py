@@ -1,7 +1,7 @@
 """Per-layer KV all-gather of zigzag context-parallel prefill, written into the paged pool.
 
 Each rank computes K and V only for its own zigzag tokens (local order: every request's "prev" block,
-then every request's "next" block, see ``cpbench.spec.geometry``), but attention needs every extend
+then every request's "next" block, see ``cpbench.domain.geometry``), but attention needs every extend
 token's K/V, so per layer the ranks all-gather them, strip the padding, restore token order and store
 the full extend K/V in their paged pool. This follows SGLang's prefill CP
 (``layers/utils/cp_utils.py`` ``cp_all_gather_rerange_kv_cache``): pad every rank to the largest
@@ -30,9 +30,9 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from cpbench.spec.geometry import all_ranks
+from cpbench.domain.geometry import all_ranks
 from cpbench.kernels.kv import token_slots
-from cpbench.spec.models import check_page_size
+from cpbench.domain.models import check_page_size
 from cpbench.errors import CpbenchInputError
 
 MODES = ("packed", "separate")

@@ -16,7 +16,7 @@ import pandas as pd
 
 from cpbench.results.uncertainty import critical_per_sample
 from cpbench.report.data import cells
-from cpbench.spec.ring import ring_time_us
+from cpbench.domain.ring import ring_time_us
 
 PHASES = ("gather_us", "kv_write_us", "attn_us", "wait_us")
 CELL = ["model", "backend", "dtype", "timing", "cp_size", "bs", "max_extend_len", "prefix_len", "extend_lens"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cpbench.spec.eligibility import DEFAULT_RULE, CpRule, parse_rule
+from cpbench.domain.eligibility import DEFAULT_RULE, CpRule, parse_rule
 from cpbench.results.critical_path import incomplete_reason, missing_rows
 from cpbench.results.schema import CELL_COLUMNS, MODES
 from cpbench.results.store import RunDir, as_utf8, load_run

@@ -16,7 +16,7 @@ from cpbench.results.critical_path import flags
 from cpbench.results.verdicts import ratio_text, speedup_verdict
 from cpbench.report.data import ranks_text, uniform
 from cpbench.report.style import human_tokens
-from cpbench.spec.tolerance import REFERENCE_TOLERANCE
+from cpbench.domain.tolerance import REFERENCE_TOLERANCE
 
 
 HOST_MARK = "†"  # a host-bound eager cell: its latency measures the launching CPU (one mark in every table)
@@ -144,7 +144,7 @@ def cpu_summary_lines(view: pd.DataFrame) -> list[str]:
 def reference_check_lines(rows: pd.DataFrame) -> list[str]:
     """A bullet per dtype on the output check of ``rows`` (one per rank, mode and timing): how many were
     checked, how many matched the fp32 reference, the largest ``max_abs_err`` and ``diff_vs_two_call`` and the
-    tolerance they were held to (spec/tolerance.py). Empty when no row was checked (``--no-check``)."""
+    tolerance they were held to (domain/tolerance.py). Empty when no row was checked (``--no-check``)."""
     out = []
     if "max_abs_err" not in rows or "dtype" not in rows:
         return out

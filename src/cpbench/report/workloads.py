@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from cpbench.spec.eligibility import DEFAULT_RULE, CpRule
+from cpbench.domain.eligibility import DEFAULT_RULE, CpRule
 from cpbench.results.critical_path import flags
 from cpbench.report.style import human_tokens
 from cpbench.report.tables import HOST_MARK, md_table, ms, times, times_ci, verdict

@@ -278,7 +278,7 @@ def check_same_model(base_man: dict, new_man: dict) -> None:
     Raises:
         CpbenchInputError: same name, different shape.
     """
-    from cpbench.spec.models import shape_difference
+    from cpbench.domain.models import shape_difference
 
     a, b = ((m.get("config") or {}).get("model") for m in (base_man, new_man))
     if not (isinstance(a, dict) and isinstance(b, dict)) or a.get("name") != b.get("name"):

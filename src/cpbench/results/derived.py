@@ -14,7 +14,7 @@ import pandas as pd
 
 from cpbench.results.schema import CELL_COLUMNS, DERIVED_COLUMNS
 from cpbench.results.uncertainty import critical_per_sample
-from cpbench.spec.ring import bus_bandwidth_gbps
+from cpbench.domain.ring import bus_bandwidth_gbps
 
 # an eager forward whose latency exceeds its GPU busy time by this factor is launch-bound: its latency
 # measures how fast the host enqueues work (reports mark such cells and quote their GPU-time ratio)

@@ -196,7 +196,7 @@ _COLUMNS = [
     _c("graph_bucket", "int", "tokens", "rows the segments ran at (the rank's padded tokens, or the "
        "--graph-buckets bucket they are padded to)"),
     _c("bucket_pad_ratio", "float", "", "graph_bucket / tokens_padded (1: no bucket padding)"),
-    _c("rest_flops", "float", "FLOP", "GEMM FLOPs of the non-attention work per forward (spec/layer_rest.py)"),
+    _c("rest_flops", "float", "FLOP", "GEMM FLOPs of the non-attention work per forward (domain/layer_rest.py)"),
     _c("rest_weight_bytes", "float", "bytes", "device bytes of the non-attention weights the layers rotate over"),
     _c("rest_weights_note", "str", "", "the checkpoint format the stand-in weights replace (e.g. MXFP4 experts: "
        "the stand-in moves more bytes, so rest time is an upper bound and attention's share a lower bound)"),

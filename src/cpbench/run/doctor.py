@@ -97,7 +97,7 @@ def diagnose() -> dict:
         env = {**_without_run_keys(environment()), "torch": why, **tools, "auto_backend": None}
         return {"environment": env, "backends": dict.fromkeys(BACKEND_NAMES, "needs torch, which cannot be imported")}
     from cpbench.kernels.backends import get_backend, resolve_auto
-    from cpbench.spec.models import get_preset
+    from cpbench.domain.models import get_preset
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     env = _safe(lambda: environment(dev))

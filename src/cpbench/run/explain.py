@@ -19,19 +19,19 @@ import torch
 
 from cpbench.kernels.backends import get_backend
 from cpbench.kernels.check import max_abs_diff, max_abs_error
-from cpbench.spec.geometry import all_ranks, eligibility
+from cpbench.domain.geometry import all_ranks, eligibility
 from cpbench.run.runner import DTYPES
-from cpbench.spec.cells import CellSpec
+from cpbench.domain.cells import CellSpec
 from cpbench.results.schema import MODES
 from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.errors import CpbenchInputError
 from cpbench.profiles.kernels import ProfileError
 from cpbench.profiles.ncu import (METRICS, attention_call_rows, check_ncu_output, group_calls, ncu_argv,
                                   parse_ncu_csv, parse_ncu_version, tiles_from_kernel_name)
-from cpbench.spec.worksplit import split_rank
+from cpbench.domain.worksplit import split_rank
 
 CHILD_FILE = "explain_child.json"
-WORK_SPLIT = ("fa2", "fa3")  # backends with a work-split model (spec/worksplit.py) beside the ncu metrics
+WORK_SPLIT = ("fa2", "fa3")  # backends with a work-split model (domain/worksplit.py) beside the ncu metrics
 NCU_TIMEOUT_S = 1800  # one forward per mode under kernel replay: minutes at most; never wait forever
 
 

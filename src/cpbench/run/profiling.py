@@ -13,10 +13,10 @@ from pathlib import Path
 import torch
 
 from cpbench.kernels.backends import get_backend
-from cpbench.spec.geometry import all_ranks, eligibility
+from cpbench.domain.geometry import all_ranks, eligibility
 from cpbench.measure.rank import forward_label
 from cpbench.run.runner import DTYPES, count_kernels
-from cpbench.spec.cells import CellSpec
+from cpbench.domain.cells import CellSpec
 from cpbench.results.schema import MODES
 from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.errors import CpbenchInputError

@@ -18,17 +18,17 @@ from typing import Callable
 import torch
 
 from cpbench.kernels.backends import get_backend
-from cpbench.spec.cells import Batch, CellSpec, plan_cells
-from cpbench.spec.eligibility import CpRule, parse_rule
+from cpbench.domain.cells import Batch, CellSpec, plan_cells
+from cpbench.domain.eligibility import CpRule, parse_rule
 from cpbench.measure.env import sm_clock_mhz
-from cpbench.spec.flops import forward_flops
-from cpbench.spec.geometry import all_ranks, eligibility
+from cpbench.domain.flops import forward_flops
+from cpbench.domain.geometry import all_ranks, eligibility
 from cpbench.kernels.kv import duplicate_block_tables, table_bytes
 from cpbench.measure.kernel_counts import count_kernels
 from cpbench.measure.breakable import CellRest, RestUnavailable, build_layer_rest
 from cpbench.measure.passes import merge_pass
 from cpbench.measure.rank import DTYPES, RankJob, is_oom, measure_rank
-from cpbench.spec.models import ModelSpec
+from cpbench.domain.models import ModelSpec
 from cpbench.ranks.group import LocalGroup, RankGroup
 from cpbench.results.rows import make_row
 from cpbench.results.schema import row_key
@@ -68,7 +68,7 @@ class SweepConfig:
     """What to measure and how, parsed once from the options (the CLI builds it) and never changed after.
     Lengths in tokens, budget in ms.
 
-    The cells are ``cp_sizes`` x ``batches``, the one way to name them (spec.cells); ``cells_from``
+    The cells are ``cp_sizes`` x ``batches``, the one way to name them (domain.cells); ``cells_from``
     records the options the batches came from (``bs_list``, ``seq_list``, ``extend_lens``, ``prefix``,
     ``lengths``, ``trace``, ``prefix_hit``) for the manifest, and is never read to plan cells.
     """
@@ -120,7 +120,7 @@ class SweepConfig:
         return tuple(b for b in self.backend.split(",") if b)
 
     def cells(self) -> list[CellSpec]:
-        """Every cell of the sweep: cp_size order, then the batches' order (spec.cells.plan_cells)."""
+        """Every cell of the sweep: cp_size order, then the batches' order (domain.cells.plan_cells)."""
         return plan_cells(self.cp_sizes, self.batches)
 
 

@@ -18,13 +18,13 @@ from typing import Callable
 from cpbench.measure.affinity import parse_cpu_list
 from cpbench.kernels.backends import get_backend, resolve_auto
 from cpbench.measure.env import environment
-from cpbench.spec.geometry import eligibility
+from cpbench.domain.geometry import eligibility
 from cpbench.measure.peak import gemm_peak
 from cpbench.ranks.group import LocalGroup, RankGroup
 from cpbench.run.resume_options import FLAGS, difference
 from cpbench.run.runner import (DTYPES, Runner, SweepConfig, cpu_sweep_threads, omp_threads, cpu_tflop_limit,
                                 over_token_budget)
-from cpbench.spec.cells import CellSpec
+from cpbench.domain.cells import CellSpec
 from cpbench.results.schema import FIXED_ON_RESUME, row_key
 from cpbench.results.store import RunDir
 from cpbench.errors import CpbenchInputError

@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple, Protocol
 
 import torch
 
-from cpbench.spec.models import ModelSpec
+from cpbench.domain.models import ModelSpec
 from cpbench.kernels.workload import RankWork
 
 Call = Callable[[], None]

@@ -18,7 +18,7 @@ from cpbench.kernels.backends.base import (Prepared, Stopwatch, call_rows, calls
                                            output_buffers, row_ranges, swa_table)
 from cpbench.kernels.backends.registry import capability_refusal, get_spec
 from cpbench.kernels.kv import paged_kv_arrays
-from cpbench.spec.models import ModelSpec
+from cpbench.domain.models import ModelSpec
 from cpbench.kernels.workload import RankWork
 
 WORKSPACE_BYTES = 256 << 20  # float workspace shared by every wrapper (split-KV partials)

@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from cpbench.kernels.backends.base import (Prepared, Stopwatch, call_rows, calls_and_table, layer_tables,
                                            output_buffers, row_ranges, swa_table)
 from cpbench.kernels.backends.registry import get_spec
-from cpbench.spec.geometry import Segment
+from cpbench.domain.geometry import Segment
 from cpbench.kernels.kv import token_slots
-from cpbench.spec.models import ModelSpec
+from cpbench.domain.models import ModelSpec
 from cpbench.kernels.workload import CellInputs, RankWork
 
 # Bound on one fp32 score block (bytes) of attend_reference; larger segments are split along the query rows.

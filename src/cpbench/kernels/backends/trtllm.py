@@ -27,7 +27,7 @@ from cpbench.kernels.backends.base import (Prepared, Stopwatch, call_rows, calls
 from cpbench.kernels.backends.registry import capability_refusal, get_spec
 from cpbench.kernels.backends.trtllm_args import call_tensors, layer_args, trtllm_calls
 from cpbench.kernels.kv import kv_block_offsets
-from cpbench.spec.models import ModelSpec
+from cpbench.domain.models import ModelSpec
 from cpbench.kernels.workload import RankWork
 
 WORKSPACE_BYTES = 512 << 20  # SGLang's TRT-LLM backend: zero-initialised 512 MiB byte buffer

@@ -21,7 +21,7 @@ from itertools import accumulate
 
 import torch
 
-from cpbench.spec.geometry import RankGeometry
+from cpbench.domain.geometry import RankGeometry
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 
 from cpbench.errors import CpbenchInputError
-from cpbench.spec.models import ModelSpec
+from cpbench.domain.models import ModelSpec
 
 MAX_LAYER_REST_US = 1e6  # --layer-rest-us above a second per layer is a typo, not an engine's figure
 

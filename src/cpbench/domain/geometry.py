@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Sequence
 
-from cpbench.spec.eligibility import DEFAULT_RULE, CpRule
+from cpbench.domain.eligibility import DEFAULT_RULE, CpRule
 from cpbench.errors import CpbenchInputError
 
 
@@ -245,7 +245,7 @@ def validate_batch(extend_lens: Sequence[int], prefix_lens: Sequence[int] | None
 
 def eligibility(extend_lens: Sequence[int], cp_size: int, rule: CpRule | None = None) -> tuple[bool, str]:
     """Whether SGLang would run this batch with CP under ``rule`` (default: PR #33137's, every extend
-    length >= 2 * cp_size; :mod:`cpbench.spec.eligibility`), and why not. ``cp_size == 1`` is
+    length >= 2 * cp_size; :mod:`cpbench.domain.eligibility`), and why not. ``cp_size == 1`` is
     ``(True, "no CP ...")``: a plain prefill, one segment per request."""
     return (rule or DEFAULT_RULE).check(extend_lens, cp_size)
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from cpbench.spec.geometry import RankGeometry, attention_flops
-from cpbench.spec.models import ModelSpec
+from cpbench.domain.geometry import RankGeometry, attention_flops
+from cpbench.domain.models import ModelSpec
 
 
 def forward_flops(model: ModelSpec, geometry: RankGeometry) -> int:
-    """FLOPs of one forward of one rank: for every layer, :func:`~cpbench.spec.geometry.attention_flops`
+    """FLOPs of one forward of one rank: for every layer, :func:`~cpbench.domain.geometry.attention_flops`
     (``4 * Hq * D * attended pairs``, docs/design.md §4) of the fused call's segments with the layer's
     ``window_left``. Two-call and fused attend the same pairs, so this is both modes' work. A cached prefix
     adds keys, not queries: each extend token attends the prefix too. ``model`` holds one GPU's heads

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 
-from cpbench.spec.geometry import RankGeometry, block_sizes
+from cpbench.domain.geometry import RankGeometry, block_sizes
 
 # per-request fields: canonical (cpbench) name -> also accepted with these suffixes
 PER_REQUEST = ("actual_seq_q_prev", "actual_seq_q_next", "kv_len_prev", "kv_len_next",

@@ -33,8 +33,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cpbench.spec.models import ModelSpec, checked
-from cpbench.spec.jsonfile import read_json
+from cpbench.domain.models import ModelSpec, checked
+from cpbench.domain.jsonfile import read_json
 from cpbench.errors import CpbenchInputError
 
 REFUSED_KEYS = (
@@ -100,7 +100,7 @@ def _period(cfg: dict, where: str) -> tuple[int | None, str]:
 
 def rule_of(cfg: dict, types: list[str], window: int | None, where: str) -> tuple:
     """The rule that made ``types`` (:func:`layer_types_of`), as data a different ``--layers`` re-applies
-    (:func:`cpbench.spec.models.layers_by_rule`): ``("period", N, window_left)``, ``("leading_full", K,
+    (:func:`cpbench.domain.models.layers_by_rule`): ``("period", N, window_left)``, ``("leading_full", K,
     window_left)``, ``("uniform", window_left)``, or for an explicit ``layer_types`` list its shortest unit that
     repeats at least twice (``("pattern", unit)``), or ``("explicit", len)`` when none does (another count is
     refused)."""

@@ -1,4 +1,4 @@
-"""FlashInfer's planners as pure Python, for the work split (spec/worksplit.py; docs/design.md §9).
+"""FlashInfer's planners as pure Python, for the work split (domain/worksplit.py; docs/design.md §9).
 
 - :func:`fa2_kv_chunk_pages`: ``PrefillBinarySearchKVChunkSize`` (``attention/scheduler.cuh``), no
   CUDA graph: the KV chunk (pages) of fa2's split-KV.

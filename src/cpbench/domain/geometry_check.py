@@ -11,7 +11,7 @@ A dump is JSON, in any of these shapes (docs/sglang-dump.md says how to write on
   ``cpbench geometry --json`` prints; the batch then comes from --cp/--extend-lens/--prefix-lens);
 * a directory: every ``*.json`` in it (one file per rank), all of one batch.
 
-Field names are SGLang's (``X_list`` / ``X_tensor`` spellings) or cpbench's (:mod:`cpbench.spec.sglang_fields`).
+Field names are SGLang's (``X_list`` / ``X_tensor`` spellings) or cpbench's (:mod:`cpbench.domain.sglang_fields`).
 The batch uses SGLang's ForwardBatch names: ``cp_size``, ``extend_seq_lens``, and the prefix as
 ``extend_prefix_lens`` or ``seq_lens`` (prefix = seq_len - extend_len); optional ``num_tokens``, the row
 count build_metadata was given: when it exceeds the extend total, SGLang adds the difference to the last
@@ -25,10 +25,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cpbench.spec.eligibility import CpRule
-from cpbench.spec.geometry import rank_geometry, validate_batch
-from cpbench.spec.jsonfile import read_json
-from cpbench.spec.sglang_fields import (BATCH_KEYS, ENGINE_ONLY, NEEDS_PREFIX, RANK_KEYS, TABLES, canonical,
+from cpbench.domain.eligibility import CpRule
+from cpbench.domain.geometry import rank_geometry, validate_batch
+from cpbench.domain.jsonfile import read_json
+from cpbench.domain.sglang_fields import (BATCH_KEYS, ENGINE_ONLY, NEEDS_PREFIX, RANK_KEYS, TABLES, canonical,
                                         expected_fields, table_difference, table_expectations,
                                         table_unchecked, table_value)
 from cpbench.errors import CpbenchInputError
@@ -262,7 +262,7 @@ def _dump_prefix(b: dict, ext: list[int], source: str) -> list[int] | None:
 
 def diff_dump(dump: Dump, batch: Batch, rule: CpRule | None = None) -> CheckResult:
     """Compare every field of every rank object of ``dump`` with cpbench's for ``batch``; ``rule`` decides
-    whether the batch runs with CP (default PR #33137's, :mod:`cpbench.spec.eligibility`).
+    whether the batch runs with CP (default PR #33137's, :mod:`cpbench.domain.eligibility`).
 
     Returns:
         :class:`CheckResult`; a difference reads ``rank 1 kv_len_prev_list: engine [12, 19], cpbench [12, 18]``.

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from cpbench.errors import CpbenchInputError
-from cpbench.spec.jsonfile import loads, read_user_text
+from cpbench.domain.jsonfile import loads, read_user_text
 
 MAX_TOKENS = 1 << 24  # the bound of every length option (cli/options.MAX_TOKENS)
 MAX_REQUESTS = 1 << 20

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cpbench.spec.models import ModelSpec
+from cpbench.domain.models import ModelSpec
 from cpbench.errors import CpbenchInputError
 
 MAX_TP = 1024

@@ -30,8 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from cpbench.spec.geometry import in_fused_order
-from cpbench.spec.worksplit_plans import fa2_kv_chunk_pages, fa3_plan, list_schedule
+from cpbench.domain.geometry import in_fused_order
+from cpbench.domain.worksplit_plans import fa2_kv_chunk_pages, fa3_plan, list_schedule
 from cpbench.errors import CpbenchInputError
 
 H200_SMS = 132

@@ -1,5 +1,5 @@
 """Model attention shapes per CP rank (attention TP 1): presets, overrides and local HF config.json
-(read by :mod:`cpbench.spec.hf_config`).
+(read by :mod:`cpbench.domain.hf_config`).
 
 Presets are docs/design.md §2. ``window_left`` follows FlashInfer/SGLang: a sliding window of ``w`` tokens
 is ``window_left = w - 1`` (SGLang get_attention_sliding_window_size); ``-1`` means full attention.
@@ -26,7 +26,7 @@ class ModelSpec:
         has_sinks: per-head fp32 sink logits in every layer (GPT-OSS).
         page_size: default KV page size in tokens (GPT-OSS runs with 64 in SGLang's TRT-LLM backend).
         window_rule: for a model read from a config.json, which rule decided the windowed layers (one
-            line, see :mod:`cpbench.spec.hf_config`); empty for a preset.
+            line, see :mod:`cpbench.domain.hf_config`); empty for a preset.
         layer_rule: that rule as data, re-applied at another layer count (:func:`layers_by_rule`); empty for
             a preset (its pattern is tiled).
         hidden_size: the residual stream width (HF ``hidden_size``); 0 when unknown (no rest-of-layer work).
@@ -201,7 +201,7 @@ def with_overrides(spec: ModelSpec, *, layers: int | None = None, heads: int | N
 
 def layers_by_rule(rule, n: int) -> tuple[int, ...]:
     """``window_left`` of each of ``n`` layers by a config's rule (``ModelSpec.layer_rule``, from
-    :func:`cpbench.spec.hf_config.rule_of`): a period N (layer i full when ``i % N == N - 1``), K leading full
+    :func:`cpbench.domain.hf_config.rule_of`): a period N (layer i full when ``i % N == N - 1``), K leading full
     layers (Qwen2's ``max_window_layers``), a repeating ``layer_types`` unit, or every layer alike.
 
     Raises:
