@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
+from cpbench.domain.modes import Mode
 from cpbench.cli.tables import Col, print_table
 
 CPU_DEFAULT_SEQ = "64"  # profile's --seq on CPU: a size the torch reference runs in seconds (sweep: 32,64)
@@ -67,7 +68,7 @@ def print_counts(console, report: dict, run_dir: Path) -> None:
         by = {(r["rank"], r["mode"]): r for r in cell["per_rank"]}
         rows = []
         for rank in sorted({r["rank"] for r in cell["per_rank"]}):
-            a, b = by[(rank, "two-call")], by[(rank, "fused")]
+            a, b = by[(rank, Mode.TWO_CALL)], by[(rank, Mode.FUSED)]
             row = [str(rank), str(a["attn_kernels"]), str(b["attn_kernels"])]
             if not cpu:
                 row += [str(a["other_kernels"]), str(b["other_kernels"]), str(a["launches"]), str(b["launches"])]
@@ -75,7 +76,7 @@ def print_counts(console, report: dict, run_dir: Path) -> None:
             rows.append(row)
         tot = cell["total"]
         label = tot.get("ranks_label", "all") if tot.get("all_ranks", True) else f"sum, {tot['ranks_label']}"
-        footer = [label, str(tot["two-call"]), str(tot["fused"])] + [""] * (len(cols) - 3)
+        footer = [label, str(tot[Mode.TWO_CALL]), str(tot[Mode.FUSED])] + [""] * (len(cols) - 3)
         print_table(console, f"{name}: attention {unit} per forward", cols, rows, footer)
     if cpu:
         console.print(f"on CPU the torch reference's attention calls are counted: a CPU has no GPU kernels or "

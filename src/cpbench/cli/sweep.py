@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from cpbench.domain.modes import MODES
 from cpbench.ranks.launch import under_torchrun
 from cpbench.cli.cells import batches_of, cells_record, check_out, parse_cells, workload_batches
 from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch,
@@ -196,7 +197,7 @@ def sweep(
                       model=spec, cp_sizes=tuple(cells.cp_sizes), batches=batches_of(cells, mix),
                       cells_from=cells_record(cells, mix, lengths=lengths, trace=trace, prefix_hit=prefix_hit),
                       device=dev, ranks=None if cells.ranks is None else tuple(cells.ranks),
-                      modes=tuple(choice_list(mode, ("two-call", "fused"), "--mode")), timings=tuple(timings),
+                      modes=tuple(choice_list(mode, MODES, "--mode")), timings=tuple(timings),
                       budget_ms=budget_ms, rel_ci=rel_ci or None, warmup=warmup, dtype=dtype.value, seed=seed,
                       check=check, context_len=context_len, profile=profile, nvtx=nvtx, gather=dist.gather_mode,
                       fused_order=check_fused_order(fused_order), tp_size=tp, max_prefill_tokens=max_prefill_tokens,

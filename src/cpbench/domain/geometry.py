@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Sequence
 
+from cpbench.domain.modes import Mode
 from cpbench.domain.eligibility import DEFAULT_RULE, CpRule
 from cpbench.errors import CpbenchInputError
 
@@ -138,7 +139,7 @@ class RankGeometry:
     def calls(self, mode: str, fused_order: str = "prev-next") -> list[tuple[str, list[Segment]]]:
         """The attention calls of one layer: ``[(name, segments), ...]``.
 
-        ``mode`` is ``"two-call"`` (``prev`` over table rows 0..bs-1, then ``next`` over the same rows)
+        ``mode`` is ``Mode.TWO_CALL`` (``prev`` over table rows 0..bs-1, then ``next`` over the same rows)
         or ``"fused"`` (one ``combined`` call over 2*bs segments, segment ``i`` reading row ``i`` of the
         duplicated table). ``fused_order`` orders the fused segments (:data:`FUSED_ORDERS`):
         ``prev-next`` (SGLang PR #33137: prev ++ next, next segments read rows bs..2bs-1 of
@@ -154,9 +155,9 @@ class RankGeometry:
             raise CpbenchInputError(f"rank {self.rank} is not CP-eligible: {self.reason}")
         if self.cp_size == 1:
             return [("combined", self.prev_segments())]
-        if mode == "two-call":
+        if mode == Mode.TWO_CALL:
             return [("prev", self.prev_segments()), ("next", self.next_segments())]
-        if mode == "fused":
+        if mode == Mode.FUSED:
             return [("combined", fused_segment_order(self.prev_segments(), self.next_segments(), fused_order))]
         raise CpbenchInputError(f"unknown mode {mode!r}: use 'two-call' or 'fused'")
 

@@ -22,6 +22,7 @@ from typing import Callable
 
 import torch
 
+from cpbench.domain.modes import Mode, MODES
 from cpbench.kernels import check as checks
 from cpbench.kernels.backends.base import Backend, Prepared
 from cpbench.measure.breakable import CellRest, breakable_layers, layer_kind_us, run_layers
@@ -122,9 +123,9 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m], setup_mem.get(m), ref_cache)),
                   agreeing=True)
         ref_cache.clear()
-        if job.check and all(status[m] == OK for m in ("two-call", "fused") if m in status) and len(prepared) == 2:
+        if job.check and all(status[m] == OK for m in MODES if m in status) and len(prepared) == 2:
             status_diff = _attempt(lambda: info["fused"].update(
-                diff_vs_two_call=checks.max_abs_diff(prepared["fused"], prepared["two-call"])))
+                diff_vs_two_call=checks.max_abs_diff(prepared[Mode.FUSED], prepared[Mode.TWO_CALL])))
             if status_diff != OK:
                 status["fused"] = status_diff
     for m in modes:  # the diff check is local; agree so every rank keeps the same modes
@@ -310,7 +311,7 @@ def _measured_row(job: RankJob, work: RankWork, mode, timing, xs, prep: Prepared
     """The row of one timed (mode, timing): what was measured, status ``ok`` or ``mismatch`` (outputs
     beyond the dtype's tolerance against the fp32 reference, or fused vs two-call)."""
     g = work.geometry
-    fused_dup = mode == "fused" and g.cp_size > 1
+    fused_dup = mode == Mode.FUSED and g.cp_size > 1
     measured = {**summarize(xs), "samples_us": [round(x, 3) for x in xs], "flops": flops, **job.cell_metrics,
                 "dup_copy_us": job.cell_metrics["dup_copy_us"] if fused_dup else 0.0,
                 "tokens_logical": g.tokens_logical, "tokens_padded": g.tokens_padded, "max_kv_len": g.max_kv_len,

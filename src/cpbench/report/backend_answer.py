@@ -14,6 +14,7 @@ import math
 
 import pandas as pd
 
+from cpbench.domain.modes import MODES
 from cpbench.report.forward import forward_text
 from cpbench.results.critical_path import flag
 from cpbench.report.style import human_tokens
@@ -26,7 +27,7 @@ def best_of(c: pd.Series) -> tuple[float, str, float, float]:
     """``(µs, mode, p10 µs, p90 µs)`` of the lower of a cell's two-call and fused critical-path latency
     (NaN, "" when neither ran)."""
     pairs = [(float(c.get(f"{tag}_us", math.nan)), mode, c.get(f"p10_{tag}_us", math.nan), c.get(f"p90_{tag}_us", math.nan))
-             for tag, mode in (("two_call", "two-call"), ("fused", "fused"))]
+             for tag, mode in ((m.tag, m) for m in MODES)]
     pairs = [p for p in pairs if math.isfinite(p[0])]
     return min(pairs) if pairs else (math.nan, "", math.nan, math.nan)
 

@@ -9,6 +9,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from cpbench.domain.modes import Mode, MODES
 from cpbench.results.schema import CELL_COLUMNS, MODES
 from cpbench.report import style
 from cpbench.report.data import pick_timing
@@ -93,7 +94,7 @@ def memory_frame(df: pd.DataFrame) -> pd.DataFrame:
     > 0) also each pool's table apart: ``full_table_bytes`` / ``full_dup_bytes`` (the full pool's
     ``[bs, W]`` and its ``[2*bs, W]`` duplicate) and ``swa_table_bytes`` / ``swa_dup_bytes`` (the SWA pool's);
     0 without it."""
-    f = df[df["mode"] == "fused"].copy()
+    f = df[df["mode"] == Mode.FUSED].copy()
     f["kv_total_bytes"] = f["kv_cache_bytes"] * f["num_layers"]
     swa = pd.to_numeric(f.get("swa_page_table_bytes", pd.Series(0, index=f.index)), errors="coerce").fillna(0)
     f["swa_table_bytes"], f["swa_dup_bytes"] = swa, 2 * swa

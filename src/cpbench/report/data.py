@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import numpy as np
 import pandas as pd
 
+from cpbench.domain.modes import MODES
 from cpbench.results.critical_path import critical_path
 from cpbench.results.schema import CELL_COLUMNS, COLUMNS
 from cpbench.results.verdicts import on_cpu  # noqa: F401 (the report's predicate; compare's too)
@@ -156,7 +157,7 @@ def cells(df: pd.DataFrame) -> pd.DataFrame:
     cp = critical_path(df)
     ok = df[df["status"] == "ok"]
     keys = list(CELL_COLUMNS)
-    for mode, tag in (("two-call", "two_call"), ("fused", "fused")):
+    for mode, tag in ((m, m.tag) for m in MODES):
         m = ok[ok["mode"] == mode][keys + ["rank", "latency_us_p10", "latency_us_p90"]]
         m = m.drop_duplicates(keys + ["rank"]).rename(columns={
             "rank": f"slowest_rank_{tag}", "latency_us_p10": f"p10_{tag}_us",

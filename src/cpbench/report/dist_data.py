@@ -14,6 +14,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from cpbench.domain.modes import MODES
 from cpbench.results.uncertainty import critical_per_sample
 from cpbench.report.data import cells
 from cpbench.domain.ring import ring_time_us
@@ -107,7 +108,7 @@ def cell_summary(df: pd.DataFrame) -> pd.DataFrame:
     if view.empty:
         return pd.DataFrame()
     out = []
-    for mode, tag in (("two-call", "two_call"), ("fused", "fused")):
+    for mode, tag in ((m, m.tag) for m in MODES):
         v = view[CELL + ["status", "reason", "speedup", "speedup_ci_low", "speedup_ci_high"]].copy()
         v["mode"] = mode
         v["critical_us"] = view[f"{tag}_us"].to_numpy(float)
@@ -159,7 +160,7 @@ def _critical_spread(df: pd.DataFrame) -> pd.DataFrame:
 
 def _long(view: pd.DataFrame, prefix: str) -> pd.DataFrame:
     out = []
-    for mode, tag in (("two-call", "two_call"), ("fused", "fused")):
+    for mode, tag in ((m, m.tag) for m in MODES):
         v = view[CELL].copy()
         v["mode"] = mode
         v[f"{prefix}_us"] = view[f"{tag}_us"].to_numpy(float)

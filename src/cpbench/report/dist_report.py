@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cpbench.domain.modes import Mode, MODES
 from cpbench.report.data import uniform
 from cpbench.report.dist_data import (EST_BANDWIDTHS, cell_summary, estimates, sim_vs_real, topology_summary,
                                       torchrun_rows)
@@ -71,8 +72,8 @@ def real_cp_section(d: pd.DataFrame, manifest: dict, cpu: bool = False) -> list[
     for (model, backend, timing, cp), v in s.groupby(["model", "backend", "timing", "cp_size"], sort=True):
         rows = []
         for _, c in v.groupby(["bs", "prefix_len", "max_extend_len", "extend_lens"], sort=True):
-            a = c[c["mode"] == "two-call"].iloc[0] if (c["mode"] == "two-call").any() else None
-            b = c[c["mode"] == "fused"].iloc[0] if (c["mode"] == "fused").any() else None
+            a = c[c["mode"] == Mode.TWO_CALL].iloc[0] if (c["mode"] == Mode.TWO_CALL).any() else None
+            b = c[c["mode"] == Mode.FUSED].iloc[0] if (c["mode"] == Mode.FUSED).any() else None
             first = c.iloc[0]
             status = first["status"] if first["status"] == "ok" else f"{first['status']}: {first['reason']}"[:60]
             rows.append([first["bs"], _tokens(first), ms(a["critical_us"]) if a is not None else "—",
@@ -127,7 +128,7 @@ def sim_vs_real_section(real: pd.DataFrame, sim: pd.DataFrame, sim_name: str, pl
            "Difference = real − simulated: what the one-GPU model misses (communication, KV write, waiting).", ""]
     if m.empty:
         return out + ["_No cell ran (status ok) in both the simulated and the torchrun rows._", ""]
-    for mode in ("two-call", "fused"):
+    for mode in MODES:
         g = m[m["mode"] == mode]
         if len(g):
             out.append(f"- {mode}: real / simulated median {times(g['ratio'].median())} "

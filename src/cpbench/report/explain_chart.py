@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cpbench.domain.modes import MODES
 from cpbench.report.style import PALETTE, new_figure, no_data, save, styled
 
 SEGMENT_COLORS = {"prev": PALETTE[0], "next": PALETTE[1], "combined": PALETTE[3]}
@@ -21,7 +22,7 @@ def explain_chart(rep: dict, out_dir: Path, name: str = "explain") -> list[Path]
     if not rows:
         no_data(ax)
         return save(fig, out_dir, name)
-    modes = ["two-call", "fused"]
+    modes = list(MODES)
     seen_labels = set()
     for x, mode in enumerate(modes):
         bottom = 0.0

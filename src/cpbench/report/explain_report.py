@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from cpbench.domain.modes import Mode
+
 def _pct(x) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.0f} %"
 
@@ -79,8 +81,8 @@ def build_explain(meta: dict, rows: list[dict], splits: dict[int, dict]) -> dict
     verdicts = []
     for w in dict.fromkeys(r["window_left"] for r in rows):
         layer = min(r["layer"] for r in rows if r["window_left"] == w)
-        two = [r for r in rows if r["mode"] == "two-call" and r["layer"] == layer]
-        fused = next(r for r in rows if r["mode"] == "fused" and r["layer"] == layer)
+        two = [r for r in rows if r["mode"] == Mode.TWO_CALL and r["layer"] == layer]
+        fused = next(r for r in rows if r["mode"] == Mode.FUSED and r["layer"] == layer)
         verdicts.append(layer_verdict(w, two, fused, splits.get(w)))
     return {**meta, "calls": rows, "work_split": {str(w): s for w, s in splits.items()}, "verdicts": verdicts}
 

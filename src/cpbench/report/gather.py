@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
+from cpbench.domain.modes import Mode, MODES
 from cpbench.report import style
 from cpbench.report.data import line_label, pick_timing
 from cpbench.report.dist_data import share, sim_vs_real
 from cpbench.report.style import MODE_LINE, MODE_MARKER, no_data, positive
 
-MODES = ("two-call", "fused")
 
 
 def _labels(d: pd.DataFrame) -> pd.Series:
@@ -49,7 +49,7 @@ def gather_share_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -
                              np.clip(100 * g["share_max"].to_numpy(float) - y, 0, None)])
             ax.errorbar(g["max_extend_len"].to_numpy(float), y, yerr=err, color=colors[lab], ls=MODE_LINE[mode],
                         marker=MODE_MARKER[mode], capsize=2.5, elinewidth=1,
-                        markerfacecolor="white" if mode == "fused" else colors[lab])
+                        markerfacecolor="white" if mode == Mode.FUSED else colors[lab])
         ax.set_title(f"cp {cp} · eager")
         style.log2_xaxis(ax, v["max_extend_len"])
         ax.set_ylim(bottom=0)

@@ -10,6 +10,7 @@ import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.lines import Line2D
 
+from cpbench.domain.modes import Mode, MODES
 from cpbench.results.verdicts import is_tie, ratio_text
 from cpbench.report import style
 from cpbench.report.data import cells, uniform
@@ -86,7 +87,7 @@ def _panel(ax, v: pd.DataFrame, colors: dict) -> bool:
             hi = g[f"p90_{tag}_us"].to_numpy(float)[keep] / 1e3
             err = np.vstack([np.clip(np.nan_to_num(y - lo), 0, None), np.clip(np.nan_to_num(hi - y), 0, None)])
             ax.errorbar(x, y, yerr=err, color=colors[lab], ls=MODE_LINE[mode], marker=MODE_MARKER[mode],
-                        capsize=2.5, elinewidth=1, markerfacecolor="white" if mode == "fused" else colors[lab])
+                        capsize=2.5, elinewidth=1, markerfacecolor="white" if mode == Mode.FUSED else colors[lab])
             drawn = True
     return drawn
 

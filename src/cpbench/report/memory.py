@@ -13,11 +13,11 @@ import pandas as pd
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MultipleLocator
 
+from cpbench.domain.modes import Mode, MODES
 from cpbench.results.schema import SETUP_PARTS
 from cpbench.report import style
 from cpbench.report.style import MODE_COLOR, human_bytes, no_data
 
-MODES = ("two-call", "fused")
 PART_COLOR = {"page_table": "#d55e00", "swa_page_table": "#f0e442", "metadata": "#e69f00", "plan": "#56b4e9", "workspace": "#bbbbbb",
               "outputs": "#009e73", "comm": "#cc79a7", "other": "#666666"}
 PART_LABEL = {"page_table": "duplicated page table", "swa_page_table": "duplicated SWA page table (--swa-pool)",
@@ -82,7 +82,7 @@ def setup_memory_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -
             fwd = float(r["forward_mem_bytes"]) if np.isfinite(r["forward_mem_bytes"]) else 0.0
             if fwd > 0:
                 ax.bar(x, fwd, width, bottom=bottom, color="none", hatch="///", edgecolor=MODE_COLOR[mode], lw=1.2)
-            if mode == "fused" and r["setup_mem_page_table"] + np.nan_to_num(r["setup_mem_swa_page_table"]) > 0:
+            if mode == Mode.FUSED and r["setup_mem_page_table"] + np.nan_to_num(r["setup_mem_swa_page_table"]) > 0:
                 ax.text(x, bottom + fwd, share_text(r["dup_share"]), ha="center", va="bottom", fontsize=6,
                         rotation=90)
     ax.set_xticks(x0, [f"cp{c}\nbs{b}\n{style.human_tokens(s)}" for c, b, s in cells_],

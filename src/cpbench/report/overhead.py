@@ -10,6 +10,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from cpbench.domain.modes import Mode, MODES
 from cpbench.report import style
 from cpbench.report.data import cells, pick_timing, timing_cells
 from cpbench.report.style import MODE_COLOR, MODE_LINE, MODE_MARKER, no_data, positive
@@ -168,5 +169,5 @@ def _imbalance_lines(ax, v: pd.DataFrame, colors: dict) -> None:
             keep = positive(y)
             if keep.any():
                 ax.plot(g["max_extend_len"].to_numpy(float)[keep], y[keep], color=colors[bs], ls=MODE_LINE[mode],
-                        marker=MODE_MARKER[mode], markerfacecolor="white" if mode == "fused" else colors[bs])
+                        marker=MODE_MARKER[mode], markerfacecolor="white" if mode == Mode.FUSED else colors[bs])
     style.log2_xaxis(ax, v["max_extend_len"], max_labels=6 if ax.get_subplotspec().get_gridspec().ncols < 3 else 4)

@@ -22,14 +22,16 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
+from cpbench.domain.modes import Mode
+
 WIDTH_IN = 9.0  # 9 in at 100 dpi = GitHub's ~900 px column; PNGs are saved at 2x for sharpness
 PNG_DPI = 160
 
 # Okabe-Ito (colour-blind safe), black dropped; one colour per batch size, in order
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
-MODE_COLOR = {"two-call": "#0072B2", "fused": "#D55E00"}
-MODE_LINE = {"two-call": "-", "fused": "--"}
-MODE_MARKER = {"two-call": "o", "fused": "s"}
+MODE_COLOR = {Mode.TWO_CALL: "#0072B2", Mode.FUSED: "#D55E00"}
+MODE_LINE = {Mode.TWO_CALL: "-", Mode.FUSED: "--"}
+MODE_MARKER = {Mode.TWO_CALL: "o", Mode.FUSED: "s"}
 FAIL_COLOR = "#d9d9d9"
 
 RC = {

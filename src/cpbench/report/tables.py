@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from cpbench.domain.modes import Mode, MODES
 from cpbench.results.critical_path import flags
 from cpbench.results.verdicts import ratio_text, speedup_verdict
 from cpbench.report.data import ranks_text, uniform
@@ -215,7 +216,7 @@ def kernel_table(counts_by_group: list[tuple[str, str, dict]]) -> str:
     rows = []
     for model, backend, counts in counts_by_group:
         for cp, by in counts.items():
-            tc, fu = by["two-call"], by["fused"]
+            tc, fu = by[Mode.TWO_CALL], by[Mode.FUSED]
             per = lambda d: "–".join(sorted({str(min(d.values())), str(max(d.values()))}, key=int)) if d else "—"
             ratio = tc["total"] / fu["total"] if fu["total"] else math.nan
             every = tc.get("all_ranks", True) and fu.get("all_ranks", True)
@@ -235,7 +236,7 @@ def kernel_lines(counts_by_group: list[tuple[str, str, dict]], unit: str = "kern
     out = []
     for model, backend, counts in counts_by_group:
         for cp, by in counts.items():
-            tc, fu = by["two-call"], by["fused"]
+            tc, fu = by[Mode.TWO_CALL], by[Mode.FUSED]
             if tc["per_rank"] and fu["per_rank"]:
                 every = tc.get("all_ranks", True) and fu.get("all_ranks", True)
                 out.append(f"- Attention {unit} per forward, {model} · {backend} · cp {cp}: "
@@ -258,7 +259,7 @@ def merge_lines(df: pd.DataFrame) -> list[str]:
         found = []
         for _, c in g.groupby(["bs", "max_extend_len", "prefix_len", "extend_lens"], sort=True):
             most = {mode: int(c[c["mode"] == mode]["merge_kernels"].max()) if (c["mode"] == mode).any() else 0
-                    for mode in ("two-call", "fused")}
+                    for mode in MODES}
             found.append(f"{where(c.iloc[0], with_cp=False)}: {most['two-call']} two-call, {most['fused']} fused")
         out.append(f"- Split-KV merge kernels per forward, {model} · {backend} · cp {cp} (most on any rank; "
                    f"KV split across CTAs when a call is too small to fill the GPU): {'; '.join(found)}.")

@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 
+from cpbench.domain.modes import Mode, MODES
 from cpbench.domain.eligibility import DEFAULT_RULE, CpRule
 from cpbench.results.critical_path import flags
 from cpbench.report.style import human_tokens
@@ -107,8 +108,8 @@ def layer_kind_table(d: pd.DataFrame) -> str:
         c = dict(zip(keys, k))
         entry = [c["model"], c["backend"], c["tp_size"], c["cp_size"], c["bs"], _tokens(c)]
         for col in ("window_layers_us", "full_layers_us"):
-            by_mode = {m: pd.to_numeric(g.loc[g["mode"] == m, col], errors="coerce").max() for m in ("two-call", "fused")}
-            tc, fu = by_mode["two-call"], by_mode["fused"]
+            by_mode = {m: pd.to_numeric(g.loc[g["mode"] == m, col], errors="coerce").max() for m in MODES}
+            tc, fu = by_mode[Mode.TWO_CALL], by_mode[Mode.FUSED]
             entry += [ms(tc), ms(fu), times(tc / fu) if fu > 0 else "—"]
         rows.append(entry)
     return md_table(["model", "backend", "tp>", "cp>", "bs>", "tokens>", "window two-call ms>", "window fused ms>",

@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from cpbench.domain.modes import Mode, MODES
 from cpbench.results.schema import CELL_COLUMNS
 from cpbench.results.uncertainty import layer_synced
 
@@ -60,7 +61,7 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
         rec["ranks_label"] = ranks_label(measured, int(rec.get("cp_size", len(measured))))
         rec["status"] = bad["status"].iloc[0] if len(bad) else "ok"
         rec["reason"] = str(bad["reason"].iloc[0]) if len(bad) else ""
-        for mode, tag in (("two-call", "two_call"), ("fused", "fused")):
+        for mode, tag in ((m, m.tag) for m in MODES):
             m = g[(g["mode"] == mode) & (g["status"] == "ok")]
             lat = pd.to_numeric(m["latency_us_median"], errors="coerce")
             if len(m) and not (lat > 0).all():  # an ok row without a positive latency is not usable
@@ -84,7 +85,7 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
             rec["two_call_us"], rec["fused_us"], rec["speedup"])
         rec["critical_rule"] = "max over ranks of the forward"
         if shares is not None:  # ranks wait for each other every layer: sum over layer kinds of the slowest rank
-            for tag, mode in (("two_call", "two-call"), ("fused", "fused")):
+            for tag, mode in ((m.tag, m) for m in MODES):
                 rec[f"{tag}_us"] = float(layer_synced(shares[mode][1], shares[mode][0]))
             rec["speedup"] = rec["two_call_us"] / rec["fused_us"]
             rec["critical_rule"] = "sum over layer kinds of the slowest rank"
@@ -103,7 +104,7 @@ def missing_rows(g: pd.DataFrame, modes) -> list[tuple[int, str]]:
     ranks = {r for r, _ in have}
     if "launch" in g and (g["launch"] == "torchrun").all() and "cp_size" in g:
         ranks |= set(range(int(g["cp_size"].iloc[0])))
-    order = {m: i for i, m in enumerate(("two-call", "fused"))}
+    order = {m: i for i, m in enumerate(MODES)}
     return sorted(((r, m) for r in ranks for m in modes if (r, m) not in have),
                   key=lambda x: (x[0], order.get(x[1], 9), x[1]))
 
@@ -145,18 +146,18 @@ def _speedup_ci(g: pd.DataFrame, shares: dict | None = None) -> tuple[float, flo
         return math.nan, math.nan
     ok = g[g["status"] == "ok"].sort_values("rank")
     per_mode = [[s for s in ok.loc[ok["mode"] == m, "samples_us"] if s is not None and hasattr(s, "__len__")]
-                for m in ("two-call", "fused")]
+                for m in MODES]
     torchrun = "launch" in ok and (ok["launch"] == "torchrun").all()
-    if shares is not None and any(len(p) != len(shares[m][0]) for p, m in zip(per_mode, ("two-call", "fused"))):
+    if shares is not None and any(len(p) != len(shares[m][0]) for p, m in zip(per_mode, MODES)):
         return math.nan, math.nan
     if not torchrun and "pass_sizes" in ok and ok["pass_sizes"].map(lambda x: hasattr(x, "__len__") and len(x) > 1).all():
         from cpbench.results.uncertainty import speedup_ci_over_passes
 
-        sizes = [list(ok.loc[ok["mode"] == m, "pass_sizes"]) for m in ("two-call", "fused")]
+        sizes = [list(ok.loc[ok["mode"] == m, "pass_sizes"]) for m in MODES]
         return speedup_ci_over_passes(*per_mode, *sizes,
-                                      shares=(shares["two-call"][0], shares["fused"][0]) if shares is not None else None)
+                                      shares=(shares[Mode.TWO_CALL][0], shares[Mode.FUSED][0]) if shares is not None else None)
     return speedup_ci(*per_mode, per_sample_max=bool(torchrun),
-                      shares=(shares["two-call"][0], shares["fused"][0]) if shares is not None else None)
+                      shares=(shares[Mode.TWO_CALL][0], shares[Mode.FUSED][0]) if shares is not None else None)
 
 
 def kind_shares(g: pd.DataFrame) -> dict | None:
@@ -170,7 +171,7 @@ def kind_shares(g: pd.DataFrame) -> dict | None:
             "launch" in g and (g["launch"] == "torchrun").any()) or not (g["timing"] == "breakable").all():
         return None
     out = {}
-    for mode in ("two-call", "fused"):
+    for mode in MODES:
         m = g[(g["mode"] == mode) & (g["status"] == "ok")].sort_values("rank")
         kinds = m[["window_layers_us", "full_layers_us"]].apply(pd.to_numeric, errors="coerce").to_numpy(float)
         med = pd.to_numeric(m["latency_us_median"], errors="coerce").to_numpy(float)
@@ -187,7 +188,7 @@ def _gpu_time(g: pd.DataFrame) -> dict:
            "host_hidden": bool(flags(g["host_hidden"]).all()) if "host_hidden" in g and len(g) else False}
     if "gpu_busy_us" not in g:
         return out
-    for mode, tag in (("two-call", "two_call"), ("fused", "fused")):
+    for mode, tag in ((m, m.tag) for m in MODES):
         busy = pd.to_numeric(g.loc[(g["mode"] == mode) & (g["status"] == "ok"), "gpu_busy_us"], errors="coerce")
         if busy.notna().any():
             out[f"gpu_busy_{tag}_us"] = float(busy.max())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from cpbench.domain.modes import Mode
 from cpbench.results.schema import CELL_COLUMNS, DERIVED_COLUMNS
 from cpbench.results.uncertainty import critical_per_sample
 from cpbench.domain.ring import bus_bandwidth_gbps
@@ -78,7 +79,7 @@ def derive(df: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
     elif "gemm_peak_tflops" not in out:
         out["gemm_peak_tflops"] = np.nan
     table = _num(out, "page_table_bytes")
-    fused = out.get("mode", pd.Series("", index=out.index)).eq("fused") & (_num(out, "cp_size") > 1)
+    fused = out.get("mode", pd.Series("", index=out.index)).eq(Mode.FUSED) & (_num(out, "cp_size") > 1)
     out["page_table_dup_bytes"] = _keep_stored(out, "page_table_dup_bytes", (2 * table).where(fused, 0.0),
                                                table.notna())
     before, after = _num(out, "sm_clock_mhz_before"), _num(out, "sm_clock_mhz_after")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from cpbench.domain.modes import MODES, TIMINGS
+
 SCHEMA_VERSION = 2
-MODES = ("two-call", "fused")
-TIMINGS = ("eager", "graph", "breakable")
 LAUNCHES = ("simulated", "torchrun")
 STATUSES = ("ok", "ineligible", "skipped", "unsupported", "oom", "mismatch", "error")
 # kinds of device memory a mode's setup holds (setup_mem_<kind> columns, measure/memory.py), in chart order:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from cpbench.domain.modes import Mode, MODES
 from cpbench.kernels.backends import get_backend
 from cpbench.kernels.check import max_abs_diff, max_abs_error
 from cpbench.domain.geometry import all_ranks, eligibility
@@ -69,7 +70,7 @@ def run_explain_child(model, cell: CellSpec, rank: int, *, backend: str, device:
     for p in preps.values():
         p.forward()  # untraced warm-up
     torch.cuda.synchronize(device)
-    diff = max_abs_diff(preps["two-call"], preps["fused"])
+    diff = max_abs_diff(preps[Mode.TWO_CALL], preps[Mode.FUSED])
     errs = {m: max_abs_error(work, p) for m, p in preps.items()}  # vs the fp32 reference, sampled rows
     labels = {mode: explain_label(cell, rank, mode, timing) for mode in MODES}
     runs = {}
@@ -133,11 +134,11 @@ def run_under_ncu(exe: str, argv: list[str], run_dir: Path, spec, cell, rank: in
     try:
         kernels = parse_ncu_csv(log.read_text(encoding="utf-8"))
         pats = tuple(info["kernel_patterns"])
-        n2 = len(info["calls"]["two-call"])
-        groups = group_calls(kernels, info["calls"]["two-call"] + info["calls"]["fused"], pats)
+        n2 = len(info["calls"][Mode.TWO_CALL])
+        groups = group_calls(kernels, info["calls"][Mode.TWO_CALL] + info["calls"][Mode.FUSED], pats)
     except ProfileError as e:
         raise CpbenchInputError(f"{e} (ncu CSV: {log})") from None
-    by_mode = {"two-call": groups[:n2], "fused": groups[n2:]}
+    by_mode = {Mode.TWO_CALL: groups[:n2], Mode.FUSED: groups[n2:]}
     rows = attention_call_rows(by_mode, list(spec.window_left_per_layer))
     sms = next((r["sms"] for r in rows if r.get("sms")), None) or info.get("sms")
     if sms is None and backend in WORK_SPLIT:

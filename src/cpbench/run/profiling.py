@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from cpbench.domain.modes import Mode, MODES
 from cpbench.kernels.backends import get_backend
 from cpbench.domain.geometry import all_ranks, eligibility
 from cpbench.measure.rank import forward_label
@@ -83,7 +84,7 @@ def nsys_child(model, cells: list[CellSpec], *, backend: str, device: torch.devi
 
 def totals(rows: list[dict], cp_size: int) -> dict:
     """Attention kernels summed over the measured ranks per mode, with which ranks they are, e.g.
-    ``{"two-call": 288, "fused": 144, "ranks": [0, 1, 2, 3], "all_ranks": True, "ranks_label": "all 4 ranks"}``;
+    ``{Mode.TWO_CALL: 288, Mode.FUSED: 144, "ranks": [0, 1, 2, 3], "all_ranks": True, "ranks_label": "all 4 ranks"}``;
     with ``--ranks 0`` of cp_size 4: ``"all_ranks": False, "ranks_label": "rank 0 only (1 of 4)"`` (a sum
     over one rank, not the all-rank count)."""
     from cpbench.results.critical_path import ranks_label

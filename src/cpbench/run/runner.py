@@ -17,6 +17,7 @@ from typing import Callable
 
 import torch
 
+from cpbench.domain.modes import MODES
 from cpbench.kernels.backends import get_backend
 from cpbench.domain.cells import Batch, CellSpec, plan_cells
 from cpbench.domain.eligibility import CpRule, parse_rule
@@ -80,7 +81,7 @@ class SweepConfig:
     device: torch.device
     cells_from: tuple[tuple[str, object], ...] = ()  # (option, value) pairs; see ``config_dict``
     ranks: tuple[int, ...] | None = None  # None: every rank
-    modes: tuple[str, ...] = ("two-call", "fused")
+    modes: tuple[str, ...] = MODES
     timings: tuple[str, ...] = ("eager",)
     budget_ms: float = 200.0
     rel_ci: float | None = 0.01  # stop sampling a variant once its median's 95 % CI is this narrow (None: never)

@@ -13,6 +13,7 @@ from typing import Callable, NamedTuple, Protocol
 
 import torch
 
+from cpbench.domain.modes import Mode
 from cpbench.domain.models import ModelSpec
 from cpbench.kernels.workload import RankWork
 
@@ -117,7 +118,7 @@ class Backend(Protocol):
         """None if it can run here, else a one-line reason."""
 
     def prepare(self, work: RankWork, mode: str) -> Prepared:
-        """Build one forward of ``work`` in ``mode`` (``"two-call"`` or ``"fused"``)."""
+        """Build one forward of ``work`` in ``mode`` (``Mode.TWO_CALL`` or ``Mode.FUSED``)."""
 
 
 class Stopwatch:
@@ -168,7 +169,7 @@ def calls_and_table(work: RankWork, mode: str) -> tuple[list, torch.Tensor]:
     from cpbench.kernels.kv import duplicate_block_tables
 
     calls = work.geometry.calls(mode, work.fused_order)
-    fused = mode == "fused" and work.geometry.cp_size > 1
+    fused = mode == Mode.FUSED and work.geometry.cp_size > 1
     return calls, duplicate_block_tables(work.cell.block_tables, work.fused_order) if fused else work.cell.block_tables
 
 
@@ -184,7 +185,7 @@ def swa_table(work: RankWork, mode: str, sw: Stopwatch) -> torch.Tensor | None:
     if t is None:
         return None
     with sw("swa_page_table"):
-        fused = mode == "fused" and work.geometry.cp_size > 1
+        fused = mode == Mode.FUSED and work.geometry.cp_size > 1
         return duplicate_block_tables(t, work.fused_order) if fused else t
 
 

@@ -61,7 +61,7 @@ def trtllm_calls(geometry: RankGeometry, mode: str, context_len: int,
 
     Args:
         geometry: the rank's zigzag metadata.
-        mode: ``"two-call"`` or ``"fused"``.
+        mode: ``Mode.TWO_CALL`` or ``Mode.FUSED``.
         context_len: tokens the page table's width is sized for (``max_kv_len``), >= every kv length.
         fused_order: segment order of the fused batch (``geometry.FUSED_ORDERS``).
     Raises:

@@ -1,0 +1,55 @@
+"""The names every layer shares for what a row measured: the attention mode and the timing method.
+
+Both are ``str`` enums: a member equals, hashes and serialises as its value (``Mode.TWO_CALL == "two-call"``,
+``json.dumps`` writes ``"two-call"``), so rows, parquet files and JSON written before the enums read the same.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class _StrEnum(str, Enum):
+    """A str enum whose ``str()`` and f-string form is its value (Python 3.10 has no ``enum.StrEnum``)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    __format__ = str.__format__
+
+    @classmethod
+    def parse(cls, text: str, option: str):
+        """The member spelled ``text``; raises CpbenchInputError naming ``option`` and the allowed values."""
+        from cpbench.errors import CpbenchInputError
+
+        try:
+            return cls(text)
+        except ValueError:
+            allowed = ", ".join(m.value for m in cls)
+            raise CpbenchInputError(f"{option}: {text!r} is not one of {allowed}") from None
+
+
+class Mode(_StrEnum):
+    """How a rank runs its two zigzag blocks per layer: two attention calls (``prev`` then ``next``), or one
+    fused call over a synthetic batch of 2*bs segments with a row-duplicated page table (SGLang PR #33137)."""
+
+    TWO_CALL = "two-call"
+    FUSED = "fused"
+
+    @property
+    def tag(self) -> str:
+        """The mode as it appears inside column names (``two_call``, ``fused``), e.g. ``speedup_two_call``."""
+        return self.value.replace("-", "_")
+
+
+class Timing(_StrEnum):
+    """How a forward is timed: eager launches, one CUDA graph of the attention forward, or the breakable
+    prefill forward (each layer's other work replayed from CUDA-graph segments, attention launched eagerly)."""
+
+    EAGER = "eager"
+    GRAPH = "graph"
+    BREAKABLE = "breakable"
+
+
+MODES: tuple[Mode, ...] = tuple(Mode)
+TIMINGS: tuple[Timing, ...] = tuple(Timing)
