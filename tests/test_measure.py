@@ -11,6 +11,7 @@ import torch
 
 from cpbench.kernels.backends import get_backend
 from cpbench.kernels.check import TOLERANCE
+from cpbench.domain.cells import CellSpec
 from cpbench.domain.geometry import all_ranks
 from cpbench.kernels.kv import table_bytes
 from cpbench.measure.rank import RankJob, measure_rank
@@ -36,13 +37,12 @@ def cell():
 
 
 def _job(model, inputs, todo, **kw) -> RankJob:
+    key = CellSpec(CP, tuple(EXTEND), (0,) * len(EXTEND)).key()
     base = dict(schema_version=SCHEMA_VERSION, model=model.name, backend="torch", dtype="fp32", launch="simulated",
-                world_size=1, seed=0, gather="none", cp_size=CP, bs=1, max_extend_len=max(EXTEND), prefix_len=0,
-                extend_lens=",".join(map(str, EXTEND)), page_size=16, num_layers=LAYERS, tp_size=1, batch=0,
-                prefix_lens=",".join("0" for _ in EXTEND))
+                world_size=1, seed=0, gather="none", **key.row_columns(), page_size=16, num_layers=LAYERS, tp_size=1)
     shared = dict(page_table_bytes=table_bytes(inputs.block_tables), kv_cache_bytes=inputs.kv_cache_bytes,
                   context_len=inputs.context_len, kv_buffers=len(inputs.kv_buffers), dup_copy_us=1.5)
-    return RankJob(get_backend("torch"), Clock(CPU), CPU, "fp32", base, shared, list(todo), f"cp{CP} bs1 seq64",
+    return RankJob(get_backend("torch"), Clock(CPU), CPU, "fp32", base, key, shared, list(todo), f"cp{CP} bs1 seq64",
                    **{"warmup": 0, "budget_ms": 5.0, **kw})
 
 

@@ -158,9 +158,8 @@ def _profile_here(spec, cells, kw, report, run_dir: Path, trace_dir: Path, dev, 
             report["cells"].append({**skipped_cell(cell, f"does not fit in memory ({one_line(e)[:120]}): use a "
                                                          "smaller --extend-len/--bs"), "status": "oom"})
             continue
-        report["cells"].append({"cp_size": cell.cp_size, "bs": cell.bs, "max_extend_len": cell.max_extend_len,
-                                "extend_lens": list(cell.extend_lens), "status": "ok",
-                                "per_rank": cpu_rows(rows, dev), "total": totals(rows, cell.cp_size)})
+        report["cells"].append(cell.key().as_json(status="ok", per_rank=cpu_rows(rows, dev),
+                                                     total=totals(rows, cell.cp_size)))
     if not any(cell["status"] == "ok" for cell in report["cells"]):
         (run_dir / "profile.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
         raise CpbenchInputError(f"no cell could be profiled: {report['cells'][0]['reason']}")

@@ -32,8 +32,7 @@ def skip_reason(model, cell, device) -> str | None:
 
 def skipped_cell(cell, reason: str) -> dict:
     """The profile.json entry of a cell that was not profiled: ``status`` ``ineligible`` and its reason."""
-    return {"cp_size": cell.cp_size, "bs": cell.bs, "max_extend_len": cell.max_extend_len, "extend_lens": list(cell.extend_lens),
-            "status": "ineligible", "reason": reason, "per_rank": [], "total": None}
+    return cell.key().as_json(status="ineligible", reason=reason, per_rank=[], total=None)
 
 
 def counted_as(backend: str, device) -> str:

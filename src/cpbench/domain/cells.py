@@ -29,6 +29,52 @@ class Batch:
 
 
 @dataclass(frozen=True)
+class CellKey:
+    """The identity of a cell as every output names it: the results schema's cell columns, and the
+    ``cells`` entries of ``profile.json``, ``explain.json`` and the NVTX range payloads.
+
+    Attributes:
+        cp_size: CP group size, ranks.
+        extend_lens: extend (new-token) length of each request, tokens.
+        prefix_lens: cached prefix of each request, tokens.
+        batch: index of the batch in a ``--lengths`` mix or ``--trace`` (0 for a grid).
+    """
+
+    cp_size: int
+    extend_lens: tuple[int, ...]
+    prefix_lens: tuple[int, ...]
+    batch: int = 0
+
+    @property
+    def bs(self) -> int:
+        """Requests in the batch."""
+        return len(self.extend_lens)
+
+    @property
+    def max_extend_len(self) -> int:
+        """The longest extend length of the batch (the ``max_extend_len`` column), tokens."""
+        return max(self.extend_lens)
+
+    @property
+    def prefix_len(self) -> int:
+        """The longest cached prefix of the batch (the ``prefix_len`` column), tokens."""
+        return max(self.prefix_lens)
+
+    def as_json(self, **extra) -> dict:
+        """``{"cp_size", "bs", "max_extend_len", "extend_lens": [..]}`` then ``extra`` (e.g. ``rank=0``): the
+        cell as JSON outputs name it (``profile.json``, ``explain.json``, NVTX payloads)."""
+        return {"cp_size": self.cp_size, "bs": self.bs, "max_extend_len": self.max_extend_len,
+                "extend_lens": list(self.extend_lens), **extra}
+
+    def row_columns(self) -> dict:
+        """The cell columns of a results row (schema role ``cell`` without ``timing``, plus ``batch`` and
+        ``prefix_lens``); lists are comma-joined text, as stored."""
+        return {"cp_size": self.cp_size, "bs": self.bs, "max_extend_len": self.max_extend_len,
+                "prefix_len": self.prefix_len, "extend_lens": ",".join(map(str, self.extend_lens)),
+                "batch": self.batch, "prefix_lens": ",".join(map(str, self.prefix_lens))}
+
+
+@dataclass(frozen=True)
 class CellSpec:
     """One cell: a batch at one cp_size (lengths in tokens)."""
 
@@ -37,8 +83,13 @@ class CellSpec:
     prefix_lens: tuple[int, ...]
     batch: int = 0  # index in a length mix or trace
 
+    def key(self) -> CellKey:
+        """The cell's :class:`CellKey` (the one way a cell is named in rows and JSON outputs)."""
+        return CellKey(self.cp_size, self.extend_lens, self.prefix_lens, self.batch)
+
     @property
     def bs(self) -> int:
+        """Requests in the batch."""
         return len(self.extend_lens)
 
     @property

@@ -22,6 +22,7 @@ from typing import Callable
 
 import torch
 
+from cpbench.domain.cells import CellKey
 from cpbench.domain.modes import Mode, MODES
 from cpbench.kernels import check as checks
 from cpbench.kernels.backends.base import Backend, Prepared
@@ -51,6 +52,7 @@ class RankJob:
     Attributes:
         base: key and context columns shared by every row of the cell (model, backend, dtype, launch,
             world_size, seed, gather, cp_size, bs, max_extend_len, prefix_len, extend_lens, page_size, num_layers).
+        key: the cell's key (NVTX payloads name the cell by it).
         cell_metrics: cell metrics (page-table bytes, KV-cache bytes, duplication copy µs, ...).
         todo: ``(mode, timing)`` pairs to measure for this rank.
         label: the cell's label, e.g. ``"cp4 bs1 seq8192"`` (forward labels add rank and mode).
@@ -61,6 +63,7 @@ class RankJob:
     device: torch.device
     dtype: str
     base: dict
+    key: CellKey
     cell_metrics: dict
     todo: list[tuple[str, str]]
     label: str
@@ -280,8 +283,7 @@ def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], t
 
                 g = work.geometry
                 fns[m] = annotated_forward(prep, forward_label(job.label, g.rank, m, "eager"),
-                                           {"cp_size": g.cp_size, "bs": g.bs, "max_extend_len": job.base["max_extend_len"],
-                                            "rank": g.rank}, nvtx_on=True, record_functions=False)
+                                           job.key.as_json(rank=g.rank), nvtx_on=True, record_functions=False)
             continue
         # attention only: no side-stream warm-up, the first forward ran this mode already (workspaces, JIT
         # modules loaded; verified on the H200). A forward with a collective keeps torch's side-stream

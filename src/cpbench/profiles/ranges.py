@@ -118,7 +118,7 @@ def annotated_forward(prepared: ForwardLike, cell_label: str, payload: dict | No
         prepared: one rank's forward (``prepared.layers[i] = [(call_name, closure), ...]``).
         cell_label: name of the whole-forward range, chosen by the caller, e.g.
             ``"cp4 bs1 seq8192 r0 fused eager"``.
-        payload: numbers of the cell (e.g. ``{"cp": 4, "bs": 1, "seq": 8192, "rank": 0}``), attached
+        payload: numbers of the cell (e.g. ``CellKey.as_json(rank=0)``; numbers only are kept), attached
             to the whole-forward NVTX range where the nvtx package allows (see :func:`nvtx_payload`).
         nvtx_on: emit NVTX ranges (domain ``"cpbench"``).
         record_functions: emit ``torch.profiler.record_function`` labels (needed by

@@ -270,28 +270,29 @@ def add_defaults(row: dict) -> dict:
     return out
 
 
+def field_problem(name: str, value) -> str | None:
+    """What is wrong with storing ``value`` under column ``name`` (unknown column, a derived column, a value
+    of the wrong JSON type), or None. ``setup_us_<part>`` columns are open-ended (one per setup step)."""
+    col = COLUMNS.get(name)
+    if col is None:
+        return None if name.startswith("setup_us_") else f"unknown column {name!r}"
+    if col.role == "derived":
+        return f"column {name!r} is derived on read (results.derived), not stored"
+    if value is None:
+        return None
+    ok = {"int": isinstance(value, int) and not isinstance(value, bool),
+          "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+          "str": isinstance(value, str), "bool": isinstance(value, bool),
+          "list": isinstance(value, list)}[col.type]
+    if col.type == "int" and isinstance(value, float) and math.isnan(value):
+        ok = True
+    return None if ok else f"{name}={value!r} is not {col.type}"
+
+
 def check_row(row: dict) -> list[str]:
     """Problems of a row to be stored, against the schema (unknown columns, derived columns, wrong types,
     unknown status, missing key columns), [] if none. ``RunDir.append`` refuses a row with problems."""
-    problems = []
-    for k, v in row.items():
-        col = COLUMNS.get(k)
-        if col is None and not k.startswith("setup_us_"):
-            problems.append(f"unknown column {k!r}")
-            continue
-        if col is not None and col.role == "derived":
-            problems.append(f"column {k!r} is derived on read (results.derived), not stored")
-            continue
-        if v is None or col is None:
-            continue
-        ok = {"int": isinstance(v, int) and not isinstance(v, bool),
-              "float": isinstance(v, (int, float)) and not isinstance(v, bool),
-              "str": isinstance(v, str), "bool": isinstance(v, bool),
-              "list": isinstance(v, list)}[col.type]
-        if col.type == "int" and isinstance(v, float) and math.isnan(v):
-            ok = True
-        if not ok:
-            problems.append(f"{k}={v!r} is not {col.type}")
+    problems = [p for p in (field_problem(k, v) for k, v in row.items()) if p]
     if row.get("status") not in STATUSES:
         problems.append(f"status {row.get('status')!r} not in {STATUSES}")
     for k in KEY_COLUMNS:

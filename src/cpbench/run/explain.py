@@ -156,8 +156,7 @@ def run_under_ncu(exe: str, argv: list[str], run_dir: Path, spec, cell, rank: in
             page_size=spec.page_size).items()}
         for k, t in named.items():
             splits[w][k]["tiles_from"] = "kernel name" if t else "default"
-    meta = {"model": spec.name, "backend": backend, "cp_size": cell.cp_size, "bs": cell.bs, "max_extend_len": cell.max_extend_len,
-            "extend_lens": list(cell.extend_lens), "rank": rank, "timing": timing, "fused_order": fused_order,
+    meta = {"model": spec.name, "backend": backend, **cell.key().as_json(), "rank": rank, "timing": timing, "fused_order": fused_order,
             "num_layers": spec.num_layers, "ncu_version": parse_ncu_version(ver.stdout),
             "metrics": list(METRICS), "sms": sms, "diff_vs_two_call": info.get("diff_vs_two_call"),
             "max_abs_err": info.get("max_abs_err"),

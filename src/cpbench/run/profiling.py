@@ -73,7 +73,7 @@ def nsys_child(model, cells: list[CellSpec], *, backend: str, device: torch.devi
     forwards = []
     for cell in cells:
         for r, mode, prep in _prepared(model, cell, backend, device, dtype, seed, ranks, context_len):
-            payload = {"cp_size": cell.cp_size, "bs": cell.bs, "max_extend_len": cell.max_extend_len, "rank": r}
+            payload = cell.key().as_json(rank=r)
             forwards.append((prep, annotated_forward(prep, forward_label(cell.label(), r, mode), payload, nvtx_on=True)))
     torch.cuda.synchronize()
     with cuda_profiler_range():
@@ -124,9 +124,10 @@ def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: 
     per_collective = {"packed": 1, "separate": 2}.get(gather, 0) if device.type == "cuda" else 0
     out = []
     for cell in cells:
-        mine = [r for r in rows if (r["cp_size"], r["extend_lens"]) == (cell.cp_size, ",".join(map(str, cell.extend_lens)))]
-        entry = {"cp_size": cell.cp_size, "bs": cell.bs, "max_extend_len": cell.max_extend_len,
-                 "extend_lens": list(cell.extend_lens)}
+        key = cell.key().row_columns()
+        # plain dicts: a profile row adds the forward's label and the communication check to the sweep row
+        mine = [dict(r) for r in rows if (r["cp_size"], r["extend_lens"]) == (key["cp_size"], key["extend_lens"])]
+        entry = cell.key().as_json()
         failed = [r for r in mine if r["status"] != "ok"]
         if failed:
             out.append({**entry, "status": failed[0]["status"], "reason": failed[0]["reason"], "per_rank": [],

@@ -204,9 +204,7 @@ class Runner:
         return dict(model=c.model.name, backend=backend, dtype=c.dtype,
                     launch=g.launch, world_size=g.world_size, seed=c.seed, gather=c.gather, tp_size=c.tp_size,
                     fused_order=c.fused_order,
-                    cp_size=cell.cp_size, bs=cell.bs, max_extend_len=cell.max_extend_len, prefix_len=max(cell.prefix_lens),
-                    extend_lens=",".join(map(str, cell.extend_lens)), batch=cell.batch,
-                    prefix_lens=",".join(map(str, cell.prefix_lens)), page_size=c.model.page_size,
+                    **cell.key().row_columns(), page_size=c.model.page_size,
                     num_layers=c.model.num_layers)
 
     def ranks(self, cell: CellSpec) -> list[int]:
@@ -348,8 +346,8 @@ class Runner:
 
     def _job(self, cell: CellSpec, backend: str, cell_metrics: dict, todo: list, rest=None) -> RankJob:
         c = self.cfg
-        return RankJob(self.backends[backend], self.clock, c.device, c.dtype, self.base(cell, backend), cell_metrics,
-                       todo, cell.label(),
+        return RankJob(self.backends[backend], self.clock, c.device, c.dtype, self.base(cell, backend), cell.key(),
+                       cell_metrics, todo, cell.label(),
                        warmup=c.warmup if self.pass_no == 1 else min(c.warmup, 1),  # the cell ran in pass 1
                        budget_ms=c.budget_ms / c.passes, rel_ci=c.rel_ci, passes=c.passes,
                        check=c.check and self.pass_no == 1, profile=c.profile and self.pass_no == 1,
