@@ -22,5 +22,5 @@ def grid_config(backend: str = "torch", *, bs_list=(1,), seq_list=(64,), prefix:
     return make_config(backend, **{**base, **fields})
 
 
-def output(out, *, resume=False, report=False, allow_mismatch=False) -> SweepOutput:
-    return SweepOutput(out, resume, report, allow_mismatch)
+def output(out, *, resume=False, report=False, allow_mismatch=False, keep_going=False) -> SweepOutput:
+    return SweepOutput(out, resume, report, allow_mismatch, keep_going)

@@ -254,7 +254,14 @@ def test_a_mode_whose_first_forward_fails_leaves_the_other_mode_measured(tmp_pat
     status = {(x["rank"], x["mode"]): (x["status"], x["reason"]) for x in read_jsonl(tmp_path / "a" / "results.jsonl")}
     assert status[(0, "fused")] == ("error", "RuntimeError: simulated kernel failure")
     assert status[(0, "two-call")][0] == status[(1, "fused")][0] == status[(1, "two-call")][0] == "ok"
-    assert code == 0
+    assert code == 1  # a backend that raises is a crash, not an expected status: the sweep fails at its end
+    # the traceback is kept, one file per cell, rank and mode, naming where the exception was raised
+    (tb,) = (tmp_path / "a" / "errors").iterdir()
+    assert tb.name == "cp2_bs1_seq64-r0-fused.txt"
+    text = tb.read_text()
+    assert text.startswith("# torch eager pass 1: RuntimeError: simulated kernel failure\n")
+    assert "Traceback (most recent call last)" in text and "in boom" in text
+    assert run_sweep(grid_config(profile=True), output(tmp_path / "b", keep_going=True)) == 0
 
 
 def test_ctrl_c_says_how_to_resume(tmp_path):

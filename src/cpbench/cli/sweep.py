@@ -109,6 +109,8 @@ def sweep(
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out, skipping measured rows.")] = False,
     check: Annotated[bool, typer.Option("--check/--no-check", help="Compare outputs with the fp32 torch reference.")] = True,
     allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Exit 0 even if a check fails.")] = False,
+    keep_going: Annotated[bool, typer.Option(
+        "--keep-going", help="Exit 0 even if a cell raised (an error row; its traceback is in RUN/errors/).")] = False,
     profile: Annotated[bool, typer.Option("--profile/--no-profile", help="Count kernels per forward (torch.profiler).")] = True,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write plots and report.md at the end.")] = True,
     nvtx: Annotated[bool, typer.Option(
@@ -203,7 +205,7 @@ def sweep(
                       fused_order=check_fused_order(fused_order), tp_size=tp, max_prefill_tokens=max_prefill_tokens,
                       cp_min_extend=rule.min_extend, cp_min_tokens=rule.min_tokens, swa_pool=swa_pool,
                       ep=ep, layer_rest_us=layer_rest_us, graph_buckets=buckets, passes=passes)
-    output = SweepOutput(out, resume, report, allow_mismatch)
+    output = SweepOutput(out, resume, report, allow_mismatch, keep_going)
     if not dist.distributed:
         raise typer.Exit(run_sweep(cfg, output, cpu_affinity=cpu_affinity))
     if not under_torchrun():
@@ -221,7 +223,7 @@ def sweep(
 
 def run_sweep(cfg, output, *, console: Console = console, group=None, cpu_affinity: str | None = None) -> int:
     """Run the sweep ``cfg`` (run.runner.SweepConfig) into ``output`` (run.sweep.SweepOutput) with a progress
-    bar; return the exit code (0 ok, 1 mismatch, 2 nothing could run). ``group``: where ranks run (default:
+    bar; return the exit code (0 ok, 1 a mismatch or an error row, 2 nothing could run). ``group``: where ranks run (default:
     every rank here, one after another). ``cpu_affinity``: a CPU list this process is pinned to first (its
     local rank's share under torchrun; the manifest records the writer's cores).
 
@@ -237,12 +239,12 @@ def run_sweep(cfg, output, *, console: Console = console, group=None, cpu_affini
         env_extra["cpu_affinity"] = {"requested": cpu_affinity, "cores": cores}
     sweep = Sweep.open(cfg, output.out, output.resume, group, env_extra=env_extra)
     try:
-        return _run(sweep, console, output.report, output.allow_mismatch)
+        return _run(sweep, console, output)
     finally:
         sweep.close()
 
 
-def _run(sweep, console: Console, report: bool, allow_mismatch: bool) -> int:
+def _run(sweep, console: Console, output) -> int:
     cfg, run_dir = sweep.cfg, sweep.run_dir
     writer = run_dir is not None
     if writer:
@@ -268,10 +270,10 @@ def _run(sweep, console: Console, report: bool, allow_mismatch: bool) -> int:
     if not writer:
         return 0
     show_summary(console, df, cpu=cfg.device.type == "cpu")
-    if report:
+    if output.report:
         _write_report(run_dir.path, console)
     console.print(f"run directory: {run_dir}")
-    code, message = sweep.exit_code(df, allow_mismatch)
+    code, message = sweep.exit_code(df, output.allow_mismatch, output.keep_going)
     if code == 2:
         err_console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
     elif code == 1:

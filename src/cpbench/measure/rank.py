@@ -28,6 +28,7 @@ from cpbench.kernels import check as checks
 from cpbench.kernels.backends.base import Backend, Prepared
 from cpbench.measure.breakable import CellRest, breakable_layers, layer_kind_us, run_layers
 from cpbench.measure.env import sm_clock_mhz
+from cpbench.measure.failures import Tracebacks
 from cpbench.domain.flops import forward_flops
 from cpbench.measure.kernel_counts import COUNT_COLUMNS, count_kernels
 from cpbench.measure.layer_kinds import KIND_COLUMNS
@@ -78,6 +79,7 @@ class RankJob:
     rest: CellRest | None = None  # the cell's rest-of-layer work, for timing breakable (measure/breakable.py)
     passes: int = 1  # timing passes of the sweep (measure/passes.py): each pass stops on precision at 1/passes
     times: PhaseTimes = field(default_factory=PhaseTimes)  # harness wall time by phase (measure/walltime.py)
+    tracebacks: Tracebacks = field(default_factory=Tracebacks)  # of the failures that became error rows
 
 
 def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
@@ -97,7 +99,8 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         for m in modes:
             if status[m] == OK:
                 ex = exchanges.get(m) if agreeing else None
-                status[m] = _attempt_agreed(lambda: run(m), ex, group) if ex is not None else _attempt(lambda: run(m))
+                status[m] = _attempt_agreed(lambda: run(m), ex, group, job.tracebacks) if ex is not None \
+                    else _attempt(lambda: run(m), job.tracebacks)
         oom = next((s for s in status.values() if s[0] == "oom"), None)
         for m in modes:  # an OOM anywhere fails the whole cell (memory is shared by the modes)
             status[m] = group.agree_status(oom or status[m])
@@ -128,7 +131,7 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         ref_cache.clear()
         if job.check and all(status[m] == OK for m in MODES if m in status) and len(prepared) == 2:
             status_diff = _attempt(lambda: info["fused"].update(
-                diff_vs_two_call=checks.max_abs_diff(prepared[Mode.FUSED], prepared[Mode.TWO_CALL])))
+                diff_vs_two_call=checks.max_abs_diff(prepared[Mode.FUSED], prepared[Mode.TWO_CALL])), job.tracebacks)
             if status_diff != OK:
                 status["fused"] = status_diff
     for m in modes:  # the diff check is local; agree so every rank keeps the same modes
@@ -159,7 +162,7 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                 fns, job.clock, warmup=job.warmup, budget_ms=job.budget_ms,
                 min_reps=5 if job.clock.cuda else 3, agree=group.agree, barrier=group.barrier,
                 min_stop=-(-MIN_STOP_SAMPLES // job.passes),
-                rel_ci=job.rel_ci, info=stop, times=times)))
+                rel_ci=job.rel_ci, info=stop, times=times)), job.tracebacks)
             st = group.agree_status(st)
             if st != OK:
                 graph_status.update({m: st for m in fns})
@@ -200,9 +203,9 @@ class StatusError(RuntimeError):
     """A failure whose message is the status reason as it stands (no exception type prefixed)."""
 
 
-def _attempt(fn: Callable[[], None]) -> Status:
-    """Run ``fn``; the status it ends with (OOM -> ``oom``, other exceptions -> ``error``).
-    CpbenchInputError (bad input) propagates."""
+def _attempt(fn: Callable[[], None], tracebacks: Tracebacks | None = None) -> Status:
+    """Run ``fn``; the status it ends with (OOM -> ``oom``, other exceptions -> ``error``, their traceback
+    kept in ``tracebacks`` under the row's reason). CpbenchInputError (bad input) propagates."""
     try:
         fn()
         return OK
@@ -215,10 +218,21 @@ def _attempt(fn: Callable[[], None]) -> Status:
     except Exception as e:
         if is_oom(e):
             return "oom", f"out of memory building or running the cell: {one_line(e)}"
+        if tracebacks is not None:
+            tracebacks.record(one_line(e), e)
         return "error", one_line(e)
 
 
-def _attempt_agreed(fn: Callable[[], None], exchange: Exchange, group: RankGroup) -> Status:
+def _prefixed(st: Status, prefix: str, tracebacks: Tracebacks) -> Status:
+    """An ``error`` status with ``prefix`` before its reason (its traceback filed under the new reason)."""
+    if st[0] != "error":
+        return st
+    tracebacks.alias(st[1], f"{prefix}: {st[1]}")
+    return "error", f"{prefix}: {st[1]}"
+
+
+def _attempt_agreed(fn: Callable[[], None], exchange: Exchange, group: RankGroup,
+                    tracebacks: Tracebacks | None = None) -> Status:
     """:func:`_attempt` of ``fn`` whose exchange runs collectives, agreed on every rank of the cell: inside
     ``exchange.agreeing()`` each gather is preceded by an agreement, and this rank's status is agreed at
     the end. A rank that fails mid-forward (an OOM in one layer) thus makes its failure its next
@@ -233,7 +247,7 @@ def _attempt_agreed(fn: Callable[[], None], exchange: Exchange, group: RankGroup
             met.append(e.status)
 
     with exchange.agreeing():
-        st = _attempt(run)
+        st = _attempt(run, tracebacks)
     return met[0] if met else group.agree_status(st)
 
 
@@ -264,9 +278,8 @@ def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], t
         prep = prepared[m]
         if timing == "breakable":
             holder: dict = {}
-            st = _attempt(lambda: holder.update(layers=breakable_layers(prep, job.rest)))
-            if st[0] == "error":
-                st = ("error", f"breakable segment capture failed: {st[1]}")
+            st = _attempt(lambda: holder.update(layers=breakable_layers(prep, job.rest)), job.tracebacks)
+            st = _prefixed(st, "breakable segment capture failed", job.tracebacks)
             st = group.agree_status(st)
             if st == OK:
                 layers = holder["layers"]
@@ -291,9 +304,8 @@ def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], t
         warm = 1 if any(s.kind != "attention" for s in prep.layers[0]) else 0
         group.barrier()  # a collective inside the graph: every rank captures together
         holder = {}
-        st = _attempt(lambda: holder.update(fn=capture_graph(prep.forward, warmup=warm)))
-        if st[0] == "error":
-            st = ("error", f"CUDA graph capture failed: {st[1]}")
+        st = _attempt(lambda: holder.update(fn=capture_graph(prep.forward, warmup=warm)), job.tracebacks)
+        st = _prefixed(st, "CUDA graph capture failed", job.tracebacks)
         st = group.agree_status(st)
         if st == OK:
             fns[m] = holder["fn"]

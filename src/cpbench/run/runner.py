@@ -25,6 +25,7 @@ from cpbench.measure.env import sm_clock_mhz
 from cpbench.domain.flops import forward_flops
 from cpbench.domain.geometry import all_ranks, eligibility
 from cpbench.kernels.kv import duplicate_block_tables, table_bytes
+from cpbench.measure.failures import Tracebacks
 from cpbench.measure.kernel_counts import count_kernels
 from cpbench.measure.breakable import CellRest, RestUnavailable, build_layer_rest
 from cpbench.measure.passes import merge_pass
@@ -165,8 +166,11 @@ class Runner:
     """
 
     def __init__(self, cfg: SweepConfig, emit: Callable[[list[dict]], None], done: set | None = None,
-                 trace_dir: Path | None = None, group: RankGroup | None = None, prior: dict | None = None) -> None:
+                 trace_dir: Path | None = None, group: RankGroup | None = None, prior: dict | None = None,
+                 error_dir: Path | None = None) -> None:
         self.cfg = cfg
+        self.error_dir = error_dir  # where the traceback of each error row measured here is written
+        self.tracebacks = Tracebacks()
         self.prior = dict(prior or {})  # row key -> the stored row a later pass folds its samples into
         self.pass_no = 1
         self._sink = emit
@@ -258,6 +262,8 @@ class Runner:
         rows: list[dict] = []
         if any(todo.values()):
             rows = self._measure_cell(cell, backend, mine, todo, on_rank)
+            self._write_tracebacks(cell, rows)
+            self.tracebacks.clear()
         if self.pass_no > 1:  # fold this pass into the stored rows (a failed re-timing keeps the stored row)
             rows = [merge_pass(self.prior[row_key(r)], r) for r in rows if row_key(r) in self.prior]
         self.emit(g.collect(rows))
@@ -283,6 +289,7 @@ class Runner:
             except Exception as e:
                 status = ("oom", f"out of memory building or running the cell: {one_line(e)}") if is_oom(e) \
                     else ("error", one_line(e))
+                self.tracebacks.record(one_line(e), e)
         status = g.agree_status(status)
         if status != ("ok", ""):
             for _ in mine:
@@ -306,9 +313,23 @@ class Runner:
             except CpbenchInputError:
                 raise
             except Exception as e:  # measure_rank records failures itself; this is a last resort
+                self.tracebacks.record(one_line(e), e)
                 rows += self._status_rows(cell, backend, [r], "oom" if is_oom(e) else "error", one_line(e), todo)
             on_rank()
         return rows
+
+    def _write_tracebacks(self, cell: CellSpec, rows: list[dict]) -> None:
+        """Append the traceback of each error row measured in this process to
+        ``error_dir/<cell>-r<rank>-<mode>.txt`` (cell label with ``_`` for spaces), one section per backend and
+        timing. A row whose failure was met on another process's rank has none here (that process writes it)."""
+        for r in rows:
+            text = self.tracebacks.take(r["reason"]) if r["status"] == "error" else None
+            if text is None or self.error_dir is None:
+                continue
+            self.error_dir.mkdir(parents=True, exist_ok=True)
+            path = self.error_dir / f"{cell.label().replace(' ', '_')}-r{r['rank']}-{r['mode']}.txt"
+            with path.open("a", encoding="utf-8") as f:
+                f.write(f"# {r['backend']} {r['timing']} pass {self.pass_no}: {r['reason']}\n{text}\n")
 
     def _cell_inputs(self, cell: CellSpec) -> tuple[CellInputs, dict]:
         """The cell's inputs and cell-wide metrics, built on first use and kept for the cell's other
@@ -351,7 +372,7 @@ class Runner:
                        warmup=c.warmup if self.pass_no == 1 else min(c.warmup, 1),  # the cell ran in pass 1
                        budget_ms=c.budget_ms / c.passes, rel_ci=c.rel_ci, passes=c.passes,
                        check=c.check and self.pass_no == 1, profile=c.profile and self.pass_no == 1,
-                       nvtx=c.nvtx, trace_dir=self.trace_dir,
+                       nvtx=c.nvtx, trace_dir=self.trace_dir, tracebacks=self.tracebacks,
                        per_call_cache=self._kernels_per_call.setdefault((cell, backend), {}),
                        rest=rest, times=self.times)
 

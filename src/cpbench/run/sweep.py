@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable
@@ -34,12 +35,13 @@ from cpbench.errors import CpbenchInputError
 class SweepOutput:
     """Where a sweep writes and what it does at the end: ``out`` (run directory; None: runs/<timestamp>),
     ``resume`` (continue it), ``report`` (charts and report.md), ``allow_mismatch`` (exit 0 despite failed
-    checks)."""
+    checks), ``keep_going`` (exit 0 despite error rows)."""
 
     out: str | None = None
     resume: bool = False
     report: bool = True
     allow_mismatch: bool = False
+    keep_going: bool = False
 
 
 def make_config(backend: str, **fields) -> SweepConfig:
@@ -78,6 +80,9 @@ def check_cells(cfg: SweepConfig, cells: list[CellSpec]) -> None:
                                 f"no cell can run: each is not CP-eligible or over the token cap ({first})")
 
 
+ERRORS_DIR = "errors"  # RUN/errors/<cell>-r<rank>-<mode>.txt: the traceback of each error row
+
+
 class Sweep:
     """One sweep: ``Sweep.open(...)`` then :meth:`run`, :meth:`finish`, :meth:`exit_code`."""
 
@@ -113,12 +118,12 @@ class Sweep:
                 error = str(e)
                 if run is not None:
                     run.unlock()
-        error, done = group.share((error, sorted(done)))
+        error, done, path = group.share((error, sorted(done), str(run.path) if run is not None else None))
         if error:
             raise CpbenchInputError(error)
         prior = {row_key(r): r for r in run.latest_rows()} if run is not None and cfg.passes > 1 else {}
         runner = Runner(cfg, run.append_rows if run is not None else _no_writer, set(map(tuple, done)), group=group,
-                        prior=prior)
+                        prior=prior, error_dir=Path(path) / ERRORS_DIR)
         if run is not None:
             peak = gemm_peak(cfg.device, DTYPES[cfg.dtype])
             env = environment(cfg.device)
@@ -166,21 +171,29 @@ class Sweep:
         if self.run_dir is not None:
             self.run_dir.unlock()
 
-    def exit_code(self, df, allow_mismatch: bool) -> tuple[int, str]:
-        """``(code, message)``: 2 when no cell could run, 1 when any row of the run directory failed the
-        correctness check (unless ``allow_mismatch``), else 0. ``df`` is the whole run directory, so a
-        ``--resume`` that completes a run still fails on the mismatch rows an earlier invocation wrote."""
+    def exit_code(self, df, allow_mismatch: bool, keep_going: bool = False) -> tuple[int, str]:
+        """``(code, message)``: 2 when no cell could run; 1 when any row of the run directory failed the
+        correctness check (unless ``allow_mismatch``) or ended in an ``error`` (an exception in cpbench or a
+        backend, its traceback in ``RUN/errors/``; unless ``keep_going``); else 0. ``ineligible``,
+        ``unsupported``, ``skipped`` and ``oom`` rows are expected and exit 0. ``df`` is the whole run
+        directory, so a ``--resume`` that completes a run still fails on the rows an earlier invocation wrote."""
         if df is None:
             return 0, ""
         if df.empty or not (df["status"].isin(["ok", "mismatch"])).any():
             reasons = sorted(set(df.get("reason", []))) if not df.empty else []
             return 2, f"no cell could run: {'; '.join(map(str, reasons))[:300]}"
+        problems = []
         mismatches = int((df["status"] == "mismatch").sum())
         if mismatches and not allow_mismatch:
             earlier = mismatches - self.runner.mismatches
             note = f", {earlier} of them written before this resume" if earlier > 0 else ""
-            return 1, f"{mismatches} row(s) failed the correctness check{note} (--allow-mismatch to accept)"
-        return 0, ""
+            problems.append(f"{mismatches} row(s) failed the correctness check{note} (--allow-mismatch to accept)")
+        errors = df[df["status"] == "error"]
+        if len(errors) and not keep_going:
+            where = f" in {self.run_dir.path / ERRORS_DIR}" if self.run_dir is not None else ""
+            problems.append(f"{len(errors)} row(s) ended in an error, first: {str(errors['reason'].iloc[0])[:160]} "
+                            f"(tracebacks{where}; --keep-going to exit 0)")
+        return (1, "; ".join(problems)) if problems else (0, "")
 
 
 def _no_writer(rows: list[dict]) -> None:
