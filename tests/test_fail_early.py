@@ -25,10 +25,10 @@ def test_gpu_backend_on_cpu_exits_2_without_a_run_directory(tmp_path, no_gpu, ba
     assert not out.exists()
 
 
-@pytest.mark.parametrize("timing,asked", [("both", "both"), ("graph", "graph"), ("eager,graph", "graph")])
-def test_graph_timing_on_cpu_names_the_option_given(tmp_path, no_gpu, timing, asked):
+@pytest.mark.parametrize("timing", ["both", "graph", "eager,graph"])
+def test_graph_timing_on_cpu_names_the_option(tmp_path, no_gpu, timing):
     r = cpbench("sweep", "--timing", timing, "--out", str(tmp_path / "run"), *TINY)
-    assert r.returncode == 2 and f"--timing {asked} needs a CUDA device" in r.stderr, r.stderr
+    assert r.returncode == 2 and "--timing graph (or both) needs a CUDA device" in r.stderr, r.stderr
     assert not (tmp_path / "run").exists()
 
 

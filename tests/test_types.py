@@ -5,12 +5,15 @@ import json
 import pickle
 
 import pytest
+import torch
 
 from cpbench.domain.cells import Batch, CellSpec, plan_cells
 from cpbench.domain.modes import MODES, Mode, Timing
 from cpbench.errors import CpbenchInputError
 from cpbench.results.rows import Row, RowFieldError, make_row
 from cpbench.results.schema import CELL_COLUMNS, RUN_COLUMNS, check_row
+from cpbench.domain.models import get_preset
+from cpbench.run.config import SweepConfig
 
 pytestmark = pytest.mark.quick
 
@@ -65,3 +68,41 @@ def test_a_misspelt_field_raises_where_the_row_is_made():
     with pytest.raises(RowFieldError, match="is not int"):
         row["bs"] = "one"
     assert pickle.loads(pickle.dumps(row)) == row and type(pickle.loads(pickle.dumps(row))) is Row
+
+
+def _config(**fields):
+    base = dict(model=get_preset("llama-3.1-8b"), cp_sizes=(2,), batches=(Batch.uniform([64]),), backends=("torch",),
+                device=torch.device("cpu"), dtype="fp32")
+    return SweepConfig(**{**base, **fields})
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"cp_sizes": (0,)}, "--cp must be an integer in [1, 1024], got 0"),
+    ({"batches": ()}, "no batch to measure"),
+    ({"batches": (Batch((0,), (0,)),)}, "--extend-len must be an integer in [1, 16777216] extend tokens per request, got 0"),
+    ({"backends": ("fa9",)}, "fa9"),
+    ({"modes": ("triple",)}, "--mode: 'triple' is not one of two-call, fused"),
+    ({"timings": ("graph",)}, "--timing graph (or both) needs a CUDA device"),
+    ({"budget_ms": float("nan")}, "--budget-ms must be a finite number of ms > 0, got nan"),
+    ({"rel_ci": 1.5}, "--rel-ci must be a fraction in [0, 1)"),
+    ({"warmup": -1}, "--warmup must be >= 0 untimed forwards, got -1"),
+    ({"passes": 11}, "--passes must be an integer in [1, 10], got 11"),
+    ({"context_len": 10}, "--context-len 10 is shorter than the longest sequence (64 tokens with prefix)"),
+    ({"fused_order": "random"}, "unknown --fused-order 'random'"),
+    ({"cp_min_extend": "bogus"}, "--cp-min-extend"),
+    ({"ep": 2}, "--ep, --layer-rest-us and --graph-buckets size the breakable forward"),
+    ({"dtype": "int8"}, "--dtype: 'int8' is not one of bf16, fp16, fp32"),
+])
+def test_a_sweep_config_built_from_python_is_checked_like_the_cli(fields, message):
+    with pytest.raises(CpbenchInputError) as e:
+        _config(**fields)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_sweep_config_normalises_text_to_its_types():
+    cfg = _config(modes=["fused"], timings=["eager"], backends="torch", cp_min_extend=None, cp_min_tokens=None)
+    assert cfg.modes == (Mode.FUSED,) and type(cfg.modes[0]) is Mode and cfg.timings == (Timing.EAGER,)
+    assert cfg.backends == ("torch",) and cfg.backend == "torch" and cfg.dtype == "fp32"
+    assert (cfg.cp_min_extend, cfg.cp_min_tokens, cfg.cp_rule.need(4)) == ("pr", 0, 8)
+    with pytest.raises(CpbenchInputError, match="--cp must be"):
+        cfg.replace(cp_sizes=(2, -4))

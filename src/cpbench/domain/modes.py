@@ -53,3 +53,11 @@ class Timing(_StrEnum):
 
 MODES: tuple[Mode, ...] = tuple(Mode)
 TIMINGS: tuple[Timing, ...] = tuple(Timing)
+
+
+class DType(_StrEnum):
+    """The q/k/v dtype of a sweep (the K|V cache's too); fp32 is the reference's own precision."""
+
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP32 = "fp32"

@@ -17,7 +17,7 @@ from cpbench.kernels.backends import get_backend
 from cpbench.domain.geometry import all_ranks, eligibility
 from cpbench.measure.rank import forward_label
 from cpbench.run.runner import DTYPES, count_kernels
-from cpbench.domain.cells import CellSpec
+from cpbench.domain.cells import Batch, CellSpec
 from cpbench.results.schema import MODES
 from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.errors import CpbenchInputError
@@ -113,8 +113,8 @@ def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: 
     from cpbench.run.runner import Runner, SweepConfig
 
     rows: list[dict] = []
-    cfg = SweepConfig(model=model, cp_sizes=tuple(sorted({c.cp_size for c in cells})), batches=(),
-                      backend=backend, device=device, timings=("eager",), budget_ms=1.0, warmup=1, dtype=dtype,
+    cfg = SweepConfig(model=model, cp_sizes=tuple(sorted({c.cp_size for c in cells})),
+                      batches=tuple(Batch(c.extend_lens, c.prefix_lens, c.batch) for c in cells), backends=(backend,), device=device, timings=("eager",), budget_ms=1.0, warmup=1, dtype=dtype,
                       seed=seed, gather=gather)
     runner = Runner(cfg, rows.extend, trace_dir=trace_dir, group=group)
     for cell in cells:

@@ -11,16 +11,13 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from cpbench.domain.modes import MODES
 from cpbench.kernels.backends import get_backend
-from cpbench.domain.cells import Batch, CellSpec, plan_cells
-from cpbench.domain.eligibility import CpRule, parse_rule
+from cpbench.domain.cells import CellSpec
 from cpbench.measure.env import sm_clock_mhz
 from cpbench.domain.flops import forward_flops
 from cpbench.domain.geometry import all_ranks, eligibility
@@ -38,6 +35,7 @@ from cpbench.measure.timing import Clock, time_op_us
 from cpbench.measure.walltime import PhaseTimes
 from cpbench.kernels.workload import CellInputs, build_cell, rank_work
 from cpbench.errors import CpbenchInputError, one_line
+from cpbench.run.config import SweepConfig
 
 __all__ = ["DTYPES", "Runner", "SweepConfig", "count_kernels", "cpu_refusal", "cpu_tflop_limit", "is_oom"]
 
@@ -63,67 +61,6 @@ def cpu_refusal(model: ModelSpec, cell: CellSpec) -> str | None:
         return (f"about {tflop:.3g} TFLOP per forward is too much for the CPU reference (limit {limit:g}, "
                 "CPBENCH_CPU_TFLOP_LIMIT): use a GPU, or a smaller --seq/--bs")
     return None
-
-
-@dataclass(frozen=True)
-class SweepConfig:
-    """What to measure and how, parsed once from the options (the CLI builds it) and never changed after.
-    Lengths in tokens, budget in ms.
-
-    The cells are ``cp_sizes`` x ``batches``, the one way to name them (domain.cells); ``cells_from``
-    records the options the batches came from (``bs_list``, ``seq_list``, ``extend_lens``, ``prefix``,
-    ``lengths``, ``trace``, ``prefix_hit``) for the manifest, and is never read to plan cells.
-    """
-
-    model: ModelSpec
-    cp_sizes: tuple[int, ...]
-    batches: tuple[Batch, ...]
-    backend: str  # one backend, or a comma-separated list measured on the same cells (see ``backends``)
-    device: torch.device
-    cells_from: tuple[tuple[str, object], ...] = ()  # (option, value) pairs; see ``config_dict``
-    ranks: tuple[int, ...] | None = None  # None: every rank
-    modes: tuple[str, ...] = MODES
-    timings: tuple[str, ...] = ("eager",)
-    budget_ms: float = 200.0
-    rel_ci: float | None = 0.01  # stop sampling a variant once its median's 95 % CI is this narrow (None: never)
-    warmup: int = 3
-    dtype: str = "bf16"
-    seed: int = 0
-    check: bool = True
-    context_len: int | None = None
-    profile: bool = True
-    nvtx: bool = False  # NVTX ranges (cell, layer, call) around timed eager forwards
-    gather: str = "none"  # per-layer K|V all-gather of a torchrun launch: packed | separate | none
-    fused_order: str = "prev-next"  # segment order of the fused batch (geometry.FUSED_ORDERS)
-    tp_size: int = 1  # attention TP: ``model`` holds one GPU's heads (spec.tp.split_heads)
-    # SGLang's max_prefill_tokens: a batch with more extend tokens than this is not run (status skipped);
-    # 0 = no cap
-    max_prefill_tokens: int = 0
-    # which batches SGLang runs with CP (spec.eligibility): pr | upstream | a number; a total-token minimum
-    cp_min_extend: str = "pr"
-    cp_min_tokens: int = 0
-    # a separate sliding-window KV pool (SGLang SWAKVPool): window layers' own page table, duplicated too
-    swa_pool: bool = False
-    # the breakable forward (timing breakable, measure/breakable.py): expert parallelism (None: cp_size x
-    # tp_size), µs of GPU work per layer instead of the model's (None: the model's), token buckets (): exact
-    ep: int | None = None
-    layer_rest_us: float | None = None
-    graph_buckets: tuple[int, ...] = ()
-    # timing passes over every cell (measure/passes.py): the interval covers the drift between them
-    passes: int = 1
-
-    @property
-    def cp_rule(self) -> CpRule:
-        return parse_rule(self.cp_min_extend, self.cp_min_tokens)
-
-    @property
-    def backends(self) -> tuple[str, ...]:
-        """The backends this sweep measures, in order (``backend`` split at commas)."""
-        return tuple(b for b in self.backend.split(",") if b)
-
-    def cells(self) -> list[CellSpec]:
-        """Every cell of the sweep: cp_size order, then the batches' order (domain.cells.plan_cells)."""
-        return plan_cells(self.cp_sizes, self.batches)
 
 
 def over_token_budget(cell: CellSpec, max_prefill_tokens: int) -> tuple[str, str] | None:

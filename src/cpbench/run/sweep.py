@@ -49,9 +49,7 @@ def make_config(backend: str, **fields) -> SweepConfig:
     comma-separated list (measured on the same cells, in that order; duplicates dropped). Raises
     CpbenchInputError for an unknown backend."""
     names = [resolve_auto(fields["device"]) if b == "auto" else b for b in backend.split(",") if b.strip()]
-    for name in names:
-        get_backend(name)  # unknown names fail here, before a directory is made
-    return SweepConfig(backend=",".join(dict.fromkeys(names)), **fields)
+    return SweepConfig(backends=tuple(dict.fromkeys(names)), **fields)
 
 
 def check_cells(cfg: SweepConfig, cells: list[CellSpec]) -> None:
@@ -205,6 +203,8 @@ def config_dict(cfg: SweepConfig, group: RankGroup) -> dict:
     options the batches came from (``cells_from``: bs_list, seq_list, extend_lens, prefix, lengths, trace,
     prefix_hit, batches), plus launch and world_size. Lists as JSON lists."""
     fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("batches", "cells_from")}
+    fields["backend"] = cfg.backend  # comma-joined, as manifests always held it (not the backends tuple)
+    del fields["backends"]
     config = {k: (str(v) if k == "device" else dataclasses.asdict(v) if k == "model" else v) for k, v in fields.items()}
     config.update(dict(cfg.cells_from))
     config["launch"], config["world_size"] = group.launch, group.world_size
