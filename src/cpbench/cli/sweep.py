@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from typing import Annotated, Optional
 
 import typer
@@ -187,70 +186,66 @@ def sweep(
 
 
 def run_sweep(cfg, output, *, console: Console = console, group=None, cpu_affinity: str | None = None) -> int:
-    """Run the sweep ``cfg`` (run.runner.SweepConfig) into ``output`` (run.sweep.SweepOutput) with a progress
-    bar; return the exit code (0 ok, 1 a mismatch or an error row, 2 nothing could run). ``group``: where ranks run (default:
-    every rank here, one after another). ``cpu_affinity``: a CPU list this process is pinned to first (its
-    local rank's share under torchrun; the manifest records the writer's cores).
+    """Run the sweep ``cfg`` (run.config.SweepConfig) into ``output`` (run.sweep.SweepOutput) through
+    :func:`cpbench.api.sweep`, with a progress bar and the console summary; return the exit code (0 ok, 1 a
+    mismatch or an error row, 2 nothing could run). ``group``: where ranks run (default: every rank here, one
+    after another). ``cpu_affinity``: a CPU list this process is pinned to first (its local rank's share under
+    torchrun; the manifest records the writer's cores).
 
     Raises CpbenchInputError for bad input found before anything is measured.
     """
-    from cpbench.run.sweep import Sweep
+    from cpbench.api import SweepHooks, sweep
 
-    env_extra = {}
-    if cpu_affinity is not None:
-        from cpbench.measure.affinity import pin
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TimeRemainingColumn(), console=console, transient=False)
+    task = None
 
-        cores = pin(cpu_affinity, int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
-        env_extra["cpu_affinity"] = {"requested": cpu_affinity, "cores": cores}
-    sweep = Sweep.open(cfg, output.out, output.resume, group, env_extra=env_extra)
+    def opened(sw) -> None:
+        nonlocal task
+        bar.disable = sw.run_dir is None
+        if sw.run_dir is not None:
+            _print_header(sw, console)
+        task = bar.add_task("ranks", total=sw.total_ranks())
+        bar.start()
+
+    passes = cfg.passes
+    hooks = SweepHooks(opened=opened, finished=lambda sw: bar.stop(), rank=lambda: bar.advance(task),
+                       cell=lambda c, p: bar.update(task, description=c.label() + (f" pass {p}/{passes}"
+                                                                                   if passes > 1 else "")))
     try:
-        return _run(sweep, console, output)
+        run = sweep(cfg, output.out, resume=output.resume, report=output.report, allow_mismatch=output.allow_mismatch,
+                    keep_going=output.keep_going, group=group, cpu_affinity=cpu_affinity, hooks=hooks)
     finally:
-        sweep.close()
-
-
-def _run(sweep, console: Console, output) -> int:
-    cfg, run_dir = sweep.cfg, sweep.run_dir
-    writer = run_dir is not None
-    if writer:
-        env = run_dir.read_manifest()
-        launch = sweep.runner.group
-        console.print(f"[bold]cpbench sweep[/] {cfg.model.name} on {env.get('gpu_name') or env.get('cpu')} "
-                      f"· backend [cyan]{', '.join(cfg.backends)}[/] · {launch.launch} x{launch.world_size} -> {run_dir}"
-                      + (f" (resuming, {sweep.resumed_rows} row{'' if sweep.resumed_rows == 1 else 's'} on disk)" if sweep.resumed_rows else ""))
-        from cpbench.run.runner import DTYPES
-
-        for backend in sweep.runner.backends.values():
-            note = getattr(backend, "first_use_note", lambda dtype: None)(DTYPES[cfg.dtype])
-            if note:
-                console.print(f"[yellow]{escape(note)}[/]")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=console, transient=False, disable=not writer) as bar:
-        task = bar.add_task("ranks", total=sweep.total_ranks())
-        passes = sweep.cfg.passes
-        sweep.run(on_cell=lambda c, p: bar.update(task, description=c.label() + (f" pass {p}/{passes}" if passes > 1
-                                                                                  else "")),
-                  on_rank=lambda: bar.advance(task))
-    df = sweep.finish()
-    if not writer:
+        bar.stop()
+    if run.path is None:
         return 0
-    show_summary(console, df, cpu=cfg.device.type == "cpu")
-    if output.report:
-        _write_report(run_dir.path, console)
-    console.print(f"run directory: {run_dir}")
-    code, message = sweep.exit_code(df, output.allow_mismatch, output.keep_going)
-    if code == 2:
-        err_console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
-    elif code == 1:
-        console.print(f"[red]{escape(message)}[/]")
-    return code
+    show_summary(console, run.rows, cpu=cfg.device.type == "cpu")
+    if run.report_path is not None:
+        console.print(f"report: {run.report_path}")
+    console.print(f"run directory: {run.path}")
+    if run.exit_code == 2:
+        err_console.print(f"[red]error:[/] {escape(run.message)}", soft_wrap=True)
+    elif run.exit_code == 1:
+        console.print(f"[red]{escape(run.message)}[/]")
+    return run.exit_code
 
 
-def _write_report(run_dir, console: Console) -> None:
-    from cpbench.report.run_report import write_report
+def _print_header(sweep, console: Console) -> None:
+    """The sweep's first line (model, device, backends, launch, run directory) and the backends' first-use
+    notes (a JIT build ahead)."""
+    cfg, run_dir = sweep.cfg, sweep.run_dir
+    env = run_dir.read_manifest()
+    launch = sweep.runner.group
+    console.print(f"[bold]cpbench sweep[/] {cfg.model.name} on {env.get('gpu_name') or env.get('cpu')} "
+                  f"· backend [cyan]{', '.join(cfg.backends)}[/] · {launch.launch} x{launch.world_size} -> {run_dir}"
+                  + (f" (resuming, {sweep.resumed_rows} row{'' if sweep.resumed_rows == 1 else 's'} on disk)"
+                     if sweep.resumed_rows else ""))
+    from cpbench.run.runner import DTYPES
 
-    path = write_report(run_dir)
-    console.print(f"report: {path}")
+    for backend in sweep.runner.backends.values():
+        note = getattr(backend, "first_use_note", lambda dtype: None)(DTYPES[cfg.dtype])
+        if note:
+            console.print(f"[yellow]{escape(note)}[/]")
 
 
 def _ms(x: float) -> str:

@@ -27,6 +27,7 @@ from cpbench.kernels.backends import get_backend
 MAX_CP_SIZE = 1024  # the bound of --cp (cli/options.LIMITS)
 MAX_PASSES = 10
 GATHERS = ("none", "packed", "separate")
+LIST_OPTIONS = ("--cp", "--extend-len", "--prefix-len", "--ranks", "--graph-buckets")  # (cli/options.int_list)
 
 
 @dataclass(frozen=True)
@@ -187,8 +188,14 @@ def _num(v) -> str:
 
 
 def _ints(values, option: str, lo: int, hi: int | None = None, note: str = "") -> None:
-    """Raise CpbenchInputError unless every value is an int >= ``lo`` (and <= ``hi`` when given)."""
+    """Raise CpbenchInputError unless every value is an int >= ``lo`` (and <= ``hi`` when given). A tuple of
+    values is a list option and is worded as the CLI words its lists (``--cp values must be >= 1, got 0``)."""
+    many = isinstance(values, tuple) and option in LIST_OPTIONS
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+        if isinstance(v, bool) or not isinstance(v, int):
+            _bad(f"{option} must be {'integers' if many else 'an integer'}{note}, got {v!r}")
+        if many and (v < lo or (hi is not None and v > hi)):
+            _bad(f"{option} values must be {f'>= {lo}' if v < lo else f'<= {hi}'}, got {v}")
+        if v < lo or (hi is not None and v > hi):
             bound = f"an integer in [{lo}, {hi}]" if hi is not None else f">= {lo}"
             _bad(f"{option} must be {bound}{note}, got {_num(v)}")

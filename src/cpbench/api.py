@@ -1,0 +1,155 @@
+"""cpbench from Python: build a :class:`SweepConfig`, run it with :func:`sweep`, read the :class:`Run`.
+
+    import cpbench
+    cfg = cpbench.grid("llama-3.1-8b", cp_sizes=(2,), bs=(1,), extend_lens=(64,), layers=2)
+    run = cpbench.sweep(cfg, "runs/notebook")
+    run.rows[["cp_size", "rank", "mode", "latency_us_median"]]
+    run.critical_path()[["cp_size", "bs", "speedup", "speedup_ci_low", "speedup_ci_high"]]
+
+``cpbench sweep`` is this function with a progress bar and console tables. Bad input raises
+:class:`~cpbench.errors.CpbenchInputError` with the one-line message the CLI prints; nothing is measured
+before the whole configuration is checked.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from cpbench.domain.cells import Batch, CellSpec
+from cpbench.domain.models import ModelSpec, get_preset, with_overrides
+from cpbench.domain.modes import Timing
+from cpbench.run.config import SweepConfig
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from cpbench.run.sweep import Sweep
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run directory, read: its rows, manifest and report.
+
+    Attributes:
+        path: the run directory (None on a torchrun rank that does not write).
+        rows: one row per cell x rank x backend x mode x timing, the derived columns included (µs, bytes,
+            tokens; ``cpbench columns`` lists every column with its unit).
+        manifest: ``manifest.json`` (environment, config, the timing method, wall times).
+        report_path: ``report.md`` when it was written, else None.
+        exit_code: what ``cpbench sweep`` would exit with: 0 ok, 1 a mismatch or an error row, 2 nothing ran.
+        message: why, when ``exit_code`` is not 0.
+    """
+
+    path: Path | None
+    rows: "pd.DataFrame"
+    manifest: dict = field(default_factory=dict)
+    report_path: Path | None = None
+    exit_code: int = 0
+    message: str = ""
+
+    @classmethod
+    def open(cls, path: str | Path) -> "Run":
+        """A run directory already on disk. Raises CpbenchInputError for a path that holds no run."""
+        from cpbench.results.store import load_run
+
+        rows, manifest = load_run(path)
+        report = Path(path) / "report.md"
+        return cls(Path(path), rows, manifest, report if report.is_file() else None)
+
+    def critical_path(self) -> "pd.DataFrame":
+        """One row per cell, backend and timing: the slowest rank's two-call and fused latency (µs), the
+        speedup with its 95 % interval and verdict (results.critical_path)."""
+        from cpbench.results.critical_path import critical_path
+
+        return critical_path(self.rows)
+
+
+@dataclass
+class SweepHooks:
+    """What a caller sees while a sweep runs (the CLI draws its progress bar with these): ``opened(sweep)``
+    once the run directory and manifest exist, ``cell(cell, pass_no)`` before each cell of each pass,
+    ``rank()`` after each rank, ``finished(sweep)`` once the tables are written."""
+
+    opened: Callable[["Sweep"], None] = lambda sweep: None
+    cell: Callable[[CellSpec, int], None] = lambda cell, pass_no: None
+    rank: Callable[[], None] = lambda: None
+    finished: Callable[["Sweep"], None] = lambda sweep: None
+
+
+def sweep(config: SweepConfig, out: str | Path | None = None, *, resume: bool = False, report: bool = True,
+          allow_mismatch: bool = False, keep_going: bool = False, group=None, cpu_affinity: str | None = None,
+          hooks: SweepHooks | None = None) -> Run:
+    """Measure every cell of ``config`` into the run directory ``out`` (None: ``runs/<timestamp>``).
+
+    Args:
+        resume: continue the run in ``out``, skipping rows on disk (the options must match).
+        report: write ``report.md`` and the charts at the end.
+        allow_mismatch / keep_going: a mismatch / an error row does not make ``exit_code`` 1.
+        group: where the ranks run (default: every rank in this process, one after another).
+        cpu_affinity: a CPU list (``0-7``) this process is pinned to first.
+        hooks: progress callbacks (:class:`SweepHooks`).
+    Returns:
+        the :class:`Run`; a cell that could not run is a row with its status and reason.
+    Raises:
+        CpbenchInputError: bad input found before anything is measured (no cell can run, a bad ``out``, a
+            resume with other options); a one-line message.
+    """
+    from cpbench.run.sweep import Sweep
+
+    hooks = hooks or SweepHooks()
+    env_extra = {}
+    if cpu_affinity is not None:
+        from cpbench.measure.affinity import pin
+
+        cores = pin(cpu_affinity, int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+        env_extra["cpu_affinity"] = {"requested": cpu_affinity, "cores": cores}
+    run = Sweep.open(config, None if out is None else str(out), resume, group, env_extra=env_extra)
+    try:
+        hooks.opened(run)
+        run.run(on_cell=hooks.cell, on_rank=hooks.rank)
+        df = run.finish()
+        hooks.finished(run)
+        if run.run_dir is None:  # a torchrun rank that does not write
+            import pandas as pd
+
+            return Run(None, pd.DataFrame())
+        report_path = None
+        if report:
+            from cpbench.report.run_report import write_report
+
+            report_path = write_report(run.run_dir.path)
+        code, message = run.exit_code(df, allow_mismatch, keep_going)
+        return Run(run.run_dir.path, df, run.run_dir.read_manifest(), report_path, code, message)
+    finally:
+        run.close()
+
+
+def grid(model: str | ModelSpec = "llama-3.1-8b", *, cp_sizes: Sequence[int] = (4,), bs: Sequence[int] = (1,),
+         extend_lens: Sequence[int] = (2048,), prefix_len: int = 0, backends: str | Sequence[str] = "auto",
+         device: str | None = None, layers: int | None = None, **fields) -> SweepConfig:
+    """A :class:`SweepConfig` of the ``bs`` x ``extend_lens`` grid (tokens) at each cp_size, with the CLI's
+    defaults for the device: eager and graph timing in two passes on a GPU, eager in one pass with one
+    warm-up on a CPU. ``model``: a preset name (``cpbench models``) or a ModelSpec; ``layers`` overrides its
+    layer count; ``backends``: ``auto``, a name or several; ``fields``: any other SweepConfig field.
+
+    Raises CpbenchInputError as SweepConfig does, and for an unknown preset or backend."""
+    from cpbench.measure.env import resolve_device
+    from cpbench.kernels.backends import resolve_auto
+
+    dev = resolve_device(device)
+    spec = get_preset(model) if isinstance(model, str) else model
+    if layers is not None:
+        spec = with_overrides(spec, layers=layers)
+    names = [backends] if isinstance(backends, str) else list(backends)
+    names = [resolve_auto(dev) if b == "auto" else b for n in names for b in n.split(",") if b.strip()]
+    cuda = dev.type == "cuda"
+    defaults = dict(timings=(Timing.EAGER, Timing.GRAPH) if cuda else (Timing.EAGER,), warmup=3 if cuda else 1,
+                    passes=2 if cuda else 1,
+                    cells_from=(("bs_list", list(bs)), ("seq_list", list(extend_lens)), ("extend_lens", None),
+                                ("prefix", prefix_len)))
+    batches = tuple(Batch.uniform((e,) * b, prefix_len) for b in bs for e in extend_lens)
+    return SweepConfig(model=spec, cp_sizes=tuple(cp_sizes), batches=batches, backends=tuple(dict.fromkeys(names)),
+                       device=dev, **{**defaults, **fields})

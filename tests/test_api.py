@@ -1,0 +1,39 @@
+"""The Python API (cpbench.api): a notebook user builds a config, runs it and reads the rows, with the same
+checks and one-line errors as the CLI, and a run written by the CLI opens the same way."""
+
+import math
+
+import pytest
+
+import cpbench
+from clirun import cpbench as cli
+
+def _cfg(**kw):
+    return cpbench.grid("llama-3.1-8b", **{**dict(cp_sizes=(2,), bs=(1,), extend_lens=(64,), layers=2, device="cpu",
+                                               dtype="fp32", budget_ms=5), **kw})
+
+
+def test_sweep_from_python_returns_the_rows_with_derived_columns_and_the_report(tmp_path):
+    run = cpbench.sweep(_cfg(), tmp_path / "run")
+    assert run.exit_code == 0 and run.message == "" and run.path == tmp_path / "run"
+    assert run.report_path == tmp_path / "run" / "report.md" and run.report_path.is_file()
+    rows = run.rows
+    assert sorted(zip(rows["rank"], rows["mode"])) == [(0, "fused"), (0, "two-call"), (1, "fused"), (1, "two-call")]
+    assert set(rows["status"]) == {"ok"} and (rows["latency_us_median"] > 0).all()
+    assert (rows["per_layer_us"] == rows["latency_us_median"] / 2).all()  # a derived column, computed on read
+    cp = run.critical_path()
+    assert len(cp) == 1 and math.isclose(cp["speedup"].iloc[0], cp["two_call_us"].iloc[0] / cp["fused_us"].iloc[0])
+    assert run.manifest["config"]["backend"] == "torch" and run.manifest["config"]["cp_sizes"] == [2]
+    again = cpbench.Run.open(run.path)
+    assert again.rows["latency_us_median"].tolist() == rows["latency_us_median"].tolist()
+
+
+def test_bad_input_from_python_is_the_cli_s_one_line_error(tmp_path):
+    with pytest.raises(cpbench.CpbenchInputError, match=r"^--cp values must be >= 1, got 0$"):
+        _cfg(cp_sizes=(0,))
+    with pytest.raises(cpbench.CpbenchInputError, match="no cell can run"):
+        cpbench.sweep(cpbench.grid("llama-3.1-8b", cp_sizes=(4,), extend_lens=(3,), layers=2, device="cpu"),
+                      tmp_path / "none")
+    assert not (tmp_path / "none").exists()
+    r = cli("sweep", "--cp", "0", "--layers", "2", "--out", str(tmp_path / "cli"))
+    assert r.returncode == 2 and r.stderr.strip() == "error: --cp values must be >= 1, got 0"
