@@ -18,6 +18,7 @@ from cpbench.measure.rank import RankJob, measure_rank
 from cpbench.domain.models import get_preset, with_overrides
 from cpbench.ranks.group import LocalGroup
 from cpbench.results.derived import derive
+from cpbench.results.policy import TimingPolicy
 from cpbench.results.schema import SCHEMA_VERSION, check_row
 from cpbench.measure.timing import Clock
 from cpbench.kernels.workload import build_cell, rank_work
@@ -43,7 +44,7 @@ def _job(model, inputs, todo, **kw) -> RankJob:
     shared = dict(page_table_bytes=table_bytes(inputs.block_tables), kv_cache_bytes=inputs.kv_cache_bytes,
                   context_len=inputs.context_len, kv_buffers=len(inputs.kv_buffers), dup_copy_us=1.5)
     return RankJob(get_backend("torch"), Clock(CPU), CPU, "fp32", base, key, shared, list(todo), f"cp{CP} bs1 seq64",
-                   **{"warmup": 0, "budget_ms": 5.0, **kw})
+                   timing=TimingPolicy(warmup=kw.pop("warmup", 0), budget_ms=5.0), **kw)
 
 
 @pytest.mark.parametrize("rank", [0, 1])

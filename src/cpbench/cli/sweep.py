@@ -22,6 +22,7 @@ from cpbench.cli.options import (BACKEND_CHOICES, CpMinExtendOpt, CpMinTokensOpt
                                  ModelOpt, PageSizeOpt, PrefixLenOpt, SinksOpt, WindowOpt,
                                  choice_list, console, err_console, int_list, resolve_device, resolve_model)
 from cpbench.errors import CpbenchInputError
+from cpbench.results.policy import host_bound_text
 
 
 
@@ -296,5 +297,5 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
                          r["status"] if r["status"] == "ok" else f"{r['status']}: {str(r['reason'])[:120]}"])
         print_table(console, title, cols, rows)
     if marked:
-        console.print(f"{HOST_MARK} host-bound eager cell: its latency exceeds 1.2x the GPU busy time, so the eager "
+        console.print(f"{HOST_MARK} host-bound eager cell: its latency exceeds {host_bound_text()} the GPU busy time, so the eager "
                       "ratio measures how fast the CPU launches (the report gives its GPU-time ratio)")

@@ -34,9 +34,10 @@ from cpbench.measure.kernel_counts import COUNT_COLUMNS, count_kernels
 from cpbench.measure.layer_kinds import KIND_COLUMNS
 from cpbench.measure.memory import SetupMemory, memory_columns
 from cpbench.measure.phases import phase_times_us
+from cpbench.results.policy import TimingPolicy
 from cpbench.results.rows import make_row
 from cpbench.ranks.group import Exchange, PeerFailure, RankGroup, Status
-from cpbench.measure.timing import (MIN_STOP_SAMPLES, Clock, capture_graph, release_graphs, summarize,
+from cpbench.measure.timing import (Clock, capture_graph, release_graphs, summarize,
                                    time_interleaved)
 from cpbench.measure.walltime import PhaseTimes
 from cpbench.kernels.workload import RankWork
@@ -68,16 +69,13 @@ class RankJob:
     cell_metrics: dict
     todo: list[tuple[str, str]]
     label: str
-    warmup: int = 3
-    budget_ms: float = 200.0
-    rel_ci: float | None = None
+    timing: TimingPolicy = field(default_factory=TimingPolicy)  # warm-up, budget of this pass, floors
     check: bool = True
     profile: bool = True
     nvtx: bool = False
     trace_dir: Path | None = None
     per_call_cache: dict = field(default_factory=dict)
     rest: CellRest | None = None  # the cell's rest-of-layer work, for timing breakable (measure/breakable.py)
-    passes: int = 1  # timing passes of the sweep (measure/passes.py): each pass stops on precision at 1/passes
     times: PhaseTimes = field(default_factory=PhaseTimes)  # harness wall time by phase (measure/walltime.py)
     tracebacks: Tracebacks = field(default_factory=Tracebacks)  # of the failures that became error rows
 
@@ -159,10 +157,9 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         samples, stop = {}, {}
         if fns:
             st = _attempt(lambda: samples.update(time_interleaved(
-                fns, job.clock, warmup=job.warmup, budget_ms=job.budget_ms,
-                min_reps=5 if job.clock.cuda else 3, agree=group.agree, barrier=group.barrier,
-                min_stop=-(-MIN_STOP_SAMPLES // job.passes),
-                rel_ci=job.rel_ci, info=stop, times=times)), job.tracebacks)
+                fns, job.clock, warmup=job.timing.warmup, budget_ms=job.timing.pass_budget_ms,
+                min_reps=job.timing.min_reps(job.clock.cuda), agree=group.agree, barrier=group.barrier,
+                min_stop=job.timing.min_stop, rel_ci=job.timing.rel_ci, info=stop, times=times)), job.tracebacks)
             st = group.agree_status(st)
             if st != OK:
                 graph_status.update({m: st for m in fns})

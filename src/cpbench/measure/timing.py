@@ -30,8 +30,10 @@ from typing import Callable
 
 import torch
 
+from cpbench.results.policy import FLOORS
+
 Fn = Callable[[], None]
-MIN_STOP_SAMPLES = 20  # fewer samples give too wide a median CI for the stopping rule to mean anything
+MIN_STOP_SAMPLES = FLOORS.stop  # fewer samples give too wide a median CI for the stopping rule to mean anything
 
 
 class Clock:
@@ -126,7 +128,7 @@ def capture_segments(fns: list[Fn]) -> list[Fn]:
     return replays
 
 
-def repeats_for_budget(estimate_us: float, budget_ms: float, min_reps: int = 5, max_reps: int = 2000) -> int:
+def repeats_for_budget(estimate_us: float, budget_ms: float, min_reps: int = FLOORS.cuda, max_reps: int = 2000) -> int:
     """Samples that fit ``budget_ms`` per variant at ``estimate_us`` each, clamped to [min, max]."""
     if estimate_us <= 0:
         return max_reps
@@ -134,7 +136,7 @@ def repeats_for_budget(estimate_us: float, budget_ms: float, min_reps: int = 5, 
 
 
 def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms: float,
-                     min_reps: int = 5, max_reps: int = 2000, agree: Callable[[float], float] = lambda x: x,
+                     min_reps: int = FLOORS.cuda, max_reps: int = 2000, agree: Callable[[float], float] = lambda x: x,
                      barrier: Fn | None = None, rel_ci: float | None = None,
                      info: dict | None = None, times=None, min_stop: int = MIN_STOP_SAMPLES) -> dict[str, list[float]]:
     """Time each variant in ABBA order; return ``name -> raw samples (µs)``.

@@ -19,6 +19,7 @@ from cpbench.report.forward import forward_text
 from cpbench.results.critical_path import flag
 from cpbench.report.style import human_tokens
 from cpbench.report.tables import HOST_MARK, md_table, ms, times, times_ci, verdict
+from cpbench.results.policy import host_bound_text
 
 KEYS = ["model", "cp_size", "bs", "max_extend_len", "prefix_len", "extend_lens", "timing"]
 
@@ -109,6 +110,6 @@ def backend_answer(view: pd.DataFrame) -> list[str]:
                   "path, and whether the host was hidden behind the GPU (see Prefill forward below).")
     out = [intro, "", md_table(heads, rows), ""]
     if marked:
-        out += [f"{HOST_MARK} host-bound eager cell: its latency exceeds 1.2× the GPU busy time, so the eager ratio "
+        out += [f"{HOST_MARK} host-bound eager cell: its latency exceeds {host_bound_text()} the GPU busy time, so the eager ratio "
                 "measures how fast the CPU launches; the GPU-time ratio beside it is the kernel's answer.", ""]
     return out

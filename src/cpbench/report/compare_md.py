@@ -16,6 +16,7 @@ from cpbench.results.schema import CELL_COLUMNS
 from cpbench.results.verdicts import TIE_BAND, ratio_text
 from cpbench.report.data import on_cpu
 from cpbench.report.tables import HOST_MARK, md_table, ms, plural
+from cpbench.results.policy import host_bound_text
 
 MAX_LISTED = 40
 
@@ -88,7 +89,7 @@ def _speedups_table(f) -> str:
                                             overlap])
     caption = ", ".join(f"{k} {v}" for k, v in single.items())
     marked = any(_hb(r, side) for _, r in f.iterrows() for side in ("base", "new"))
-    note = (f"\n\n{HOST_MARK} host-bound in that run: its eager latency exceeds 1.2× the GPU busy time, so the ratio "
+    note = (f"\n\n{HOST_MARK} host-bound in that run: its eager latency exceeds {host_bound_text()} the GPU busy time, so the ratio "
             "measures how fast the CPU launches" if marked else "")
     return (f"_{caption}_\n\n" if caption else "") + md_table(heads, rows) + note
 

@@ -34,6 +34,7 @@ from cpbench.report.style import human_tokens
 from cpbench.report.tables import (cell_tables, cpu_summary_lines, kernel_lines, kernel_table, md_table,
                                    merge_lines, reference_check_lines, summary_lines)
 from cpbench.report.workloads import cp_share_lines, workload_sections
+from cpbench.results.policy import clock_drop_text
 
 ENV_KEYS = (("gpu_name", "GPU"), ("compute_capability", "compute capability"), ("driver", "driver"),
             ("cuda", "CUDA"), ("torch", "torch"), ("flashinfer", "flashinfer"), ("python", "Python"),
@@ -155,7 +156,7 @@ def notes(df: pd.DataFrame) -> list[str]:
                    f"critical-path speedup: e.g. {partial[0]}.")
     drop = df[df["clock_drop"].map(lambda v: v is True or v == 1 or str(v).lower() == "true")]
     if len(drop):
-        out.append(f"- SM clock dropped by more than 10% while timing {len(drop)} row(s) "
+        out.append(f"- SM clock dropped by more than {clock_drop_text()} while timing {len(drop)} row(s) "
                    f"(e.g. cp {drop.iloc[0]['cp_size']}, bs {drop.iloc[0]['bs']}, "
                    f"{human_tokens(drop.iloc[0]['max_extend_len'])} tokens, {drop.iloc[0]['mode']}); treat those numbers "
                    "with care.")

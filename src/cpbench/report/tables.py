@@ -18,6 +18,7 @@ from cpbench.results.verdicts import ratio_text, speedup_verdict
 from cpbench.report.data import ranks_text, uniform
 from cpbench.report.style import human_tokens
 from cpbench.domain.tolerance import REFERENCE_TOLERANCE
+from cpbench.results.policy import host_bound_text
 
 
 HOST_MARK = "†"  # a host-bound eager cell: its latency measures the launching CPU (one mark in every table)
@@ -165,7 +166,7 @@ def reference_check_lines(rows: pd.DataFrame) -> list[str]:
 
 
 def host_bound_lines(ok: pd.DataFrame, group: str) -> list[str]:
-    """A bullet naming the host-bound eager cells of a group (latency > 1.2x the GPU busy time of the
+    """A bullet naming the host-bound eager cells of a group (latency > HOST_BOUND_RATIO x the GPU busy time of the
     profiled forward): there the eager speedup measures the launching CPU; the GPU-time speedup is
     shown beside it."""
     hb = ok[flags(ok["host_bound"])] if "host_bound" in ok else ok.iloc[0:0]
@@ -174,7 +175,7 @@ def host_bound_lines(ok: pd.DataFrame, group: str) -> list[str]:
     cells = "; ".join(f"{where(c)}: {times(c['speedup'])} eager vs {times(c['gpu_speedup'])} GPU time"
                       for _, c in hb.head(8).iterrows())
     more = f" (+{len(hb) - 8} more)" if len(hb) > 8 else ""
-    return [f"  - Host-bound ({group}, {len(hb)} cell(s)): the eager latency exceeds 1.2× the GPU busy time, so "
+    return [f"  - Host-bound ({group}, {len(hb)} cell(s)): the eager latency exceeds {host_bound_text()} the GPU busy time, so "
             f"the eager speedup measures how fast the CPU launches: {cells}{more}."]
 
 

@@ -17,11 +17,7 @@ from cpbench.results.schema import CELL_COLUMNS, DERIVED_COLUMNS
 from cpbench.results.uncertainty import critical_per_sample
 from cpbench.domain.ring import bus_bandwidth_gbps
 
-# an eager forward whose latency exceeds its GPU busy time by this factor is launch-bound: its latency
-# measures how fast the host enqueues work (reports mark such cells and quote their GPU-time ratio)
-HOST_BOUND_RATIO = 1.2
-# an SM clock that ends a variant's timing below this fraction of where it started has dropped
-CLOCK_DROP_RATIO = 0.9
+from cpbench.results.policy import CLOCK_DROP_RATIO, HOST_BOUND_RATIO  # (results/policy.py says why)
 
 __all__ = ["CLOCK_DROP_RATIO", "DERIVED_COLUMNS", "HOST_BOUND_RATIO", "derive"]  # DERIVED_COLUMNS: schema's
 
@@ -49,7 +45,7 @@ def derive(df: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
     * ``gemm_peak_tflops``: the manifest's ``gemm_peak.gemm_tflops`` on ``ok`` rows (measure/peak.py).
     * ``page_table_dup_bytes = 2 * page_table_bytes`` on fused rows at cp_size > 1, else 0 (the fused call's
       ``cat(t, t)`` of every table, SGLang PR #33137).
-    * ``clock_drop``: ``sm_clock_mhz_after < 0.9 * sm_clock_mhz_before``.
+    * ``clock_drop``: ``sm_clock_mhz_after < CLOCK_DROP_RATIO * sm_clock_mhz_before``.
     * ``host_bound``: an eager row with ``latency_us_median > 1.2 * gpu_busy_us``.
     * ``host_hidden``: a breakable row whose median host issue time ``host_launch_us`` is below its median
       forward ``latency_us_median`` (the host ran ahead; otherwise the forward waited for the host).

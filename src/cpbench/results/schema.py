@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from cpbench.domain.modes import MODES, TIMINGS
+from cpbench.results.policy import clock_drop_text
 
 SCHEMA_VERSION = 2
 LAUNCHES = ("simulated", "torchrun")
@@ -146,7 +147,7 @@ _COLUMNS = [
        "(breakable rows; 0 expected: the same kernels on the same inputs)"),
     _c("sm_clock_mhz_before", "float", "MHz", "SM clock before timing (NaN: unknown)"),
     _c("sm_clock_mhz_after", "float", "MHz", "SM clock after timing"),
-    _c("clock_drop", "bool", "", "SM clock fell by more than 10% while timing", "derived"),
+    _c("clock_drop", "bool", "", f"SM clock fell by more than {clock_drop_text()} while timing", "derived"),
     _c("sm_clock_mhz_min", "float", "MHz", "lowest SM clock read after a timed sample (NaN: unknown)"),
     _c("sm_clock_mhz_max", "float", "MHz", "highest SM clock read after a timed sample"),
     _c("attn_kernels", "float", "", "attention kernels per forward (GPU executions; torch backend: calls)"),

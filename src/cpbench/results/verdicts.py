@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import math
 
+from cpbench.results.policy import FLOORS
+
 TIE_BAND = 0.02
 """Tie band (fraction) used only when a value has no finite 95 % interval."""
 
 NO_VERDICT = "n/a"
 
-MIN_SAMPLES = 10
+MIN_SAMPLES = FLOORS.gate
 """Timed samples both rows of a comparison need before a slowdown can count as a regression (the compare
-gate; ``cpbench compare --min-samples``): with fewer, the bootstrap CI is too narrow a guide."""
+gate; ``cpbench compare --min-samples``; results/policy.SampleFloors)."""
 
 
 def _f(x) -> float:

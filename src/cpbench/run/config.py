@@ -23,6 +23,7 @@ from cpbench.domain.models import ModelSpec
 from cpbench.domain.modes import MODES, TIMINGS, DType, Mode, Timing
 from cpbench.errors import CpbenchInputError
 from cpbench.kernels.backends import get_backend
+from cpbench.results.policy import TimingPolicy
 
 MAX_CP_SIZE = 1024  # the bound of --cp (cli/options.LIMITS)
 MAX_PASSES = 10
@@ -112,6 +113,12 @@ class SweepConfig:
     def cells(self) -> list[CellSpec]:
         """Every cell of the sweep: cp_size order, then the batches' order (domain.cells.plan_cells)."""
         return plan_cells(self.cp_sizes, self.batches)
+
+    def timing_policy(self, pass_no: int = 1) -> TimingPolicy:
+        """How pass ``pass_no`` times a variant: this config's warm-up (one after pass 1: the cell ran
+        already), budget, precision stop and passes, with the sample floors of results/policy.py."""
+        return TimingPolicy(warmup=self.warmup if pass_no == 1 else min(self.warmup, 1), budget_ms=self.budget_ms,
+                            rel_ci=self.rel_ci, passes=self.passes)
 
     def replace(self, **changes) -> "SweepConfig":
         """A copy with ``changes``, checked again."""

@@ -306,8 +306,7 @@ class Runner:
         c = self.cfg
         return RankJob(self.backends[backend], self.clock, c.device, c.dtype, self.base(cell, backend), cell.key(),
                        cell_metrics, todo, cell.label(),
-                       warmup=c.warmup if self.pass_no == 1 else min(c.warmup, 1),  # the cell ran in pass 1
-                       budget_ms=c.budget_ms / c.passes, rel_ci=c.rel_ci, passes=c.passes,
+                       timing=c.timing_policy(self.pass_no),
                        check=c.check and self.pass_no == 1, profile=c.profile and self.pass_no == 1,
                        nvtx=c.nvtx, trace_dir=self.trace_dir, tracebacks=self.tracebacks,
                        per_call_cache=self._kernels_per_call.setdefault((cell, backend), {}),

@@ -301,7 +301,7 @@ def timing_method(cfg: SweepConfig, cpu_threads: int | None) -> str:
             f"up to ~{cfg.budget_ms:g} ms of samples per variant"
             f"{f' split over {cfg.passes} passes over the sweep (later passes: one warm-up)' if cfg.passes > 1 else ''}"
             f"{f', fewer once the median is known within {100 * cfg.rel_ci:g} % (95 % CI)' if cfg.rel_ci else ''} "
-            f"(>= {5 if cfg.device.type == 'cuda' else 3}"
+            f"(>= {cfg.timing_policy().min_reps(cfg.device.type == 'cuda')}"
             f"{'' if cpu_threads is None else f', {cpu_threads} CPU thread' + ('' if cpu_threads == 1 else 's')}"
             f"); two-call and fused interleaved "
             f"ABBA; timings: {', '.join(cfg.timings)}{graph}; setup (metadata, page tables"
