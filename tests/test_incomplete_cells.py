@@ -107,9 +107,16 @@ def test_resumes_mixing_a_grid_and_extend_lens_list_only_planned_cells(tmp_path,
         (out / name).unlink()
     assert cpbench("report", out).returncode == 0
     text = (out / "report.md").read_text(encoding="utf-8")
-    assert [line for line in text.splitlines() if "not measured**" in line] == [
-        "- cp 2 · bs 2 · 64 tokens · eager: **not measured** (the sweep stopped before this cell; rerun its command "
-        "with `--resume`)"]
+    missing = ["- cp 2 · bs 2 · 64 tokens · eager: **not measured** (the sweep stopped before this cell; rerun its "
+               "command with `--resume`)"]
+    assert [line for line in text.splitlines() if "not measured**" in line] == missing
+    man = json.loads((out / "manifest.json").read_text())  # the report diffed the planned keys, in plan order
+    assert [(c["bs"], c["max_extend_len"]) for c in man["planned_cells"]] == [(1, 32), (2, 48), (2, 64)]
+    del man["planned_cells"]  # a manifest from before the keys were recorded: re-planned from the options
+    (out / "manifest.json").write_text(json.dumps(man))
+    assert cpbench("report", out).returncode == 0
+    text = (out / "report.md").read_text(encoding="utf-8")
+    assert [line for line in text.splitlines() if "not measured**" in line] == missing
 
 
 def test_a_huge_or_long_plan_in_an_edited_manifest_is_capped():

@@ -18,7 +18,8 @@ import torch
 from cpbench.kernels.backends.torch_ref import TorchBackend
 from cpbench.results.critical_path import critical_path
 from cpbench.results.schema import DERIVED_COLUMNS, KEY_COLUMNS
-from cpbench.results.store import RunDir, _union, load_run, read_jsonl
+from cpbench.results.store import RunDir, load_run, read_jsonl
+from cpbench.run.manifest import _union
 from cpbench.cli.sweep import run_sweep
 from sweepcfg import grid_config, output
 from cpbench.errors import CpbenchWarning

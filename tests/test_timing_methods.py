@@ -3,6 +3,7 @@
 
 import json
 
+from cpbench.run.manifest import SweepManifest, record_wall_time
 from cpbench.cli.sweep import run_sweep
 from cpbench.report.run_report import environment_table, timing_methods
 from cpbench.results.store import RunDir
@@ -30,8 +31,8 @@ def test_a_resume_with_another_budget_records_both_methods(tmp_path):
 def test_equal_methods_show_as_one_row(tmp_path):
     run = RunDir(tmp_path)
     for cmd in ("cpbench sweep", "cpbench sweep --resume", "cpbench sweep --resume"):
-        run.write_manifest({"command": cmd, "timing_method": "CUDA events, ABBA"}, {})
-        run.record_wall_time(1.0, new_entry=True)
+        SweepManifest({"command": cmd, "timing_method": "CUDA events, ABBA"}, {}, []).write(run)
+        record_wall_time(run, 1.0, new_entry=True)
     man = run.read_manifest()
     assert man["timing_methods"] == ["CUDA events, ABBA"] * 3
     assert _rows(environment_table(man), "timing method") == ["| timing method | CUDA events, ABBA |"]
@@ -42,7 +43,7 @@ def test_a_manifest_from_before_timing_methods_reads_and_resumes(tmp_path):
     assert _rows(environment_table(old), "timing method") == ["| timing method | A |"]  # as before
     (tmp_path / "manifest.json").write_text(json.dumps(old))
     run = RunDir(tmp_path)
-    run.write_manifest({"command": "cpbench sweep --resume --budget-ms 50", "timing_method": "B"}, {})
+    SweepManifest({"command": "cpbench sweep --resume --budget-ms 50", "timing_method": "B"}, {}, []).write(run)
     man = run.read_manifest()
     assert man["timing_methods"] == ["A", None, "B"]  # the second invocation's method was never recorded
     assert timing_methods(man) == [("A", [1]), ("B", [3])]

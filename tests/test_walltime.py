@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from cpbench.run.manifest import record_wall_time
 from cpbench.run.runner import omp_threads, over_token_budget
 from cpbench.domain.cells import CellSpec
 from cpbench.measure.walltime import PHASES, PhaseTimes
@@ -96,7 +97,7 @@ def test_manifest_phase_times_summed_over_invocations_and_bad_entries_ignored(tm
     path.write_text('{"sweep_phase_s": 5, "sweep_wall_s": [1.0]}')
     assert read_manifest(path)["sweep_phase_s"] == []  # not a list: reset, as sweep_wall_s is
     run = RunDir(tmp_path)
-    run.record_wall_time(2.0, phases={"samples": 1.0})
+    record_wall_time(run, 2.0, phases={"samples": 1.0})
     assert read_manifest(path)["sweep_phase_s"] == [{"samples": 1.0}]
 
 

@@ -16,6 +16,8 @@ import pandas as pd
 
 from cpbench.domain.eligibility import DEFAULT_RULE, CpRule, parse_rule
 from cpbench.results.critical_path import incomplete_reason, missing_rows
+from cpbench.results.keys import canon
+from cpbench.results.policy import clock_drop_text
 from cpbench.results.schema import CELL_COLUMNS, MODES
 from cpbench.results.store import RunDir, as_utf8, load_run
 from cpbench.results.verdicts import TIE_BAND
@@ -34,7 +36,6 @@ from cpbench.report.style import human_tokens
 from cpbench.report.tables import (cell_tables, cpu_summary_lines, kernel_lines, kernel_table, md_table,
                                    merge_lines, reference_check_lines, summary_lines)
 from cpbench.report.workloads import cp_share_lines, workload_sections
-from cpbench.results.policy import clock_drop_text
 
 ENV_KEYS = (("gpu_name", "GPU"), ("compute_capability", "compute capability"), ("driver", "driver"),
             ("cuda", "CUDA"), ("torch", "torch"), ("flashinfer", "flashinfer"), ("python", "Python"),
@@ -177,10 +178,13 @@ def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
     ``cpbench sweep ... --resume`` measures them). The plans are the manifest's ``planned``, one per
     invocation (a resume may name other cells; the config's lists are their union, which would plan cells
     no command asked for), or its config for a run made before that record."""
+    keyed = _missing_planned_cells(df, manifest.get("planned_cells"))
+    if keyed is not None:
+        return keyed
     cfg = manifest.get("config") or {}
     if not isinstance(cfg, dict) or not cfg.get("cp_sizes"):
         return []
-    planned = manifest.get("planned")
+    planned = manifest.get("planned")  # a manifest from before planned_cells: re-plan from the options
     plans = planned if isinstance(planned, list) and planned and all(isinstance(p, dict) for p in planned) else [cfg]
     kinds = (("cp_sizes", int), ("bs_list", int), ("seq_list", int), ("timings", str), ("extend_lens", int))
     bad = next(((k, p[k]) for p in plans for k, kind in kinds if p.get(k) is not None and not _list_of(p[k], kind)),
@@ -209,6 +213,30 @@ def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
     out = [f"- cp {cp} · bs {bs} · {human_tokens(seq)} tokens · {timing}: **not measured** "
            "(the sweep stopped before this cell; rerun its command with `--resume`)"
            for cp, bs, seq, timing in sorted(cells, key=lambda c: c[:3]) if (cp, bs, seq, timing) not in have]
+    return out if len(out) <= MAX_NOTES else out[:MAX_NOTES] + [f"- … and {len(out) - MAX_NOTES} more not measured."]
+
+
+def _missing_planned_cells(df: pd.DataFrame, planned) -> list[str] | None:
+    """The not-measured bullets of :func:`missing_cells` from the manifest's ``planned_cells`` (the cell keys
+    the sweeps planned: cp_size, bs, max_extend_len, batch, timing), diffed against the rows' keys; None when
+    the manifest has no such list (written before it, or edited into something else)."""
+    fields = ("cp_size", "bs", "max_extend_len", "batch", "timing")
+    if not isinstance(planned, list) or not all(isinstance(c, dict) and all(f in c for f in fields) for c in planned):
+        return None
+    if len(planned) > MAX_PLANNED:
+        return [f"- manifest.json plans more than {MAX_PLANNED:,} cells, more than a sweep runs (an edited file?): "
+                "the cells a stopped sweep left out are not listed."]
+    batch = df["batch"] if "batch" in df else pd.Series(0, index=df.index)
+    have = {tuple(map(canon, k)) for k in zip(df["cp_size"], df["bs"], df["max_extend_len"], batch, df["timing"])}
+    gone = {}  # key -> the planned cell, in plan order, once
+    for c in planned:
+        key = tuple(canon(c[f]) for f in fields)
+        if key not in have:
+            gone.setdefault(key, c)
+    gone = list(gone.values())
+    out = [f"- cp {c['cp_size']} · bs {c['bs']} · {human_tokens(int(c['max_extend_len']))} tokens"
+           + (f" · batch {c['batch']}" if c["batch"] else "") + f" · {c['timing']}: **not measured** "
+           "(the sweep stopped before this cell; rerun its command with `--resume`)" for c in gone]
     return out if len(out) <= MAX_NOTES else out[:MAX_NOTES] + [f"- … and {len(out) - MAX_NOTES} more not measured."]
 
 

@@ -31,10 +31,6 @@ if TYPE_CHECKING:  # pandas (and scipy, through derive) are imported where a tab
     import pandas as pd  # that only appends rows starts without them
 
 LOCK_RETRY_S = 0.5  # how long lock() waits out a reader's momentary shared lock (RunDir.writer), s
-GROWING = ("cp_sizes", "bs_list", "seq_list", "timings", "modes")  # config lists a resume may extend
-# what each invocation planned, kept per invocation in the manifest's ``planned`` (the config's GROWING lists
-# are unions: a --bs x --seq grid and a later --extend-lens batch would plan cells neither asked for)
-PLANNED = ("cp_sizes", "timings", "bs_list", "seq_list", "extend_lens")
 _WARNED: set[tuple[str, tuple[int, ...]]] = set()
 
 
@@ -298,52 +294,9 @@ class RunDir:
         """``manifest.json`` as a dict ({} when absent); see :func:`read_manifest`."""
         return read_manifest(self.manifest_path)
 
-    def write_manifest(self, env: dict, config: dict) -> None:
-        """Write the manifest: schema version, environment and config. On resume the first manifest's
-        ``created`` and command are kept, the new command is appended to ``resumed_by`` and the config
-        lists that may grow (cells, timings, modes) become the union of old and new. ``planned`` keeps each
-        invocation's own cell options (:data:`PLANNED`; an identical plan once), the cells it set out to measure.
-
-        ``timing_methods`` holds each invocation's ``env["timing_method"]``, one entry per invocation like
-        ``sweep_wall_s`` (a resume may change --budget-ms, --warmup, --rel-ci or --timing); ``timing_method``
-        stays the first invocation's. A manifest written before ``timing_methods`` existed gives its
-        ``timing_method`` as the first entry and None (not recorded) for its later invocations."""
-        plan = {k: config.get(k) for k in PLANNED}
-        manifest = {"schema_version": SCHEMA_VERSION, **env, "config": config, "planned": [plan]}
-        if "timing_method" in env:
-            manifest["timing_methods"] = [env["timing_method"]]
-        if self.manifest_path.exists():
-            old = self.read_manifest()
-            merged = {**old.get("config", {}), **config}
-            for key in GROWING:
-                a, b = old.get("config", {}).get(key), config.get(key)
-                if isinstance(a, list) and isinstance(b, list):
-                    merged[key] = _union(a, b)
-            planned = old.get("planned")
-            if not isinstance(planned, list):  # a manifest from before the record: its config is what it planned
-                planned = [{k: old.get("config", {}).get(k) for k in PLANNED}] if old.get("config") else []
-            manifest = {**old, "config": merged, "resumed_by": [*old.get("resumed_by", []), env.get("command")],
-                        "planned": planned + [plan] * (plan not in planned)}
-            if "timing_method" in env:
-                manifest["timing_methods"] = [*_earlier_timing_methods(old), env["timing_method"]]
-        _write_json(self.manifest_path, manifest)
-
-    def record_wall_time(self, seconds: float, new_entry: bool = False, phases: dict | None = None) -> None:
-        """Record this invocation's wall time so far (s) in ``sweep_wall_s``: one entry per invocation;
-        ``new_entry`` starts it, later calls overwrite it (a killed sweep keeps the time it ran).
-        ``phases`` (s per harness phase, measure/walltime.py) goes to the same entry of ``sweep_phase_s``."""
-        manifest = self.read_manifest()
-        walls = list(manifest.get("sweep_wall_s", []))
-        parts = list(manifest.get("sweep_phase_s", []))
-        if new_entry or not walls:
-            walls.append(0.0)
-        walls[-1] = round(seconds, 1)
-        manifest["sweep_wall_s"] = walls
-        if phases is not None:
-            parts = [p if isinstance(p, dict) else {} for p in parts[:len(walls)]]
-            parts += [{}] * (len(walls) - len(parts))
-            parts[len(walls) - 1] = phases
-            manifest["sweep_phase_s"] = parts
+    def write_manifest(self, manifest: dict) -> None:
+        """Write ``manifest`` as ``manifest.json``, atomically (a kill leaves the old file or the new one).
+        What a sweep records, and how a resume merges it, is run/manifest.py's business."""
         _write_json(self.manifest_path, manifest)
 
     # -- reading -------------------------------------------------------------------------------------
@@ -533,14 +486,6 @@ def read_manifest(path: Path) -> dict:
     return manifest
 
 
-def _earlier_timing_methods(old: dict) -> list:
-    """The timing method of each invocation an existing manifest records (one per ``sweep_wall_s`` entry,
-    at least one): its ``timing_methods``, else its ``timing_method`` then None for each later invocation."""
-    runs = max(len(old.get("sweep_wall_s", [])), 1)
-    methods = old.get("timing_methods") or [old.get("timing_method")]
-    return (methods + [None] * runs)[:max(runs, len(methods))]
-
-
 def _jsonable(row: dict) -> dict:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
 
@@ -550,11 +495,3 @@ def _write_json(path: Path, obj: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
-
-
-def _union(a: list, b: list) -> list:
-    """Sorted union of two config lists (numbers numerically; mixed or odd values by their text)."""
-    try:
-        return sorted(set(a) | set(b))
-    except TypeError:  # unhashable or mixed types in a hand-edited manifest
-        return sorted({json.dumps(x): x for x in [*a, *b]}.values(), key=json.dumps)

@@ -23,6 +23,7 @@ from cpbench.domain.geometry import eligibility
 from cpbench.measure.peak import gemm_peak
 from cpbench.ranks.group import LocalGroup, RankGroup
 from cpbench.run.resume_options import FLAGS, difference
+from cpbench.run.manifest import SweepManifest, planned_cells, record_wall_time
 from cpbench.run.runner import (DTYPES, Runner, SweepConfig, cpu_sweep_threads, omp_threads, cpu_tflop_limit,
                                 over_token_budget)
 from cpbench.domain.cells import CellSpec
@@ -131,9 +132,9 @@ class Sweep:
             env["timing_method"] = timing_method(cfg, runner.cpu_threads)
             if runner.cpu_threads is not None:
                 env["cpu_threads"] = runner.cpu_threads
-            run.write_manifest(env, config_dict(cfg, group))
+            SweepManifest(env, config_dict(cfg, group), planned_cells(cells, cfg.timings)).write(run)
             runner.times.add("startup", time.monotonic() - t0)
-            run.record_wall_time(time.monotonic() - t0, new_entry=True, phases=runner.times.breakdown(0.0))
+            record_wall_time(run, time.monotonic() - t0, new_entry=True, phases=runner.times.breakdown(0.0))
         return cls(cfg, cells, run, runner, len(done), t0)
 
     def total_ranks(self) -> int:
@@ -163,7 +164,7 @@ class Sweep:
     def _record_wall_time(self) -> None:
         if self.run_dir is not None:
             wall = time.monotonic() - self._t0
-            self.run_dir.record_wall_time(wall, phases=self.runner.times.breakdown(wall))
+            record_wall_time(self.run_dir, wall, phases=self.runner.times.breakdown(wall))
 
     def close(self) -> None:
         if self.run_dir is not None:
