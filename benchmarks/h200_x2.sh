@@ -13,11 +13,11 @@ case "${1:-}" in
 dist)
   nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
   env | grep '^NCCL_' > "$OUT/nccl_env.txt"
-  timeout 150 python3 -m cpbench sweep --launch torchrun --nproc-per-node 2 --cp 2 --bs 1 --seq 2048 \
+  timeout 150 python3 -m cpbench sweep --launch torchrun --nproc-per-node 2 --cp 2 --bs 1 --extend-len 2048 \
     --out runs/h200x2-smoke --no-report --budget-ms 20 2>&1 | tee "$OUT/smoke.log"
   timeout 330 python3 -m cpbench sweep --launch torchrun --nproc-per-node 2 $cp --out runs/h200x2-fa3-torchrun \
     2>&1 | tee "$OUT/torchrun.log"
-  timeout 90 python3 -m cpbench profile --launch torchrun --nproc-per-node 2 --cp 2 --bs 1 --seq 8192 \
+  timeout 90 python3 -m cpbench profile --launch torchrun --nproc-per-node 2 --cp 2 --bs 1 --extend-len 8192 \
     --out runs/h200x2-fa3-profile 2>&1 | tee "$OUT/profile.log"
   ;;
 sim)

@@ -7,12 +7,12 @@ from cpbench.cli.cells import Cells, check_out, parse_cells, workload_batches
 from cpbench.errors import CpbenchInputError
 from clirun import cpbench
 
-SWEEP = dict(default_bs="1,4,16", default_seq="32,64")
-PROFILE = dict(default_bs="1", default_seq="8192")
+SWEEP = dict(default_bs="1,4,16", default_extend_len="32,64")
+PROFILE = dict(default_bs="1", default_extend_len="8192")
 
 
 def cells(cp="4", bs=None, seq=None, seq_lens=None, prefix=0, ranks="all", defaults=SWEEP):
-    return parse_cells(cp=cp, bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=ranks, **defaults)
+    return parse_cells(cp=cp, bs=bs, extend_len=seq, extend_lens=seq_lens, prefix=prefix, ranks=ranks, **defaults)
 
 
 def test_defaults_of_each_command():
@@ -30,10 +30,10 @@ def test_explicit_batch_prefix_and_ranks():
 
 
 @pytest.mark.parametrize("kw,needle", [
-    (dict(bs="0"), "--bs values must be >= 1"), (dict(seq=""), "--seq is empty"),
-    (dict(seq_lens=" "), "--seq-lens is empty"), (dict(seq_lens="64", bs="2"), "--seq-lens gives the whole batch"),
-    (dict(seq_lens="64", seq="64"), "--seq-lens gives the whole batch"), (dict(prefix=-1), "--prefix must be in"),
-    (dict(prefix=1 << 25), "--prefix must be in"), (dict(cp="2,4", ranks="2"), "--ranks 2 is outside [0, cp_size)"),
+    (dict(bs="0"), "--bs values must be >= 1"), (dict(seq=""), "--extend-len is empty"),
+    (dict(seq_lens=" "), "--extend-lens is empty"), (dict(seq_lens="64", bs="2"), "--extend-lens gives the whole batch"),
+    (dict(seq_lens="64", seq="64"), "--extend-lens gives the whole batch"), (dict(prefix=-1), "--prefix-len must be in"),
+    (dict(prefix=1 << 25), "--prefix-len must be in"), (dict(cp="2,4", ranks="2"), "--ranks 2 is outside [0, cp_size)"),
     (dict(cp="0"), "--cp values must be >= 1"), (dict(ranks="x"), "--ranks must be comma-separated integers"),
 ])
 def test_bad_cell_options(kw, needle):
@@ -133,18 +133,18 @@ def test_profile_and_explain_take_one_backend(cmd, choices):
 def test_repeated_values_are_one_cell_and_a_plan_too_large_is_refused():
     from cpbench.cli.cells import MAX_CELLS
 
-    c = parse_cells(cp="2,2,4", bs="1,1", seq="32,32,64", seq_lens=None, prefix=0, ranks="all",
-                    default_bs="1", default_seq="32")
-    assert (c.cp_sizes, c.bs_list, c.seq_list) == ([2, 4], [1], [32, 64]) and len(c.batches) == 2
+    c = parse_cells(cp="2,2,4", bs="1,1", extend_len="32,32,64", extend_lens=None, prefix=0, ranks="all",
+                    default_bs="1", default_extend_len="32")
+    assert (c.cp_sizes, c.bs_list, c.extend_len_list) == ([2, 4], [1], [32, 64]) and len(c.batches) == 2
     many = ",".join(str(i) for i in range(1, 101))
     with pytest.raises(CpbenchInputError, match=f"make 1000000 cells, more than {MAX_CELLS}"):
-        parse_cells(cp="2,4,6,8,10,12,14,16,18,20", bs=many, seq=",".join(str(32 * i) for i in range(1, 1001)),
-                    seq_lens=None, prefix=0, ranks="all", default_bs="1", default_seq="32")
+        parse_cells(cp="2,4,6,8,10,12,14,16,18,20", bs=many, extend_len=",".join(str(32 * i) for i in range(1, 1001)),
+                    extend_lens=None, prefix=0, ranks="all", default_bs="1", default_extend_len="32")
 
 
 def test_a_length_draw_of_billions_of_requests_is_refused():
-    c = parse_cells(cp="2", bs="65536", seq=None, seq_lens=None, prefix=0, ranks="all", default_bs="1",
-                    default_seq="32")
+    c = parse_cells(cp="2", bs="65536", extend_len=None, extend_lens=None, prefix=0, ranks="all", default_bs="1",
+                    default_extend_len="32")
     with pytest.raises(CpbenchInputError, match="draws 4294967296 requests"):
         workload_batches(c, lengths="dist:uniform:32:64", trace=None, prefix_hit=None, batches=65536, seed=0,
-                         seq_given=False)
+                         extend_len_given=False)

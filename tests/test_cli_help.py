@@ -1,5 +1,7 @@
 """`--help` never cuts a description or an option name, and shows flags without a value."""
 
+import json
+
 import pytest
 
 from clirun import cpbench
@@ -20,10 +22,23 @@ def test_help_is_never_cut(columns):
 
 def test_sweep_help_shows_flags_and_aliases():
     flat = " ".join(cpbench("sweep", "--help", env={"COLUMNS": "80"}).stdout.split())
-    for text in ("--resume Continue the run", "--check / --no-check", "--extend-len, --seq", "--extend-lens, --seq-lens",
+    for text in ("--resume Continue the run", "--check / --no-check", "--extend-len <str>", "--extend-lens <str>",
                  "--prefix-len, --prefix", "--ranks, --rank",
                  "Stop sampling a variant once the 95% CI of its median is within this fraction of the median"):
         assert text in flat, text
+    assert "--seq" not in flat  # the old names still read (test_old_option_names_still_read), unlisted
+
+
+def test_old_option_names_still_read(tmp_path):
+    out = tmp_path / "run"
+    r = cpbench("sweep", "--cp", "2", "--bs", "1", "--seq", "40", "--layers", "2", "--budget-ms", "2", "--no-report",
+                "--no-profile", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-500:]
+    assert json.loads((out / "manifest.json").read_text())["config"]["extend_len_list"] == [40]
+    both = cpbench("sweep", "--extend-len", "40", "--seq", "48", "--out", str(tmp_path / "x"))
+    assert both.returncode == 2 and both.stderr.strip() == "error: --seq is the old name of --extend-len: give --extend-len once"
+    lens = cpbench("sweep", "--seq-lens", "", "--out", str(tmp_path / "y"))
+    assert lens.returncode == 2 and lens.stderr.strip() == "error: --seq-lens is empty: give lengths such as 3000,5000, or leave it out"
 
 
 @pytest.mark.parametrize("command, usage", [

@@ -116,8 +116,8 @@ def test_unmatched_and_not_comparable_rows(tmp_path):
     assert len(res.lost) == 6 and res.exit_code == 1  # 4 rows gone (cp 2) + 2 oom: the gate fails
     r = cpbench("compare", base, new)
     assert r.returncode == 1, r.stderr
-    assert "## Only in base (4 rows)" in r.stdout and "cp 2 · bs 1 · seq 1024" in r.stdout
-    assert "## Only in new (8 rows)" in r.stdout and "seq 2048" in r.stdout
+    assert "## Only in base (4 rows)" in r.stdout and "cp 2 · bs 1 · extend 1024" in r.stdout
+    assert "## Only in new (8 rows)" in r.stdout and "extend 2048" in r.stdout
     assert "base ok, new oom (CUDA out of memory)" in r.stdout
     assert r.stderr.strip() == ("compare: gate failed: 6 row(s) ok in base were not measured in new (4 missing, "
                                 "2 oom); --allow-missing gates on latency only")

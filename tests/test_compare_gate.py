@@ -33,7 +33,7 @@ def test_every_non_ok_status_in_new_fails_the_gate(tmp_path, status):
     assert r.stderr.strip() == f"compare: gate failed: {expected}"
     assert "**Gate: FAIL** (exit 1)" in r.stdout
     assert "## Lost in new (1 rows ok in base; these fail the gate)" in r.stdout
-    assert f"cp 2 · bs 4 · seq 1024: base ok, new {status} ({status} here)" in r.stdout
+    assert f"cp 2 · bs 4 · extend 1024: base ok, new {status} ({status} here)" in r.stdout
     allowed = cpbench("compare", base, new, "--allow-missing")
     assert "only mismatches and errors are gated (--allow-missing)" in allowed.stdout
     if failed:
@@ -47,7 +47,7 @@ def test_a_row_missing_from_new_fails_the_gate(tmp_path):
     new = write_run(tmp_path / "new", [r for r in make_rows(seed=1, **SMALL) if not _is_lost(r)])
     r = cpbench("compare", base, new)
     assert r.returncode == 1 and "(1 missing)" in r.stderr
-    assert "cp 2 · bs 4 · seq 1024: base ok, new missing (not in the new run)" in r.stdout
+    assert "cp 2 · bs 4 · extend 1024: base ok, new missing (not in the new run)" in r.stdout
     assert cpbench("compare", base, new, "--allow-missing").returncode == 0
 
 
@@ -74,7 +74,7 @@ def test_not_ok_in_base_does_not_fail_the_gate(tmp_path):
     new = make_run(tmp_path / "new", seed=1, **SMALL)
     r = cpbench("compare", base, new)
     assert r.returncode == 0 and "## Not comparable (not ok in base)" in r.stdout
-    assert "cp 2 · bs 4 · seq 1024: base oom, new ok" in r.stdout
+    assert "cp 2 · bs 4 · extend 1024: base oom, new ok" in r.stdout
 
 
 def test_every_row_lost_is_a_gate_failure_not_an_empty_comparison(tmp_path):
@@ -131,12 +131,12 @@ def test_a_cell_skipped_in_both_runs_is_counted_not_listed_as_not_comparable(tmp
     oom_or_skip = lambda *a: ("oom", "out of memory") if a[4] == 1 and a[5] == 1024 else skip(*a)
     mixed = cpbench("compare", make_run(tmp_path / "mixed", seed=1, status=oom_or_skip, **dims), new)
     listed = ("## Not comparable (not ok in base)\n\n"
-              "- gpt-oss-120b · fa3 · eager · cp 2 · bs 1 · seq 1024: base oom, new ok\n")
+              "- gpt-oss-120b · fa3 · eager · cp 2 · bs 1 · extend 1024: base oom, new ok\n")
     assert listed in mixed.stdout and "base skipped" not in mixed.stdout
     assert mixed.returncode == 0 and "1 cell skipped in both runs" in mixed.stdout
     lost = cpbench("compare", make_run(tmp_path / "ok", seed=1, **dims), new)  # ok in base, skipped in new
     assert lost.returncode == 1 and "4 row(s) ok in base were not measured in new (4 skipped)" in lost.stderr
-    assert "cp 2 · bs 4 · seq 2048: base ok, new skipped (8192 extend tokens" in lost.stdout
+    assert "cp 2 · bs 4 · extend 2048: base ok, new skipped (8192 extend tokens" in lost.stdout
     assert "skipped in both" not in lost.stdout
     every = make_run(tmp_path / "all-skipped", seed=1, status=lambda *a: over, **dims)
     r = cpbench("compare", every, every)  # the same rows, none of them ran: say so, not "different cells"

@@ -97,9 +97,9 @@ def test_a_raise_or_an_oom_on_one_rank_records_the_cell_on_every_rank_and_the_sw
               env=_env(CPBENCH_INJECT_FAULT="1:raise:1,1:oom:2:prepare,1:oom:3:forward"), timeout=140)
     assert p.returncode == 1, p.stderr[-2000:]  # the raise is an error row: the sweep goes on, then fails
     # rank 1's process wrote the traceback of its raise; rank 0 met the failure in an agreement and has none
-    assert sorted(f.name for f in (out / "errors").iterdir()) == ["cp2_bs1_seq40-r1-fused.txt",
-                                                                   "cp2_bs1_seq40-r1-two-call.txt"]
-    assert "injected fault on rank 1" in (out / "errors" / "cp2_bs1_seq40-r1-fused.txt").read_text()
+    assert sorted(f.name for f in (out / "errors").iterdir()) == ["cp2_bs1_extend40-r1-fused.txt",
+                                                                   "cp2_bs1_extend40-r1-two-call.txt"]
+    assert "injected fault on rank 1" in (out / "errors" / "cp2_bs1_extend40-r1-fused.txt").read_text()
     rows = by_key(RunDir(out).rows())
     assert len(rows) == 16
     for seq, status, reason in ((40, "error", "injected fault on rank 1"), (48, "oom", "injected oom on rank 1"),

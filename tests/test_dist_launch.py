@@ -121,9 +121,9 @@ def test_failure_summary_reads_the_error_behind_torchruns_rank_prefix():
     """torchrun prints a rank's lines as "[rank0]: ..."; the error that names the failing rank is behind it
     (a profile launch whose rank 1 ran out of memory: rank 0 raised the agreed status)."""
     stderr = ("[rank0]: Traceback (most recent call last):\n"
-              "[rank0]: RuntimeError: cp2 bs1 seq40 rank 0 two-call: oom: rank 1: out of memory (injected oom)\n"
+              "[rank0]: RuntimeError: cp2 bs1 extend40 rank 0 two-call: oom: rank 1: out of memory (injected oom)\n"
               + TORCHRUN_FAILURE.replace("rank      : 1", "rank      : 0"))
-    assert failure_summary(stderr, 1).endswith("(RuntimeError: cp2 bs1 seq40 rank 0 two-call: oom: rank 1: out of "
+    assert failure_summary(stderr, 1).endswith("(RuntimeError: cp2 bs1 extend40 rank 0 two-call: oom: rank 1: out of "
                                                "memory (injected oom))")
 
 

@@ -30,8 +30,8 @@ out = child[child.index("--out") + 1]
 assert child[-1] == "--explain-child" and child[1:3] == ["-m", "cpbench"], child
 print("child argv:", " ".join(child[3:]))
 includes = [args[i + 1] for i, a in enumerate(args) if a == "--nvtx-include"]
-assert includes == ["cpbench@explain cp4 bs1 seq2048 r{rank} two-call eager/",
-                    "cpbench@explain cp4 bs1 seq2048 r{rank} fused eager/"], includes
+assert includes == ["cpbench@explain cp4 bs1 extend2048 r{rank} two-call eager/",
+                    "cpbench@explain cp4 bs1 extend2048 r{rank} fused eager/"], includes
 lines = open({csv!r}).read().splitlines()
 ids = {ids!r}
 keep = [ln for ln in lines if ids is None or not ln.startswith('"') or ln.startswith('"ID"')
@@ -132,7 +132,7 @@ def test_end_to_end_with_a_replayed_csv(tmp_path, as_gpu):
     assert rep["max_abs_err"] == {"two-call": 0.0117, "fused": 0.0154}
     assert set(rep["work_split"]) == {"127", "-1"} and rep["work_split"]["-1"]["fused"]["split_kv"] is False
     md = (out / "explain.md").read_text()
-    assert md.startswith("### Why fused wins: gpt-oss-120b+layers2 fa2 cp4 bs1 seq2048 rank 0")
+    assert md.startswith("### Why fused wins: gpt-oss-120b+layers2 fa2 cp4 bs1 extend2048 rank 0")
     assert "| 1 (full) | fused | combined | 190.8 |" in md and "ncu 2025.3.1.0" in md
     assert "max |fused - two-call| 0.0078, max error vs the fp32 reference 0.0154" in md
     assert (out / "explain.png").stat().st_size > 0 and (out / "ncu_raw.csv").exists()

@@ -78,7 +78,7 @@ def test_resume_completes_a_torn_run(tmp_path, text_reports):
 
 def test_a_manifest_with_cp_sizes_not_a_list_is_said_so(tmp_path):
     rows = _rows()
-    cfg = {"cp_sizes": "two", "bs_list": [1], "seq_list": [1024], "timings": ["eager"]}
+    cfg = {"cp_sizes": "two", "bs_list": [1], "extend_len_list": [1024], "timings": ["eager"]}
     text = write_report(write_run(tmp_path / "run", rows, manifest_over={"config": cfg}),
                         charts=False).read_text(encoding="utf-8")
     assert "manifest.json's config holds cp_sizes 'two', not a list this cpbench reads" in text
@@ -97,7 +97,7 @@ def test_resumes_mixing_a_grid_and_extend_lens_list_only_planned_cells(tmp_path,
         r = cpbench(*base, *extra)
         assert r.returncode == 0, (extra, r.stderr[-500:])
     plans = json.loads((out / "manifest.json").read_text())["planned"]
-    assert [(p["bs_list"], p["seq_list"], p["extend_lens"]) for p in plans] == [
+    assert [(p["bs_list"], p["extend_len_list"], p["extend_lens"]) for p in plans] == [
         ([1], [32], None), ([1, 4, 16], [32, 64], [40, 48]), ([2], [64], None)]  # --extend-lens: default --bs
     assert cpbench("report", out).returncode == 0
     assert "not measured**" not in (out / "report.md").read_text(encoding="utf-8")  # bs 1 x 64 etc. never planned
@@ -127,10 +127,10 @@ def test_a_huge_or_long_plan_in_an_edited_manifest_is_capped():
 
     df = pd.DataFrame(make_rows(cp_sizes=(2,), bss=(1,), seqs=(32,), timings=("eager",)))
     huge = {"config": {"cp_sizes": [2]}, "planned": [{"cp_sizes": list(range(1, 400)), "bs_list": list(range(1, 400)),
-                                                       "seq_list": list(range(1, 400)), "timings": ["eager"]}]}
+                                                       "extend_len_list": list(range(1, 400)), "timings": ["eager"]}]}
     assert missing_cells(df, huge) == [f"- manifest.json plans more than {MAX_PLANNED:,} cells, more than a sweep "
                                        "runs (an edited file?): the cells a stopped sweep left out are not listed."]
     long = {"config": {"cp_sizes": [2]}, "planned": [{"cp_sizes": [2], "bs_list": list(range(1, 11)),
-                                                       "seq_list": list(range(33, 333)), "timings": ["eager"]}]}
+                                                       "extend_len_list": list(range(33, 333)), "timings": ["eager"]}]}
     out = missing_cells(df, long)
     assert len(out) == MAX_NOTES + 1 and out[-1] == f"- … and {3000 - MAX_NOTES} more not measured."

@@ -43,7 +43,7 @@ def _job(model, inputs, todo, **kw) -> RankJob:
                 world_size=1, seed=0, gather="none", **key.row_columns(), page_size=16, num_layers=LAYERS, tp_size=1)
     shared = dict(page_table_bytes=table_bytes(inputs.block_tables), kv_cache_bytes=inputs.kv_cache_bytes,
                   context_len=inputs.context_len, kv_buffers=len(inputs.kv_buffers), dup_copy_us=1.5)
-    return RankJob(get_backend("torch"), Clock(CPU), CPU, "fp32", base, key, shared, list(todo), f"cp{CP} bs1 seq64",
+    return RankJob(get_backend("torch"), Clock(CPU), CPU, "fp32", base, key, shared, list(todo), f"cp{CP} bs1 extend64",
                    timing=TimingPolicy(warmup=kw.pop("warmup", 0), budget_ms=5.0), **kw)
 
 

@@ -20,7 +20,7 @@ from clirun import cpbench
 
 MODEL = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=16, page_size=16)
 def config(backend: str):
-    return grid_config(backend, bs_list=(1, 2), seq_list=(64,))
+    return grid_config(backend, bs_list=(1, 2), extend_len_list=(64,))
 
 
 @pytest.fixture

@@ -49,11 +49,11 @@ def prepared(cell, rank, mode):
 
 def test_annotated_forward_labels_and_nesting(cell, tmp_path):
     p = prepared(cell, 0, "two-call")
-    fwd = ranges.annotated_forward(p, "cp4 bs1 seq256 r0 two-call eager", {"cp": 4, "rank": 0})
+    fwd = ranges.annotated_forward(p, "cp4 bs1 extend256 r0 two-call eager", {"cp": 4, "rank": 0})
     events = capture.trace_events(fwd, "cpu", trace_path=tmp_path / "t")
     ann = [e for e in events if e.get("cat") == "user_annotation"]
     names = [e["name"] for e in ann]
-    assert names.count("cp4 bs1 seq256 r0 two-call eager") == 1
+    assert names.count("cp4 bs1 extend256 r0 two-call eager") == 1
     assert [n for n in names if n.startswith("layer")] == [f"layer{i}" for i in range(36)]
     assert names.count("prev") == names.count("next") == 36 and "combined" not in names
     # nesting: every call lies inside a layer, every layer inside the cell range
@@ -102,7 +102,7 @@ def test_attention_calls_per_rank_gpt_oss_120b(cell, mode, per_rank):
     total = 0
     for rank in range(4):
         p = prepared(cell, rank, mode)
-        counts = capture.profile_prepared(p, f"cp4 bs1 seq256 r{rank} {mode} eager", "cpu")
+        counts = capture.profile_prepared(p, f"cp4 bs1 extend256 r{rank} {mode} eager", "cpu")
         assert counts.attention_calls == per_rank
         assert counts.kernels == 0  # CPU: no GPU activity
         assert capture.expected_for(p) == per_rank
@@ -271,7 +271,7 @@ def test_qdstrm_importer_beside_nsys(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("raw,split", [
     ("cpbench:layer0", ("cpbench", "layer0")), ("cpbench@prev", ("cpbench", "prev")),
-    (":warmup", ("", "warmup")), ("cpbench:cp4 bs1 seq8192 r0 fused eager", ("cpbench", "cp4 bs1 seq8192 r0 fused eager")),
+    (":warmup", ("", "warmup")), ("cpbench:cp4 bs1 extend8192 r0 fused eager", ("cpbench", "cp4 bs1 extend8192 r0 fused eager")),
     ("cp4 bs1: odd", ("", "cp4 bs1: odd")), ("", ("", "")),
 ])
 def test_split_range_name(raw, split):

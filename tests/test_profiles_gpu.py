@@ -31,7 +31,7 @@ def prepared(cell, rank, mode):
 @pytest.mark.parametrize("mode,calls", [("two-call", 72), ("fused", 36)])
 def test_cuda_counts(cell, mode, calls, tmp_path):
     p = prepared(cell, 0, mode)
-    c = capture.profile_prepared(p, f"cp4 bs1 seq256 r0 {mode} eager", "cuda", tmp_path / "t")
+    c = capture.profile_prepared(p, f"cp4 bs1 extend256 r0 {mode} eager", "cuda", tmp_path / "t")
     assert c.attention_calls == calls
     assert c.kernels > 0 and c.launches > 0 and c.attention == 0  # no patterns: calls only
     g = capture.profile_forward(ranges.annotated_forward(p, "x"), GEMM, "cuda")

@@ -38,7 +38,7 @@ def golden_run(tmp_path: Path) -> Path:
                      n_samples=20, status=_status)
     assert {(r["launch"], r["world_size"], r["gather"]) for r in rows} == {("simulated", 1, "none")}
     out = tmp_path / "golden"
-    config = {"cp_sizes": [2, 4], "bs_list": [1, 4], "seq_list": [1024, 8192], "timings": ["eager", "graph"],
+    config = {"cp_sizes": [2, 4], "bs_list": [1, 4], "extend_len_list": [1024, 8192], "timings": ["eager", "graph"],
               "modes": ["two-call", "fused"], "backend": "fa3", "dtype": "bf16", "launch": "simulated",
               "world_size": 1}
     return write_run(out, rows, manifest_over={

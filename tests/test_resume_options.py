@@ -27,7 +27,7 @@ def _refusal(tmp_path, old, new, old_group=SIM, new_group=SIM) -> str:
 
 
 def _mix(batches, prefix_hit=None):
-    return grid_config(cells_from=(("bs_list", [2]), ("seq_list", [64]), ("extend_lens", None), ("prefix", 0),
+    return grid_config(cells_from=(("bs_list", [2]), ("extend_len_list", [64]), ("extend_lens", None), ("prefix", 0),
                                    ("batches", batches), ("lengths", "dist:uniform:8:24"), ("trace", None),
                                    ("prefix_hit", prefix_hit)))
 

@@ -143,14 +143,14 @@ def test_a_resume_fails_on_the_mismatch_rows_of_earlier_invocations(tmp_path, mo
 
     monkeypatch.setattr(TorchBackend, "prepare", broken)
     run = tmp_path / "run"
-    assert run_sweep(grid_config(seq_list=(64,)), output(run)) == 1
+    assert run_sweep(grid_config(extend_len_list=(64,)), output(run)) == 1
     monkeypatch.setattr(TorchBackend, "prepare", real)
     capsys.readouterr()
-    assert run_sweep(grid_config(seq_list=(64, 128)), output(run, resume=True)) == 1
+    assert run_sweep(grid_config(extend_len_list=(64, 128)), output(run, resume=True)) == 1
     assert "2 row(s) failed the correctness check, 2 of them written before this resume" in capsys.readouterr().out
     rows = read_jsonl(tmp_path / "run" / "results.jsonl")
     assert {x["status"] for x in rows if x["max_extend_len"] == 128} == {"ok"}
-    assert run_sweep(grid_config(seq_list=(64, 128)), output(run, resume=True, allow_mismatch=True)) == 0
+    assert run_sweep(grid_config(extend_len_list=(64, 128)), output(run, resume=True, allow_mismatch=True)) == 0
 
 
 def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path):
@@ -258,7 +258,7 @@ def test_a_mode_whose_first_forward_fails_leaves_the_other_mode_measured(tmp_pat
     assert code == 1  # a backend that raises is a crash, not an expected status: the sweep fails at its end
     # the traceback is kept, one file per cell, rank and mode, naming where the exception was raised
     (tb,) = (tmp_path / "a" / "errors").iterdir()
-    assert tb.name == "cp2_bs1_seq64-r0-fused.txt"
+    assert tb.name == "cp2_bs1_extend64-r0-fused.txt"
     text = tb.read_text()
     assert text.startswith("# torch eager pass 1: RuntimeError: simulated kernel failure\n")
     assert "Traceback (most recent call last)" in text and "in boom" in text

@@ -86,7 +86,7 @@ def test_window_model_only_has_per_kind_times(tmp_path):
 
 @pytest.mark.parametrize("args,needle", [
     (["--lengths", "10,20", "--trace", "t.csv"], "keep one"),
-    (["--lengths", "10,20", "--seq", "32"], "--seq and --seq-lens do not apply"),
+    (["--lengths", "10,20", "--seq", "32"], "--extend-len and --extend-lens do not apply"),
     (["--prefix-hit", "0.5", "--prefix", "8"], "keep one"),
     (["--prefix-hit", "1.5"], "--prefix-hit must be a fraction in [0, 1)"),
     (["--batches", "2"], "--batches applies to --lengths or --trace"),

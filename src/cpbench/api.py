@@ -148,7 +148,7 @@ def grid(model: str | ModelSpec = "llama-3.1-8b", *, cp_sizes: Sequence[int] = (
     cuda = dev.type == "cuda"
     defaults = dict(timings=(Timing.EAGER, Timing.GRAPH) if cuda else (Timing.EAGER,), warmup=3 if cuda else 1,
                     passes=2 if cuda else 1,
-                    cells_from=(("bs_list", list(bs)), ("seq_list", list(extend_lens)), ("extend_lens", None),
+                    cells_from=(("bs_list", list(bs)), ("extend_len_list", list(extend_lens)), ("extend_lens", None),
                                 ("prefix", prefix_len)))
     batches = tuple(Batch.uniform((e,) * b, prefix_len) for b in bs for e in extend_lens)
     return SweepConfig(model=spec, cp_sizes=tuple(cp_sizes), batches=batches, backends=tuple(dict.fromkeys(names)),

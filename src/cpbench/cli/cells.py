@@ -1,4 +1,4 @@
-"""The cells a command measures, parsed once for ``sweep`` and ``profile``: --cp, --bs, --seq, --seq-lens,
+"""The cells a command measures, parsed once for ``sweep`` and ``profile``: --cp, --bs, --extend-len, --extend-lens,
 --prefix, --ranks (and --out, the backend), each bad value a CpbenchInputError naming its option."""
 
 from __future__ import annotations
@@ -16,48 +16,49 @@ MAX_CELLS = 100_000  # cells a sweep may plan: far above a real sweep, low enoug
 
 @dataclass(frozen=True)
 class Cells:
-    """Validated cell options. ``seq_lens`` (one explicit batch) replaces ``bs_list`` x ``seq_list``,
+    """Validated cell options. ``extend_lens`` (one explicit batch) replaces ``bs_list`` x ``extend_len_list``,
     which still hold the values given or the command's defaults (a sweep's manifest records them)."""
 
     cp_sizes: list[int]
     bs_list: list[int]
-    seq_list: list[int]
-    seq_lens: Optional[list[int]]
+    extend_len_list: list[int]
+    extend_lens: Optional[list[int]]
     prefix: int
     ranks: Optional[list[int]]  # None: every rank
 
     @property
     def batches(self) -> list[tuple[int, ...]]:
-        """Extend lengths per request of each batch: the explicit one, or every bs x seq in that order."""
-        if self.seq_lens:
-            return [tuple(self.seq_lens)]
-        return [(s,) * b for b in self.bs_list for s in self.seq_list]
+        """Extend lengths per request of each batch: the explicit one, or every bs x extend length in that order."""
+        if self.extend_lens:
+            return [tuple(self.extend_lens)]
+        return [(s,) * b for b in self.bs_list for s in self.extend_len_list]
 
     @property
     def longest(self) -> int:
         """Tokens of the longest sequence, prefix included."""
-        return max(self.seq_lens or self.seq_list) + self.prefix
+        return max(self.extend_lens or self.extend_len_list) + self.prefix
 
 
-def parse_cells(*, cp: str, bs: Optional[str], seq: Optional[str], seq_lens: Optional[str], prefix: int,
-                ranks: str, default_bs: str, default_seq: str) -> Cells:
-    """Parse the cell options of ``sweep`` / ``profile`` (``bs``/``seq`` None: ``default_bs``/``default_seq``).
+def parse_cells(*, cp: str, bs: Optional[str], extend_len: Optional[str], extend_lens: Optional[str], prefix: int,
+                ranks: str, default_bs: str, default_extend_len: str) -> Cells:
+    """Parse the cell options of ``sweep`` / ``profile`` (``bs``/``extend_len`` None: ``default_bs`` /
+    ``default_extend_len``).
 
-    Raises CpbenchInputError: an empty or out-of-range list, ``--seq-lens`` with ``--bs``/``--seq``, a
+    Raises CpbenchInputError: an empty or out-of-range list, ``--extend-lens`` with ``--bs``/``--extend-len``, a
     ``--prefix`` outside ``[0, MAX_TOKENS]``, a ``--ranks`` value outside ``[0, min(--cp))`` or repeated.
     """
-    lens_opt, seq_opt = typed("--seq-lens", "--extend-lens"), typed("--seq", "--extend-len")
-    if seq_lens is not None:
-        if not seq_lens.strip():
+    lens_opt, seq_opt = typed("--extend-lens", "--seq-lens"), typed("--extend-len", "--seq")
+    if extend_lens is not None:
+        if not extend_lens.strip():
             raise CpbenchInputError(f"{lens_opt} is empty: give lengths such as 3000,5000, or leave it out")
-        if bs is not None or seq is not None:
+        if bs is not None or extend_len is not None:
             raise CpbenchInputError(f"{lens_opt} gives the whole batch, so --bs and {seq_opt} do not apply: "
                                     "drop one or the other")
-    explicit = int_list(seq_lens, lens_opt) if seq_lens else None
+    explicit = int_list(extend_lens, lens_opt) if extend_lens else None
     bs_list = int_list(default_bs if bs is None else bs, "--bs")
-    seq_list = int_list(default_seq if seq is None else seq, seq_opt)
+    extend_len_list = int_list(default_extend_len if extend_len is None else extend_len, seq_opt)
     if not 0 <= prefix <= MAX_TOKENS:
-        raise CpbenchInputError(f"{typed('--prefix', '--prefix-len')} must be in [0, {MAX_TOKENS}] tokens, got {prefix}")
+        raise CpbenchInputError(f"{typed('--prefix-len', '--prefix')} must be in [0, {MAX_TOKENS}] tokens, got {prefix}")
     cps = int_list(cp, "--cp")
     rank_list = None if ranks.strip() == "all" else int_list(ranks, "--ranks", minimum=0)
     if rank_list and len(set(rank_list)) < len(rank_list):
@@ -66,12 +67,12 @@ def parse_cells(*, cp: str, bs: Optional[str], seq: Optional[str], seq_lens: Opt
                                 "would be counted twice)")
     if rank_list and max(rank_list) >= min(cps):
         raise CpbenchInputError(f"--ranks {max(rank_list)} is outside [0, cp_size) for cp_size {min(cps)}")
-    cps, bs_list, seq_list = (list(dict.fromkeys(v)) for v in (cps, bs_list, seq_list))  # a repeat is one cell
-    cells = len(cps) * (1 if explicit else len(bs_list) * len(seq_list))
+    cps, bs_list, extend_len_list = (list(dict.fromkeys(v)) for v in (cps, bs_list, extend_len_list))  # a repeat is one cell
+    cells = len(cps) * (1 if explicit else len(bs_list) * len(extend_len_list))
     if cells > MAX_CELLS:
         raise CpbenchInputError(f"--cp x --bs x {seq_opt} make {cells} cells, more than {MAX_CELLS}: sweep fewer "
                                 "values (or split the sweep into several --out)")
-    return Cells(cps, bs_list, seq_list, explicit, prefix, rank_list)
+    return Cells(cps, bs_list, extend_len_list, explicit, prefix, rank_list)
 
 
 def check_out(out: Optional[str], default: str) -> None:
@@ -96,12 +97,12 @@ def backend_name(backend: str, device) -> str:
 
 
 def workload_batches(cells: Cells, *, lengths: Optional[str], trace: Optional[str], prefix_hit: Optional[float],
-                     batches: Optional[int], seed: int, seq_given: bool) -> Optional[list]:
+                     batches: Optional[int], seed: int, extend_len_given: bool) -> Optional[list]:
     """The batches of ``--lengths``, ``--trace`` or ``--prefix-hit`` as ``[[extend_lens], [prefix_lens]]``
-    per batch (:func:`cpbench.domain.lengths.plan_batches`), or None for a plain bs x seq grid / --seq-lens.
-    ``--prefix-hit`` alone applies to every --seq (or --seq-lens) length.
+    per batch (:func:`cpbench.domain.lengths.plan_batches`), or None for a plain bs x extend-len grid / --extend-lens.
+    ``--prefix-hit`` alone applies to every --extend-len (or --extend-lens) length.
 
-    Raises CpbenchInputError: --lengths with --trace, either with --seq or --seq-lens, a bad value."""
+    Raises CpbenchInputError: --lengths with --trace, either with --extend-len or --extend-lens, a bad value."""
     from cpbench.domain.lengths import LengthMix, parse_lengths, plan_batches, read_trace
 
     if lengths is None and trace is None and batches is not None:
@@ -112,8 +113,8 @@ def workload_batches(cells: Cells, *, lengths: Optional[str], trace: Optional[st
         raise CpbenchInputError("--lengths and --trace both give the request lengths: keep one")
     if prefix_hit is not None and cells.prefix:
         raise CpbenchInputError("--prefix and --prefix-hit both set the cached prefix: keep one")
-    if (lengths is not None or trace is not None) and (seq_given or cells.seq_lens):
-        raise CpbenchInputError("--lengths / --trace give the request lengths, so --seq and --seq-lens do not "
+    if (lengths is not None or trace is not None) and (extend_len_given or cells.extend_lens):
+        raise CpbenchInputError("--lengths / --trace give the request lengths, so --extend-len and --extend-lens do not "
                                 "apply: drop them")
     if batches is not None and not 1 <= batches <= 65536:
         raise CpbenchInputError(f"--batches must be in [1, 65536], got {batches}")
@@ -123,14 +124,14 @@ def workload_batches(cells: Cells, *, lengths: Optional[str], trace: Optional[st
                                 f"draws {requests} requests, more than {MAX_TOKENS}: use fewer --batches or smaller --bs")
     if lengths is not None:
         mix = parse_lengths(lengths)
-    elif trace is None:  # --prefix-hit on the grid (or the explicit batch): a fixed list per bs x seq
-        if cells.seq_lens:
-            mix = LengthMix("list", tuple(cells.seq_lens))
-            return [[list(e), list(p)] for e, p in plan_batches([len(cells.seq_lens)], mix=mix,
+    elif trace is None:  # --prefix-hit on the grid (or the explicit batch): a fixed list per bs x extend length
+        if cells.extend_lens:
+            mix = LengthMix("list", tuple(cells.extend_lens))
+            return [[list(e), list(p)] for e, p in plan_batches([len(cells.extend_lens)], mix=mix,
                                                                 prefix_hit=prefix_hit)]
         out = []
         for bs in cells.bs_list:
-            for seq in cells.seq_list:
+            for seq in cells.extend_len_list:
                 out += plan_batches([bs], mix=LengthMix("list", (seq,) * bs), prefix_hit=prefix_hit)
         return [[list(e), list(p)] for e, p in out]
     else:
@@ -152,7 +153,7 @@ def batches_of(cells: Cells, mix: Optional[list]) -> tuple[Batch, ...]:
 def cells_record(cells: Cells, mix: Optional[list], *, lengths: Optional[str], trace: Optional[str],
                  prefix_hit: Optional[float]) -> tuple[tuple[str, object], ...]:
     """The options the batches came from, as a sweep's manifest records them (``SweepConfig.cells_from``):
-    bs_list, seq_list, extend_lens, prefix, the mix's batches, lengths, trace, prefix_hit."""
-    return (("bs_list", list(cells.bs_list)), ("seq_list", list(cells.seq_list)), ("extend_lens", cells.seq_lens),
+    bs_list, extend_len_list, extend_lens, prefix, the mix's batches, lengths, trace, prefix_hit."""
+    return (("bs_list", list(cells.bs_list)), ("extend_len_list", list(cells.extend_len_list)), ("extend_lens", cells.extend_lens),
             ("prefix", cells.prefix), ("batches", mix), ("lengths", lengths), ("trace", trace),
             ("prefix_hit", prefix_hit))

@@ -30,9 +30,11 @@ NO_NCU = ("ncu (Nsight Compute) not found: install Nsight Compute or put ncu on 
 def explain(
     cp: Annotated[int, typer.Option("--cp", help="cp_size.")] = 4,
     bs: Annotated[Optional[str], typer.Option("--bs", help="Batch size (requests). Default: 1.")] = None,
-    seq: Annotated[Optional[str], typer.Option(
-        "--extend-len", "--seq", help="Extend (new) tokens per request. Default: 2048.")] = None,
-    seq_lens: c.ExtendLensOpt = None,
+    extend_len: Annotated[Optional[str], typer.Option(
+        "--extend-len", help="Extend (new) tokens per request. Default: 2048.")] = None,
+    extend_lens: c.ExtendLensOpt = None,
+    seq: c.SeqAliasOpt = None,
+    seq_lens: c.SeqLensAliasOpt = None,
     prefix: c.PrefixLenOpt = 0,
     rank: Annotated[int, typer.Option("--rank", help="The CP rank to explain.")] = 0,
     backend: Annotated[str, typer.Option(
@@ -56,6 +58,8 @@ def explain(
     """Explain fused vs two-call for one cell and rank with Nsight Compute: per attention kernel its
     duration, grid, waves, occupancy, SM and DRAM throughput, the work split (tiles and waves of prev,
     next and fused) and a verdict naming the measured cause."""
+    extend_len = c.renamed(extend_len, seq, "--extend-len", "--seq")
+    extend_lens = c.renamed(extend_lens, seq_lens, "--extend-lens", "--seq-lens")
     backend = c.one_backend(backend, "explain", ("auto", *EXPLAINED))
     dev = c.resolve_device(device)
     if dev.type != "cuda":
@@ -74,10 +78,10 @@ def explain(
                                 "them (`cpbench profile` counts any backend's kernels)")
     if cp < 2:
         raise CpbenchInputError(f"--cp {cp}: explain compares two-call with fused, which needs cp_size >= 2")
-    cells = parse_cells(cp=str(cp), bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=str(rank),
-                        default_bs="1", default_seq="2048")
+    cells = parse_cells(cp=str(cp), bs=bs, extend_len=extend_len, extend_lens=extend_lens, prefix=prefix, ranks=str(rank),
+                        default_bs="1", default_extend_len="2048")
     if len(cells.batches) != 1:
-        raise CpbenchInputError("cpbench explain takes one cell: give one --bs and one --seq (or --seq-lens)")
+        raise CpbenchInputError("cpbench explain takes one cell: give one --bs and one --extend-len (or --extend-lens)")
     from cpbench.domain.cells import plan_cells
 
     cell, = plan_cells([cp], batches_of(cells, None))

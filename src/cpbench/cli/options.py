@@ -124,7 +124,7 @@ LIMITS = {"--cp": 1024, "--bs": 65536, "--seq": MAX_TOKENS, "--seq-lens": MAX_TO
 
 
 def typed(*names: str) -> str:
-    """Which of an option's names (``"--seq", "--extend-len"``) the command line used: the last one given,
+    """Which of an option's names (``"--extend-len", "--seq"``) the command line used: the last one given,
     else the first (so a message names the option as the user typed it)."""
     found = names[0]
     for arg in sys.argv[1:]:
@@ -178,8 +178,21 @@ LayersOpt = Annotated[Optional[int], typer.Option("--layers", help="Override: at
 HeadsOpt = Annotated[Optional[int], typer.Option("--heads", help="Override: q heads per rank.")]
 KvHeadsOpt = Annotated[Optional[int], typer.Option("--kv-heads", help="Override: kv heads per rank.")]
 ExtendLensOpt = Annotated[Optional[str], typer.Option(
-    "--extend-lens", "--seq-lens", help="One explicit batch, one extend length per request (SGLang extend_lens), "
+    "--extend-lens", help="One explicit batch, one extend length per request (SGLang extend_lens), "
                                        "instead of --bs x --extend-len, e.g. 3000,5000.")]
+# the options' names before the extend-length rename: still read, not shown in --help
+SeqAliasOpt = Annotated[Optional[str], typer.Option("--seq", hidden=True, help="Old name of --extend-len.")]
+SeqLensAliasOpt = Annotated[Optional[str], typer.Option("--seq-lens", hidden=True, help="Old name of --extend-lens.")]
+
+
+def renamed(value, old_value, name: str, old_name: str):
+    """The value of option ``name`` given under it or under its old name ``old_name`` (hidden from --help).
+    Raises CpbenchInputError when both are given."""
+    if value is not None and old_value is not None:
+        raise CpbenchInputError(f"{old_name} is the old name of {name}: give {name} once")
+    return value if value is not None else old_value
+
+
 PrefixLenOpt = Annotated[int, typer.Option("--prefix-len", "--prefix", help="Cached prefix tokens of every request.")]
 HeadDimOpt = Annotated[Optional[int], typer.Option("--head-dim", help="Override: head_dim.")]
 WindowOpt = Annotated[Optional[int], typer.Option(

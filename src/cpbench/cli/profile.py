@@ -13,7 +13,7 @@ import typer
 from cpbench.cli import options as c
 from cpbench.ranks.launch import under_torchrun
 from cpbench.cli.cells import backend_name, batches_of, check_not_written, check_out, parse_cells
-from cpbench.cli.profile_out import (CPU_DEFAULT_SEQ, GPU_ONLY, counted_as, cpu_rows, print_counts, skip_reason,
+from cpbench.cli.profile_out import (CPU_DEFAULT_EXTEND_LEN, GPU_ONLY, counted_as, cpu_rows, print_counts, skip_reason,
                                      skipped_cell)
 from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch,
                               LaunchOpt, NprocOpt, launch_torchrun, run_as_rank)
@@ -27,10 +27,12 @@ PROFILE_EPILOG = ("Examples:  cpbench profile --cp 4 --bs 1 --extend-len 8192  |
 def profile(
     cp: Annotated[str, typer.Option("--cp", help="cp_size values.")] = "4",
     bs: Annotated[Optional[str], typer.Option("--bs", help="Batch sizes. Default: 1.")] = None,
-    seq: Annotated[Optional[str], typer.Option(
-        "--extend-len", "--seq", help="Extend (new) tokens per request, one cell per value. Default: 8192 on a "
+    extend_len: Annotated[Optional[str], typer.Option(
+        "--extend-len", help="Extend (new) tokens per request, one cell per value. Default: 8192 on a "
                                       "GPU, 64 on CPU.")] = None,
-    seq_lens: c.ExtendLensOpt = None,
+    extend_lens: c.ExtendLensOpt = None,
+    seq: c.SeqAliasOpt = None,
+    seq_lens: c.SeqLensAliasOpt = None,
     prefix: c.PrefixLenOpt = 0,
     ranks: Annotated[str, typer.Option(
         "--ranks", "--rank", help="'all' or a list of ranks, e.g. 0,3.")] = "all",
@@ -52,6 +54,8 @@ def profile(
     """Count attention kernels per rank, two-call vs fused (e.g. 72 -> 36 per rank, 288 -> 144 over
     4 ranks), and write Perfetto-openable Chrome traces (one per rank and mode; with --launch torchrun
     each rank writes its own, with the collective kernels counted as their own class)."""
+    extend_len = c.renamed(extend_len, seq, "--extend-len", "--seq")
+    extend_lens = c.renamed(extend_lens, seq_lens, "--extend-lens", "--seq-lens")
     from cpbench.kernels.backends import get_backend
     from cpbench.run.profiling import nsys_child as run_child
     from cpbench.run.runner import DTYPES
@@ -65,8 +69,8 @@ def profile(
 
     spec = split_heads(spec, tp)
     name = backend_name(backend, dev)
-    parsed = parse_cells(cp=cp, bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=ranks,
-                         default_bs="1", default_seq="8192" if dev.type == "cuda" else CPU_DEFAULT_SEQ)
+    parsed = parse_cells(cp=cp, bs=bs, extend_len=extend_len, extend_lens=extend_lens, prefix=prefix, ranks=ranks,
+                         default_bs="1", default_extend_len="8192" if dev.type == "cuda" else CPU_DEFAULT_EXTEND_LEN)
     cells = plan_cells(parsed.cp_sizes, batches_of(parsed, None))
     kw = dict(backend=name, device=dev, dtype=dtype.value, ranks=parsed.ranks)
     if nsys_child:

@@ -10,7 +10,7 @@ from rich.markup import escape
 from cpbench.domain.modes import Mode
 from cpbench.cli.tables import Col, print_table
 
-CPU_DEFAULT_SEQ = "64"  # profile's --seq on CPU: a size the torch reference runs in seconds (sweep: 32,64)
+CPU_DEFAULT_EXTEND_LEN = "64"  # profile's --extend-len on CPU: a size the torch reference runs in seconds (sweep: 32,64)
 # per-rank keys that count GPU work: not applicable on a CPU, where there is no kernel and no launch
 GPU_ONLY = ("kernels", "launches", "other_kernels", "merge_kernels", "fill_kernels", "copy_kernels", "comm_kernels",
             "gpu_busy_us")
@@ -55,7 +55,7 @@ def print_counts(console, report: dict, run_dir: Path) -> None:
     cpu = str(report.get("device", "")).startswith("cpu")
     unit = report.get("counted", "kernels")
     for cell in report["cells"]:
-        name = f"{report['model']} {report['backend']}: cp{cell['cp_size']} bs{cell['bs']} seq{cell['max_extend_len']}"
+        name = f"{report['model']} {report['backend']}: cp{cell['cp_size']} bs{cell['bs']} extend{cell['max_extend_len']}"
         if cell.get("status", "ok") != "ok":
             console.print(escape(f"{name}: {cell['status']}: {cell['reason']} (recorded in profile.json)"))
             continue

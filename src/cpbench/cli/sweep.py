@@ -19,7 +19,8 @@ from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTime
                               LaunchOpt, NprocOpt, launch_torchrun, run_as_rank)
 from cpbench.cli.options import (BACKEND_CHOICES, CpMinExtendOpt, CpMinTokensOpt, DeviceOpt, DType, ExtendLensOpt,
                                  FusedOrderOpt, HeadDimOpt, HeadsOpt, KvHeadsOpt, LayersOpt, ModelConfigOpt,
-                                 ModelOpt, PageSizeOpt, PrefixLenOpt, SinksOpt, WindowOpt,
+                                 ModelOpt, PageSizeOpt, PrefixLenOpt, SeqAliasOpt, SeqLensAliasOpt, SinksOpt,
+                                 WindowOpt, renamed,
                                  choice_list, console, err_console, int_list, resolve_device, resolve_model)
 from cpbench.errors import CpbenchInputError
 from cpbench.results.policy import host_bound_text
@@ -34,10 +35,12 @@ SWEEP_EPILOG = ("Examples:  cpbench sweep --cp 4 --bs 1,4,16  |  cpbench sweep -
 def sweep(
     cp: Annotated[str, typer.Option("--cp", help="cp_size values, e.g. 2,4,8.")] = "4",
     bs: Annotated[Optional[str], typer.Option("--bs", help="Batch sizes (requests), e.g. 1,4,16. Default: 1,4,16.")] = None,
-    seq: Annotated[Optional[str], typer.Option(
-        "--extend-len", "--seq", help="Extend (new) tokens per request, one cell per value. Default: 2048,8192,16384 "
+    extend_len: Annotated[Optional[str], typer.Option(
+        "--extend-len", help="Extend (new) tokens per request, one cell per value. Default: 2048,8192,16384 "
                                       "on a GPU, 32,64 on CPU.")] = None,
-    seq_lens: ExtendLensOpt = None,
+    extend_lens: ExtendLensOpt = None,
+    seq: SeqAliasOpt = None,
+    seq_lens: SeqLensAliasOpt = None,
     prefix: PrefixLenOpt = 0,
     prefix_hit: Annotated[Optional[float], typer.Option(
         "--prefix-hit", help="Fraction of each request's tokens already cached (prefix = floor(RATE x tokens), "
@@ -124,17 +127,19 @@ def sweep(
     dist_backend: DistBackendOpt = DistBackend.auto, dist_timeout: DistTimeoutOpt = 300.0,
 ) -> None:
     """Measure fused vs two-call zigzag CP attention for every cell and rank; write a run directory."""
+    extend_len = renamed(extend_len, seq, "--extend-len", "--seq")
+    extend_lens = renamed(extend_lens, seq_lens, "--extend-lens", "--seq-lens")
     dev = resolve_device(device)
     spec = resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
     from cpbench.domain.tp import split_heads
 
     spec = split_heads(spec, tp)
-    cells = parse_cells(cp=cp, bs=bs, seq=seq, seq_lens=seq_lens, prefix=prefix, ranks=ranks, default_bs="1,4,16",
-                        default_seq="2048,8192,16384" if dev.type == "cuda" else "32,64")
+    cells = parse_cells(cp=cp, bs=bs, extend_len=extend_len, extend_lens=extend_lens, prefix=prefix, ranks=ranks, default_bs="1,4,16",
+                        default_extend_len="2048,8192,16384" if dev.type == "cuda" else "32,64")
     if not 0 <= seed < 2**63:
         raise CpbenchInputError(f"--seed must be an integer in [0, 2**63), got {seed}")
     mix = workload_batches(cells, lengths=lengths, trace=trace, prefix_hit=prefix_hit, batches=batches, seed=seed,
-                           seq_given=seq is not None)
+                           extend_len_given=extend_len is not None)
     longest = max(e + p for ext, pre in mix for e, p in zip(ext, pre)) if mix else cells.longest
     check_out(out, "runs/<timestamp>")
     timing_text = "eager,graph" if timing is not None and timing.strip() == "both" else timing

@@ -98,9 +98,9 @@ class CellSpec:
         return max(self.extend_lens)
 
     def label(self) -> str:
-        """``cp4 bs1 seq8192`` (``b<i>`` appended for a batch of a mix): the progress bar's and the NVTX
-        ranges' name of the cell; ``seq`` is the longest extend length."""
-        return f"cp{self.cp_size} bs{self.bs} seq{self.max_extend_len}" + (f" b{self.batch}" if self.batch else "")
+        """``cp4 bs1 extend8192`` (``b<i>`` appended for a batch of a mix): the progress bar's and the NVTX
+        ranges' name of the cell; ``extend`` is the longest extend length, tokens."""
+        return f"cp{self.cp_size} bs{self.bs} extend{self.max_extend_len}" + (f" b{self.batch}" if self.batch else "")
 
 
 def plan_cells(cp_sizes: Sequence[int], batches: Sequence[Batch]) -> list[CellSpec]:

@@ -57,7 +57,7 @@ class RankJob:
         key: the cell's key (NVTX payloads name the cell by it).
         cell_metrics: cell metrics (page-table bytes, KV-cache bytes, duplication copy µs, ...).
         todo: ``(mode, timing)`` pairs to measure for this rank.
-        label: the cell's label, e.g. ``"cp4 bs1 seq8192"`` (forward labels add rank and mode).
+        label: the cell's label, e.g. ``"cp4 bs1 extend8192"`` (forward labels add rank and mode).
     """
 
     backend: Backend
@@ -312,7 +312,7 @@ def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], t
 
 
 def forward_label(cell_label: str, rank: int, mode: str, timing: str = "eager") -> str:
-    """The NVTX / record_function label of one forward, e.g. ``cp4 bs1 seq8192 r0 fused eager`` (the
+    """The NVTX / record_function label of one forward, e.g. ``cp4 bs1 extend8192 r0 fused eager`` (the
     nsys cross-check matches ranges by this text)."""
     return f"{cell_label} r{rank} {mode} {timing}"
 

@@ -2,7 +2,7 @@
 
 Nesting (the same names in Nsight Systems and in a Perfetto view of a torch.profiler trace)::
 
-    <cell_label>            e.g. "cp4 bs1 seq8192 r0 fused eager"   (the whole forward)
+    <cell_label>            e.g. "cp4 bs1 extend8192 r0 fused eager"   (the whole forward)
       layer{i}              one per layer, i = 0..num_layers-1
         prev | next         two-call mode: one range per attention call
         combined            fused mode (and cp_size 1)
@@ -117,7 +117,7 @@ def annotated_forward(prepared: ForwardLike, cell_label: str, payload: dict | No
     Args:
         prepared: one rank's forward (``prepared.layers[i] = [(call_name, closure), ...]``).
         cell_label: name of the whole-forward range, chosen by the caller, e.g.
-            ``"cp4 bs1 seq8192 r0 fused eager"``.
+            ``"cp4 bs1 extend8192 r0 fused eager"``.
         payload: numbers of the cell (e.g. ``CellKey.as_json(rank=0)``; numbers only are kept), attached
             to the whole-forward NVTX range where the nvtx package allows (see :func:`nvtx_payload`).
         nvtx_on: emit NVTX ranges (domain ``"cpbench"``).

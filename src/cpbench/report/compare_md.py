@@ -39,7 +39,7 @@ def _env(man: dict) -> str:
 def _rows_table(t) -> str:
     single = {c: t[c].iloc[0] for c in ("model", "backend") if t[c].nunique() == 1}
     cols = [c for c in ("model", "backend") if c not in single]
-    heads = cols + ["timing", "cp>", "bs>", "seq>", "prefix>", "rank>", "mode", "base ms>", "new ms>",
+    heads = cols + ["timing", "cp>", "bs>", "extend>", "prefix>", "rank>", "mode", "base ms>", "new ms>",
                     "new/base>", "change>", "95% CI>", "verdict"]
     rows = []
     for _, r in t.iterrows():
@@ -69,7 +69,7 @@ def _speedup(sp: float, lo: float, hi: float) -> str:
 def _speedups_table(f) -> str:
     single = {c: f[c].iloc[0] for c in ("model", "backend") if f[c].nunique() == 1}
     cols = [c for c in ("model", "backend") if c not in single]
-    heads = cols + ["timing", "cp>", "bs>", "seq>", "prefix>", "base speedup>", "base verdict", "new speedup>",
+    heads = cols + ["timing", "cp>", "bs>", "extend>", "prefix>", "base speedup>", "base verdict", "new speedup>",
                     "new verdict", "agree", "overlap"]
     rows = []
     for _, r in f.iterrows():

@@ -41,7 +41,7 @@ def explain_chart(rep: dict, out_dir: Path, name: str = "explain") -> list[Path]
         ax.text(x, bottom, f"{bottom:.0f} µs", ha="center", va="bottom", fontsize=9)
     ax.set_xticks(range(len(modes)), modes)
     ax.set_ylabel("kernel time (µs, ncu)")
-    ax.set_title(f"{rep['model']} {rep['backend']} cp{rep['cp_size']} bs{rep['bs']} seq{rep['max_extend_len']} "
+    ax.set_title(f"{rep['model']} {rep['backend']} cp{rep['cp_size']} bs{rep['bs']} extend{rep['max_extend_len']} "
                  f"rank {rep['rank']}: kernel time by call")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return save(fig, out_dir, name)

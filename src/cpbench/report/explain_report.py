@@ -92,7 +92,7 @@ def explain_markdown(rep: dict) -> str:
     t2 = sum(v["two_call_us"] for v in rep["verdicts"])
     tf = sum(v["fused_us"] for v in rep["verdicts"])
     lines = [f"### Why fused {'wins' if tf < t2 else 'loses'}: {rep['model']} {rep['backend']} "
-             f"cp{rep['cp_size']} bs{rep['bs']} seq{rep['max_extend_len']} rank {rep['rank']} ({rep['timing']}, "
+             f"cp{rep['cp_size']} bs{rep['bs']} extend{rep['max_extend_len']} rank {rep['rank']} ({rep['timing']}, "
              f"fused order {rep['fused_order']})", "",
              f"Attention kernel time for one layer of each kind: two-call {t2:.1f} µs, fused {tf:.1f} µs "
              f"({t2 / tf:.2f}x)." if tf else "", ""]

@@ -1,4 +1,4 @@
-"""Critical-path latency vs sequence length, and the fused speedup heatmap (bs x seq per cp_size)."""
+"""Critical-path latency vs sequence length, and the fused speedup heatmap (bs x extend length per cp_size)."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def _norm(values: np.ndarray) -> TwoSlopeNorm:
 @style.styled
 def speedup_heatmap(df: pd.DataFrame, out_dir: Path, name: str, title: str,
                     bar_label: str = "speedup two-call / fused (>1: fused faster)", neutral: bool = False) -> list[Path]:
-    """Speedup = two-call / fused on the critical path, bs (rows) x seq (columns), a panel per cp_size
+    """Speedup = two-call / fused on the critical path, bs (rows) x extend length (columns), a panel per cp_size
     (rows) x timing (columns). Diverging colours centred on 1.0 (blue: fused faster), value in each cell
     (font scaled to the cell width); a tie (:mod:`cpbench.results.verdicts`: the speedup's 95 % interval
     contains 1) is marked "≈" after the value and drawn in the neutral colour of 1.0 (noise is not coloured

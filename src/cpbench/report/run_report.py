@@ -186,7 +186,7 @@ def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
         return []
     planned = manifest.get("planned")  # a manifest from before planned_cells: re-plan from the options
     plans = planned if isinstance(planned, list) and planned and all(isinstance(p, dict) for p in planned) else [cfg]
-    kinds = (("cp_sizes", int), ("bs_list", int), ("seq_list", int), ("timings", str), ("extend_lens", int))
+    kinds = (("cp_sizes", int), ("bs_list", int), ("extend_len_list", int), ("timings", str), ("extend_lens", int))
     bad = next(((k, p[k]) for p in plans for k, kind in kinds if p.get(k) is not None and not _list_of(p[k], kind)),
                None)
     if bad or (cfg.get("batches") and not all(isinstance(b, list) and b and _list_of(b[0], int) and b[0]
@@ -199,7 +199,7 @@ def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
             return list(dict.fromkeys((len(e), max(e)) for e, _ in cfg["batches"]))
         if plan.get("extend_lens"):
             return [(len(plan["extend_lens"]), max(plan["extend_lens"]))]
-        return [(b, q) for b in plan.get("bs_list") or [] for q in plan.get("seq_list") or []][:MAX_PLANNED + 1]
+        return [(b, q) for b in plan.get("bs_list") or [] for q in plan.get("extend_len_list") or []][:MAX_PLANNED + 1]
 
     total = sum(len(plan.get("cp_sizes") or []) * len(shapes(plan)) * len(plan.get("timings") or []) for plan in plans)
     if total > MAX_PLANNED:

@@ -290,13 +290,13 @@ def check_same_model(base_man: dict, new_man: dict) -> None:
 
 
 def cells_of(rows: pd.DataFrame) -> list[str]:
-    """Distinct cells (no rank/mode) of key rows, as 'model · backend · timing · cp 4 · bs 1 · seq 8192'."""
+    """Distinct cells (no rank/mode) of key rows, as 'model · backend · timing · cp 4 · bs 1 · extend 8192'."""
     out = []
     if rows.empty:
         return out
     for _, r in rows.drop_duplicates(list(CELL_COLUMNS)).iterrows():
         s = (f"{r['model']} · {r['backend']} · {r['timing']} · cp {canon(r['cp_size'])} · bs {canon(r['bs'])}"
-             f" · seq {canon(r['max_extend_len'])}")
+             f" · extend {canon(r['max_extend_len'])}")
         pre = canon(r["prefix_len"])
         out.append(s + (f" + prefix {pre}" if pre not in ("", "0") else ""))
     return out

@@ -180,7 +180,7 @@ _COLUMNS = [
     # -- workloads: tensor parallelism, length mixes and traces, per-layer-kind times -------------------
     _c("tp_size", "int", "GPUs", "attention tensor parallelism: the row measures one GPU's heads "
        "(q heads / tp_size, max(1, kv heads / tp_size))", "run", "tp_size"),
-    _c("batch", "int", "", "index of the batch in a --lengths mix or --trace (0 for a bs x seq grid)", "cell"),
+    _c("batch", "int", "", "index of the batch in a --lengths mix or --trace (0 for a bs x extend-len grid)", "cell"),
     _c("prefix_lens", "str", "tokens", "cached prefix of each request, comma-separated (prefix_len is the longest)"),
     _c("window_layers_us", "float", "µs", "the sliding-window layers' share of the profiled eager forward: "
        "GPU busy time of the work launched in those layers; NaN on CPU, for a model with one layer kind and "
@@ -255,7 +255,7 @@ def migrate_row(row: dict) -> dict:
 
 def add_defaults(row: dict) -> dict:
     """Fill the columns added within schema 2 that an older row lacks: ``tp_size`` 1, ``batch`` 0 (every
-    earlier run measured one GPU's heads at TP 1 on a bs x seq grid or one explicit batch), ``fused_order``
+    earlier run measured one GPU's heads at TP 1 on a bs x extend-len grid or one explicit batch), ``fused_order``
     ``prev-next`` (the only order before the option existed) and
     ``prefix_lens`` (``prefix_len`` repeated ``bs`` times); and reads a renamed column under its new name
     (:data:`V2_RENAMED`: ``seq_len`` held the longest *extend* length, now ``max_extend_len``). Returns ``row``

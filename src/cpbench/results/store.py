@@ -461,7 +461,7 @@ def read_manifest(path: Path) -> dict:
     """``manifest.json`` as a dict ({} when absent). A ``config`` that is not an object becomes {}, and a
     ``resumed_by``/``sweep_wall_s``/``sweep_phase_s``/``timing_methods`` that is not a list becomes [] (hand-edited
     files). A v1 config's
-    ``seq_lens`` is read as ``extend_lens``.
+    ``seq_lens`` is read as ``extend_lens``, and a ``seq_list`` (config or plan) as ``extend_len_list``.
 
     Raises:
         CpbenchInputError: the file is not UTF-8 JSON holding an object.
@@ -480,6 +480,10 @@ def read_manifest(path: Path) -> dict:
     cfg = manifest.get("config", {})
     if "seq_lens" in cfg and "extend_lens" not in cfg:
         cfg["extend_lens"] = cfg.pop("seq_lens")
+    plans = manifest["planned"] if isinstance(manifest.get("planned"), list) else []
+    for plan in [cfg, *(p for p in plans if isinstance(p, dict))]:
+        if "seq_list" in plan and "extend_len_list" not in plan:  # --extend-len's list, once named after --seq
+            plan["extend_len_list"] = plan.pop("seq_list")
     for key in ("resumed_by", "sweep_wall_s", "sweep_phase_s", "timing_methods"):
         if key in manifest and not isinstance(manifest[key], list):
             manifest[key] = []

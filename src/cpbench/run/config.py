@@ -36,7 +36,7 @@ class SweepConfig:
     """What to measure and how, never changed after it is built. Lengths in tokens, budget in ms.
 
     The cells are ``cp_sizes`` x ``batches``, the one way to name them (domain.cells); ``cells_from``
-    records the options the batches came from (``bs_list``, ``seq_list``, ``extend_lens``, ``prefix``,
+    records the options the batches came from (``bs_list``, ``extend_len_list``, ``extend_lens``, ``prefix``,
     ``lengths``, ``trace``, ``prefix_hit``) for the manifest, and is never read to plan cells.
 
     Text is accepted where an enum is typed (``modes=("fused",)``, ``dtype="fp32"``) and stored as the enum.

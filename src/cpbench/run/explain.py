@@ -37,7 +37,7 @@ NCU_TIMEOUT_S = 1800  # one forward per mode under kernel replay: minutes at mos
 
 
 def explain_label(cell: CellSpec, rank: int, mode: str, timing: str) -> str:
-    """NVTX range of one profiled forward, e.g. ``"explain cp4 bs1 seq2048 r0 fused graph"``."""
+    """NVTX range of one profiled forward, e.g. ``"explain cp4 bs1 extend2048 r0 fused graph"``."""
     return f"explain {cell.label()} r{rank} {mode} {timing}"
 
 

@@ -20,10 +20,10 @@ from cpbench.results.schema import SCHEMA_VERSION
 from cpbench.results.store import RunDir
 
 MANIFEST_VERSION = 2  # 2: planned_cells (the report diffs keys instead of re-planning); 1 (absent): before
-GROWING = ("cp_sizes", "bs_list", "seq_list", "timings", "modes")  # config lists a resume may extend
+GROWING = ("cp_sizes", "bs_list", "extend_len_list", "timings", "modes")  # config lists a resume may extend
 # what each invocation planned, kept per invocation in ``planned`` (the config's GROWING lists are unions: a
 # --bs x --extend-len grid and a later --extend-lens batch would plan cells neither asked for)
-PLANNED = ("cp_sizes", "timings", "bs_list", "seq_list", "extend_lens")
+PLANNED = ("cp_sizes", "timings", "bs_list", "extend_len_list", "extend_lens")
 PLANNED_CELL_KEYS = ("cp_size", "bs", "max_extend_len", "batch", "timing")
 
 

@@ -201,7 +201,7 @@ def _no_writer(rows: list[dict]) -> None:
 
 def config_dict(cfg: SweepConfig, group: RankGroup) -> dict:
     """The manifest's ``config``: every SweepConfig field (model as a dict) but the planned batches, the
-    options the batches came from (``cells_from``: bs_list, seq_list, extend_lens, prefix, lengths, trace,
+    options the batches came from (``cells_from``: bs_list, extend_len_list, extend_lens, prefix, lengths, trace,
     prefix_hit, batches), plus launch and world_size. Lists as JSON lists."""
     fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("batches", "cells_from")}
     fields["backend"] = cfg.backend  # comma-joined, as manifests always held it (not the backends tuple)
