@@ -3,8 +3,9 @@
 import math
 
 import pandas as pd
+import pytest
 
-from cpbench.report.precision import clock_swing, precision_section
+from cpbench.report.precision import clock_swing, precision_numbers, precision_section
 
 
 def _rows():
@@ -30,29 +31,36 @@ def test_clock_swing_fraction_and_unknown():
     assert clock_swing(pd.DataFrame({"x": [1]})).isna().all()  # older runs: no clock columns
 
 
-def test_precision_section_counts_and_clock_swing():
+def test_precision_numbers_counts_widths_and_clock_swing():
+    n = precision_numbers(_rows(), {"config": {"rel_ci": 0.01}})
+    assert (n["target"], n["rows"], n["host_bound"], n["met"]) == (0.01, 4, 1, 2)  # host-bound and skipped left out
+    assert n["width"] == (0.04, 0.05)  # the two that stopped at the budget: median, widest
+    swings = [(1980 - 1800) / 1980, (1980 - 1782) / 1980]  # 9.1 % and 10.0 % against 0.5 % and 1.0 %
+    assert n["swing_missed"] == (pytest.approx(sum(swings) / 2), pytest.approx(max(swings)))
+    assert n["swing_met"] == pytest.approx((10 / 1980 + 20 / 1980) / 2)
     text = "\n".join(precision_section(_rows(), {"config": {"rel_ci": 0.01}}))
-    assert "**2 of 4** rows that are not host-bound got there (1 host-bound rows left out" in text
-    assert "The other 2 stopped at the budget with intervals of 4.0 % (median) to 5.0 % of their median." in text
-    # swings 9.1 % and 10.0 % (median 9.5 %) against 0.5 % and 1.0 % (median 0.8 %)
-    assert "moved by 9.5 % (median; at most 10.0 %), against 0.8 % in the rows that met the target." in text
+    for figure in ("**2 of 4**", "1 host-bound", "4.0 %", "5.0 %", "9.5 %", "10.0 %", "0.8 %"):
+        assert figure in text, figure  # the section states each number, formatted from precision_numbers
 
 
-def test_precision_section_uses_the_runs_target_and_is_empty_on_cpu():
-    text = "\n".join(precision_section(_rows(), {"config": {"rel_ci": 0.05}}))
-    assert "within 5.0 % of it" in text and "**4 of 4**" in text and "The other" not in text
-    assert precision_section(_rows(), {}, cpu=True) == []
+def test_precision_numbers_use_the_runs_target_and_say_nothing_on_cpu():
+    n = precision_numbers(_rows(), {"config": {"rel_ci": 0.05}})
+    assert (n["met"], n["rows"]) == (4, 4) and all(math.isnan(x) for x in n["width"])
+    assert "The other" not in "\n".join(precision_section(_rows(), {"config": {"rel_ci": 0.05}}))
+    assert precision_section(_rows(), {}, cpu=True) == [] and precision_numbers(_rows(), {}, cpu=True) is None
     assert precision_section(pd.DataFrame({"status": ["ok"]}), {}) == []  # no ci_rel_width column
 
 
-def test_precision_section_without_a_target_or_gpu_time_and_with_hand_edited_values():
-    text = "\n".join(precision_section(_rows(), {"config": {"rel_ci": None}}))  # --rel-ci 0
-    assert "No `--rel-ci` target was set" in text and "4 rows that are not host-bound are 1.9 % wide" in text
+def test_precision_numbers_without_a_target_or_gpu_time_and_with_hand_edited_values():
+    n = precision_numbers(_rows(), {"config": {"rel_ci": None}})  # --rel-ci 0
+    assert n["target"] is None and n["rows"] == 4 and n["width"] == (pytest.approx(0.0195), 0.05)
     cpu_like = _rows().assign(gpu_busy_us=math.nan)  # a CPU run whose manifest was deleted
-    assert precision_section(cpu_like, {}) == []
+    assert precision_section(cpu_like, {}) == [] and precision_numbers(cpu_like, {}) is None
     odd = _rows()
     odd.loc[3, ["sm_clock_mhz_min", "sm_clock_mhz_max"]] = [1980.0, 100.0]  # min > max: unknown swing
     odd.loc[0, "ci_rel_width"] = -0.5  # a negative width is left out, not counted as met
-    text = "\n".join(precision_section(odd, {"config": {"rel_ci": 0.01}}))
-    assert "**1 of 3**" in text and "nan" not in text
-    assert "moved by 9.1 % (median; at most 9.1 %), against 1.0 % in the rows that met the target." in text
+    n = precision_numbers(odd, {"config": {"rel_ci": 0.01}})
+    assert (n["met"], n["rows"]) == (1, 3)
+    assert n["swing_missed"] == (pytest.approx(180 / 1980), pytest.approx(180 / 1980))  # row 3's swing unknown
+    assert n["swing_met"] == pytest.approx(20 / 1980)
+    assert "nan" not in "\n".join(precision_section(odd, {"config": {"rel_ci": 0.01}}))
