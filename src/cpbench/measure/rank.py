@@ -288,7 +288,7 @@ def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], t
             continue
         if timing == "eager":
             fns[m] = prep.forward
-            if job.nvtx:  # NVTX ranges around the timed forwards (~0.4 µs per range on the H200)
+            if job.nvtx:  # NVTX ranges around the timed forwards (their cost: profiles.ranges.range_overhead_us)
                 from cpbench.profiles.ranges import annotated_forward
 
                 g = work.geometry

@@ -85,9 +85,8 @@ def omp_threads() -> int | None:
 
 
 def cpu_sweep_threads() -> int:
-    """Intra-op threads a CPU sweep uses: ``OMP_NUM_THREADS`` when set, else 1. On an idle 2-core machine
-    two threads ran the default CPU sweep about 1.5x faster, but with another process busy on one core
-    about 7x slower (OpenMP threads waiting on each other); one thread is steady either way. A torchrun
+    """Intra-op threads a CPU sweep uses: ``OMP_NUM_THREADS`` when set, else 1 (one thread keeps CPU timings
+    steady beside other busy processes, where OpenMP threads wait on each other; docs/design.md). A torchrun
     launch sets OMP_NUM_THREADS=1 per rank."""
     return omp_threads() or 1
 
