@@ -201,7 +201,7 @@ def test_doctor_without_torch_exits_0_and_says_why():
     info = json.loads(r.stdout)
     why = info["environment"]["torch"]
     assert why.startswith("torch cannot be imported") and "pip install torch" in why
-    assert info["backends"] == dict.fromkeys(["torch", "fa2", "fa3", "trtllm-fmha-v2", "trtllm-gen"], "needs torch, which cannot be imported")
+    assert info["backends"] == dict.fromkeys(["torch", "fa2", "fa3", "trtllm-fmha-v2", "trtllm-gen", "flex"], "needs torch, which cannot be imported")
 
 
 def test_doctor_jit_cache_in_odd_environments(tmp_path, monkeypatch):

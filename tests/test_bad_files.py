@@ -100,6 +100,6 @@ def test_a_row_with_an_unknown_mode_is_left_out_by_name(tmp_path, text_reports):
     (run / "manifest.json").write_text(json.dumps(manifest()))
     r = cpbench("report", run)
     assert r.returncode == 0, r.stderr
-    assert "left out 1 row(s): 1 with mode 'triple' (not two-call / fused)" in r.stderr
+    assert "left out 1 row(s): 1 with mode 'triple' (not two-call / fused / cp-native)" in r.stderr
     text = (run / "report.md").read_text()
     assert "triple" not in text and text.count("**incomplete**") == 1

@@ -117,7 +117,7 @@ def test_messages_name_the_option_as_typed(tmp_path, args, line):
 
 
 @pytest.mark.parametrize("cmd, choices", [
-    ("profile", "auto, torch, fa2, fa3, trtllm-fmha-v2, trtllm-gen"), ("explain", "auto, fa2, fa3, trtllm-fmha-v2"),
+    ("profile", "auto, torch, fa2, fa3, trtllm-fmha-v2, trtllm-gen, flex"), ("explain", "auto, fa2, fa3, trtllm-fmha-v2"),
 ])
 def test_profile_and_explain_take_one_backend(cmd, choices):
     """A list (which sweep takes) gets its own line naming the choices, not click's 'Value error, ... is not

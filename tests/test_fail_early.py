@@ -34,7 +34,7 @@ def test_graph_timing_on_cpu_names_the_option(tmp_path, no_gpu, timing):
 
 def test_bad_mode_or_timing_lists_every_choice(tmp_path, no_gpu):
     r = cpbench("sweep", "--mode", "fast", "--out", str(tmp_path / "run"), *TINY)
-    assert r.returncode == 2 and "use two-call, fused, a comma-separated list of them, or both" in r.stderr
+    assert r.returncode == 2 and "use two-call, fused, cp-native, a comma-separated list of them" in r.stderr
     r = cpbench("sweep", "--timing", "slow", "--out", str(tmp_path / "run"), *TINY)
     assert r.returncode == 2 and "use eager, graph, breakable, a comma-separated list of them" in r.stderr
 

@@ -31,7 +31,7 @@ NCCL = ["ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
 
 
 def test_names_are_the_cli_choices_minus_auto():
-    assert BACKEND_NAMES == ("torch", "fa2", "fa3", "trtllm-fmha-v2", "trtllm-gen")
+    assert BACKEND_NAMES == ("torch", "fa2", "fa3", "trtllm-fmha-v2", "trtllm-gen", "flex")
     assert [m.value for m in BackendName] == ["auto", *BACKEND_NAMES]
     assert BackendName.trtllm_gen.value == "trtllm-gen" and isinstance(BackendName.auto, str)
 
@@ -93,7 +93,7 @@ def test_each_backend_matches_only_its_own_kernel():
             assert (classify(kernel, kernel_patterns(other)) == "attention") is (other == backend), (backend, other)
     assert kernel_patterns("torch") == ()
     assert known_attention_patterns() == ("batchprefillwithpagedkvcachekernel", "prefillwithkvcachekernel",
-                                          "fmha_v2_flash_attention", "fmhasm")
+                                          "fmha_v2_flash_attention", "fmhasm", "triton_tem_fused")
 
 
 def test_get_backend_builds_the_named_class():
@@ -107,4 +107,4 @@ def test_registry_and_cli_choices_import_without_torch():
             "import json; print(json.dumps(['torch' in sys.modules, r.resolve_auto((9, 0)), list(r.CHOICES)]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(out.stdout) == [False, "trtllm-fmha-v2",
-                                      ["auto", "torch", "fa2", "fa3", "trtllm-fmha-v2", "trtllm-gen"]]
+                                      ["auto", "torch", "fa2", "fa3", "trtllm-fmha-v2", "trtllm-gen", "flex"]]

@@ -23,6 +23,8 @@ from cpbench.domain.models import ModelSpec, get_preset, with_overrides
 from cpbench.domain.modes import Timing
 from cpbench.run.config import SweepConfig
 
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # keep torch.profiler's per-step log lines off the terminal
+
 if TYPE_CHECKING:
     import pandas as pd
 

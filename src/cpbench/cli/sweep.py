@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from cpbench.domain.modes import MODES
+from cpbench.domain.modes import ALL_MODES
 from cpbench.ranks.launch import under_torchrun
 from cpbench.cli.cells import batches_of, cells_record, check_out, parse_cells, workload_batches
 from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch,
@@ -63,7 +63,10 @@ def sweep(
     ranks: Annotated[str, typer.Option(
         "--ranks", "--rank", help="'all' or a list of ranks, e.g. 0,3 (a cell measured on some ranks has no "
                                   "critical path).")] = "all",
-    mode: Annotated[str, typer.Option("--mode", help="two-call, fused, or both.")] = "two-call,fused",
+    mode: Annotated[str, typer.Option(
+        "--mode", "--modes", help="Modes, comma-separated: two-call, fused, cp-native (one CP-native call, flex "
+                                  "backend only; others record it unsupported), or both (two-call,fused).")
+                    ] = "two-call,fused",
     backend: Annotated[str, typer.Option(
         "--backend", help=f"Attention backend(s), one or a list measured on the same cells, e.g. trtllm-fmha-v2,fa3: "
                           f"{', '.join(BACKEND_CHOICES)} (auto: the TRT-LLM kernel SGLang PR #33137 fuses where one "
@@ -165,7 +168,8 @@ def sweep(
                       model=spec, cp_sizes=tuple(cells.cp_sizes), batches=batches_of(cells, mix),
                       cells_from=cells_record(cells, mix, lengths=lengths, trace=trace, prefix_hit=prefix_hit),
                       device=dev, ranks=None if cells.ranks is None else tuple(cells.ranks),
-                      modes=tuple(choice_list(mode, MODES, "--mode")), timings=tuple(timings),
+                      modes=tuple(choice_list("two-call,fused" if mode.strip() == "both" else mode, ALL_MODES, "--mode",
+                                                  both=False)), timings=tuple(timings),
                       budget_ms=budget_ms, rel_ci=rel_ci or None, warmup=warmup, dtype=dtype.value, seed=seed,
                       check=check, context_len=context_len, profile=profile, nvtx=nvtx, gather=dist.gather_mode,
                       fused_order=fused_order, tp_size=tp, max_prefill_tokens=max_prefill_tokens,

@@ -30,11 +30,14 @@ class _StrEnum(str, Enum):
 
 
 class Mode(_StrEnum):
-    """How a rank runs its two zigzag blocks per layer: two attention calls (``prev`` then ``next``), or one
-    fused call over a synthetic batch of 2*bs segments with a row-duplicated page table (SGLang PR #33137)."""
+    """How a rank runs its two zigzag blocks per layer: two attention calls (``prev`` then ``next``), one
+    fused call over a synthetic batch of 2*bs segments with a row-duplicated page table (SGLang PR #33137), or
+    one CP-native call whose kernel knows each query's position in its request, over the request's own page-table
+    row (no synthetic batch, nothing duplicated; the flex backend)."""
 
     TWO_CALL = "two-call"
     FUSED = "fused"
+    CP_NATIVE = "cp-native"
 
     @property
     def tag(self) -> str:
@@ -51,7 +54,8 @@ class Timing(_StrEnum):
     BREAKABLE = "breakable"
 
 
-MODES: tuple[Mode, ...] = tuple(Mode)
+MODES: tuple[Mode, ...] = (Mode.TWO_CALL, Mode.FUSED)  # the pair every speedup compares (and the default)
+ALL_MODES: tuple[Mode, ...] = tuple(Mode)  # what a row may hold
 TIMINGS: tuple[Timing, ...] = tuple(Timing)
 
 

@@ -90,6 +90,9 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
     modes = list(dict.fromkeys(m for m, _ in job.todo))
     rows: list[dict] = []
     status = {m: OK for m in modes}
+    for m in modes:  # a mode the backend has no call for (cp-native outside flex) is a fact, not a failure
+        if m not in getattr(job.backend, "modes", MODES):
+            status[m] = ("unsupported", f"{job.backend.name} has no {m} call (the flex backend has one)")
 
     def fail_open(run: Callable[[str], None], agreeing: bool = False) -> None:
         """run(mode) for every mode still ok, then agree. ``agreeing``: the run holds collectives (the

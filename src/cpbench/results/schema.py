@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cpbench.domain.modes import MODES, TIMINGS
+from cpbench.domain.modes import ALL_MODES, MODES, TIMINGS
 from cpbench.results.policy import clock_drop_text
 
 SCHEMA_VERSION = 2
@@ -78,7 +78,8 @@ _COLUMNS = [
        "(SGLang's seq_lens would be prefix + extend)", "cell"),
     # -- row ------------------------------------------------------------------------------------
     _c("rank", "int", "", "CP rank", "row"),
-    _c("mode", "str", " | ".join(MODES), "two attention calls per layer, or one fused call", "row"),
+    _c("mode", "str", " | ".join(ALL_MODES), "two attention calls per layer, one fused call over 2*bs segments, or "
+       "one CP-native call (flex backend)", "row"),
     # -- values -----------------------------------------------------------------------------------
     _c("page_size", "int", "tokens", "KV page size"),
     _c("num_layers", "int", "", "attention layers per forward"),

@@ -23,7 +23,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cpbench.results.schema import (CPU_MEM_REASON, MODES, SCHEMA_VERSION, STATUSES, TIMINGS, V2_DEFAULTS, V2_RENAMED,
+from cpbench.domain.modes import ALL_MODES
+from cpbench.results.schema import (CPU_MEM_REASON, SCHEMA_VERSION, STATUSES, TIMINGS, V2_DEFAULTS, V2_RENAMED,
                                     check_row, migrate_row, non_numeric, row_key)
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 
@@ -130,7 +131,8 @@ class RunDir:
             raise CpbenchInputError(f"cannot write to {str(d)!r} ({e.strerror or e}): choose another --out") from None
         if has_rows and not resume:
             run.unlock()
-            raise CpbenchInputError(f"{str(d)!r} already holds results: add --resume to continue it, or pick another --out")
+            raise CpbenchInputError(f"{str(d)!r} already holds results: add --resume to continue it (resume=True from Python), "
+                                    "or pick another --out")
         if resume:
             old = run.read_manifest().get("schema_version", SCHEMA_VERSION)
             if old != SCHEMA_VERSION:
@@ -373,7 +375,7 @@ def _drop_unknown_choices(df: pd.DataFrame, source) -> pd.DataFrame:
 
     keep = pd.Series(True, index=df.index)
     named = []
-    for col, allowed in (("mode", MODES), ("timing", TIMINGS), ("status", STATUSES)):
+    for col, allowed in (("mode", ALL_MODES), ("timing", TIMINGS), ("status", STATUSES)):
         if col in df:
             bad = ~df[col].isin(allowed)
             if bad.any():

@@ -39,6 +39,7 @@ class BackendSpec:
         cuda_majors: when set, only these major versions (``(10,)`` = 10.x); checked after ``cuda_min``.
         cuda_exact: when set, only these exact capabilities (``((9, 0),)`` = Hopper sm_90).
         description: one line for ``cpbench doctor`` and ``--help``.
+        auto: ``--backend auto`` may pick it (False for an analysis backend such as flex).
     """
 
     name: str
@@ -50,6 +51,7 @@ class BackendSpec:
     cuda_min: Capability | None = (8, 0)
     cuda_majors: tuple[int, ...] = ()
     cuda_exact: tuple[Capability, ...] = ()
+    auto: bool = True
 
     def runs_on(self, capability: Capability | None) -> bool:
         """True when this backend can run on compute ``capability`` (None: no CUDA, i.e. CPU)."""
@@ -78,7 +80,8 @@ class BackendSpec:
         return f"cpu, cuda {cuda}" if self.cpu else cuda
 
 
-# From the most portable to the most specialised: `auto` picks the last one that runs on the device.
+# From the most portable to the most specialised: `auto` picks the last one that runs on the device (of those it
+# may pick; the flex analysis backend comes last and never is).
 BACKENDS: dict[str, BackendSpec] = {s.name: s for s in (
     BackendSpec(
         "torch", "cpbench.kernels.backends.torch_ref:TorchBackend",
@@ -106,6 +109,12 @@ BACKENDS: dict[str, BackendSpec] = {s.name: s for s in (
         kernel_patterns=("fmhasm",),
         cuda_majors=(10,),
         description="FlashInfer trtllm_batch_context_with_kv_cache, SGLang's TRT-LLM MHA path (Blackwell 10.x)"),
+    BackendSpec(  # an analysis backend (the call structure on one kernel family): `auto` never picks it
+        "flex", "cpbench.kernels.backends.flex:FlexBackend",
+        kernel_patterns=("triton_tem_fused",),  # the compiled FlexAttention template (Inductor's triton_tem_*)
+        cpu=True, cuda_min=(8, 0), auto=False,
+        description="PyTorch FlexAttention in three modes (two-call, fused, cp-native): the call structure on "
+                    "one kernel family; compiled on CUDA, eager on CPU"),
 )}
 
 BACKEND_NAMES: tuple[str, ...] = tuple(BACKENDS)  # every concrete backend (no "auto")
@@ -174,7 +183,7 @@ def resolve_auto(device) -> str:
     #33137 fuses where one runs (10.x -> trtllm-gen, 9.x and 12.x -> trtllm-fmha-v2), other >= 8.0 ->
     fa2, CPU (or CUDA below 8.0) -> torch."""
     cc = device_capability(device)
-    return next(n for n, s in reversed(BACKENDS.items()) if s.runs_on(cc))
+    return next(n for n, s in reversed(BACKENDS.items()) if s.auto and s.runs_on(cc))
 
 
 __all__ = ["AUTO", "BACKENDS", "BACKEND_NAMES", "CHOICES", "BackendSpec", "Capability", "capability_refusal",

@@ -1,0 +1,66 @@
+"""The flex backend (kernels/backends/flex.py): two-call, fused and cp-native on one kernel family equal the
+torch reference at the window edge, with sinks and a cached prefix; a sweep records cp-native on flex and
+records it unsupported elsewhere."""
+
+import pytest
+import torch
+
+from cpbench.domain.geometry import all_ranks
+from cpbench.domain.models import get_preset, with_overrides
+from cpbench.kernels.backends import get_backend
+from cpbench.kernels.backends.flex import mode_rows
+from cpbench.kernels.workload import build_cell, rank_work
+from cpbench.results.store import read_jsonl
+from clirun import cpbench
+
+CPU = torch.device("cpu")
+
+
+def _outputs(backend, work, mode):
+    p = backend.prepare(work, mode)
+    p.forward()
+    return p, p.local_outputs()
+
+
+@pytest.mark.parametrize("window", [15, 16, 17])  # W-1, W, W+1 around a 16-token page
+def test_three_modes_equal_the_reference_at_the_window_edge(window):
+    model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=32, window=window)
+    assert model.has_sinks and sorted(model.layer_kinds) == [-1, window - 1]  # a window layer, a full layer, sinks
+    ext, pre = [40, 72], [0, 16]
+    cell = build_cell(model, ext, pre, page_size=16, dtype=torch.float32, device=CPU, seed=window)
+    flex, ref = get_backend("flex"), get_backend("torch")
+    for g in all_ranks(ext, pre, 4):
+        work = rank_work(cell, g)
+        _, want = _outputs(ref, work, "two-call")
+        for mode in ("two-call", "fused", "cp-native"):
+            _, got = _outputs(flex, work, mode)
+            for w in want:
+                assert torch.allclose(got[w], want[w], atol=2e-6, rtol=0), (g.rank, mode, w)
+
+
+def test_the_modes_differ_in_calls_rows_and_the_table_they_read():
+    model = with_overrides(get_preset("gpt-oss-120b"), layers=1, heads=4, kv_heads=1, head_dim=16)
+    cell = build_cell(model, [64, 64, 64], [0, 0, 0], page_size=16, dtype=torch.float32, device=CPU, seed=0)
+    work = rank_work(cell, all_ranks([64, 64, 64], [0, 0, 0], 4)[1])
+    shapes = {m: [(name, len(rows), [len(r) for r in rows]) for name, rows in mode_rows(work, m)]
+              for m in ("two-call", "fused", "cp-native")}
+    assert shapes == {"two-call": [("prev", 3, [1, 1, 1]), ("next", 3, [1, 1, 1])],
+                      "fused": [("combined", 6, [1] * 6)],
+                      "cp-native": [("combined", 3, [2, 2, 2])]}  # a row per request: its prev and next blocks
+    flex = get_backend("flex")
+    assert [flex.prepare(work, m).calls_per_layer for m in ("two-call", "fused", "cp-native")] == [2, 1, 1]
+
+
+def test_a_sweep_runs_cp_native_on_flex_and_records_it_unsupported_on_the_reference(tmp_path):
+    out = tmp_path / "run"
+    r = cpbench("sweep", "--backend", "flex,torch", "--modes", "two-call,fused,cp-native", "--cp", "2", "--bs", "1",
+                "--extend-len", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--head-dim", "16",
+                "--budget-ms", "5", "--no-report", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-1500:]
+    rows = {(x["backend"], x["rank"], x["mode"]): x for x in read_jsonl(out / "results.jsonl")}
+    assert len(rows) == 2 * 2 * 3
+    assert all(rows[("flex", rk, m)]["status"] == "ok" for rk in (0, 1) for m in ("two-call", "fused", "cp-native"))
+    assert rows[("flex", 0, "cp-native")]["calls_per_layer"] == 1 and rows[("flex", 0, "two-call")]["calls_per_layer"] == 2
+    native = rows[("torch", 0, "cp-native")]
+    assert (native["status"], native["reason"]) == ("unsupported", "torch has no cp-native call (the flex backend has one)")
+    assert rows[("torch", 0, "fused")]["status"] == "ok"  # the pair is measured as before
