@@ -22,6 +22,7 @@ from cpbench.results.schema import CELL_COLUMNS, MODES
 from cpbench.results.store import RunDir, as_utf8, load_run
 from cpbench.results.verdicts import TIE_BAND
 from cpbench.report.forward import cpu_forward_lines, forward_section
+from cpbench.report.line import line_section
 from cpbench.report.backend_answer import backend_answer
 from cpbench.report.charts import chart_stems, device_name, render_frame
 from cpbench.report.costs import kernel_counts
@@ -285,6 +286,7 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     unit = "calls" if cpu else "kernels"
     parts += ((cpu_summary_lines(view) + reference_check_lines(d)) if cpu else summary_lines(view))
     parts += forward_section(view, d) if not cpu else cpu_forward_lines(d)
+    parts += line_section(d, view, cpu)
     parts += kernel_lines(counts, unit) + merge_lines(d)
     rule = run_rule(manifest)
     parts += [""] + (workload_sections(view, d, rule) if not cpu else cp_share_lines(view, rule) + [""])  # no speedups on CPU

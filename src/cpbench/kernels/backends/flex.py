@@ -22,6 +22,7 @@ each softmax denominator, as the other backends do (docs/design.md §1).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +34,11 @@ from cpbench.kernels.backends.base import Prepared, Stopwatch, calls_and_table, 
 from cpbench.kernels.backends.registry import get_spec
 from cpbench.kernels.kv import token_slots
 from cpbench.kernels.workload import RankWork
+
+try:  # torch >= 2.9 returns the log-sum-exp through an AuxRequest (return_lse is deprecated there)
+    from torch.nn.attention.flex_attention import AuxRequest as _AUX
+except ImportError:  # pragma: no cover - older torch
+    _AUX = None
 
 NO_WINDOW = 1 << 30  # window_left of a full layer, as the mask reads it (a tensor, like a window's)
 
@@ -135,7 +141,11 @@ class FlexBackend:
         if self._flex is None:
             from torch.nn.attention.flex_attention import flex_attention
 
-            self._flex = torch.compile(flex_attention, dynamic=False) if device.type == "cuda" else flex_attention
+            if device.type == "cuda":
+                self._flex = torch.compile(flex_attention, dynamic=False)
+            else:  # eager FlexAttention (a functional check); torch warns once that it is not compiled
+                warnings.filterwarnings("ignore", message=".*flex_attention.*", category=UserWarning)
+                self._flex = flex_attention
         return self._flex
 
     def prepare(self, work: RankWork, mode: str) -> Prepared:
@@ -187,6 +197,14 @@ def _mask_mod(c: FlexCall, window_left: int):
     return mask
 
 
+def _attend(flex, q, k, v, block_mask):
+    """FlexAttention's output and log-sum-exp (``return_aux`` where torch has it, else ``return_lse``)."""
+    if _AUX is not None:
+        o, aux = flex(q, k, v, block_mask=block_mask, enable_gqa=True, return_aux=_AUX(lse=True))
+        return o, aux.lse
+    return flex(q, k, v, block_mask=block_mask, enable_gqa=True, return_lse=True)
+
+
 def _call(flex, c: FlexCall, block_mask, kv: tuple[torch.Tensor, torch.Tensor], sinks: torch.Tensor | None,
           out: torch.Tensor):
     """One call: read each row's keys through its cache slots, attend, fold the sinks in, write the real rows."""
@@ -201,7 +219,7 @@ def _call(flex, c: FlexCall, block_mask, kv: tuple[torch.Tensor, torch.Tensor], 
     def call() -> None:
         k = k_flat.index_select(0, flat_slots).view(B, K, -1, d).transpose(1, 2)  # [B, Hkv, K, D]
         v = v_flat.index_select(0, flat_slots).view(B, K, -1, d).transpose(1, 2)
-        o, lse = flex(c.q, k, v, block_mask=block_mask, enable_gqa=True, return_lse=True)  # o: [B, Hq, Q, D]
+        o, lse = _attend(flex, c.q, k, v, block_mask)  # o: [B, Hq, Q, D], lse: [B, Hq, Q] fp32
         if sink is not None:
             o = o * torch.sigmoid(lse - sink).unsqueeze(-1).to(o.dtype)
         rows = o.transpose(1, 2).reshape(B * qlen, hq, d)
