@@ -29,9 +29,9 @@ PNG_DPI = 160
 
 # Okabe-Ito (colour-blind safe), black dropped; one colour per batch size, in order
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
-MODE_COLOR = {Mode.TWO_CALL: "#0072B2", Mode.FUSED: "#D55E00"}
-MODE_LINE = {Mode.TWO_CALL: "-", Mode.FUSED: "--"}
-MODE_MARKER = {Mode.TWO_CALL: "o", Mode.FUSED: "s"}
+MODE_COLOR = {Mode.TWO_CALL: "#0072B2", Mode.FUSED: "#D55E00", Mode.CP_NATIVE: "#009E73"}
+MODE_LINE = {Mode.TWO_CALL: "-", Mode.FUSED: "--", Mode.CP_NATIVE: "-."}
+MODE_MARKER = {Mode.TWO_CALL: "o", Mode.FUSED: "s", Mode.CP_NATIVE: "^"}
 FAIL_COLOR = "#d9d9d9"
 
 RC = {

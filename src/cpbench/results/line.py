@@ -23,7 +23,7 @@ PAIRS = (("fused_vs_two_call", Mode.TWO_CALL, Mode.FUSED),
 
 
 def line_view(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per cell (CELL_COLUMNS) that holds cp-native rows: ``two_call_us``, ``fused_us``,
+    """One row per cell (CELL_COLUMNS, so per backend) with an ok cp-native row: ``two_call_us``, ``fused_us``,
     ``cp_native_us`` (critical path, µs), and for each of :data:`PAIRS` ``<pair>`` (the first mode's latency
     over the second's: > 1, the second is faster) with ``<pair>_ci_low`` / ``_ci_high`` and ``<pair>_status``;
     ``page_table_<mode>_bytes`` (the largest rank's ``setup_mem_page_table`` + ``setup_mem_swa_page_table``, bytes).
@@ -31,7 +31,9 @@ def line_view(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty or "mode" not in df or not (df["mode"] == Mode.CP_NATIVE).any():
         return pd.DataFrame()
     keys = [c for c in CELL_COLUMNS if c in df]
-    has_native = df[df["mode"] == Mode.CP_NATIVE][keys].drop_duplicates()
+    has_native = df[(df["mode"] == Mode.CP_NATIVE) & (df["status"] == "ok")][keys].drop_duplicates()
+    if has_native.empty:  # cp-native asked for, but every backend recorded it unsupported (or it failed)
+        return pd.DataFrame()
     rows = df.merge(has_native, on=keys)
     out = None
     for name, a, b in PAIRS:

@@ -40,6 +40,7 @@ try:  # torch >= 2.9 returns the log-sum-exp through an AuxRequest (return_lse i
 except ImportError:  # pragma: no cover - older torch
     _AUX = None
 
+RECOMPILE_LIMIT = 256  # compiled shapes of FlexAttention per process before dynamo would give up
 NO_WINDOW = 1 << 30  # window_left of a full layer, as the mask reads it (a tensor, like a window's)
 
 
@@ -142,6 +143,13 @@ class FlexBackend:
             from torch.nn.attention.flex_attention import flex_attention
 
             if device.type == "cuda":
+                # one kernel per (rows, queries, keys) shape, as a static-shape engine build would have (dynamic
+                # shapes measured slower on the H200); every rank and call has its own shape, so the recompile
+                # limit is raised: past it dynamo would fall back to the unfused eager FlexAttention, which
+                # materialises every score, part-way through a sweep
+                import torch._dynamo
+
+                torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
                 self._flex = torch.compile(flex_attention, dynamic=False)
             else:  # eager FlexAttention (a functional check); torch warns once that it is not compiled
                 warnings.filterwarnings("ignore", message=".*flex_attention.*", category=UserWarning)
