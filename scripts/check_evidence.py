@@ -112,6 +112,36 @@ def h200_forward_agrees_with_the_independent_script() -> None:
     expect(checked == 6, f"{checked} cells compared, not 6")
 
 
+def h200_flex_line_is_what_the_readme_says() -> None:
+    """The flex line run (docs/runs/h200-flex-line): every flex row of the three modes is ok (matched the fp32
+    reference), cp-native is recorded unsupported on FMHAv2, the README's ratios are the run's (rendered as the
+    report renders them), and cpbench's rank-0 cp-native / fused ratio agrees within ±1.5 % with
+    benchmarks/flex_line_check.py, which does not import cpbench (harness.jsonl)."""
+    import json
+
+    from cpbench.results.line import line_view
+    from cpbench.results.verdicts import ratio_text
+
+    df, _ = load_run(RUNS / "h200-flex-line")
+    flex = df[df["backend"] == "flex"]
+    expect(len(flex) == 3 * 4 * 3 and (flex["status"] == "ok").all(), "flex rows not all ok (3 cells x 4 ranks x 3)")
+    fmha = df[(df["backend"] == "trtllm-fmha-v2") & (df["mode"] == "cp-native")]
+    expect(len(fmha) == 12 and (fmha["status"] == "unsupported").all(), "FMHAv2 cp-native rows not all unsupported")
+    line = line_view(df).set_index("bs")
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())  # a figure may wrap a line
+    for bs in (4, 16):
+        r = line.loc[bs]
+        for name in ("native_vs_fused", "fused_vs_two_call"):
+            text = ratio_text(r[name], r[f"{name}_ci_low"], r[f"{name}_ci_high"])
+            expect(text in readme, f"README lacks bs {bs} {name} {text}")
+    rank0 = flex[flex["rank"] == 0].set_index(["bs", "mode"])["latency_us_median"]
+    for rec in map(json.loads, (RUNS / "h200-flex-line" / "harness.jsonl").read_text().splitlines()):
+        ours = rank0[(rec["bs"], "fused")] / rank0[(rec["bs"], "cp-native")]
+        off = ours / rec["native_vs_fused"] - 1
+        expect(abs(off) <= 0.015, f"bs {rec['bs']}: cpbench cp-native/fused {ours:.4f} vs independent "
+                                  f"{rec['native_vs_fused']:.4f} ({off:+.2%})")
+
+
 # torchrun runs whose committed report holds the "Simulated vs real" section: the simulated run it was made with
 SIMULATED_PAIRS = {"h200x2-fa3-torchrun": "h200x2-fa3-simulated", "h200x2-fa3-torchrun-nogather": "h200x2-fa3-simulated",
                    "h200x2-fa3-torchrun-separate": "h200x2-fa3-simulated",
@@ -222,6 +252,7 @@ CHECKS: list[Callable[[], None]] = [
     h200_default_sweep_is_complete_and_timed,
     h200_fa2_two_call_splits_kv_at_small_batch,
     h200_forward_agrees_with_the_independent_script,
+    h200_flex_line_is_what_the_readme_says,
     committed_reports_are_current,
     readme_headline_tables_come_from_the_runs,
     back_to_back_runs_overlap,

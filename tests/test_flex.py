@@ -10,7 +10,10 @@ from cpbench.domain.models import get_preset, with_overrides
 from cpbench.kernels.backends import get_backend
 from cpbench.kernels.backends.flex import mode_rows
 from cpbench.kernels.workload import build_cell, rank_work
-from cpbench.results.store import read_jsonl
+from cpbench.report.line import line_section
+from cpbench.results.critical_path import critical_path
+from cpbench.results.line import line_view
+from cpbench.results.store import load_run, read_jsonl
 from clirun import cpbench
 
 CPU = torch.device("cpu")
@@ -64,3 +67,15 @@ def test_a_sweep_runs_cp_native_on_flex_and_records_it_unsupported_on_the_refere
     native = rows[("torch", 0, "cp-native")]
     assert (native["status"], native["reason"]) == ("unsupported", "torch has no cp-native call (the flex backend has one)")
     assert rows[("torch", 0, "fused")]["status"] == "ok"  # the pair is measured as before
+    df, _ = load_run(out)
+    line = line_view(df)  # the line: flex only (the torch reference has no cp-native row that ran)
+    assert list(line["backend"]) == ["flex"] and line["page_table_fused_bytes"].isna().all()  # CPU: not measured
+    r = line.iloc[0]
+    assert r["native_vs_two_call"] == pytest.approx(r["two_call_us"] / r["cp_native_us"])
+    assert r["native_vs_fused"] == pytest.approx(r["fused_us"] / r["cp_native_us"])
+    assert r["native_vs_fused_ci_low"] <= r["native_vs_fused"] <= r["native_vs_fused_ci_high"]
+    cp = critical_path(df)  # the pair's own view is unchanged by the third mode's rows
+    flex = cp[cp["backend"] == "flex"].iloc[0]
+    assert flex["speedup"] == pytest.approx(r["fused_vs_two_call"]) and flex["status"] == "ok"
+    text = "\n".join(line_section(df, cp, cpu=True))
+    assert "## Three points on one kernel family" in text and "| flex | 2 | 1 | 64 | eager |" in text

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cpbench.domain.modes import Mode
 from cpbench.results.store import RunDir, load_run
 from cpbench.report.costs import kernels_chart, memory_chart
 from cpbench.report import style
@@ -14,6 +15,7 @@ from cpbench.report.data import groups, on_cpu, one_view, prepare
 from cpbench.report.dist_data import has_phases
 from cpbench.report.forward import forward_chart
 from cpbench.report.gather import gather_share_chart
+from cpbench.report.line_chart import line_chart
 from cpbench.report.latency import latency_chart, speedup_heatmap
 from cpbench.report.memory import setup_memory_chart
 from cpbench.report.overhead import balance_chart, overhead_chart
@@ -61,6 +63,13 @@ DIST_CHARTS = (
 
 # run-wide charts (every backend in one figure): stem, function, title, caption; drawn on a GPU run only when
 # the run holds the axis they need
+LINE_CHARTS = (  # a group with cp-native rows (the flex backend)
+    ("line", line_chart, "two-call, fused and cp-native on one kernel family",
+     "Speedup over two-call on the critical path (two-call = 1) of the PR's fused call (squares) and the CP-native "
+     "call (triangles), 95 % intervals; under each cell the fused call's duplicated page-table bytes, against 0 "
+     "for cp-native."),
+)
+
 RUN_CHARTS = (
     ("segments", segments_chart, "fusion vs the fused call's segment count",
      "Two-call / fused speedup (95 % interval) and the fused forward's latency per segment against the fused "
@@ -122,6 +131,8 @@ def charts_for(rows: pd.DataFrame, cpu: bool = False) -> tuple:
     table = CHARTS + DIST_CHARTS if len(rows) and has_phases(rows) else CHARTS
     if not cpu and len(rows) and "timing" in rows and (rows["timing"] == "breakable").any():
         table = FORWARD_CHARTS + table
+    if len(rows) and "mode" in rows and ((rows["mode"] == Mode.CP_NATIVE) & (rows["status"] == "ok")).any():
+        table = table + LINE_CHARTS
     if cpu:  # throughput, measured memory and balance say nothing on a CPU (CPU_SKIP)
         table = tuple((name, *CPU_CHARTS[name]) if name in CPU_CHARTS else (name, fn, title, caption)
                       for name, fn, title, caption in table if name not in CPU_SKIP)

@@ -9,7 +9,8 @@ import math
 import pandas as pd
 
 from cpbench.report.style import human_bytes, human_tokens
-from cpbench.report.tables import md_table
+from cpbench.report.tables import HOST_MARK, md_table, times
+from cpbench.results.critical_path import flag
 from cpbench.results.line import line_view
 from cpbench.results.verdicts import ratio_text, speedup_verdict
 
@@ -19,7 +20,10 @@ def _ratio(r: pd.Series, name: str) -> str:
         return str(r.get(f"{name}_status"))
     v, lo, hi = r.get(name, math.nan), r.get(f"{name}_ci_low", math.nan), r.get(f"{name}_ci_high", math.nan)
     verdict = speedup_verdict(v, lo, hi)
-    return f"{verdict} {ratio_text(v, lo, hi)}" if verdict != "n/a" else ratio_text(v, lo, hi)
+    text = f"{verdict} {ratio_text(v, lo, hi)}" if verdict != "n/a" else ratio_text(v, lo, hi)
+    if r.get("timing") == "eager" and flag(r.get(f"{name}_host_bound")):
+        text += f" {HOST_MARK} (GPU time {times(r.get(f'{name}_gpu', math.nan))})"
+    return text
 
 
 def _ms(us) -> str:
@@ -49,7 +53,8 @@ def line_section(d: pd.DataFrame, view: pd.DataFrame, cpu: bool = False) -> list
            "CP-native call (one call over the rank's requests, each query at its position in its request, over the "
            "request's own page-table row: nothing duplicated), all on one kernel family. Latencies on the critical "
            "path; each ratio is the first mode's latency over the second's (> 1: the second is faster), with its "
-           "95 % interval." + (" On a CPU these are a functional check, not a benchmark." if cpu else ""), "",
+           f"95 % interval; {HOST_MARK}: a host-bound eager cell, with its GPU-time ratio." +
+           (" On a CPU these are a functional check, not a benchmark." if cpu else ""), "",
            md_table(heads, rows), ""]
     out += [] if cpu else _structure_vs_kernel(line, view)
     return out + [""]

@@ -25,7 +25,8 @@ PAIRS = (("fused_vs_two_call", Mode.TWO_CALL, Mode.FUSED),
 def line_view(df: pd.DataFrame) -> pd.DataFrame:
     """One row per cell (CELL_COLUMNS, so per backend) with an ok cp-native row: ``two_call_us``, ``fused_us``,
     ``cp_native_us`` (critical path, µs), and for each of :data:`PAIRS` ``<pair>`` (the first mode's latency
-    over the second's: > 1, the second is faster) with ``<pair>_ci_low`` / ``_ci_high`` and ``<pair>_status``;
+    over the second's: > 1, the second is faster) with ``<pair>_ci_low`` / ``_ci_high``, ``<pair>_status``,
+    ``<pair>_gpu`` (the same ratio of GPU busy time) and ``<pair>_host_bound`` (an eager latency the host set);
     ``page_table_<mode>_bytes`` (the largest rank's ``setup_mem_page_table`` + ``setup_mem_swa_page_table``, bytes).
     Empty when no row is cp-native."""
     if df.empty or "mode" not in df or not (df["mode"] == Mode.CP_NATIVE).any():
@@ -43,7 +44,9 @@ def line_view(df: pd.DataFrame) -> pd.DataFrame:
         if cp.empty:
             continue
         cols = {"speedup": name, "speedup_ci_low": f"{name}_ci_low", "speedup_ci_high": f"{name}_ci_high",
-                "status": f"{name}_status", "two_call_us": f"{a.tag}_us", "fused_us": f"{b.tag}_us"}
+                "status": f"{name}_status", "two_call_us": f"{a.tag}_us", "fused_us": f"{b.tag}_us",
+                "gpu_speedup": f"{name}_gpu", "host_bound": f"{name}_host_bound"}
+        cols = {k: v for k, v in cols.items() if k in cp}
         cp = cp[keys + list(cols)].rename(columns=cols)
         if out is None:
             out = cp
