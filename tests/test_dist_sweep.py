@@ -140,7 +140,7 @@ def test_stopping_the_launcher_stops_every_rank_and_keeps_the_rows(tmp_path, how
     path: test_dist_launch.py checks that it is passed on.)"""
     out = tmp_path / how
     args = ["--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1",
-            "--seq", ",".join(str(32 + 8 * i) for i in range(6)), "--out", out, *SMALL[:-2], "--dist-timeout", "20",
+            "--extend-len", ",".join(str(32 + 8 * i) for i in range(4)), "--out", out, *SMALL[:-2], "--dist-timeout", "20",
             "--no-profile"]
     p = subprocess.Popen([sys.executable, "-m", "cpbench", "sweep", *map(str, args)], env=_env(),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -168,7 +168,7 @@ def test_stopping_the_launcher_stops_every_rank_and_keeps_the_rows(tmp_path, how
     if how == "sigkill":
         again = sweep(*args, "--resume")
         assert again.returncode == 0, again.stderr[-2000:]
-        assert len(by_key(RunDir(out).rows())) == 6 * 4
+        assert len(by_key(RunDir(out).rows())) == 4 * 4
 
 
 @pytest.mark.timeout(60)
