@@ -79,3 +79,17 @@ def test_a_sweep_runs_cp_native_on_flex_and_records_it_unsupported_on_the_refere
     assert flex["speedup"] == pytest.approx(r["fused_vs_two_call"]) and flex["status"] == "ok"
     text = "\n".join(line_section(df, cp, cpu=True))
     assert "## Three points on one kernel family" in text and "| flex | 2 | 1 | 64 | eager |" in text
+
+
+def test_cp_native_alone_or_beside_fused_runs_and_reports(tmp_path):
+    """Mode lists without the pair: cp-native alone (no speedup of the pair: the report says so, no crash) and
+    cp-native with fused (the fused rows run; the fused-vs-two-call check needs two-call and is skipped)."""
+    small = ["--backend", "flex", "--cp", "2", "--bs", "1", "--extend-len", "64", "--layers", "2", "--heads", "4",
+             "--kv-heads", "2", "--head-dim", "16", "--budget-ms", "5", "--no-profile"]
+    alone = cpbench("sweep", *small, "--modes", "cp-native", "--out", str(tmp_path / "a"))
+    assert alone.returncode == 0 and "Traceback" not in alone.stderr, alone.stderr[-1500:]
+    assert (tmp_path / "a" / "report.md").is_file()
+    pair = cpbench("sweep", *small, "--modes", "cp-native,fused", "--no-report", "--out", str(tmp_path / "b"))
+    assert pair.returncode == 0, pair.stderr[-1500:]
+    assert {(r["mode"], r["status"]) for r in read_jsonl(tmp_path / "b" / "results.jsonl")} == {("cp-native", "ok"),
+                                                                                                ("fused", "ok")}

@@ -263,6 +263,11 @@ def test_a_mode_whose_first_forward_fails_leaves_the_other_mode_measured(tmp_pat
     assert text.startswith("# torch eager pass 1: RuntimeError: simulated kernel failure\n")
     assert "Traceback (most recent call last)" in text and "in boom" in text
     assert run_sweep(grid_config(profile=True), output(tmp_path / "b", keep_going=True)) == 0
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "errors").write_text("a file where the tracebacks go")
+    with pytest.warns(CpbenchWarning, match="cannot write the traceback of an error row"):
+        assert run_sweep(grid_config(profile=True), output(tmp_path / "c")) == 1  # the sweep goes on
+    assert len(read_jsonl(tmp_path / "c" / "results.jsonl")) == 4  # and keeps every row
 
 
 def test_ctrl_c_says_how_to_resume(tmp_path):

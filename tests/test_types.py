@@ -93,6 +93,12 @@ def _config(**fields):
     ({"cp_min_extend": "bogus"}, "--cp-min-extend"),
     ({"ep": 2}, "--ep, --layer-rest-us and --graph-buckets size the breakable forward"),
     ({"dtype": "int8"}, "--dtype: 'int8' is not one of bf16, fp16, fp32"),
+    ({"rel_ci": "0.01"}, "--rel-ci must be a fraction in [0, 1)"),
+    ({"cp_sizes": None}, "--cp must be a list or tuple, got None"),
+    ({"check": "no"}, "--check must be True or False, got 'no'"),
+    ({"budget_ms": True}, "--budget-ms must be a finite number of ms > 0, got True"),
+    ({"context_len": float("nan")}, "--context-len must be an integer, got nan"),
+    ({"ranks": (5,)}, "--ranks [5] must name ranks in [0, cp_size) for cp_size 2"),
 ])
 def test_a_sweep_config_built_from_python_is_checked_like_the_cli(fields, message):
     with pytest.raises(CpbenchInputError) as e:
@@ -101,6 +107,7 @@ def test_a_sweep_config_built_from_python_is_checked_like_the_cli(fields, messag
 
 
 def test_a_sweep_config_normalises_text_to_its_types():
+    assert _config(modes="both,cp-native", device="cpu").modes == (Mode.TWO_CALL, Mode.FUSED, Mode.CP_NATIVE)
     cfg = _config(modes=["fused"], timings=["eager"], backends="torch", cp_min_extend=None, cp_min_tokens=None)
     assert cfg.modes == (Mode.FUSED,) and type(cfg.modes[0]) is Mode and cfg.timings == (Timing.EAGER,)
     assert cfg.backends == ("torch",) and cfg.backend == "torch" and cfg.dtype == "fp32"

@@ -130,7 +130,7 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m], setup_mem.get(m), ref_cache)),
                   agreeing=True)
         ref_cache.clear()
-        if job.check and all(status[m] == OK for m in MODES if m in status) and len(prepared) == 2:
+        if job.check and all(m in prepared and status[m] == OK for m in MODES):
             status_diff = _attempt(lambda: info["fused"].update(
                 diff_vs_two_call=checks.max_abs_diff(prepared[Mode.FUSED], prepared[Mode.TWO_CALL])), job.tracebacks)
             if status_diff != OK:

@@ -155,6 +155,8 @@ def cells(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=VIEW_COLUMNS)
     cp = critical_path(df)
+    if cp.empty:  # no two-call or fused row (a run of cp-native alone): no pair to compare
+        return pd.DataFrame(columns=VIEW_COLUMNS)
     ok = df[df["status"] == "ok"]
     keys = list(CELL_COLUMNS)
     for mode, tag in ((m, m.tag) for m in MODES):

@@ -55,6 +55,11 @@ def line_view(df: pd.DataFrame) -> pd.DataFrame:
             out = out.merge(cp, on=keys, how="outer")
     if out is None:
         return pd.DataFrame()
+    for name, a, b in PAIRS:  # a pair with a mode the run did not measure: its columns say so
+        for col, fill in ((name, math.nan), (f"{name}_ci_low", math.nan), (f"{name}_ci_high", math.nan),
+                          (f"{name}_status", "not run"), (f"{a.tag}_us", math.nan), (f"{b.tag}_us", math.nan)):
+            if col not in out:
+                out[col] = fill
     for mode in (Mode.TWO_CALL, Mode.FUSED, Mode.CP_NATIVE):
         sel = rows[rows["mode"] == mode]
         parts = [pd.to_numeric(sel.get(c, pd.Series(math.nan, index=sel.index)), errors="coerce")

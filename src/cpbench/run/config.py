@@ -85,10 +85,23 @@ class SweepConfig:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: the normalised values are set once, here
-        set_(self, "cp_sizes", tuple(self.cp_sizes))
-        set_(self, "batches", tuple(self.batches))
-        set_(self, "backends", (self.backends,) if isinstance(self.backends, str) else tuple(self.backends))
-        set_(self, "modes", tuple(Mode.parse(str(m), "--mode") for m in self.modes))
+        for name, option in (("cp_sizes", "--cp"), ("batches", "batches"), ("backends", "--backend"),
+                             ("modes", "--mode"), ("timings", "--timing"), ("graph_buckets", "--graph-buckets")):
+            value = getattr(self, name)
+            if isinstance(value, str):  # "a,b": the CLI's spelling of a list
+                value = tuple(v.strip() for v in value.split(",") if v.strip())
+            if isinstance(value, (bytes, dict)) or not hasattr(value, "__iter__"):
+                _bad(f"{option} must be a list or tuple, got {value!r}")
+            set_(self, name, tuple(value))
+        for name, option in (("check", "--check"), ("profile", "--profile"), ("nvtx", "--nvtx"), ("swa_pool", "--swa-pool")):
+            if not isinstance(getattr(self, name), bool):
+                _bad(f"{option} must be True or False, got {getattr(self, name)!r}")
+        if not isinstance(self.device, torch.device):
+            from cpbench.measure.env import resolve_device
+
+            set_(self, "device", resolve_device(None if self.device is None else str(self.device)))
+        both = [m for x in self.modes for m in (MODES if str(x) == "both" else (x,))]  # "both": the pair
+        set_(self, "modes", tuple(dict.fromkeys(Mode.parse(str(m), "--mode") for m in both)))
         set_(self, "timings", tuple(Timing.parse(str(t), "--timing") for t in self.timings))
         set_(self, "dtype", DType.parse(str(self.dtype), "--dtype"))
         set_(self, "graph_buckets", tuple(self.graph_buckets))
@@ -143,6 +156,9 @@ class SweepConfig:
             get_backend(name)  # an unknown name: CpbenchInputError naming the known ones
         if self.ranks is not None:
             _ints(self.ranks, "--ranks", 0, MAX_CP_SIZE - 1)
+            if not self.ranks or max(self.ranks) >= min(self.cp_sizes):
+                _bad(f"--ranks {list(self.ranks)} must name ranks in [0, cp_size) for cp_size {min(self.cp_sizes)} "
+                     "(None: every rank)")
         if not self.modes:
             _bad("--mode: no mode given: use two-call, fused or both")
         if not self.timings:
@@ -150,10 +166,12 @@ class SweepConfig:
         if Timing.GRAPH in self.timings and self.device.type != "cuda":
             _bad("--timing graph (or both) needs a CUDA device: graph timing replays a CUDA graph; use --timing "
                  "eager (or breakable, whose segments run eagerly there) on CPU")
-        if not (isinstance(self.budget_ms, (int, float)) and math.isfinite(self.budget_ms) and self.budget_ms > 0):
+        if not (isinstance(self.budget_ms, (int, float)) and not isinstance(self.budget_ms, bool)
+                and math.isfinite(self.budget_ms) and self.budget_ms > 0):
             _bad(f"--budget-ms must be a finite number of ms > 0, got {_num(self.budget_ms)}")
-        if self.rel_ci is not None and not 0 < self.rel_ci < 1:  # NaN fails too
-            _bad(f"--rel-ci must be a fraction in [0, 1), e.g. 0.01 for 1 %, got {self.rel_ci}")
+        if self.rel_ci is not None and not (isinstance(self.rel_ci, (int, float)) and not isinstance(self.rel_ci, bool)
+                                            and 0 < self.rel_ci < 1):  # NaN fails too
+            _bad(f"--rel-ci must be a fraction in [0, 1), e.g. 0.01 for 1 %, got {self.rel_ci!r}")
         _ints((self.warmup,), "--warmup", 0, note=" untimed forwards")
         _ints((self.seed,), "--seed", 0, 2**63 - 1)
         _ints((self.tp_size,), "--tp", 1, MAX_CP_SIZE)
@@ -164,6 +182,8 @@ class SweepConfig:
         if self.fused_order not in FUSED_ORDERS:
             _bad(f"unknown --fused-order {self.fused_order!r}: use one of {', '.join(FUSED_ORDERS)}")
         longest = max(max(e + p for e, p in zip(b.extend_lens, b.prefix_lens)) for b in self.batches)
+        if self.context_len is not None:
+            _ints((self.context_len,), "--context-len", 1)
         if self.context_len is not None and self.context_len < longest:
             _bad(f"--context-len {self.context_len} is shorter than the longest sequence ({longest} tokens with "
                  "prefix): raise it or drop it")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -34,7 +35,7 @@ from cpbench.results.schema import row_key
 from cpbench.measure.timing import Clock, time_op_us
 from cpbench.measure.walltime import PhaseTimes
 from cpbench.kernels.workload import CellInputs, build_cell, rank_work
-from cpbench.errors import CpbenchInputError, one_line
+from cpbench.errors import CpbenchInputError, CpbenchWarning, one_line
 from cpbench.run.config import SweepConfig
 
 __all__ = ["DTYPES", "Runner", "SweepConfig", "count_kernels", "cpu_refusal", "cpu_tflop_limit", "is_oom"]
@@ -262,10 +263,14 @@ class Runner:
             text = self.tracebacks.take(r["reason"]) if r["status"] == "error" else None
             if text is None or self.error_dir is None:
                 continue
-            self.error_dir.mkdir(parents=True, exist_ok=True)
             path = self.error_dir / f"{cell.label().replace(' ', '_')}-r{r['rank']}-{r['mode']}.txt"
-            with path.open("a", encoding="utf-8") as f:
-                f.write(f"# {r['backend']} {r['timing']} pass {self.pass_no}: {r['reason']}\n{text}\n")
+            try:
+                self.error_dir.mkdir(parents=True, exist_ok=True)
+                with path.open("a", encoding="utf-8") as f:
+                    f.write(f"# {r['backend']} {r['timing']} pass {self.pass_no}: {r['reason']}\n{text}\n")
+            except OSError as e:  # the row is kept whatever happens to its traceback file
+                warnings.warn(f"cannot write the traceback of an error row to {str(path)!r} ({one_line(e)}): "
+                              "the row keeps its reason", CpbenchWarning, stacklevel=2)
 
     def _cell_inputs(self, cell: CellSpec) -> tuple[CellInputs, dict]:
         """The cell's inputs and cell-wide metrics, built on first use and kept for the cell's other

@@ -178,8 +178,14 @@ class Sweep:
         directory, so a ``--resume`` that completes a run still fails on the rows an earlier invocation wrote."""
         if df is None:
             return 0, ""
+        errors = df[df["status"] == "error"] if not df.empty else df
         if df.empty or not (df["status"].isin(["ok", "mismatch"])).any():
             reasons = sorted(set(df.get("reason", []))) if not df.empty else []
+            if len(errors):  # every cell raised: a crash (1, or 0 with --keep-going), not bad input
+                return (0, "") if keep_going else (1, f"no cell ran: every one ended in an error, first: "
+                                                      f"{str(errors['reason'].iloc[0])[:160]} (tracebacks in "
+                                                      f"{self.run_dir.path / ERRORS_DIR if self.run_dir else 'RUN/errors'};"
+                                                      " --keep-going to exit 0)")
             return 2, f"no cell could run: {'; '.join(map(str, reasons))[:300]}"
         problems = []
         mismatches = int((df["status"] == "mismatch").sum())
@@ -187,7 +193,6 @@ class Sweep:
             earlier = mismatches - self.runner.mismatches
             note = f", {earlier} of them written before this resume" if earlier > 0 else ""
             problems.append(f"{mismatches} row(s) failed the correctness check{note} (--allow-mismatch to accept)")
-        errors = df[df["status"] == "error"]
         if len(errors) and not keep_going:
             where = f" in {self.run_dir.path / ERRORS_DIR}" if self.run_dir is not None else ""
             problems.append(f"{len(errors)} row(s) ended in an error, first: {str(errors['reason'].iloc[0])[:160]} "
