@@ -37,3 +37,9 @@ def test_bad_input_from_python_is_the_cli_s_one_line_error(tmp_path):
     assert not (tmp_path / "none").exists()
     r = cli("sweep", "--cp", "0", "--layers", "2", "--out", str(tmp_path / "cli"))
     assert r.returncode == 2 and r.stderr.strip() == "error: --cp values must be >= 1, got 0"
+
+
+def test_run_open_refuses_rows_cpbench_did_not_write(tmp_path):
+    (tmp_path / "results.jsonl").write_text('{"a": 1}\n')
+    with pytest.raises(cpbench.CpbenchInputError, match="holds rows without cp_size, rank, mode, status"):
+        cpbench.Run.open(tmp_path)

@@ -54,10 +54,17 @@ class Run:
 
     @classmethod
     def open(cls, path: str | Path) -> "Run":
-        """A run directory already on disk. Raises CpbenchInputError for a path that holds no run."""
+        """A run directory already on disk. Raises CpbenchInputError for a path that holds no run, or rows that
+        lack cpbench's key columns."""
         from cpbench.results.store import load_run
 
+        from cpbench.errors import CpbenchInputError
+
         rows, manifest = load_run(path)
+        lacking = [c for c in ("cp_size", "rank", "mode", "status") if c not in rows]
+        if lacking:
+            raise CpbenchInputError(f"{str(path)!r} holds rows without {', '.join(lacking)}: not rows cpbench sweep "
+                                    "wrote; pass a run directory")
         report = Path(path) / "report.md"
         return cls(Path(path), rows, manifest, report if report.is_file() else None)
 
