@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from cpbench.domain.cells import Batch, CellSpec
 from cpbench.domain.models import ModelSpec, get_preset, with_overrides
-from cpbench.domain.modes import Timing
-from cpbench.run.config import SweepConfig
+from cpbench.run.config import SweepConfig, device_defaults
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # keep torch.profiler's per-step log lines off the terminal
 
@@ -154,9 +153,7 @@ def grid(model: str | ModelSpec = "llama-3.1-8b", *, cp_sizes: Sequence[int] = (
         spec = with_overrides(spec, layers=layers)
     names = [backends] if isinstance(backends, str) else list(backends)
     names = [resolve_auto(dev) if b == "auto" else b for n in names for b in n.split(",") if b.strip()]
-    cuda = dev.type == "cuda"
-    defaults = dict(timings=(Timing.EAGER, Timing.GRAPH) if cuda else (Timing.EAGER,), warmup=3 if cuda else 1,
-                    passes=2 if cuda else 1,
+    defaults = dict(device_defaults(dev),
                     cells_from=(("bs_list", list(bs)), ("extend_len_list", list(extend_lens)), ("extend_lens", None),
                                 ("prefix", prefix_len)))
     batches = tuple(Batch.uniform((e,) * b, prefix_len) for b in bs for e in extend_lens)

@@ -146,16 +146,19 @@ def sweep(
     longest = max(e + p for ext, pre in mix for e, p in zip(ext, pre)) if mix else cells.longest
     check_out(out, "runs/<timestamp>")
     timing_text = "eager,graph" if timing is not None and timing.strip() == "both" else timing
-    timings = choice_list(timing_text if timing is not None else ("eager,graph" if dev.type == "cuda" else "eager"),
+    from cpbench.run.config import device_defaults
+
+    defaults = device_defaults(dev, simulated=launch == Launch.simulated)
+    timings = choice_list(timing_text if timing is not None else ",".join(defaults["timings"]),
                           ("eager", "graph", "breakable"), "--timing", both=False)
     buckets = tuple(sorted(set(int_list(graph_buckets, "--graph-buckets")))) if graph_buckets is not None else ()
     layer_rest_us = None if layer_rest_us is None else layer_rest_us + 0.0  # -0 -> 0
-    warmup = (3 if dev.type == "cuda" else 1) if warmup is None else warmup
+    warmup = defaults["warmup"] if warmup is None else warmup
     if passes is not None and passes > 1 and launch != Launch.simulated:
         raise CpbenchInputError("--passes > 1 is for simulated ranks; a torchrun launch times its ranks together in "
                                 "one pass: drop --passes")
     if passes is None:
-        passes = 2 if dev.type == "cuda" and launch == Launch.simulated else 1
+        passes = defaults["passes"]
     if cpu_affinity is not None:
         from cpbench.measure.affinity import parse_cpu_list
 

@@ -75,27 +75,13 @@ class CellKey:
 
 
 @dataclass(frozen=True)
-class CellSpec:
-    """One cell: a batch at one cp_size (lengths in tokens)."""
-
-    cp_size: int
-    extend_lens: tuple[int, ...]
-    prefix_lens: tuple[int, ...]
-    batch: int = 0  # index in a length mix or trace
+class CellSpec(CellKey):
+    """One cell: a batch at one cp_size (lengths in tokens); its key's fields and sizes (``bs``,
+    ``max_extend_len``, ``prefix_len``), plus the label the progress bar and NVTX ranges give it."""
 
     def key(self) -> CellKey:
         """The cell's :class:`CellKey` (the one way a cell is named in rows and JSON outputs)."""
         return CellKey(self.cp_size, self.extend_lens, self.prefix_lens, self.batch)
-
-    @property
-    def bs(self) -> int:
-        """Requests in the batch."""
-        return len(self.extend_lens)
-
-    @property
-    def max_extend_len(self) -> int:
-        """The longest extend length of the batch (the ``max_extend_len`` column), tokens."""
-        return max(self.extend_lens)
 
     def label(self) -> str:
         """``cp4 bs1 extend8192`` (``b<i>`` appended for a batch of a mix): the progress bar's and the NVTX

@@ -205,6 +205,15 @@ class SweepConfig:
         _ints(self.graph_buckets, "--graph-buckets", 1, MAX_TOKENS, " tokens")
 
 
+def device_defaults(device: torch.device, simulated: bool = True) -> dict:
+    """The fields a sweep takes from its device when not given (the CLI's and ``cpbench.grid``'s defaults):
+    on CUDA eager and graph timing, 3 warm-up forwards and two passes (one under torchrun, whose ranks time
+    together); elsewhere eager timing, 1 warm-up forward, one pass."""
+    cuda = device.type == "cuda"
+    return dict(timings=(Timing.EAGER, Timing.GRAPH) if cuda else (Timing.EAGER,), warmup=3 if cuda else 1,
+                passes=2 if cuda and simulated else 1)
+
+
 def _bad(message: str) -> None:
     raise CpbenchInputError(message)
 
