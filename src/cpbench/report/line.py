@@ -9,7 +9,7 @@ import math
 import pandas as pd
 
 from cpbench.report.style import human_bytes, human_tokens
-from cpbench.report.tables import HOST_MARK, md_table, times
+from cpbench.report.tables import HOST_MARK, md_table, ms, times
 from cpbench.results.critical_path import flag
 from cpbench.results.line import line_view
 from cpbench.results.verdicts import ratio_text, speedup_verdict
@@ -26,10 +26,6 @@ def _ratio(r: pd.Series, name: str) -> str:
     return text
 
 
-def _ms(us) -> str:
-    return f"{float(us) / 1e3:.3f}" if us is not None and math.isfinite(float(us)) else "—"
-
-
 def line_section(d: pd.DataFrame, view: pd.DataFrame, cpu: bool = False) -> list[str]:
     """Markdown lines; empty when the run holds no cp-native row. ``view``: the run's critical-path view
     (results.critical_path), to set flex's fused-vs-two-call ratio beside the other backends' on the same cells."""
@@ -43,7 +39,7 @@ def line_section(d: pd.DataFrame, view: pd.DataFrame, cpu: bool = False) -> list
         mem = "not measured (CPU)" if cpu or not math.isfinite(float(r.get("page_table_fused_bytes", math.nan))) else \
             f"{human_bytes(r['page_table_fused_bytes'])} / {human_bytes(r['page_table_cp_native_bytes'])}"
         rows.append([r["backend"], int(r["cp_size"]), int(r["bs"]), human_tokens(r["max_extend_len"]), r["timing"],
-                     _ms(r.get("two_call_us")), _ms(r.get("fused_us")), _ms(r.get("cp_native_us")),
+                     ms(r.get("two_call_us")), ms(r.get("fused_us")), ms(r.get("cp_native_us")),
                      *([_ratio(r, n) for n in ("fused_vs_two_call", "native_vs_two_call", "native_vs_fused")]
                        if not cpu else [ratio_text(r.get(n)) for n in ("fused_vs_two_call", "native_vs_two_call",
                                                                         "native_vs_fused")]),
