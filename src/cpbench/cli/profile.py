@@ -18,10 +18,12 @@ from cpbench.cli.profile_out import (CPU_DEFAULT_EXTEND_LEN, GPU_ONLY, counted_a
 from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch,
                               LaunchOpt, NprocOpt, launch_torchrun, run_as_rank)
 from cpbench.errors import CpbenchInputError, one_line
+from cpbench.profiles.engine_forwards import STEP_RANGE as FORWARD_RANGE
 
 PROFILE_EPILOG = ("Examples:  cpbench profile --cp 4 --bs 1 --extend-len 8192  |  cpbench profile --backend torch "
                   "--cp 4 --bs 1 --extend-len 256 --json  |  cpbench profile --cp 4 --ranks 0  |  "
-                  "cpbench profile --cp 4 --bs 1 --extend-len 8192 --nsys")
+                  "cpbench profile --cp 4 --bs 1 --extend-len 8192 --nsys  |  cpbench profile --from traces/ --cell 'cp4 bs1 "
+                  "ext8192' --run runs/fa3")
 
 
 def profile(
@@ -50,10 +52,38 @@ def profile(
     device: c.DeviceOpt = None,
     launch: LaunchOpt = Launch.simulated, nproc_per_node: NprocOpt = None, gather: GatherOpt = None,
     dist_backend: DistBackendOpt = DistBackend.auto, dist_timeout: DistTimeoutOpt = 300.0,
+    from_: Annotated[Optional[list[str]], typer.Option(
+        "--from", help="Read an engine's own traces instead of profiling: torch.profiler traces (one per rank, "
+                       "plain or .gz), a directory of them, or an nsys report (.nsys-rep, .sqlite). No GPU needed.",
+        show_default=False)] = None,
+    forward_range: Annotated[str, typer.Option(
+        "--forward-range", help="With --from: the annotation range (a regular expression) that bounds a forward; "
+                                "without one in the trace, forwards are the model's layer count of attention "
+                                "launches.")] = FORWARD_RANGE,
+    cell: Annotated[Optional[str], typer.Option(
+        "--cell", help="With --from: the cpbench cell to set beside the engine, e.g. 'cp4 bs1 ext8192'.")] = None,
+    more_traces: Annotated[Optional[list[str]], typer.Argument(
+        help="With --from: more trace files (--from rank0.json.gz rank1.json.gz, or a shell glob).",
+        show_default=False, metavar="[TRACE]...")] = None,
+    run: Annotated[Optional[str], typer.Option(
+        "--run", help="With --from --cell: the cpbench run directory to read the cell from (default: measure it "
+                      "now).")] = None,
 ) -> None:
     """Count attention kernels per rank, two-call vs fused (e.g. 72 -> 36 per rank, 288 -> 144 over
     4 ranks), and write Perfetto-openable Chrome traces (one per rank and mode; with --launch torchrun
     each rank writes its own, with the collective kernels counted as their own class)."""
+    if more_traces and not from_:
+        raise CpbenchInputError(f"unexpected argument {more_traces[0]!r}: trace files follow --from (cpbench profile "
+                                "--from TRACE...)")
+    if from_:
+        from cpbench.cli.profile_from import profile_from
+
+        from_ = [*from_, *(more_traces or [])]
+        spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
+        raise typer.Exit(profile_from(from_, spec, forward_range=forward_range, cell=cell, run=run, as_json=as_json))
+    if cell or run:
+        raise CpbenchInputError("--cell and --run go with --from (an engine's traces): add --from TRACE, or use "
+                                "--cp/--bs/--extend-len to profile cpbench's own cells")
     extend_len = c.renamed(extend_len, seq, "--extend-len", "--seq")
     extend_lens = c.renamed(extend_lens, seq_lens, "--extend-lens", "--seq-lens")
     from cpbench.kernels.backends import get_backend

@@ -1,0 +1,195 @@
+"""``cpbench profile --from``: an engine's traces read without a GPU (hand-built kineto traces with known
+contents, real traces from another project, and bad input)."""
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+import tracefactory as tf
+from clirun import cpbench
+from runfactory import make_rows, write_run
+from cpbench.profiles.engine_forwards import find_forwards, layer_times, matching_ranges, range_members, verdict
+from cpbench.profiles.engine_trace import read_torch_trace, read_traces
+
+HTA = Path(__file__).parent / "fixtures" / "hta"
+FMHA = {"trtllm-fmha-v2": ("fmha_v2_flash_attention",)}
+
+
+def from_json(*args):
+    r = cpbench("profile", "--from", *args, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("per_layer,count,path", [(1, 36, "fused path taken"), (2, 72, "two-call")])
+def test_verdict_and_layer_times_per_rank(tmp_path, per_layer, count, path):
+    tf.write_run(tmp_path, world_size=4, layers=36, per_layer=per_layer, forwards=3, window_us=12.0, full_us=40.0)
+    out = from_json(tmp_path, "--model", "gpt-oss-120b")
+    assert [r["rank"] for r in out["ranks"]] == [0, 1, 2, 3]
+    for r in out["ranks"]:
+        assert r["backend"] == "trtllm-fmha-v2" and r["bound"] == "annotation" and r["forwards"] == 3
+        assert r["attention_kernels_per_forward"] == [count] * 3
+        assert r["verdict"].startswith(f"{path}: {count} attention kernels per forward ({per_layer} per layer)")
+        times = {t["kind"]: t for t in r["layer_times_us"]}
+        assert times["window"]["median"] == pytest.approx(12.0) and times["window"]["layers"] == 18 * 3
+        assert times["full"]["median"] == pytest.approx(40.0) and times["full"]["p90"] == pytest.approx(40.0)
+        assert r["kernel_kinds"] == {"other": 36 * 2 * 3, "attention": count * 3, "fill": count * 3}
+
+
+def test_forwards_from_the_layer_count_without_annotations(tmp_path):
+    tf.write(tmp_path / "r0.json", gz=False, layers=4, per_layer=2, forwards=3, annotate=False,
+             extra=[tf.ATTN.format(""), tf.GEMM, tf.ATTN.format("")])
+    out = from_json(tmp_path / "r0.json", "--layers", "4")
+    (r,) = out["ranks"]
+    assert r["bound"] == "layer count" and r["attention_kernels_per_forward"] == [8, 8, 8]
+    assert r["leftover_layers"] == 2  # the two extra attention kernels after the last forward, apart
+    assert "two-call: 8" in r["verdict"]
+    console = cpbench("profile", "--from", tmp_path / "r0.json", "--layers", "4")
+    assert "2 attention layers after the last whole forward were not counted" in console.stdout
+
+
+def test_unknown_kernels_are_listed_by_name_with_their_count(tmp_path):
+    tf.write(tmp_path / "r0.json.gz", layers=2, extra=["my_fused_moe_kernel"] * 3)
+    out = from_json(tmp_path / "r0.json.gz", "--layers", "2")
+    assert out["ranks"][0]["unknown_kernels"] == {tf.GEMM: 2 * 2 * 2, "my_fused_moe_kernel": 3}
+    console = cpbench("profile", "--from", tmp_path / "r0.json.gz", "--layers", "2")
+    assert "my_fused_moe_kernel x3" in console.stdout
+
+
+def test_a_forward_range_of_the_users_choice(tmp_path):
+    tf.write(tmp_path / "r0.json.gz", layers=2, per_layer=1, forwards=2)
+    t = read_torch_trace(tmp_path / "r0.json.gz")
+    assert [r.name for r in matching_ranges(t, r"ProfilerStep#2")] == ["ProfilerStep#2"]
+    rf = find_forwards(t, FMHA, 2, r"ProfilerStep#2")
+    assert [f.name for f in rf.forwards] == ["ProfilerStep#2"] and rf.per_forward() == [2]
+    assert rf.forwards[0].kernels == 2 * 4  # GEMM, attention, memset, GEMM per layer
+    assert verdict(rf.per_forward(), 2) == "fused path taken: 2 attention kernels per forward (1 per layer)"
+    assert verdict([2, 4], 2).startswith("forwards differ: 2, 4")
+    assert "neither path's count" in verdict([3], 2)
+    assert [t.kind for t in layer_times(rf.forwards, [1, 1, -1])] == ["all"]  # 3 kinds for 2 layers: not known
+
+
+def test_kernels_without_launch_calls_fall_back_to_the_gpu_side_range(tmp_path):
+    evs = [e for e in tf.events(layers=2, forwards=2) if e["cat"] != "cuda_runtime"]
+    steps = [e for e in evs if e["cat"] == "user_annotation"]
+    evs += [{**e, "cat": "gpu_user_annotation", "ts": e["ts"] + 5} for e in steps]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"traceEvents": evs}))
+    rf = find_forwards(read_torch_trace(path), FMHA, 2)
+    assert rf.per_forward() == [2, 2] and {f.bound for f in rf.forwards} == {"annotation"}
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"hello, not a trace", "is not a torch.profiler trace"),
+    (b"{}", "has no traceEvents"),
+    (gzip.compress(json.dumps({"traceEvents": tf.events()}).encode())[:-40], "is cut short"),
+    (b"\x00\x01binary", "neither a torch.profiler trace"),
+], ids=["text", "empty-object", "truncated-gz", "binary"])
+def test_bad_files_get_one_line_and_exit_2(tmp_path, content, message):
+    path = tmp_path / ("t.json.gz" if content[:2] == b"\x1f\x8b" else "t.json" if content[:1] in b"h{" else "t.bin")
+    path.write_bytes(content)
+    r = cpbench("profile", "--from", path)
+    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in r.stderr
+
+
+def test_a_cpu_only_program_is_refused(tmp_path):
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch.randn(64, 64) @ torch.randn(64, 64)
+    prof.export_chrome_trace(str(tmp_path / "cpu.json"))
+    for path in (tmp_path / "cpu.json", HTA / "rank_non_gpu.json.gz"):
+        r = cpbench("profile", "--from", path)
+        assert r.returncode == 2 and "CPU-only program" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("second,message", [
+    (dict(rank=0), "are both rank 0"),
+    (dict(rank=1, world_size=4), "different process groups"),
+    (dict(rank=1, base_ns=1_790_000_000_000_000_000 + 3600 * 10**9), "start 3600 s apart"),
+])
+def test_traces_of_different_runs_are_refused_naming_the_files(tmp_path, second, message):
+    a = tf.write(tmp_path / "a.json.gz", rank=0, world_size=2)
+    b = tf.write(tmp_path / "b.json.gz", **{"world_size": 2, **second})
+    r = cpbench("profile", "--from", a, b)
+    assert r.returncode == 2 and message in r.stderr and "a.json.gz" in r.stderr and "b.json.gz" in r.stderr
+
+
+def test_a_huge_trace_is_streamed(tmp_path):
+    import tracemalloc
+
+    evs = tf.events(layers=2) + [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i}", "ts": 1000.0 + i, "dur": 1,
+                                  "args": {"Input Dims": [[4096, 2880]] * 4}} for i in range(60_000)]
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps({"traceEvents": evs}))
+    tracemalloc.start()
+    t = read_torch_trace(path)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert t.host_events > 60_000 and len(t.kernels) == 2 * 2 * 4
+    assert peak < path.stat().st_size / 4, (peak, path.stat().st_size)  # json.load would hold it several times over
+
+
+def test_traces_from_another_project(tmp_path):
+    files = [HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz"]
+    r = cpbench("profile", "--from", *files, "--json")
+    assert r.returncode == 1 and "no attention kernel cpbench knows was found in 2 trace(s)" in r.stderr
+    ranks = json.loads(r.stdout)["ranks"]
+    assert [x["rank"] for x in ranks] == [0, 1]
+    assert sum(ranks[0]["unknown_kernels"].values()) == ranks[0]["kernel_kinds"]["other"] > 500
+    assert any(n.startswith("ncclKernel_") for n in ranks[0]["unknown_kernels"]) is False  # NCCL is "comm"
+    assert ranks[0]["kernel_kinds"]["comm"] > 0
+
+
+def test_per_step_kernels_agree_with_holistic_trace_analysis(tmp_path):
+    hta = pytest.importorskip("hta.trace_analysis")
+    for f in ("sampled_rank-0.json.gz", "sampled_rank-1.json.gz"):
+        (tmp_path / f).write_bytes((HTA / f).read_bytes())
+    analysis = hta.TraceAnalysis(trace_dir=str(tmp_path))
+    sym = analysis.t.symbol_table.get_sym_table()
+    for t in read_traces([tmp_path]):
+        df = analysis.t.get_trace(t.rank)
+        steps = matching_ranges(t)
+        ours = dict(zip([s.name for s in steps], map(len, range_members(t, steps))))
+        for it, n in df[[sym[c] == "kernel" for c in df["cat"]]].groupby("iteration").size().items():
+            assert ours[f"ProfilerStep#{it}"] == n
+
+
+def test_the_engine_beside_cpbenchs_cell(tmp_path):
+    def layer_us(model, backend, timing, cp, bs, seq, rank, mode):
+        return 1000.0
+
+    rows = make_rows(cp_sizes=(2,), bss=(1,), seqs=(8192,), timings=("eager",), backends=("trtllm-fmha-v2",),
+                     latency=layer_us)
+    for row in rows:  # cpbench: 9.0 µs per window layer, 20.0 µs per full layer on rank 0; rank 1 twice that
+        row.update(window_layers_us=18 * 9.0 * (1 + row["rank"]), full_layers_us=18 * 20.0 * (1 + row["rank"]))
+    run = write_run(tmp_path / "run", rows)
+    tf.write_run(tmp_path / "traces", world_size=2, layers=36, per_layer=1, forwards=2, window_us=12.0, full_us=40.0)
+    out = from_json(tmp_path / "traces", "--model", "gpt-oss-120b", "--cell", "cp2 bs1 ext8192", "--run", run)
+    cell = out["cell"]
+    assert cell["status"] == "ok" and cell["mode"] == "fused" and cell["backend"] == "trtllm-fmha-v2"
+    got = {(x["rank"], x["kind"]): (x["engine_median_us"], x["cpbench_us"], x["ratio"]) for x in cell["layers"]}
+    assert got[(0, "window")] == pytest.approx((12.0, 9.0, 12.0 / 9.0))
+    assert got[(1, "full")] == pytest.approx((40.0, 40.0, 1.0))
+    r = cpbench("profile", "--from", tmp_path / "traces", "--cell", "cp2 bs4 ext8192", "--run", run)
+    assert r.returncode == 2 and "has no ok eager row of cp2 bs4 extend8192 on trtllm-fmha-v2 fused" in r.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--cell", "cp4 bs1 ext8192"], "--cell and --run go with --from"),
+    (["--from", "x.json", "--cell", "cp4 bs1"], "give it as 'cp4 bs1 ext8192'"),
+    (["--from", "missing.json"], "no such file or directory"),
+    (["extra.json"], "trace files follow --from"),
+])
+def test_options_of_from(tmp_path, args, message):
+    r = cpbench("profile", *args)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_a_bad_forward_range(tmp_path):
+    tf.write(tmp_path / "r0.json.gz", layers=2)
+    r = cpbench("profile", "--from", tmp_path / "r0.json.gz", "--forward-range", "(")
+    assert r.returncode == 2 and "is not a regular expression" in r.stderr

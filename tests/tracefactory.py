@@ -1,0 +1,68 @@
+"""Hand-built torch.profiler (kineto) traces with known contents, for tests of ``cpbench profile --from``.
+
+A forward is ``layers`` layers; each layer launches a GEMM, ``per_layer`` FMHAv2 attention kernels (the window
+layers' kernel name says ``sliding_or_chunked_causal``, as FMHAv2's does), one memset and a GEMM. Every
+kernel has its launch call (``cuda_runtime``, same correlation id). Attention kernels last ``window_us`` on
+window layers (even) and ``full_us`` on full layers (odd), split evenly over the layer's kernels.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+ATTN = "fmha_v2_flash_attention_bf16_64_256_S_q_paged_kv_64_{}causal_output_bf16_tma_ws_sm90_kernel"
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel"
+
+
+def events(*, layers=4, per_layer=1, forwards=2, annotate=True, window_us=10.0, full_us=30.0, extra=()):
+    """The ``traceEvents`` of one rank: ``forwards`` forwards (each a ``ProfilerStep#N`` range when
+    ``annotate``), then the kernels in ``extra`` (names) after the last forward."""
+    out, ts, corr = [], 1000.0, 0
+
+    def kernel(name, dur):
+        nonlocal ts, corr
+        corr += 1
+        out.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 2,
+                    "args": {"correlation": corr}})
+        out.append({"ph": "X", "cat": "kernel", "name": name, "ts": ts + 5, "dur": dur, "args": {"correlation": corr}})
+        ts += dur + 10
+
+    for f in range(forwards):
+        t0 = ts
+        for i in range(layers):
+            kernel(GEMM, 20.0)
+            for _ in range(per_layer):
+                window = i % 2 == 0
+                kernel(ATTN.format("sliding_or_chunked_" if window else ""), (window_us if window else full_us) / per_layer)
+                kernel("Memset (Device)", 1.0)
+            kernel(GEMM, 20.0)
+        if annotate:
+            out.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{f + 1}", "ts": t0 - 1,
+                        "dur": ts - t0})
+        ts += 100
+    for name in extra:
+        kernel(name, 3.0)
+    out.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1000.0, "dur": 1})
+    return out
+
+
+def write(path: Path, rank=0, world_size=2, *, base_ns=1_790_000_000_000_000_000, backend="nccl", gz=True, **kw) -> Path:
+    """A kineto-shaped trace file (``distributedInfo`` and ``baseTimeNanoseconds`` before ``traceEvents``, as
+    kineto writes them); ``**kw`` go to :func:`events`."""
+    doc = {"schemaVersion": 1, "deviceProperties": [],
+           "distributedInfo": {"backend": backend, "rank": rank, "world_size": world_size,
+                               "pg_config": [{"pg_name": "0", "pg_size": world_size, "ranks": list(range(world_size))}]},
+           "baseTimeNanoseconds": base_ns, "traceEvents": events(**kw), "traceName": str(path)}
+    data = json.dumps(doc).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def write_run(directory: Path, world_size=2, **kw) -> Path:
+    """One trace per rank in ``directory`` (SGLang's names: ``<id>-TP-<rank>.trace.json.gz``)."""
+    for r in range(world_size):
+        write(directory / f"1796213131-TP-{r}.trace.json.gz", r, world_size, **kw)
+    return directory
