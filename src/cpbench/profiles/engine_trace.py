@@ -330,7 +330,7 @@ def _read_nsys_db(con: sqlite3.Connection, f: Path) -> list[RankTrace]:
         raise TraceInputError(f"{str(f)!r} holds no GPU kernel: a report of a CPU-only program")
     out = [by_pid[p] for p in sorted(by_pid)]
     for t in out:
-        t.start_us = t.kernels[0].ts  # session-relative in nsys: one report is one run
+        t.start_us = t.kernels[0].ts  # relative to the report's start: one report is one run
     return out
 
 
