@@ -178,6 +178,14 @@ def test_the_engine_beside_cpbenchs_cell(tmp_path):
     assert r.returncode == 2 and "has no ok eager row of cp2 bs4 extend8192 on trtllm-fmha-v2 fused" in r.stderr
 
 
+def test_a_cell_that_cannot_run_here_keeps_the_ranks_table(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tf.write_run(tmp_path / "traces", world_size=2, layers=36, per_layer=2)
+    r = cpbench("profile", "--from", tmp_path / "traces", "--cell", "cp2 bs1 ext256", "--device", "cpu")
+    assert r.returncode == 2 and "cannot measure cp2 bs1 extend256 on trtllm-fmha-v2 here" in r.stderr
+    assert "pass --run with a run of that cell" in r.stderr and r.stdout.count("two-call: 72") == 2
+
+
 @pytest.mark.parametrize("args,message", [
     (["--cell", "cp4 bs1 ext8192"], "--cell and --run go with --from"),
     (["--from", "x.json", "--cell", "cp4 bs1"], "give it as 'cp4 bs1 ext8192'"),

@@ -80,7 +80,8 @@ def profile(
 
         from_ = [*from_, *(more_traces or [])]
         spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
-        raise typer.Exit(profile_from(from_, spec, forward_range=forward_range, cell=cell, run=run, as_json=as_json))
+        raise typer.Exit(profile_from(from_, spec, forward_range=forward_range, cell=cell, run=run, as_json=as_json,
+                                      device=device))
     if cell or run:
         raise CpbenchInputError("--cell and --run go with --from (an engine's traces): add --from TRACE, or use "
                                 "--cp/--bs/--extend-len to profile cpbench's own cells")

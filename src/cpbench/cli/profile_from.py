@@ -31,7 +31,7 @@ def parse_cell(text: str) -> tuple[int, int, int]:
 
 
 def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None, run: str | None,
-                 as_json: bool) -> int:
+                 as_json: bool, device: str | None = None) -> int:
     """Read the traces, print (or ``--json``) per rank, and compare with a cpbench cell. Returns the exit
     code: 0, or 1 when no rank has an attention kernel cpbench knows. Raises CpbenchInputError (exit 2) for
     bad input: unreadable or mixed traces, a bad ``--cell`` or ``--forward-range``, a run without the cell."""
@@ -57,12 +57,19 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
             "attention_kernels_per_forward": per, "verdict": verdict(per, spec.num_layers),
             "layer_times_us": [vars(t) for t in layer_times(r.forwards, windows)],
             "kernel_kinds": r.kernel_kinds, "unknown_kernels": r.unknown, "leftover_layers": r.leftover_layers})
+    if not as_json:
+        _print_ranks(report)  # before the cell: a cell that cannot be read or measured loses nothing shown here
     if target:
-        report["cell"] = _compare(report, ranks, target, spec, run)
+        try:
+            report["cell"] = _compare(ranks, target, spec, run, device)
+        except CpbenchInputError as e:
+            if as_json:
+                print(json.dumps({**report, "cell": {"status": "error", "reason": str(e)}}, default=str))
+            raise
     if as_json:
         print(json.dumps(report, default=str))
-    else:
-        _print(report)
+    elif target:
+        _print_cell(report["cell"])
     if not any(r.backend for r in ranks):
         c.err_console.print(f"no attention kernel cpbench knows was found in {len(traces)} trace(s): the "
                             "unknown kernels are listed above; is this a prefill of a backend cpbench covers "
@@ -71,7 +78,7 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
     return 0
 
 
-def _compare(report: dict, ranks, target: tuple[int, int, int], spec, run: str | None) -> dict:
+def _compare(ranks, target: tuple[int, int, int], spec, run: str | None, device: str | None) -> dict:
     """cpbench's cell beside the engine's layer times (from ``run``, else measured here)."""
     from cpbench.profiles.engine_forwards import layer_times
     from cpbench.report.engine_cell import compare_layers, cpbench_layer_us
@@ -82,7 +89,7 @@ def _compare(report: dict, ranks, target: tuple[int, int, int], spec, run: str |
     mode = "fused" if counts == {spec.num_layers} else "two-call" if counts == {2 * spec.num_layers} else None
     if backend is None or mode is None:
         return {"status": "not compared", "reason": "the trace shows no single fused or two-call path to compare"}
-    rows, source = _cell_rows(run, spec, backend, cp_size, bs, extend_len)
+    rows, source = _cell_rows(run, spec, backend, cp_size, bs, extend_len, device)
     ours = cpbench_layer_us(rows, cp_size=cp_size, bs=bs, max_extend_len=extend_len, backend=backend, mode=mode,
                             window_left_per_layer=list(spec.window_left_per_layer))
     if not ours:
@@ -95,15 +102,19 @@ def _compare(report: dict, ranks, target: tuple[int, int, int], spec, run: str |
             "source": source, "layers": rows_out}
 
 
-def _cell_rows(run: str | None, spec, backend: str, cp_size: int, bs: int, extend_len: int):
+def _cell_rows(run: str | None, spec, backend: str, cp_size: int, bs: int, extend_len: int, device: str | None):
     """The rows to compare with: ``run``'s, or a one-cell eager sweep of ``backend`` measured now."""
     from cpbench.api import Run, grid, sweep
 
     if run:
         return Run.open(run).rows, repr(run)
-    cfg = grid(spec, cp_sizes=(cp_size,), bs=(bs,), extend_lens=(extend_len,), backends=backend,
-               timings=("eager",), passes=1)
-    result = sweep(cfg, report=False, keep_going=True)
+    try:
+        cfg = grid(spec, cp_sizes=(cp_size,), bs=(bs,), extend_lens=(extend_len,), backends=backend, device=device,
+                   timings=("eager",), passes=1)
+        result = sweep(cfg, report=False, keep_going=True)
+    except CpbenchInputError as e:
+        raise CpbenchInputError(f"cannot measure cp{cp_size} bs{bs} extend{extend_len} on {backend} here ({str(e)[:160]}): "
+                                "pass --run with a run of that cell made where it runs") from None
     return result.rows, f"the cell measured now ({result.path})"
 
 
@@ -111,7 +122,7 @@ def _ms(us: float) -> str:
     return "-" if us is None or (isinstance(us, float) and math.isnan(us)) else f"{us:.1f}"
 
 
-def _print(report: dict) -> None:
+def _print_ranks(report: dict) -> None:
     con = c.console
     rows = []
     for r in report["ranks"]:
@@ -135,8 +146,11 @@ def _print(report: dict) -> None:
         if r["leftover_layers"]:
             con.print(f"rank {r['rank']}: {r['leftover_layers']} attention layers after the last whole forward "
                       "were not counted", highlight=False)
-    cell = report.get("cell")
-    if cell and cell["status"] == "ok":
+
+
+def _print_cell(cell: dict) -> None:
+    con = c.console
+    if cell["status"] == "ok":
         print_table(con, f"engine vs cpbench, {cell['cell']} {cell['backend']} {cell['mode']} ({cell['source']}): "
                          "attention time per layer, µs",
                     [Col("rank"), Col("layer kind", False), Col("engine median [p10-p90]"), Col("cpbench"),
@@ -144,7 +158,7 @@ def _print(report: dict) -> None:
                     [[str(x["rank"]), x["kind"], f"{_ms(x['engine_median_us'])} [{_ms(x['engine_p10_us'])}-"
                       f"{_ms(x['engine_p90_us'])}]", _ms(x["cpbench_us"]),
                       "-" if math.isnan(x["ratio"]) else f"{x['ratio']:.2f}"] for x in cell["layers"]])
-    elif cell:
+    else:
         con.print(f"cell not compared: {cell['reason']}", highlight=False)
 
 
