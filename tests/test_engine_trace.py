@@ -201,3 +201,20 @@ def test_a_bad_forward_range(tmp_path):
     tf.write(tmp_path / "r0.json.gz", layers=2)
     r = cpbench("profile", "--from", tmp_path / "r0.json.gz", "--forward-range", "(")
     assert r.returncode == 2 and "is not a regular expression" in r.stderr
+
+
+@pytest.mark.parametrize("mode,count", [("fused", 36), ("two-call", 72)])
+def test_cpbench_own_h200_traces(mode, count):
+    """cpbench's own H200 traces (one forward per file, one file per rank, no distributedInfo): attention only, so
+    the layers are cut from the count; the window layers' FMHAv2 kernels are its sliding-window variant."""
+    files = sorted((Path(__file__).parent.parent / "docs" / "runs" / "h200-fmha-v2-profile" / "profiles").glob(
+        f"*_{mode}.json.gz"))
+    traces = read_traces(files)
+    assert [t.rank for t in traces] == [0, 1, 2, 3]
+    for t in traces:
+        rf = find_forwards(t, FMHA, 36)
+        assert rf.per_forward() == [count] and rf.forwards[0].bound == "annotation"
+        for i, layer in enumerate(rf.forwards[0].layers):
+            assert all(("sliding" in k.name) == (i % 2 == 0) for k in layer), (i, [k.name for k in layer])
+        window, full = layer_times(rf.forwards, [127, -1] * 18)
+        assert window.kind == "window" and full.kind == "full" and full.median > 3 * window.median

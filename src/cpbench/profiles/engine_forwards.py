@@ -7,6 +7,8 @@ Forwards are bounded, in this order of preference:
    range ``prof.step()`` writes); a kernel belongs to the range whose host interval holds its launch call
    (matched by correlation id), or, in a trace without launch calls, whose GPU-side copy holds the kernel.
    Ranges with no attention kernel (decode steps, idle steps) are not prefill forwards and are left out.
+   Within a forward, layers are the runs of attention kernels (below); when there are not ``num_layers``
+   runs but the attention kernels divide evenly over ``num_layers``, they are cut in order into that many.
 2. **the model's layer count**: without such ranges, the attention kernels are grouped into layers (a
    layer is a run of attention kernels that no other compute kernel interrupts; fills, copies, merges
    and collectives do not interrupt it), and every ``num_layers`` consecutive layers make one forward.
@@ -115,7 +117,7 @@ def find_forwards(trace: RankTrace, patterns: dict[str, tuple[str, ...]], num_la
             out.unknown[k.name] = out.unknown.get(k.name, 0) + 1
     out.backend = max(by_backend, key=by_backend.get) if by_backend else None
     if ranges:
-        out.forwards = _by_ranges(trace, kinds, ranges)
+        out.forwards = _by_ranges(trace, kinds, ranges, num_layers)
     else:
         out.forwards, out.leftover_layers = _by_layer_count(_layers(trace.kernels, kinds), num_layers)
     return out
@@ -177,14 +179,25 @@ def matching_ranges(trace: RankTrace, forward_range: str = STEP_RANGE) -> list[S
     return sorted((r for r in trace.host_ranges if rx.fullmatch(r.name)), key=lambda r: r.ts)
 
 
-def _by_ranges(trace: RankTrace, kinds: list[str], ranges: list[Span]) -> list[EngineForward]:
+def _by_ranges(trace: RankTrace, kinds: list[str], ranges: list[Span], num_layers: int) -> list[EngineForward]:
     """Each range's kernels split into layers; ranges without an attention kernel left out."""
     forwards = []
     for r, idx in zip(ranges, range_members(trace, ranges)):
-        layers = _layers([trace.kernels[i] for i in idx], [kinds[i] for i in idx])
+        layers = _split_layers(_layers([trace.kernels[i] for i in idx], [kinds[i] for i in idx]), num_layers)
         if layers:
             forwards.append(EngineForward("annotation", r.name, layers, len(idx)))
     return forwards
+
+
+def _split_layers(runs: list[list[Kernel]], num_layers: int) -> list[list[Kernel]]:
+    """``runs`` as layers: unchanged when there are ``num_layers`` of them; otherwise, when the attention kernels
+    divide evenly over ``num_layers``, cut in order into that many equal layers (a forward whose layers run
+    nothing but attention, such as cpbench's own, has no other kernel between them); else unchanged."""
+    flat = [k for run in runs for k in run]
+    if len(runs) == num_layers or not flat or len(flat) % num_layers:
+        return runs
+    per = len(flat) // num_layers
+    return [flat[i * per:(i + 1) * per] for i in range(num_layers)]
 
 
 def _nth_same_name(host: list[Span], gpu: list[Span]) -> list[int | None]:
