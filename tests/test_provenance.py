@@ -28,3 +28,16 @@ def test_code_sha256_is_of_the_imported_package_and_in_every_environment():
     assert h == code_sha256(pkg) and re.fullmatch(r"[0-9a-f]{64}", h)
     env = environment()  # no torch: the manifest's and doctor's common part
     assert env["code_sha256"] == h and "git_commit" in env
+
+
+def test_a_copied_tree_names_the_commit_it_was_sent_from(monkeypatch):
+    import pytest
+
+    from cpbench.errors import CpbenchInputError
+    from cpbench.measure.env import git_commit
+
+    monkeypatch.setenv("CPBENCH_GIT_COMMIT", "133a121")
+    assert git_commit() == "133a121" and environment()["git_commit"] == "133a121"  # not the tree's stale HEAD
+    monkeypatch.setenv("CPBENCH_GIT_COMMIT", "HEAD-dirty")
+    with pytest.raises(CpbenchInputError, match="is not a commit sha"):
+        git_commit()

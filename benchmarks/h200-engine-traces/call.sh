@@ -5,6 +5,8 @@
 # Needs .gpu (the kit) and .whl (ijson's wheel) carried.
 set -u
 source .gpu/setup.sh
+: "${CPBENCH_GIT_COMMIT:?set CPBENCH_GIT_COMMIT to the commit this tree was sent from (git rev-parse HEAD here)}"
+export CPBENCH_GIT_COMMIT
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src:${PYTHONPATH:-} MPLBACKEND=Agg
 E=tests/engine_like_prefill.py T=engine-traces LOG=$OUT/engine-traces.log

@@ -5,6 +5,8 @@
 set -u
 LEN=$1 NAME=$2
 source .gpu/setup.sh
+: "${CPBENCH_GIT_COMMIT:?set CPBENCH_GIT_COMMIT to the commit this tree was sent from (git rev-parse HEAD here)}"
+export CPBENCH_GIT_COMMIT
 export PYTHONPATH=$PWD/src:$PYTHONPATH MPLBACKEND=Agg
 { echo "== $(date -u)"; nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader
   t0=$(date +%s)

@@ -7,6 +7,7 @@ import hashlib
 import math
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -30,8 +31,21 @@ def pkg_version(name: str) -> str | None:
         return None
 
 
+COMMIT_ENV = "CPBENCH_GIT_COMMIT"  # the commit a copied tree was made from, where its own .git is stale or absent
+
+
 def git_commit() -> str | None:
-    """Commit of the cpbench checkout (with ``-dirty`` when it has uncommitted changes), or None."""
+    """Commit of the cpbench checkout (with ``-dirty`` when it has uncommitted changes), or None.
+
+    ``$CPBENCH_GIT_COMMIT`` (7-40 hex digits) wins when set: a tree copied to another machine (a GPU box that
+    receives the working tree) may carry a stale ``.git``, and the caller knows which commit it sent.
+    Raises CpbenchInputError when it is set to anything but a commit sha."""
+    pinned = os.environ.get(COMMIT_ENV, "").strip()
+    if pinned:
+        if not re.fullmatch(r"[0-9a-f]{7,40}", pinned):
+            raise CpbenchInputError(f"${COMMIT_ENV}={pinned!r} is not a commit sha (7-40 hex digits): unset it or "
+                                    "give `git rev-parse HEAD` of the tree that runs")
+        return pinned
     here = Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
