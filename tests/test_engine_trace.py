@@ -218,3 +218,26 @@ def test_cpbench_own_h200_traces(mode, count):
             assert all(("sliding" in k.name) == (i % 2 == 0) for k in layer), (i, [k.name for k in layer])
         window, full = layer_times(rf.forwards, [127, -1] * 18)
         assert window.kind == "window" and full.kind == "full" and full.median > 3 * window.median
+
+
+def test_an_nsys_export_one_rank_per_process(tmp_path):
+    db = tf.write_nsys_sqlite(tmp_path / "server.sqlite", layers=4, per_layer=2, forwards=3)
+    out = from_json(db, "--layers", "4", "--forward-range", "prefill_forward")
+    assert [(r["rank"], r["source"]) for r in out["ranks"]] == [(0, "nsys"), (1, "nsys")]
+    for r in out["ranks"]:
+        assert r["bound"] == "annotation" and r["attention_kernels_per_forward"] == [8, 8, 8]
+        assert "two-call: 8" in r["verdict"] and r["file"] == str(db)
+    unbounded = from_json(db, "--layers", "4")  # the default range is not in an nsys report: the layer count
+    assert unbounded["ranks"][0]["bound"] == "layer count" and unbounded["ranks"][0]["forwards"] == 3
+
+
+def test_nsys_inputs_that_are_not_reports(tmp_path):
+    import sqlite3
+
+    other = tmp_path / "other.sqlite"
+    sqlite3.connect(other).execute("CREATE TABLE t (x INT)").connection.commit()
+    r = cpbench("profile", "--from", other)
+    assert r.returncode == 2 and "not an nsys export" in r.stderr
+    (tmp_path / "x.nsys-rep").write_bytes(b"not a report")
+    r = cpbench("profile", "--from", tmp_path / "x.nsys-rep", env={"PATH": str(tmp_path)})
+    assert r.returncode == 2 and ("nsys is not installed" in r.stderr or "could not export" in r.stderr), r.stderr

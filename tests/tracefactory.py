@@ -66,3 +66,44 @@ def write_run(directory: Path, world_size=2, **kw) -> Path:
     for r in range(world_size):
         write(directory / f"1796213131-TP-{r}.trace.json.gz", r, world_size, **kw)
     return directory
+
+
+def write_nsys_sqlite(path: Path, pids=(4242, 4243), *, layers=4, per_layer=1, forwards=2, nvtx="prefill_forward") -> Path:
+    """A minimal nsys SQLite export (the tables and columns ``nsys export --type sqlite`` writes that the reader
+    uses; times in ns): per process ``forwards`` NVTX push/pop ranges named ``nvtx``, each over :func:`events`'
+    kernels, launch calls in CUPTI_ACTIVITY_KIND_RUNTIME with the kernels' correlation ids."""
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    con.executescript(
+        "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);"
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, deviceId INT, streamId INT, correlationId INT,"
+        " globalPid INT, demangledName INT, shortName INT);"
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, end INT, globalTid INT, correlationId INT, nameId INT);"
+        "CREATE TABLE NVTX_EVENTS (start INT, end INT, eventType INT, text TEXT, textId INT, globalTid INT,"
+        " domainId INT);")
+    names: dict[str, int] = {}
+
+    def sid(text):
+        if text not in names:
+            names[text] = len(names) + 1
+            con.execute("INSERT INTO StringIds VALUES (?, ?)", (names[text], text))
+        return names[text]
+
+    for pid in pids:
+        gtid = (pid << 24) | pid  # nsys's serialised id: the PID in bits 24-47, the TID below
+        evs = events(layers=layers, per_layer=per_layer, forwards=forwards)
+        for e in evs:
+            ns = int(e["ts"] * 1000) + pid  # the processes' clocks are one report's: offsets only
+            if e["cat"] == "kernel":
+                con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?,?,0,7,?,?,?,?)",
+                            (ns, ns + int(e["dur"] * 1000), e["args"]["correlation"], gtid & ~0xFFFFFF, sid(e["name"]),
+                             sid(e["name"][:20])))
+            elif e["cat"] == "cuda_runtime":
+                con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?)",
+                            (ns, ns + 2000, gtid, e["args"]["correlation"], sid("cudaLaunchKernel_v7000")))
+            elif e["cat"] == "user_annotation":
+                con.execute("INSERT INTO NVTX_EVENTS VALUES (?,?,59,?,NULL,?,0)", (ns, ns + int(e["dur"] * 1000), nvtx, gtid))
+    con.commit()
+    con.close()
+    return path
