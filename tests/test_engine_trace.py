@@ -241,3 +241,9 @@ def test_nsys_inputs_that_are_not_reports(tmp_path):
     (tmp_path / "x.nsys-rep").write_bytes(b"not a report")
     r = cpbench("profile", "--from", tmp_path / "x.nsys-rep", env={"PATH": str(tmp_path)})
     assert r.returncode == 2 and ("nsys is not installed" in r.stderr or "could not export" in r.stderr), r.stderr
+
+
+def test_a_report_and_its_export_in_one_directory_count_once(tmp_path):
+    tf.write_nsys_sqlite(tmp_path / "server.sqlite", layers=2)
+    (tmp_path / "server.nsys-rep").write_bytes(b"the report the export came from")
+    assert [t.path for t in read_traces([tmp_path])] == [str(tmp_path / "server.sqlite")] * 2

@@ -87,7 +87,8 @@ class RankTrace:
 
 def read_traces(paths: list[str | Path], nsys: str | None = None) -> list[RankTrace]:
     """Read every ``--from`` path (a file, or a directory of ``*.json``/``*.json.gz``/``*.sqlite``/
-    ``*.nsys-rep`` files) into rank traces, ordered by rank.
+    ``*.nsys-rep`` files; a report whose ``.sqlite`` export lies beside it is read once) into rank traces,
+    ordered by rank.
 
     Args:
         paths: files or directories.
@@ -100,6 +101,8 @@ def read_traces(paths: list[str | Path], nsys: str | None = None) -> list[RankTr
     for p in map(Path, paths):
         if p.is_dir():
             found = sorted(f for f in p.iterdir() if f.is_file() and _kind(f))
+            exported = {f.with_suffix("") for f in found if f.suffix.lower() == ".sqlite"}
+            found = [f for f in found if f.suffix.lower() not in (".nsys-rep", ".qdrep") or f.with_suffix("") not in exported]
             if not found:
                 raise TraceInputError(f"{str(p)!r} holds no trace (*.trace.json[.gz], *.sqlite, *.nsys-rep): "
                                       "give the directory the profiler wrote")
