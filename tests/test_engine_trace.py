@@ -247,3 +247,19 @@ def test_a_report_and_its_export_in_one_directory_count_once(tmp_path):
     tf.write_nsys_sqlite(tmp_path / "server.sqlite", layers=2)
     (tmp_path / "server.nsys-rep").write_bytes(b"the report the export came from")
     assert [t.path for t in read_traces([tmp_path])] == [str(tmp_path / "server.sqlite")] * 2
+
+
+@pytest.mark.timeout(180)
+def test_the_stand_in_engine_on_a_cpu_writes_a_trace_that_is_refused(tmp_path):
+    """tests/engine_like_prefill.py (no cpbench import) profiles its CPU forward as an engine would: a real
+    torch.profiler trace with ProfilerStep ranges and distributedInfo, but no kernel: refused in one line."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).with_name("engine_like_prefill.py")
+    subprocess.run([sys.executable, str(script), "--cpu", "--cp", "1", "--layers", "2", "--forwards", "2",
+                    "--extend-len", "64", "--port", "29751", "--out", str(tmp_path)], check=True, timeout=150,
+                   capture_output=True)
+    (trace,) = tmp_path.glob("*-TP-0.trace.json.gz")
+    r = cpbench("profile", "--from", tmp_path)
+    assert r.returncode == 2 and "CPU-only program" in r.stderr and trace.name in r.stderr
