@@ -43,7 +43,7 @@ def test_old_option_names_still_read(tmp_path):
 
 @pytest.mark.parametrize("command, usage", [
     ("geometry", "geometry [OPTIONS]"), ("models", "models [OPTIONS]"), ("columns", "columns [OPTIONS]"),
-    ("sweep", "sweep [OPTIONS]"), ("profile", "profile [OPTIONS]"), ("explain", "explain [OPTIONS]"),
+    ("sweep", "sweep [OPTIONS]"), ("profile", "profile [OPTIONS] [TRACE]..."), ("explain", "explain [OPTIONS]"),
     ("doctor", "doctor [OPTIONS]"), ("plot", "plot [OPTIONS] RUN"), ("report", "report [OPTIONS] RUN"),
     ("compare", "compare [OPTIONS] BASE NEW"),
 ])

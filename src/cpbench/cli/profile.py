@@ -64,7 +64,7 @@ def profile(
         "--cell", help="With --from: the cpbench cell to set beside the engine, e.g. 'cp4 bs1 ext8192'.")] = None,
     more_traces: Annotated[Optional[list[str]], typer.Argument(
         help="With --from: more trace files (--from rank0.json.gz rank1.json.gz, or a shell glob).",
-        show_default=False, metavar="[TRACE]...")] = None,
+        show_default=False, metavar="TRACE")] = None,
     run: Annotated[Optional[str], typer.Option(
         "--run", help="With --from --cell: the cpbench run directory to read the cell from (default: measure it "
                       "now).")] = None,
