@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cpbench.results.bad_rows import drop_bad_rows
+from cpbench.results.planned import valid_planned_cells
 from cpbench.results.schema import (CPU_MEM_REASON, SCHEMA_VERSION, V2_DEFAULTS, V2_RENAMED, check_row, migrate_row,
                                     non_numeric, row_key)
 from cpbench.errors import CpbenchInputError, CpbenchWarning
@@ -458,7 +459,8 @@ def _numbered_jsonl(path: Path) -> list[tuple[int, dict]]:
 def read_manifest(path: Path) -> dict:
     """``manifest.json`` as a dict ({} when absent). A ``config`` that is not an object becomes {}, and a
     ``resumed_by``/``sweep_wall_s``/``sweep_phase_s``/``timing_methods`` that is not a list becomes [] (hand-edited
-    files). A v1 config's
+    files); ``planned_cells`` keeps only the entries that are cell keys (results.planned: the others are named in
+    a CpbenchWarning), and one that is not a list is dropped with a warning. A v1 config's
     ``seq_lens`` is read as ``extend_lens``, and a ``seq_list`` (config or plan) as ``extend_len_list``.
 
     Raises:
@@ -485,6 +487,14 @@ def read_manifest(path: Path) -> dict:
     for key in ("resumed_by", "sweep_wall_s", "sweep_phase_s", "timing_methods"):
         if key in manifest and not isinstance(manifest[key], list):
             manifest[key] = []
+    if "planned_cells" in manifest:  # entries that are no cell key are left out, named in a warning
+        cells = manifest["planned_cells"]
+        if isinstance(cells, list):
+            manifest["planned_cells"] = valid_planned_cells(cells, path)
+        else:
+            del manifest["planned_cells"]  # read as a manifest from before the list (the report re-plans)
+            warnings.warn(f"{path}: planned_cells is {type(cells).__name__}, not a list of cell keys (a hand-edited "
+                          "file?): ignored", CpbenchWarning, stacklevel=2)
     return manifest
 
 
