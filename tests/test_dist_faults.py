@@ -200,8 +200,10 @@ def test_a_fault_that_could_never_fire_is_refused_before_the_launch(tmp_path, sp
     gather to fire before, is an input error (one line, exit 2) before torchrun starts."""
     from clirun import cpbench
 
+    from clirun import replacing
+
     out = tmp_path / "run"
-    r = cpbench("sweep", "--device", "cpu", *LAUNCH, "--seq", "40,48", *SMALL, *extra, "--out", out,
+    r = cpbench("sweep", "--device", "cpu", *replacing([*LAUNCH, "--seq", "40,48", *SMALL], *extra), "--out", out,
                 env={"CPBENCH_INJECT_FAULT": spec})
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
     assert not out.exists()
