@@ -183,7 +183,7 @@ def test_a_torchrun_profile_records_a_cell_that_failed_on_a_rank_and_profiles_th
         f"error: {str(out / 'profile.json')!r} holds an earlier result: pick another --out, or move that file away "
         "to write a new one here"), again.stderr
     assert (out / "profile.json").read_text() == before
-    (out / "profile.json").unlink()  # as a profile that did not finish leaves it: its traces alone
+    (out / "profile.json").unlink()  # as a profile killed in its first cell leaves it: its traces alone
     again = cpbench("profile", *args)
     assert again.returncode == 2 and "holds traces of an earlier profile that did not finish" in again.stderr
 
