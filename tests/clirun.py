@@ -58,3 +58,18 @@ def as_from_a_terminal() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def replacing(args, *options) -> list:
+    """``args`` with each ``--name value`` pair of ``options`` in place of that option there (removed where it
+    was, then appended): cpbench refuses an option given twice, so a test varies a base command this way."""
+    names = set(options[::2])
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in names:
+            skip = True
+        else:
+            out.append(a)
+    return [*out, *options]

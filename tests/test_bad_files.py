@@ -100,6 +100,70 @@ def test_a_row_with_an_unknown_mode_is_left_out_by_name(tmp_path, text_reports):
     (run / "manifest.json").write_text(json.dumps(manifest()))
     r = cpbench("report", run)
     assert r.returncode == 0, r.stderr
-    assert "left out 1 row(s): 1 with mode 'triple' (not two-call / fused / cp-native)" in r.stderr
+    assert ("left out 1 row(s) (a hand-edited file?): line 1: mode 'triple' (not two-call / fused / cp-native)"
+            in r.stderr)
     text = (run / "report.md").read_text()
     assert "triple" not in text and text.count("**incomplete**") == 1
+
+
+def _hand_edited_run(tmp_path, edits: dict):
+    """A cp 2 run of bs 1 and 2 (eager; 8 rows, one a line of results.jsonl) with ``edits`` ({row index: {field:
+    value}}) applied."""
+    from runfactory import make_rows, manifest
+
+    rows = make_rows(cp_sizes=(2,), bss=(1, 2), seqs=(32,), timings=("eager",))
+    for i, fields in edits.items():
+        rows[i].update(fields)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "manifest.json").write_text(json.dumps(manifest()))
+    return run
+
+
+def test_rows_with_an_invalid_key_column_are_left_out_by_line(tmp_path, text_reports):
+    """Attack: a hand-edited ``bs: null`` made the report invent a "bs -1" cell, and rank 99 or cp_size 0 were
+    accepted. Such rows are left out as a mode of "triple" is, each named by file, line, field and value."""
+    run = _hand_edited_run(tmp_path, {1: {"bs": None}, 2: {"rank": 99}, 5: {"cp_size": 0}, 6: {"cp_size": -2}})
+    r = cpbench("report", run)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip() == (f"warning: {run / 'results.jsonl'}: left out 4 row(s) (a hand-edited file?): "
+                                "line 2: bs null (not an integer >= 1); line 3: rank 99 (not a rank of cp_size 2: "
+                                "0 to 1); line 6: cp_size 0 (not an integer >= 1); line 7: cp_size -2 (not an "
+                                "integer >= 1)")
+    text = (run / "report.md").read_text()
+    assert "bs -1" not in text and "cp 0" not in text and "cp -2" not in text and "rank 99" not in text
+
+
+def test_run_open_names_a_row_with_an_invalid_key_column(tmp_path):
+    import cpbench as api
+    from cpbench.errors import CpbenchWarning
+
+    run = _hand_edited_run(tmp_path, {3: {"rank": 99}})
+    with pytest.warns(CpbenchWarning, match=r"left out 1 row\(s\) .*: line 4: rank 99 \(not a rank of cp_size 2"):
+        opened = api.Run.open(run)
+    assert len(opened.rows) == 7 and set(opened.rows["rank"]) == {0, 1}
+
+
+def test_a_run_whose_every_row_has_an_invalid_key_column_is_refused(tmp_path):
+    run = _hand_edited_run(tmp_path, {i: {"bs": None} for i in range(8)})
+    r = cpbench("report", run)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith(f"error: {str(run / 'results.jsonl')!r}: no row has valid key columns (line 1: bs "
+                               "null (not an integer >= 1); line 2: bs null")
+
+
+def test_a_parquet_row_with_an_invalid_key_column_is_named_by_row(tmp_path):
+    import pandas as pd
+    from runfactory import make_run
+
+    from cpbench.errors import CpbenchWarning
+    from cpbench.results.store import load_run
+
+    run = make_run(tmp_path / "run", cp_sizes=(2,), bss=(1,), seqs=(32,), timings=("eager",))
+    df = pd.read_parquet(run / "results.parquet")
+    df.loc[2, "rank"] = 99
+    df.to_parquet(run / "results.parquet", index=False)
+    with pytest.warns(CpbenchWarning, match=r"results.parquet: left out 1 row\(s\) .*: row 3: rank 99 "):
+        rows, _ = load_run(run)
+    assert len(rows) == len(df) - 1

@@ -58,3 +58,32 @@ def test_usage_line_names_arguments_without_braces(command, usage):
 def test_usage_error_names_the_argument_without_braces():
     r = cpbench("compare", "runs/a")
     assert r.returncode == 2 and "Missing argument 'NEW'" in r.stderr and "{" not in r.stderr
+
+
+@pytest.mark.parametrize("args, line", [
+    (("sweep", "--extend-len", "64", "--extend-len", "32"),
+     "error: --extend-len given twice (64, then 32): only one would count; give it once, several values as one "
+     "comma-separated list: --extend-len 64,32"),
+    (("sweep", "--cp", "2", "--cp=4"),
+     "error: --cp given twice (2, then 4): only one would count; give it once, several values as one "
+     "comma-separated list: --cp 2,4"),
+    (("profile", "--ranks", "0", "--rank", "1"),
+     "error: --ranks given twice (--ranks 0, then --rank 1): only one would count; give it once, several values as "
+     "one comma-separated list: --ranks 0,1"),
+    (("sweep", "--layers", "2", "--layers", "4", "--layers", "8"),
+     "error: --layers given 3 times (2, then 4, then 8): only one would count; give it once"),
+    (("geometry", "--cp", "2", "--cp", "4"), "error: --cp given twice (2, then 4): only one would count; give it once"),
+])
+def test_a_repeated_single_valued_option_is_refused(tmp_path, args, line):
+    """Attack: click keeps the last of a repeated option, so `--extend-len 64 --extend-len 32` measured 32 alone."""
+    r = cpbench(*args, "--out", tmp_path / "run") if args[0] != "geometry" else cpbench(*args)
+    assert r.returncode == 2 and r.stderr.strip() == line, r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_repeated_flag_or_an_option_s_value_is_no_repeat(tmp_path):
+    r = cpbench("geometry", "--cp", "2", "--json", "--json", "--extend-lens", "11,13")
+    assert r.returncode == 0, r.stderr
+    r = cpbench("sweep", "--cpu-affinity", "--cp", "--cp", "2", "--out", tmp_path / "run")  # the first --cp is a value
+    assert r.returncode == 2 and r.stderr.startswith("error: --cpu-affinity '--cp': expected a CPU list"), r.stderr
+    assert cpbench("sweep", "--cp", "2", "--cp", "4", "--help").returncode == 0  # --help still shows the help

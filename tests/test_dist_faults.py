@@ -183,7 +183,7 @@ def test_a_torchrun_profile_records_a_cell_that_failed_on_a_rank_and_profiles_th
         f"error: {str(out / 'profile.json')!r} holds an earlier result: pick another --out, or move that file away "
         "to write a new one here"), again.stderr
     assert (out / "profile.json").read_text() == before
-    (out / "profile.json").unlink()  # as a profile that did not finish leaves it: its traces alone
+    (out / "profile.json").unlink()  # as a profile killed in its first cell leaves it: its traces alone
     again = cpbench("profile", *args)
     assert again.returncode == 2 and "holds traces of an earlier profile that did not finish" in again.stderr
 
@@ -200,8 +200,10 @@ def test_a_fault_that_could_never_fire_is_refused_before_the_launch(tmp_path, sp
     gather to fire before, is an input error (one line, exit 2) before torchrun starts."""
     from clirun import cpbench
 
+    from clirun import replacing
+
     out = tmp_path / "run"
-    r = cpbench("sweep", "--device", "cpu", *LAUNCH, "--seq", "40,48", *SMALL, *extra, "--out", out,
+    r = cpbench("sweep", "--device", "cpu", *replacing([*LAUNCH, "--seq", "40,48", *SMALL], *extra), "--out", out,
                 env={"CPBENCH_INJECT_FAULT": spec})
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
     assert not out.exists()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cpbench.results.store import RunDir
-from clirun import as_from_a_terminal, cpbench
+from clirun import as_from_a_terminal, cpbench, replacing
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).parent / "dist_scripts"
@@ -69,7 +69,7 @@ def test_torchrun_sweep_matches_the_simulated_sweep_and_resumes_on_its_thread_co
     and 3 sit the cell out. Then a --resume of it on another intra-op thread count is refused."""
     # --budget-ms 400: enough samples (>= 20 while a forward takes under 20 ms) that the --rel-ci stopping
     # check (an agreement across ranks) runs; on a machine too busy for that the sweep stops at the budget
-    common = ["--cp", "2,4", "--bs", "1", "--seq", "40", *SMALL, "--budget-ms", "400"]
+    common = ["--cp", "2,4", "--bs", "1", "--seq", "40", *replacing(SMALL, "--budget-ms", "400")]
     launch = ["--launch", "torchrun", "--nproc-per-node", "4", "--out", tmp_path / "d"]
     dist = sweep(*launch, *common, timeout=200)
     assert dist.returncode == 0, dist.stderr[-2000:]
@@ -103,7 +103,7 @@ def test_torchrun_sweep_matches_the_simulated_sweep_and_resumes_on_its_thread_co
     assert m["config"]["launch"] == "torchrun" and m["config"]["world_size"] == 4 and m["config"]["gather"] == "packed"
     assert m["cpu_threads"] == 1
     # refused by the launcher before any rank starts (in this process: no torchrun is run)
-    again = cpbench("sweep", *launch, *common, "--bs", "1,2", "--resume", env={"OMP_NUM_THREADS": "2"})
+    again = cpbench("sweep", *launch, *replacing(common, "--bs", "1,2"), "--resume", env={"OMP_NUM_THREADS": "2"})
     assert again.returncode == 2, again.stderr[-2000:]
     assert again.stderr.strip() == (f"error: --resume: {tmp_path / 'd'} was measured on 1 CPU thread(s), this sweep "
                                     "would use 2: set OMP_NUM_THREADS=1 or pick another --out")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from clirun import cpbench
+from clirun import cpbench, replacing
 
 FIX = Path(__file__).parent / "fixtures"
 CELL = ["--cp", "4", "--bs", "1", "--seq", "2048", "--rank", "0", "--backend", "fa2", "--timing", "eager"]
@@ -109,7 +109,7 @@ def test_counter_permission_says_so(tmp_path, as_gpu):
     (["--rank", "4"], "--ranks 4 is outside"),
 ])
 def test_bad_input(tmp_path, as_gpu, args, needle):
-    r = cpbench("explain", *CELL, *args, "--out", str(tmp_path / "x"))
+    r = cpbench("explain", *replacing(CELL, *args), "--out", str(tmp_path / "x"))
     assert r.returncode == 2 and needle in r.stderr, r.stderr
 
 

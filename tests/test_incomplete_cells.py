@@ -134,3 +134,48 @@ def test_a_huge_or_long_plan_in_an_edited_manifest_is_capped():
                                                        "extend_len_list": list(range(33, 333)), "timings": ["eager"]}]}
     out = missing_cells(df, long)
     assert len(out) == MAX_NOTES + 1 and out[-1] == f"- … and {3000 - MAX_NOTES} more not measured."
+
+
+JUNK_CELLS = [{"cp_size": 0, "bs": 1, "max_extend_len": 1024, "batch": 0, "timing": "eager"},
+              {"cp_size": 2, "bs": "1", "max_extend_len": 1024, "batch": 0, "timing": "eager"},
+              {"cp_size": 2, "bs": 1, "max_extend_len": 1024, "batch": 0, "timing": "eager", "color": "red"},
+              "cp 4", {"cp_size": 2, "bs": 1, "max_extend_len": 4096, "batch": 0, "timing": "eager"}]
+
+
+def test_junk_planned_cells_in_an_edited_manifest_are_left_out_by_name(tmp_path, text_reports):
+    """Attack: junk entries in a hand-edited planned_cells (wrong types, unknown keys, cp_size 0) were kept and
+    listed as "not measured". They are left out, each named in one warning; a real planned cell still shows."""
+    out = write_run(tmp_path / "run", _rows(), manifest_over={"planned_cells": JUNK_CELLS})
+    r = cpbench("report", out)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip() == (
+        f"warning: {out / 'manifest.json'}: left out 4 of 5 planned_cells entries, not cell keys (a hand-edited "
+        'file?): entry 1 {"batch": 0, "bs": 1, "cp_size": 0, "max_extend_len": 1024, "timing": "eager"} (cp_size 0 '
+        'is not an integer >= 1); entry 2 {"batch": 0, "bs": "1", "cp_size": 2, "max_extend_len": 1024, "timing": '
+        '"eager"} (bs "1" is not an integer >= 1); entry 3 {"batch": 0, "bs": 1, "color": "red", "cp_size": 2, '
+        '"max_extend_len": 1024, "... (unknown key \'color\'); entry 4 "cp 4" (not an object)')
+    text = (out / "report.md").read_text(encoding="utf-8")
+    assert [line for line in text.splitlines() if "not measured**" in line] == [
+        "- cp 2 · bs 1 · 4K tokens · eager: **not measured** (the sweep stopped before this cell; rerun its command "
+        "with `--resume`)"]
+
+
+def test_a_resume_drops_junk_planned_cells_from_the_manifest(tmp_path):
+    from cpbench.errors import CpbenchWarning
+    from cpbench.run.manifest import SweepManifest
+
+    run = RunDir(write_run(tmp_path / "run", _rows(), manifest_over={"planned_cells": JUNK_CELLS}))
+    cell = {"cp_size": 2, "bs": 4, "max_extend_len": 1024, "batch": 0, "timing": "eager"}
+    with pytest.warns(CpbenchWarning, match="left out 4 of 5 planned_cells entries"):
+        SweepManifest({"command": "cpbench sweep --resume"}, {}, [cell]).write(run)
+    assert json.loads(run.manifest_path.read_text())["planned_cells"] == [JUNK_CELLS[-1], cell]
+
+
+def test_planned_cells_that_is_not_a_list_is_ignored_with_a_warning(tmp_path):
+    from cpbench.errors import CpbenchWarning
+    from cpbench.results.store import read_manifest
+
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps({"planned_cells": "cp 2", "config": {}}))
+    with pytest.warns(CpbenchWarning, match="planned_cells is str, not a list of cell keys"):
+        assert "planned_cells" not in read_manifest(path)

@@ -23,7 +23,7 @@ from cpbench.run.manifest import _union
 from cpbench.cli.sweep import run_sweep
 from sweepcfg import grid_config, output
 from cpbench.errors import CpbenchWarning
-from clirun import as_from_a_terminal, cpbench
+from clirun import as_from_a_terminal, cpbench, replacing
 
 TINY = ["--layers", "2", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--page-size", "16"]
 QUICK = [*TINY, "--budget-ms", "5"]  # a few samples per row: enough for what these tests check
@@ -75,7 +75,7 @@ def test_ineligible_cell_recorded_and_sweep_goes_on(tmp_path):
     (["--window", "99999999999999999999"], "--window must be <="),
 ])
 def test_bad_input_one_line_exit_2(tmp_path, args, needle):
-    r = cpbench("sweep", "--out", str(tmp_path / "r"), "--no-report", *TINY, *args)
+    r = cpbench("sweep", "--out", str(tmp_path / "r"), "--no-report", *replacing(TINY, *args))
     assert r.returncode == 2, r.stdout[-500:] + r.stderr[-500:]
     assert "Traceback" not in r.stderr and needle in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
@@ -291,7 +291,7 @@ def test_resume_checks_the_rows_when_the_manifest_is_gone(tmp_path):
     base = ["sweep", "--cp", "2", "--bs", "1", "--seq", "32", "--out", str(out), "--no-report", *QUICK]
     assert cpbench(*base).returncode == 0
     (out / "manifest.json").unlink()
-    r = cpbench(*base, "--layers", "8", "--resume")  # the last --layers wins: another model
+    r = cpbench(*replacing(base, "--layers", "8"), "--resume")  # another model
     assert r.returncode == 2 and "holds rows measured with model 'gpt-oss-120b+layers2" in r.stderr, r.stderr
     r = cpbench(*base, "--dtype", "fp32", "--resume")
     assert r.returncode == 2 and "dtype 'bf16'" in r.stderr, r.stderr

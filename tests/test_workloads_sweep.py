@@ -13,7 +13,7 @@ from cpbench.measure.layer_kinds import has_both_kinds, layer_kind_sums
 from cpbench.domain.models import get_preset, with_overrides
 from cpbench.results.store import load_run
 from cpbench.domain.tp import split_heads
-from clirun import cpbench
+from clirun import cpbench, replacing
 
 # gpt-oss-120b's pattern on 2 layers (window 128, full), 8 q / 2 kv heads before --tp
 TINY = ["--layers", "2", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--page-size", "16", "--budget-ms", "5"]
@@ -121,7 +121,7 @@ def test_resume_keeps_the_batches_and_tp(tmp_path):
     assert tp.returncode == 2 and "measured with --tp 1, not --tp 2:" in tp.stderr
     other = cpbench(*args, "--resume", "--seed", "1")  # another seed draws other lengths
     assert other.returncode == 2 and "measured with --seed 0, not --seed 1:" in other.stderr
-    more = cpbench(*args, "--resume", "--batches", "2")  # two drawn batches, not one
+    more = cpbench(*replacing(args, "--batches", "2"), "--resume")  # two drawn batches, not one
     assert more.returncode == 2 and len(more.stderr.strip().splitlines()) == 1, more.stderr
     assert ("other request batches (1 batch of 2 requests in all; this sweep plans 2 batches of 4 requests in all), "
             "which come from --bs/--seq/--extend-lens/--lengths/--trace/--batches/--prefix-hit") in more.stderr

@@ -17,6 +17,7 @@ import sys
 import typer
 from typer.core import TyperArgument, TyperCommand
 
+from cpbench.cli.options import refuse_repeated
 from cpbench.cli import (doctor as cli_doctor, errors as cli_errors, explain as cli_explain,
                          geometry as cli_geometry, profile as cli_profile, report as cli_report,
                          sweep as cli_sweep)
@@ -61,7 +62,13 @@ def short_help(doc: str | None) -> str:
 class Command(TyperCommand):
     """A cpbench command whose usage line names its arguments as click does (``cpbench report [OPTIONS]
     RUN``): typer writes a required argument in braces (``{RUN}``), which reads like a placeholder left
-    unformatted."""
+    unformatted. It refuses an option that takes one value given twice (options.refuse_repeated) before
+    click parses the arguments (click would keep the last value)."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        if not any(a in ctx.help_option_names for a in args):  # --help shows the help whatever else is given
+            refuse_repeated(self.get_params(ctx), args)
+        return super().parse_args(ctx, args)
 
     def collect_usage_pieces(self, ctx) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []

@@ -7,7 +7,7 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Optional, get_args
 
 import typer
 from rich.console import Console
@@ -132,6 +132,50 @@ def typed(*names: str) -> str:
         if name in names:
             found = name
     return found
+
+
+def refuse_repeated(params, args: list[str]) -> None:
+    """Refuse an option that takes one value given more than once in ``args`` (one command's arguments, before
+    click parses them; ``params``: the command's click parameters). click would keep the last value silently
+    (``--extend-len 64 --extend-len 32`` measured 32 alone). Every option that takes a value and is not declared
+    multi-valued (``multiple``) is checked, under any of its names; flags may repeat; ``--`` ends the options.
+
+    Raises:
+        CpbenchInputError: naming the option and every value given, and, for a text option, the
+            comma-separated list that gives several values at once.
+    """
+    takes_value = {name: p for p in params if getattr(p, "param_type_name", "") == "option" and not p.is_flag
+                   and not p.count for name in p.opts + p.secondary_opts}  # (typer may vendor click: no isinstance)
+    given: dict[str, list[tuple[str, str]]] = {}
+    i = 0
+    while i < len(args) and args[i] != "--":
+        name, eq, value = args[i].partition("=")
+        param = takes_value.get(name)
+        if param is not None and not eq:  # ``--cp 2``: the next argument is the value, whatever it looks like
+            if i + 1 >= len(args):
+                break  # click says the value is missing
+            value, i = args[i + 1], i + 1
+        if param is not None and not param.multiple and param.nargs == 1:
+            given.setdefault(param.name, []).append((name, value))
+        i += 1
+    for param_name, uses in given.items():
+        if len(uses) > 1:
+            param, first = takes_value[uses[0][0]], uses[0][0]
+            named = len({n for n, _ in uses}) > 1  # given under two of its names: say which
+            values = ", then ".join(f"{n} {v}" if named else v for n, v in uses)
+            times = "twice" if len(uses) == 2 else f"{len(uses)} times"
+            tail = (f", several values as one comma-separated list: {first} {','.join(v for _, v in uses)}"
+                    if _takes_text(param) else "")
+            raise CpbenchInputError(f"{first} given {times} ({values}): only one would count; give it once{tail}")
+
+
+def _takes_text(param) -> bool:
+    """Whether a click option's value is text (a comma-separated list may be what the user meant), not a number,
+    path or choice: typer's type annotation where it records one, else click's parameter type."""
+    desc = getattr(param, "type_descriptor", None)
+    if desc is not None:
+        return desc.annotation is str or str in get_args(desc.annotation)
+    return type(getattr(param, "type", None)).__name__ == "StringParamType"
 
 
 def int_list(text: str, what: str, minimum: int = 1) -> list[int]:

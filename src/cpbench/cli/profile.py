@@ -14,7 +14,7 @@ from cpbench.cli import options as c
 from cpbench.ranks.launch import under_torchrun
 from cpbench.cli.cells import backend_name, batches_of, check_not_written, check_out, parse_cells
 from cpbench.cli.profile_out import (CPU_DEFAULT_EXTEND_LEN, GPU_ONLY, counted_as, cpu_rows, print_counts, skip_reason,
-                                     skipped_cell)
+                                     skipped_cell, write_profile)
 from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch,
                               LaunchOpt, NprocOpt, launch_torchrun, run_as_rank)
 from cpbench.errors import CpbenchInputError, one_line
@@ -145,15 +145,9 @@ def profile(
               "cells": [skipped_cell(cl, why) for cl, why in skipped.items()]}
     if dist.distributed:
         def body(group, device) -> int:
-            from cpbench.run.profiling import profile_ranks
-
             trace_dir.mkdir(parents=True, exist_ok=True)
             report["device"], report["launch"] = str(device), {"world_size": group.world_size, "gather": dist.gather_mode}
-            measured = profile_ranks(spec, cells, group, backend=name, device=device, dtype=dtype.value,
-                                     trace_dir=trace_dir, gather=dist.gather_mode)
-            report["cells"] += [{**cell, "per_rank": cell["per_rank"] if device.type == "cuda" else
-                                 [{**r, **{k: None for k in GPU_ONLY if k in r and k != "comm_kernels"}}
-                                  for r in cell["per_rank"]]} for cell in measured]
+            _profile_ranks(spec, cells, group, device, report, run_dir, trace_dir, name, dtype.value, dist.gather_mode)
             if not group.writes_rows:
                 return 0
             _finish(report, run_dir, as_json)
@@ -178,9 +172,27 @@ def _locked(run_dir: Path, writer: bool, fn):
         return fn()
 
 
+def _profile_ranks(spec, cells, group, device, report: dict, run_dir: Path, trace_dir: Path, name: str, dtype: str,
+                   gather: str) -> None:
+    """This rank's part of a torchrun profile (run.profiling.profile_ranks); on rank 0 each cell's entry joins
+    ``report["cells"]`` and profile.json is rewritten (partial) as soon as the cell is done, so a launch killed
+    part-way keeps the counts of the cells it finished."""
+    from cpbench.run.profiling import profile_ranks
+
+    def done(cell: dict) -> None:
+        report["cells"].append({**cell, "per_rank": cell["per_rank"] if device.type == "cuda" else
+                                [{**r, **{k: None for k in GPU_ONLY if k in r and k != "comm_kernels"}}
+                                 for r in cell["per_rank"]]})
+        write_profile(run_dir, report, partial=True)
+
+    profile_ranks(spec, cells, group, backend=name, device=device, dtype=dtype, trace_dir=trace_dir, gather=gather,
+                  on_cell=done)
+
+
 def _profile_here(spec, cells, kw, report, run_dir: Path, trace_dir: Path, dev, name: str, nsys: bool,
                   as_json: bool) -> None:
-    """Profile every cell in this process (ranks one after another), then write profile.json and print."""
+    """Profile every cell in this process (ranks one after another), rewriting profile.json (partial) after each
+    cell, then write it whole and print."""
     from cpbench.run.profiling import profile_cell, totals
     from cpbench.run.runner import is_oom
 
@@ -192,11 +204,13 @@ def _profile_here(spec, cells, kw, report, run_dir: Path, trace_dir: Path, dev, 
                 raise
             report["cells"].append({**skipped_cell(cell, f"does not fit in memory ({one_line(e)[:120]}): use a "
                                                          "smaller --extend-len/--bs"), "status": "oom"})
+            write_profile(run_dir, report, partial=True)
             continue
         report["cells"].append(cell.key().as_json(status="ok", per_rank=cpu_rows(rows, dev),
                                                      total=totals(rows, cell.cp_size)))
+        write_profile(run_dir, report, partial=True)
     if not any(cell["status"] == "ok" for cell in report["cells"]):
-        (run_dir / "profile.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+        write_profile(run_dir, report)
         raise CpbenchInputError(f"no cell could be profiled: {report['cells'][0]['reason']}")
     if nsys:
         report["nsys"] = _nsys_cross_check(sys.argv[1:], run_dir, report, name)
@@ -204,7 +218,8 @@ def _profile_here(spec, cells, kw, report, run_dir: Path, trace_dir: Path, dev, 
 
 
 def _finish(report: dict, run_dir: Path, as_json: bool) -> None:
-    (run_dir / "profile.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    """Write profile.json whole (no longer partial) and print the counts (``as_json``: the report as JSON)."""
+    write_profile(run_dir, report)
     if as_json:
         print(json.dumps(report, default=str))
     else:

@@ -3,6 +3,8 @@ them), what its counts are (GPU kernels, or attention calls of the torch referen
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 from rich.markup import escape
@@ -14,6 +16,18 @@ CPU_DEFAULT_EXTEND_LEN = "64"  # profile's --extend-len on CPU: a size the torch
 # per-rank keys that count GPU work: not applicable on a CPU, where there is no kernel and no launch
 GPU_ONLY = ("kernels", "launches", "other_kernels", "merge_kernels", "fill_kernels", "copy_kernels", "comm_kernels",
             "gpu_busy_us")
+
+
+def write_profile(run_dir: Path, report: dict, partial: bool = False) -> None:
+    """Write ``report`` as ``run_dir/profile.json``, atomically: into a temp file beside it, then ``os.replace``,
+    so a kill leaves the previous version or this one, never half a file. ``partial``: written after a cell
+    while the profile goes on (a kill then keeps the cells already counted); the file says ``"partial": true``
+    until the last write, which drops it."""
+    path = Path(run_dir) / "profile.json"
+    tmp = path.with_name(path.name + ".tmp")
+    text = json.dumps({**report, "partial": True} if partial else report, indent=2, default=str) + "\n"
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def skip_reason(model, cell, device) -> str | None:

@@ -17,6 +17,7 @@ import pandas as pd
 from cpbench.domain.eligibility import DEFAULT_RULE, CpRule, parse_rule
 from cpbench.results.critical_path import incomplete_reason, missing_rows
 from cpbench.results.keys import canon
+from cpbench.results.planned import PLANNED_CELL_KEYS, valid_planned_cells
 from cpbench.results.policy import clock_drop_text
 from cpbench.results.schema import CELL_COLUMNS, MODES
 from cpbench.results.store import RunDir, as_utf8, load_run
@@ -220,10 +221,12 @@ def missing_cells(df: pd.DataFrame, manifest: dict) -> list[str]:
 def _missing_planned_cells(df: pd.DataFrame, planned) -> list[str] | None:
     """The not-measured bullets of :func:`missing_cells` from the manifest's ``planned_cells`` (the cell keys
     the sweeps planned: cp_size, bs, max_extend_len, batch, timing), diffed against the rows' keys; None when
-    the manifest has no such list (written before it, or edited into something else)."""
-    fields = ("cp_size", "bs", "max_extend_len", "batch", "timing")
-    if not isinstance(planned, list) or not all(isinstance(c, dict) and all(f in c for f in fields) for c in planned):
+    the manifest has no such list (written before it, or edited into something else). An entry that is no cell
+    key is left out with a warning (results.planned; a manifest read by the run directory has none left)."""
+    fields = PLANNED_CELL_KEYS
+    if not isinstance(planned, list):
         return None
+    planned = valid_planned_cells(planned, "manifest.json")
     if len(planned) > MAX_PLANNED:
         return [f"- manifest.json plans more than {MAX_PLANNED:,} cells, more than a sweep runs (an edited file?): "
                 "the cells a stopped sweep left out are not listed."]

@@ -23,9 +23,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cpbench.domain.modes import ALL_MODES
-from cpbench.results.schema import (CPU_MEM_REASON, SCHEMA_VERSION, STATUSES, TIMINGS, V2_DEFAULTS, V2_RENAMED,
-                                    check_row, migrate_row, non_numeric, row_key)
+from cpbench.results.bad_rows import drop_bad_rows
+from cpbench.results.planned import valid_planned_cells
+from cpbench.results.schema import (CPU_MEM_REASON, SCHEMA_VERSION, V2_DEFAULTS, V2_RENAMED, check_row, migrate_row,
+                                    non_numeric, row_key)
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 
 if TYPE_CHECKING:  # pandas (and scipy, through derive) are imported where a table is built: a rank process
@@ -248,7 +249,16 @@ class RunDir:
 
     def latest_rows(self) -> list[dict]:
         """Rows deduplicated by row key, the last written winning (a resume may re-measure a row)."""
-        return list({row_key(r): r for r in self.rows()}.values())
+        return [r for _, r in self.numbered_rows()]
+
+    def numbered_rows(self) -> list[tuple[int, dict]]:
+        """``(line number in results.jsonl, row)`` of :meth:`latest_rows`, in the same order (messages name a
+        row by its line)."""
+        latest = {}
+        for line, row in _numbered_jsonl(self.results):
+            row = migrate_row(row)
+            latest[row_key(row)] = (line, row)
+        return list(latest.values())
 
     def done_keys(self) -> set:
         """Keys of rows already measured (for --resume); a cell skipped over the token cap is not
@@ -308,9 +318,13 @@ class RunDir:
 
         Reads ``results.parquet``, or ``results.jsonl`` (deduplicated, last wins) when there is no
         parquet or the jsonl holds rows the parquet lacks (an interrupted sweep; a CpbenchWarning says so).
+        A row whose key column holds a value no sweep writes (a ``mode`` of "triple", a null ``bs``, ``rank`` 99 of a
+        cp 2 cell) is left out, named by file, line (or parquet row), field and value in a CpbenchWarning
+        (results/bad_rows.py).
 
         Raises:
-            CpbenchInputError: missing directory, no results, or a schema version this cpbench cannot read.
+            CpbenchInputError: missing directory, no results, a schema version this cpbench cannot read, text
+                where a number belongs, or no row with valid key columns.
         """
         import pandas as pd
 
@@ -321,8 +335,9 @@ class RunDir:
             what = "is a file" if d.exists() else "does not exist"
             raise CpbenchInputError(f"run directory {str(d)!r} {what}: pass a directory made by cpbench sweep")
         manifest = self.read_manifest()
-        rows = self.latest_rows()
-        df = None
+        numbered = self.numbered_rows()
+        rows = [r for _, r in numbered]
+        df, where = None, None
         if self.parquet.exists():
             try:
                 with open(self.parquet, "rb") as f:  # any path the OS gave (see write_tables)
@@ -341,6 +356,7 @@ class RunDir:
             if not rows:
                 raise CpbenchInputError(f"{str(d)!r} holds no results (results.jsonl/parquet): run cpbench sweep first")
             df, source = pd.DataFrame(rows), self.results
+            where = [f"line {line}" for line, _ in numbered]
         if df.empty:
             raise CpbenchInputError(f"{str(d)!r} holds no result rows")
         _check_versions(d, df)
@@ -349,7 +365,7 @@ class RunDir:
             col, value, n = bad
             raise CpbenchInputError(f"{str(source)!r}: column {col!r} holds {value!r} in {n} row(s) where a number "
                                     "belongs (a hand-edited file?): correct those values or delete those rows")
-        df = _drop_unknown_choices(df, source)
+        df = drop_bad_rows(df, source, where)
         if not (manifest.get("device") or (manifest.get("config") or {}).get("device")) and "mem_reason" in df \
                 and (df["mem_reason"] == CPU_MEM_REASON).any():
             manifest = {**manifest, "device": "cpu"}  # no manifest: the rows say they ran on a CPU
@@ -365,30 +381,6 @@ def as_utf8(text: str) -> str:
 def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
     """``RunDir(run_dir).load()``: ``(results frame, manifest)`` of a run directory."""
     return RunDir(run_dir).load()
-
-
-def _drop_unknown_choices(df: pd.DataFrame, source) -> pd.DataFrame:
-    """``df`` without rows whose ``mode``, ``timing`` or ``status`` is none of the schema's values (a hand-edited
-    ``"mode": "triple"`` made every cell of a report look incomplete), with one CpbenchWarning naming them.
-    Raises CpbenchInputError when no row is left."""
-    import pandas as pd
-
-    keep = pd.Series(True, index=df.index)
-    named = []
-    for col, allowed in (("mode", ALL_MODES), ("timing", TIMINGS), ("status", STATUSES)):
-        if col in df:
-            bad = ~df[col].isin(allowed)
-            if bad.any():
-                named.append(f"{int(bad.sum())} with {col} {df.loc[bad, col].iloc[0]!r} (not {' / '.join(allowed)})")
-                keep &= ~bad
-    if not named:
-        return df
-    if not keep.any():
-        raise CpbenchInputError(f"{str(source)!r}: no row has a known mode, timing and status ({'; '.join(named)}): "
-                                "correct or delete those rows")
-    warnings.warn(f"{source}: left out {int((~keep).sum())} row(s): {'; '.join(named)} (a hand-edited file?)",
-                  CpbenchWarning, stacklevel=3)
-    return df[keep].reset_index(drop=True)
 
 
 def migrate_frame(df: pd.DataFrame, manifest: dict, source: str = "results.parquet") -> pd.DataFrame:
@@ -433,6 +425,11 @@ def read_jsonl(path: Path) -> list[dict]:
     Raises:
         CpbenchInputError: the file is not UTF-8 text.
     """
+    return [row for _, row in _numbered_jsonl(path)]
+
+
+def _numbered_jsonl(path: Path) -> list[tuple[int, dict]]:
+    """``(line number, row)`` of each row :func:`read_jsonl` returns (lines counted from 1)."""
     rows = []
     if not path.exists():
         return rows
@@ -449,7 +446,7 @@ def read_jsonl(path: Path) -> list[dict]:
         except (json.JSONDecodeError, RecursionError, ValueError):  # nesting too deep, a huge integer
             row = None
         if isinstance(row, dict):
-            rows.append(row)
+            rows.append((i + 1, row))
         elif line.strip() and i != last:
             bad.append(i + 1)
     if bad and (str(path), tuple(bad)) not in _WARNED:  # once per file and set of lines in a process
@@ -462,7 +459,8 @@ def read_jsonl(path: Path) -> list[dict]:
 def read_manifest(path: Path) -> dict:
     """``manifest.json`` as a dict ({} when absent). A ``config`` that is not an object becomes {}, and a
     ``resumed_by``/``sweep_wall_s``/``sweep_phase_s``/``timing_methods`` that is not a list becomes [] (hand-edited
-    files). A v1 config's
+    files); ``planned_cells`` keeps only the entries that are cell keys (results.planned: the others are named in
+    a CpbenchWarning), and one that is not a list is dropped with a warning. A v1 config's
     ``seq_lens`` is read as ``extend_lens``, and a ``seq_list`` (config or plan) as ``extend_len_list``.
 
     Raises:
@@ -489,6 +487,14 @@ def read_manifest(path: Path) -> dict:
     for key in ("resumed_by", "sweep_wall_s", "sweep_phase_s", "timing_methods"):
         if key in manifest and not isinstance(manifest[key], list):
             manifest[key] = []
+    if "planned_cells" in manifest:  # entries that are no cell key are left out, named in a warning
+        cells = manifest["planned_cells"]
+        if isinstance(cells, list):
+            manifest["planned_cells"] = valid_planned_cells(cells, path)
+        else:
+            del manifest["planned_cells"]  # read as a manifest from before the list (the report re-plans)
+            warnings.warn(f"{path}: planned_cells is {type(cells).__name__}, not a list of cell keys (a hand-edited "
+                          "file?): ignored", CpbenchWarning, stacklevel=2)
     return manifest
 
 

@@ -6,7 +6,8 @@ how wall times are recorded. ``manifest_version`` numbers this layout (absent: a
 readers fall back as ``report/run_report.missing_cells`` does).
 
 Keys written here (besides the environment and ``config``): ``planned`` (each invocation's cell options),
-``planned_cells`` (the cell keys the sweeps set out to measure: cp_size, bs, max_extend_len, batch, timing),
+``planned_cells`` (the cell keys the sweeps set out to measure: cp_size, bs, max_extend_len, batch, timing;
+results/planned.py checks them on read),
 ``resumed_by``, ``timing_methods``, ``sweep_wall_s`` and ``sweep_phase_s`` (one entry per invocation).
 """
 
@@ -16,6 +17,7 @@ import json
 from dataclasses import dataclass
 
 from cpbench.domain.cells import CellSpec
+from cpbench.results.planned import PLANNED_CELL_KEYS
 from cpbench.results.schema import SCHEMA_VERSION
 from cpbench.results.store import RunDir
 
@@ -24,7 +26,6 @@ GROWING = ("cp_sizes", "bs_list", "extend_len_list", "timings", "modes")  # conf
 # what each invocation planned, kept per invocation in ``planned`` (the config's GROWING lists are unions: a
 # --bs x --extend-len grid and a later --extend-lens batch would plan cells neither asked for)
 PLANNED = ("cp_sizes", "timings", "bs_list", "extend_len_list", "extend_lens")
-PLANNED_CELL_KEYS = ("cp_size", "bs", "max_extend_len", "batch", "timing")
 
 
 def planned_cells(cells: list[CellSpec], timings) -> list[dict]:
@@ -33,8 +34,7 @@ def planned_cells(cells: list[CellSpec], timings) -> list[dict]:
     out = []
     for cell in cells:
         k = cell.key()
-        out += [{"cp_size": k.cp_size, "bs": k.bs, "max_extend_len": k.max_extend_len, "batch": k.batch,
-                 "timing": str(t)} for t in timings]
+        out += [dict(zip(PLANNED_CELL_KEYS, (k.cp_size, k.bs, k.max_extend_len, k.batch, str(t)))) for t in timings]
     return out
 
 

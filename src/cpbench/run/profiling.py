@@ -9,6 +9,7 @@ NVTX-annotated, inside one cudaProfilerStart/Stop capture range.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -98,10 +99,13 @@ def totals(rows: list[dict], cp_size: int) -> dict:
 
 
 def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: torch.device, dtype: str,
-                  trace_dir: Path, gather: str, seed: int = 0) -> list[dict]:
+                  trace_dir: Path, gather: str, seed: int = 0,
+                  on_cell: Callable[[dict], None] | None = None) -> list[dict]:
     """Kernel counts per rank of a torchrun launch: each process profiles its own rank's forwards (one
     Chrome trace per rank and mode, with torch.distributed's rank info in it); rank 0 gets
     ``[{cp_size, bs, max_extend_len, extend_lens, per_rank: [...], total}]`` (other ranks: []).
+    ``on_cell(entry)`` is called on rank 0 with each cell's entry as soon as the cell is done (so a launch
+    killed part-way keeps the cells it finished: cli/profile.py writes profile.json there).
 
     Each per-rank row adds ``comm_kernels_expected`` (layers x collectives per layer on NCCL: 1 packed,
     2 separate; 0 on gloo, whose collectives run on the CPU) and ``comm_check`` (the two agree).
@@ -117,25 +121,28 @@ def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: 
                       batches=tuple(Batch(c.extend_lens, c.prefix_lens, c.batch) for c in cells), backends=(backend,), device=device, timings=("eager",), budget_ms=1.0, warmup=1, dtype=dtype,
                       seed=seed, gather=gather)
     runner = Runner(cfg, rows.extend, trace_dir=trace_dir, group=group)
-    for cell in cells:
-        runner.run_cell(cell)
-    if not group.writes_rows:
-        return []
     per_collective = {"packed": 1, "separate": 2}.get(gather, 0) if device.type == "cuda" else 0
     out = []
     for cell in cells:
-        key = cell.key().row_columns()
-        # plain dicts: a profile row adds the forward's label and the communication check to the sweep row
-        mine = [dict(r) for r in rows if (r["cp_size"], r["extend_lens"]) == (key["cp_size"], key["extend_lens"])]
-        entry = cell.key().as_json()
-        failed = [r for r in mine if r["status"] != "ok"]
-        if failed:
-            out.append({**entry, "status": failed[0]["status"], "reason": failed[0]["reason"], "per_rank": [],
-                        "total": None})
-            continue
-        for r in mine:
-            r["label"] = forward_label(cell.label(), r["rank"], r["mode"])
-            r["comm_kernels_expected"] = model.num_layers * per_collective
-            r["comm_check"] = r.get("comm_kernels") == r["comm_kernels_expected"]
-        out.append({**entry, "status": "ok", "per_rank": mine, "total": totals(mine, cell.cp_size)})
+        runner.run_cell(cell)
+        if group.writes_rows:
+            out.append(_cell_entry(model, cell, rows, per_collective))
+            if on_cell is not None:
+                on_cell(out[-1])
     return out
+
+
+def _cell_entry(model, cell: CellSpec, rows: list[dict], per_collective: int) -> dict:
+    """Rank 0's profile entry of ``cell`` from the sweep rows written so far (:func:`profile_ranks`)."""
+    key = cell.key().row_columns()
+    # plain dicts: a profile row adds the forward's label and the communication check to the sweep row
+    mine = [dict(r) for r in rows if (r["cp_size"], r["extend_lens"]) == (key["cp_size"], key["extend_lens"])]
+    entry = cell.key().as_json()
+    failed = [r for r in mine if r["status"] != "ok"]
+    if failed:
+        return {**entry, "status": failed[0]["status"], "reason": failed[0]["reason"], "per_rank": [], "total": None}
+    for r in mine:
+        r["label"] = forward_label(cell.label(), r["rank"], r["mode"])
+        r["comm_kernels_expected"] = model.num_layers * per_collective
+        r["comm_check"] = r.get("comm_kernels") == r["comm_kernels_expected"]
+    return {**entry, "status": "ok", "per_rank": mine, "total": totals(mine, cell.cp_size)}
