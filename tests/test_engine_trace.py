@@ -263,3 +263,14 @@ def test_the_stand_in_engine_on_a_cpu_writes_a_trace_that_is_refused(tmp_path):
     (trace,) = tmp_path.glob("*-TP-0.trace.json.gz")
     r = cpbench("profile", "--from", tmp_path)
     assert r.returncode == 2 and "CPU-only program" in r.stderr and trace.name in r.stderr
+
+
+def test_cpbench_own_traces_beside_its_own_run_agree():
+    """Read back as an engine's, cpbench's H200 profile of cp4 bs1 ext8192 (FMHAv2, fused) gives each rank's
+    per-layer attention time within 3 % of the committed run's (whose layer time also holds FMHAv2's memset)."""
+    root = Path(__file__).parent.parent / "docs" / "runs"
+    files = sorted((root / "h200-fmha-v2-profile" / "profiles").glob("*_fused.json.gz"))
+    out = from_json(*files, "--cell", "cp4 bs1 ext8192", "--run", root / "h200-passes-a")
+    layers = out["cell"]["layers"]
+    assert out["cell"]["mode"] == "fused" and len(layers) == 8  # 4 ranks x 2 layer kinds
+    assert all(0.97 <= x["ratio"] <= 1.01 for x in layers), [round(x["ratio"], 3) for x in layers]
