@@ -185,6 +185,32 @@ def h200_flex_line_at_2k_and_16k() -> None:
                                   f"{rec['native_vs_fused']:.4f} ({off:+.2%})")
 
 
+def engine_read_back_is_what_the_readme_says() -> None:
+    """README "Reading an engine's own traces": the per-layer table is what profile --from computes from the
+    committed H200 profile (h200-fmha-v2-profile, fused) beside h200-passes-a, and every ratio is 0.97-1.01."""
+    from cpbench.kernels.backends.registry import BACKEND_NAMES, kernel_patterns
+    from cpbench.profiles.engine_forwards import find_forwards, layer_times
+    from cpbench.profiles.engine_trace import read_traces
+    from cpbench.report.engine_cell import compare_layers, cpbench_layer_us
+
+    windows = [127, -1] * 18
+    patterns = {b: kernel_patterns(b) for b in BACKEND_NAMES if kernel_patterns(b)}
+    traces = read_traces(sorted((RUNS / "h200-fmha-v2-profile" / "profiles").glob("*_fused.json.gz")))
+    engine = {t.rank: layer_times(find_forwards(t, patterns, 36).forwards, windows) for t in traces}
+    rows, _ = load_run(RUNS / "h200-passes-a")
+    ours = cpbench_layer_us(rows, cp_size=4, bs=1, max_extend_len=8192, backend="trtllm-fmha-v2", mode="fused",
+                            window_left_per_layer=windows)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    by_rank: dict[int, list[str]] = {}
+    for x in compare_layers(engine, ours):
+        expect(0.97 <= x.ratio <= 1.01, f"rank {x.rank} {x.kind}: engine / cpbench {x.ratio:.3f}")
+        by_rank.setdefault(x.rank, []).append(f"{x.engine_median_us:.1f} [{x.engine_p10_us:.1f}–{x.engine_p90_us:.1f}] | "
+                                              f"{x.cpbench_us:.1f} | {x.ratio:.2f}")
+    for rank, parts in by_rank.items():
+        line = f"| {rank} | " + " | ".join(parts) + " |"
+        expect(line in readme, f"README lacks the read-back row {line}")
+
+
 # torchrun runs whose committed report holds the "Simulated vs real" section: the simulated run it was made with
 SIMULATED_PAIRS = {"h200x2-fa3-torchrun": "h200x2-fa3-simulated", "h200x2-fa3-torchrun-nogather": "h200x2-fa3-simulated",
                    "h200x2-fa3-torchrun-separate": "h200x2-fa3-simulated",
@@ -297,6 +323,7 @@ CHECKS: list[Callable[[], None]] = [
     h200_forward_agrees_with_the_independent_script,
     h200_flex_line_is_what_the_readme_says,
     h200_flex_line_at_2k_and_16k,
+    engine_read_back_is_what_the_readme_says,
     committed_reports_are_current,
     readme_headline_tables_come_from_the_runs,
     back_to_back_runs_overlap,
