@@ -61,8 +61,9 @@ class RankForwards:
         trace: the rank's trace.
         backend: the backend whose patterns matched the attention kernels (the most kernels), or None.
         forwards: the prefill forwards found.
-        unknown: kernels that are neither attention nor the usual other work, by name -> count (the
-            classes ``other``), so nothing is dropped silently.
+        kernel_kinds: kernels of the whole trace per class (:data:`cpbench.profiles.kernels.KINDS`).
+        unknown: the kernels of class ``other`` (not attention, merge, collective, fill or copy: GEMMs,
+            norms, the engine's own kernels), name -> count, so nothing is dropped silently.
         leftover_layers: attention layers after the last whole forward (layer-count bounding only).
     """
 
