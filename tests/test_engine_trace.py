@@ -187,7 +187,11 @@ def test_a_cell_that_cannot_run_here_keeps_the_ranks_table(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--cell", "cp4 bs1 ext8192"], "--cell and --run go with --from"),
+    (["--cell", "cp4 bs1 ext8192"], "--cell, --run and --forward-range go with --from"),
+    (["--forward-range", "prefill"], "--cell, --run and --forward-range go with --from"),
+    (["--from", "x.json", "--cp", "8"], "--cp measures cpbench's own cells; --from only reads traces"),
+    (["--from", "x.json", "--nsys"], "--nsys measures cpbench's own cells"),
+    (["--from", "x.json", "--launch", "torchrun"], "--launch measures cpbench's own cells"),
     (["--from", "x.json", "--cell", "cp4 bs1"], "give it as 'cp4 bs1 ext8192'"),
     (["--from", "missing.json"], "no such file or directory"),
     (["extra.json"], "trace files follow --from"),
@@ -197,10 +201,16 @@ def test_options_of_from(tmp_path, args, message):
     assert r.returncode == 2 and message in r.stderr, r.stderr
 
 
-def test_a_bad_forward_range(tmp_path):
-    tf.write(tmp_path / "r0.json.gz", layers=2)
-    r = cpbench("profile", "--from", tmp_path / "r0.json.gz", "--forward-range", "(")
-    assert r.returncode == 2 and "is not a regular expression" in r.stderr
+def test_the_forward_range_is_a_glob_that_cannot_stall(tmp_path):
+    evs = tf.events(layers=2) + [{"ph": "X", "cat": "user_annotation", "name": "a" * 40, "ts": 0, "dur": 1}]
+    (tmp_path / "r.json").write_text(json.dumps({"traceEvents": evs}))
+    r = cpbench("profile", "--from", tmp_path / "r.json", "--layers", "2", "--forward-range", "(a+)+b", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["ranks"][0]["bound"] == "layer count"  # matched nothing
+    r = cpbench("profile", "--from", tmp_path / "r.json", "--layers", "2", "--forward-range", "ProfilerStep#[12]",
+                "--json")
+    assert json.loads(r.stdout)["ranks"][0]["forwards"] == 2
+    r = cpbench("profile", "--from", tmp_path / "r.json", "--forward-range", "")
+    assert r.returncode == 2 and "the forward range is empty" in r.stderr
 
 
 @pytest.mark.parametrize("mode,count", [("fused", 36), ("two-call", 72)])
@@ -274,3 +284,81 @@ def test_cpbench_own_traces_beside_its_own_run_agree():
     layers = out["cell"]["layers"]
     assert out["cell"]["mode"] == "fused" and len(layers) == 8  # 4 ranks x 2 layer kinds
     assert all(0.97 <= x["ratio"] <= 1.01 for x in layers), [round(x["ratio"], 3) for x in layers]
+
+
+def test_a_run_of_another_layer_count_is_refused(tmp_path):
+    rows = make_rows(cp_sizes=(2,), bss=(1,), seqs=(64,), timings=("eager",), backends=("trtllm-fmha-v2",))
+    for row in rows:
+        row.update(num_layers=2, window_layers_us=100.0, full_layers_us=300.0)
+    run = write_run(tmp_path / "run", rows)
+    tf.write_run(tmp_path / "t", world_size=2, layers=36)
+    r = cpbench("profile", "--from", tmp_path / "t", "--cell", "cp2 bs1 seq64", "--run", run)
+    assert r.returncode == 2 and "with 2 layers, and the traces were read as gpt-oss-120b with 36" in r.stderr
+
+
+def test_inputs_that_cannot_be_one_run(tmp_path):
+    import os
+
+    a = tf.write(tmp_path / "a.json.gz", rank=0)
+    db = tf.write_nsys_sqlite(tmp_path / "n.sqlite")
+    for args, message in (([a, a], "is given twice"), ([a, db], "torch.profiler traces and nsys reports given together"),
+                          ([db, tf.write_nsys_sqlite(tmp_path / "m.sqlite")], "2 nsys reports given")):
+        r = cpbench("profile", "--from", *args)
+        assert r.returncode == 2 and message in r.stderr, r.stderr
+    os.mkfifo(tmp_path / "fifo.json")
+    r = cpbench("profile", "--from", tmp_path / "fifo.json")
+    assert r.returncode == 2 and "is not a regular file" in r.stderr
+
+
+def test_traces_without_ranks_say_how_they_are_numbered(tmp_path):
+    for i in range(2):
+        path = tmp_path / f"r{i}.json"
+        path.write_text(json.dumps({"traceEvents": tf.events(layers=2)}))
+    r = cpbench("profile", "--from", tmp_path, "--layers", "2")
+    assert r.returncode == 0 and "ranks are numbered in file order: the traces name none" in r.stdout
+    tf.write(tmp_path / "r2.json.gz", rank=1, world_size=3)
+    r = cpbench("profile", "--from", tmp_path, "--layers", "2")
+    assert r.returncode == 2 and "names no rank (no distributedInfo) while others do" in r.stderr
+
+
+def test_two_backends_and_malformed_events_are_said(tmp_path):
+    evs = tf.events(layers=2, per_layer=1, forwards=1)
+    fa3 = "flashinfer::PrefillWithKVCacheKernel<CollectiveMainloop>"
+    first = next(e for e in evs if e["cat"] == "kernel" and "fmha" in e["name"])
+    evs.append({**first, "name": fa3, "ts": first["ts"] + 1})  # a second backend's kernel in layer 0
+    bad = [{"ph": "X", "cat": "kernel", "name": tf.ATTN.format(""), "ts": 5.0, "dur": -3},
+           {"ph": "X", "cat": "kernel", "name": None, "ts": 5.0, "dur": 3},
+           {"ph": "X", "cat": "kernel", "name": tf.ATTN.format(""), "ts": "5", "dur": 3}]
+    (tmp_path / "r.json").write_text(json.dumps({"traceEvents": evs + bad}))
+    out = from_json(tmp_path / "r.json", "--layers", "2")
+    (r,) = out["ranks"]
+    assert r["backends"] == {"trtllm-fmha-v2": 2, "fa3": 1} and r["malformed_kernel_events"] == 3
+    assert all(t["median"] >= 0 for t in r["layer_times_us"])
+    console = cpbench("profile", "--from", tmp_path / "r.json", "--layers", "2").stdout
+    assert "attention kernels of 2 backends: trtllm-fmha-v2 x2, fa3 x1" in console
+    assert "3 kernel events without a name, start or duration (or a negative one) were left out" in console
+
+
+def test_float_correlation_ids_and_unknown_layer_kinds(tmp_path):
+    evs = tf.events(layers=4, per_layer=1, forwards=2)
+    for e in evs:
+        if "args" in e:
+            e["args"]["correlation"] = float(e["args"]["correlation"])
+    (tmp_path / "r.json").write_text(json.dumps({"traceEvents": evs}))
+    (r,) = from_json(tmp_path / "r.json", "--layers", "4")["ranks"]
+    assert r["bound"] == "annotation" and r["attention_kernels_per_forward"] == [4, 4]
+    (r,) = from_json(tmp_path / "r.json", "--layers", "8")["ranks"]  # 4 layers found, 8 asked: kinds unknown
+    assert [t["kind"] for t in r["layer_times_us"]] == ["all"]
+    assert "all layers: " in cpbench("profile", "--from", tmp_path / "r.json", "--layers", "8").stdout
+
+
+def test_an_nsys_export_with_null_rows(tmp_path):
+    import sqlite3
+
+    db = tf.write_nsys_sqlite(tmp_path / "n.sqlite", pids=(7,), layers=2)
+    con = sqlite3.connect(db)
+    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (NULL, NULL, 0, 7, 1, ?, 1, 1)", ((7 << 24),))
+    con.commit()
+    con.close()
+    (r,) = from_json(db, "--layers", "2", "--forward-range", "prefill_forward")["ranks"]
+    assert r["malformed_kernel_events"] == 1 and r["attention_kernels_per_forward"] == [2, 2]

@@ -57,9 +57,9 @@ def profile(
                        "plain or .gz), a directory of them, or an nsys report (.nsys-rep, .sqlite). No GPU needed.",
         show_default=False)] = None,
     forward_range: Annotated[str, typer.Option(
-        "--forward-range", help="With --from: the annotation range (a regular expression) that bounds a forward; "
-                                "without one in the trace, forwards are the model's layer count of attention "
-                                "launches.")] = FORWARD_RANGE,
+        "--forward-range", help="With --from: the annotation range that bounds a forward (a name or a glob, e.g. "
+                                "'ProfilerStep#*', 'prefill_forward'); without one in the trace, forwards are the "
+                                "model's layer count of attention launches.")] = FORWARD_RANGE,
     cell: Annotated[Optional[str], typer.Option(
         "--cell", help="With --from: the cpbench cell to set beside the engine, e.g. 'cp4 bs1 ext8192'.")] = None,
     more_traces: Annotated[Optional[list[str]], typer.Argument(
@@ -79,12 +79,21 @@ def profile(
         from cpbench.cli.profile_from import profile_from
 
         from_ = [*from_, *(more_traces or [])]
+        given = [name for name, value, default in (
+            ("--cp", cp, "4"), ("--bs", bs, None), ("--extend-len", extend_len, None), ("--extend-lens", extend_lens, None),
+            ("--seq", seq, None), ("--seq-lens", seq_lens, None), ("--prefix-len", prefix, 0), ("--ranks", ranks, "all"),
+            ("--backend", backend, "auto"), ("--out", out, None), ("--nsys", nsys, False), ("--tp", tp, 1),
+            ("--launch", launch, Launch.simulated), ("--nproc-per-node", nproc_per_node, None), ("--gather", gather, None),
+            ("--dist-backend", dist_backend, DistBackend.auto), ("--dtype", dtype, c.DType.bf16)) if value != default]
+        if given:
+            raise CpbenchInputError(f"{given[0]} measures cpbench's own cells; --from only reads traces: drop "
+                                    f"{given[0]} (the cell to compare with is --cell)")
         spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
         raise typer.Exit(profile_from(from_, spec, forward_range=forward_range, cell=cell, run=run, as_json=as_json,
                                       device=device))
-    if cell or run:
-        raise CpbenchInputError("--cell and --run go with --from (an engine's traces): add --from TRACE, or use "
-                                "--cp/--bs/--extend-len to profile cpbench's own cells")
+    if cell or run or forward_range != FORWARD_RANGE:
+        raise CpbenchInputError("--cell, --run and --forward-range go with --from (an engine's traces): add --from "
+                                "TRACE, or use --cp/--bs/--extend-len to profile cpbench's own cells")
     extend_len = c.renamed(extend_len, seq, "--extend-len", "--seq")
     extend_lens = c.renamed(extend_lens, seq_lens, "--extend-lens", "--seq-lens")
     from cpbench.kernels.backends import get_backend

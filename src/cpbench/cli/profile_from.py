@@ -14,11 +14,11 @@ from cpbench.cli.tables import Col, print_table
 from cpbench.errors import CpbenchInputError
 
 UNKNOWN_SHOWN = 8  # unknown kernel names printed on the console (--json lists every one)
-_CELL = re.compile(r"\s*cp(\d+)\s+bs(\d+)\s+(?:ext|extend)(\d+)\s*")
+_CELL = re.compile(r"\s*cp(\d+)\s+bs(\d+)\s+(?:ext|extend|seq)(\d+)\s*")  # seq: the labels of older runs
 
 
 def parse_cell(text: str) -> tuple[int, int, int]:
-    """``"cp4 bs1 ext8192"`` (or ``extend8192``) -> ``(cp_size, bs, extend_len)``.
+    """``"cp4 bs1 ext8192"`` (or ``extend8192``, or ``seq8192`` as older labels read) -> ``(cp_size, bs, extend_len)``.
 
     Raises:
         CpbenchInputError: another form, or a value < 1.
@@ -46,14 +46,16 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
     try:
         ranks = [find_forwards(t, patterns, spec.num_layers, forward_range) for t in traces]
     except ValueError as e:
-        raise CpbenchInputError(f"--forward-range: {e}") from None
+        raise CpbenchInputError(f"--forward-range: {e}") from None  # an empty glob
     windows = list(spec.window_left_per_layer)
     report = {"model": spec.name, "num_layers": spec.num_layers, "ranks": []}
     for r in ranks:
         per = r.per_forward()
         report["ranks"].append({
-            "rank": r.trace.rank, "file": r.trace.path, "source": r.trace.source, "backend": r.backend,
+            "rank": r.trace.rank, "rank_source": r.trace.rank_source, "file": r.trace.path, "source": r.trace.source,
+            "backend": r.backend, "backends": r.backends,
             "forwards": len(r.forwards), "bound": r.forwards[0].bound if r.forwards else None,
+            "ranges_without_attention": r.ranges_without_attention, "malformed_kernel_events": r.trace.malformed,
             "attention_kernels_per_forward": per, "verdict": verdict(per, spec.num_layers),
             "layer_times_us": [vars(t) for t in layer_times(r.forwards, windows)],
             "kernel_kinds": r.kernel_kinds, "unknown_kernels": r.unknown, "leftover_layers": r.leftover_layers})
@@ -90,6 +92,7 @@ def _compare(ranks, target: tuple[int, int, int], spec, run: str | None, device:
     if backend is None or mode is None:
         return {"status": "not compared", "reason": "the trace shows no single fused or two-call path to compare"}
     rows, source = _cell_rows(run, spec, backend, cp_size, bs, extend_len, device)
+    _same_model(rows, spec, source)
     ours = cpbench_layer_us(rows, cp_size=cp_size, bs=bs, max_extend_len=extend_len, backend=backend, mode=mode,
                             window_left_per_layer=list(spec.window_left_per_layer))
     if not ours:
@@ -100,6 +103,17 @@ def _compare(ranks, target: tuple[int, int, int], spec, run: str | None, device:
     rows_out = [dict(vars(x), ratio=x.ratio) for x in compare_layers(engine, ours)]
     return {"status": "ok", "cell": f"cp{cp_size} bs{bs} extend{extend_len}", "backend": backend, "mode": mode,
             "source": source, "layers": rows_out}
+
+
+def _same_model(rows, spec, source: str) -> None:
+    """Refuse a run of another model or layer count than the one the traces were read as: its per-layer times
+    would be divided over the wrong layers."""
+    models = {str(m) for m in rows["model"].dropna().unique()} if "model" in rows else set()
+    layers = {int(n) for n in rows["num_layers"].dropna().unique()} if "num_layers" in rows else set()
+    if (models and spec.name not in models) or (layers and spec.num_layers not in layers):
+        raise CpbenchInputError(f"{source} is a run of {', '.join(sorted(models)) or '?'} with "
+                                f"{', '.join(map(str, sorted(layers))) or '?'} layers, and the traces were read as "
+                                f"{spec.name} with {spec.num_layers}: pass the run's --model and --layers")
 
 
 def _cell_rows(run: str | None, spec, backend: str, cp_size: int, bs: int, extend_len: int, device: str | None):
@@ -128,14 +142,33 @@ def _print_ranks(report: dict) -> None:
     for r in report["ranks"]:
         times = {t["kind"]: t for t in r["layer_times_us"]}
         cells = [f"{_ms(t['median'])} [{_ms(t['p10'])}-{_ms(t['p90'])}]" if t else "-"
-                 for t in (times.get("window") or times.get("all"), times.get("full"))]
+                 for t in (times.get("window"), times.get("full"))]
+        if "all" in times:  # layer kinds unknown (the forward's layer count is not the model's)
+            t = times["all"]
+            cells = [f"all layers: {_ms(t['median'])} [{_ms(t['p10'])}-{_ms(t['p90'])}]", "-"]
         per = r["attention_kernels_per_forward"]
-        rows.append([str(r["rank"]), r["backend"] or "-", f"{r['forwards']} ({r['bound'] or '-'})",
+        rows.append([str(r["rank"]), "+".join(r["backends"]) or "-", f"{r['forwards']} ({r['bound'] or '-'})",
                      ",".join(map(str, sorted(set(per)))) or "-", *cells, r["verdict"]])
     print_table(con, f"{report['model']} ({report['num_layers']} layers): attention kernels per prefill forward",
                 [Col("rank"), Col("backend", False, True), Col("forwards (bounded by)", False),
                  Col("attention kernels / forward"), Col("window layer µs median [p10-p90]"),
                  Col("full layer µs median [p10-p90]"), Col("verdict", False, True)], rows)
+    notes = []
+    if report["ranks"] and report["ranks"][0]["rank_source"] != "distributedInfo":
+        notes.append(f"ranks are numbered in {report['ranks'][0]['rank_source']}: the traces name none "
+                     "(no distributedInfo); give one run's files, one per rank")
+    for r in report["ranks"]:
+        if len(r["backends"]) > 1:
+            notes.append(f"rank {r['rank']}: attention kernels of {len(r['backends'])} backends: "
+                         + ", ".join(f"{b} x{n}" for b, n in r["backends"].items()))
+        if r["malformed_kernel_events"]:
+            notes.append(f"rank {r['rank']}: {r['malformed_kernel_events']} kernel events without a name, start or "
+                         "duration (or a negative one) were left out")
+        if r["ranges_without_attention"]:
+            notes.append(f"rank {r['rank']}: {r['ranges_without_attention']} forward ranges matched but held no "
+                         "attention kernel (kernels not tied to their launch calls?): forwards found by the layer count")
+    for line in notes:
+        con.print(line, highlight=False, soft_wrap=True, markup=False)
     for r in report["ranks"]:
         unknown = sorted(r["unknown_kernels"].items(), key=lambda kv: -kv[1])
         if unknown:

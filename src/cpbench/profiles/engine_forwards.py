@@ -21,14 +21,14 @@ cpbench's own patterns (:func:`cpbench.profiles.kernels.classify`), given by the
 from __future__ import annotations
 
 import bisect
-import re
+import fnmatch
 import statistics
 from dataclasses import dataclass, field
 
 from cpbench.profiles.engine_trace import Kernel, RankTrace, Span
 from cpbench.profiles.kernels import classify
 
-STEP_RANGE = r"ProfilerStep#\d+"
+STEP_RANGE = "ProfilerStep#*"  # a glob (fnmatch, case-sensitive): the ranges prof.step() writes
 NON_BREAKING = ("attention", "merge", "comm", "fill", "copy")  # kinds that do not end a layer's attention run
 
 
@@ -59,12 +59,15 @@ class RankForwards:
 
     Attributes:
         trace: the rank's trace.
-        backend: the backend whose patterns matched the attention kernels (the most kernels), or None.
+        backend: the backend whose patterns matched the most attention kernels, or None; ``backends``: every
+            backend seen, name -> attention kernels (two in one trace are said, not hidden).
         forwards: the prefill forwards found.
         kernel_kinds: kernels of the whole trace per class (:data:`cpbench.profiles.kernels.KINDS`).
         unknown: the kernels of class ``other`` (not attention, merge, collective, fill or copy: GEMMs,
             norms, the engine's own kernels), name -> count, so nothing is dropped silently.
         leftover_layers: attention layers after the last whole forward (layer-count bounding only).
+        ranges_without_attention: forward ranges matched but holding no attention kernel, when the forwards
+            fell back to the layer count for that reason (0 otherwise).
     """
 
     trace: RankTrace
@@ -73,6 +76,8 @@ class RankForwards:
     kernel_kinds: dict[str, int] = field(default_factory=dict)
     unknown: dict[str, int] = field(default_factory=dict)
     leftover_layers: int = 0
+    backends: dict[str, int] = field(default_factory=dict)
+    ranges_without_attention: int = 0
 
     def per_forward(self) -> list[int]:
         """Attention kernels in each forward."""
@@ -96,11 +101,11 @@ def find_forwards(trace: RankTrace, patterns: dict[str, tuple[str, ...]], num_la
         patterns: backend name -> lower-case substrings of its attention kernels' names (the backend
             registry's ``kernel_patterns``).
         num_layers: attention layers per forward (the model's), for bounding without annotations.
-        forward_range: a regular expression a forward's host range name must match in full.
+        forward_range: a glob a forward's host range name must match in full (``ProfilerStep#*``).
     Returns:
         the rank's forwards (possibly none: the caller says so).
     Raises:
-        ValueError: ``num_layers`` < 1, or ``forward_range`` is not a valid regular expression.
+        ValueError: ``num_layers`` < 1, or ``forward_range`` is empty.
     """
     if num_layers < 1:
         raise ValueError(f"num_layers must be >= 1, got {num_layers}")
@@ -116,11 +121,13 @@ def find_forwards(trace: RankTrace, patterns: dict[str, tuple[str, ...]], num_la
             by_backend[b] = by_backend.get(b, 0) + 1
         elif kind == "other":
             out.unknown[k.name] = out.unknown.get(k.name, 0) + 1
-    out.backend = max(by_backend, key=by_backend.get) if by_backend else None
+    out.backends = dict(sorted(by_backend.items(), key=lambda kv: -kv[1]))
+    out.backend = next(iter(out.backends), None)
     if ranges:
         out.forwards = _by_ranges(trace, kinds, ranges, num_layers)
-    else:
+    if not out.forwards:  # no range, or ranges that hold no attention kernel: the model's layer count
         out.forwards, out.leftover_layers = _by_layer_count(_layers(trace.kernels, kinds), num_layers)
+        out.ranges_without_attention = len(ranges)
     return out
 
 
@@ -171,13 +178,12 @@ def range_members(trace: RankTrace, ranges: list[Span]) -> list[list[int]]:
 
 
 def matching_ranges(trace: RankTrace, forward_range: str = STEP_RANGE) -> list[Span]:
-    """The host ranges whose name matches ``forward_range`` in full, by start time.
-    Raises ValueError for a bad regular expression."""
-    try:
-        rx = re.compile(forward_range)
-    except re.error as e:
-        raise ValueError(f"forward range {forward_range!r} is not a regular expression: {e}") from None
-    return sorted((r for r in trace.host_ranges if rx.fullmatch(r.name)), key=lambda r: r.ts)
+    """The host ranges whose whole name matches the glob ``forward_range`` (``*``, ``?``, ``[...]``; case
+    matters), by start time. A glob, not a regular expression: matching is linear in the name, so no pattern can
+    stall on a long range name. Raises ValueError for an empty pattern."""
+    if not forward_range:
+        raise ValueError("the forward range is empty: give a range name or a glob such as 'ProfilerStep#*'")
+    return sorted((r for r in trace.host_ranges if fnmatch.fnmatchcase(r.name, forward_range)), key=lambda r: r.ts)
 
 
 def _by_ranges(trace: RankTrace, kinds: list[str], ranges: list[Span], num_layers: int) -> list[EngineForward]:

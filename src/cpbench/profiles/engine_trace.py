@@ -69,6 +69,10 @@ class RankTrace:
         host_ranges, gpu_ranges: annotation ranges (``ProfilerStep#N``, record_function, NVTX).
         host_events: CPU-side events seen (ops, launch calls, ranges), to tell an empty trace from a
             CPU-only one.
+        malformed: kernel events left out for a missing or malformed name, start or duration (a negative or
+            non-numeric one), counted so that none is dropped silently.
+        rank_source: where ``rank`` came from: ``distributedInfo``, or ``file order`` / ``process order`` for
+            traces that carry no rank.
     """
 
     path: str
@@ -83,6 +87,8 @@ class RankTrace:
     host_ranges: list[Span] = field(default_factory=list)
     gpu_ranges: list[Span] = field(default_factory=list)
     host_events: int = 0
+    malformed: int = 0
+    rank_source: str = "distributedInfo"
 
 
 def read_traces(paths: list[str | Path], nsys: str | None = None) -> list[RankTrace]:
@@ -109,8 +115,23 @@ def read_traces(paths: list[str | Path], nsys: str | None = None) -> list[RankTr
             files += found
         elif p.is_file():
             files.append(p)
+        elif p.exists():
+            raise TraceInputError(f"{str(p)!r} is not a regular file (a FIFO or a device?): give a trace file or a "
+                                  "directory of them")
         else:
             raise TraceInputError(f"no such file or directory: {str(p)!r}")
+    seen: dict[Path, Path] = {}
+    for f in files:
+        if f.resolve() in seen:
+            raise TraceInputError(f"{str(seen[f.resolve()])!r} is given twice (as {str(f)!r}): give each trace once")
+        seen[f.resolve()] = f
+    kinds = {(_kind(f) or _sniff(f)) for f in files}
+    if len(kinds) > 1:
+        raise TraceInputError("torch.profiler traces and nsys reports given together: they number ranks differently "
+                              "and cannot be told apart as one run; read each kind in its own call")
+    if kinds == {"nsys"} and len(files) > 1:
+        raise TraceInputError(f"{len(files)} nsys reports given: one report holds every process it traced; read one "
+                              "report per call")
     traces: list[RankTrace] = []
     for f in files:
         kind = _kind(f) or _sniff(f)
@@ -118,9 +139,13 @@ def read_traces(paths: list[str | Path], nsys: str | None = None) -> list[RankTr
             traces.append(read_torch_trace(f))
         else:
             traces += read_nsys(f, nsys)
-    if not any(t.rank is not None for t in traces):
+    if any(t.rank is None for t in traces):
+        if any(t.rank is not None for t in traces):
+            a = next(t for t in traces if t.rank is None)
+            raise TraceInputError(f"{a.path!r} names no rank (no distributedInfo) while others do: traces of different "
+                                  "runs are mixed; give one run's files")
         for i, t in enumerate(traces):
-            t.rank = i
+            t.rank, t.rank_source = i, ("process order" if t.source == "nsys" else "file order")
     check_one_run(traces)
     return sorted(traces, key=lambda t: (t.rank is None, t.rank))
 
@@ -178,14 +203,19 @@ def read_torch_trace(f: str | Path) -> RankTrace:
                 if not isinstance(ev, dict) or ev.get("ph", "X") != "X":
                     continue
                 ts, dur, name = ev.get("ts"), ev.get("dur"), ev.get("name")
-                if not isinstance(ts, (int, float)) or not isinstance(name, str):
+                cat = str(ev.get("cat") or "").lower()
+                good = _number(ts) and isinstance(name, str) and name
+                if cat == KERNEL_CAT:
+                    if good and _number(dur) and dur >= 0:
+                        first = min(first, ts)
+                        t.kernels.append(Kernel(name, float(ts), float(dur), _correlation(ev)))
+                    else:
+                        t.malformed += 1
+                    continue
+                if not good:
                     continue
                 first = min(first, ts)
-                cat = str(ev.get("cat") or "").lower()
-                dur = float(dur) if isinstance(dur, (int, float)) else 0.0
-                if cat == KERNEL_CAT:
-                    t.kernels.append(Kernel(name, float(ts), dur, _correlation(ev)))
-                    continue
+                dur = float(dur) if _number(dur) and dur >= 0 else 0.0
                 t.host_events += 1
                 if cat in LAUNCH_CATS and _correlation(ev) is not None:
                     t.launches[_correlation(ev)] = float(ts)
@@ -198,7 +228,8 @@ def read_torch_trace(f: str | Path) -> RankTrace:
     if not seen_events:
         raise TraceInputError(f"{str(f)!r} has no traceEvents: it is not a torch.profiler trace")
     if not t.kernels:
-        raise TraceInputError(f"{str(f)!r} holds no GPU kernel ({t.host_events} CPU events): a trace of a "
+        bad = f", {t.malformed} kernel events without a name, start or duration" if t.malformed else ""
+        raise TraceInputError(f"{str(f)!r} holds no GPU kernel ({t.host_events} CPU events{bad}): a trace of a "
                               "CPU-only program, or profiled without ProfilerActivity.CUDA")
     if first != float("inf"):
         t.start_us = (base / 1000.0 if isinstance(base, (int, float)) else 0.0) + first
@@ -247,7 +278,14 @@ def _reason(e: BaseException) -> str:
 
 
 def _int(v) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    """``v`` as a non-negative int (an integral float too), else None."""
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
 
 
 def _correlation(ev: dict) -> int | None:
@@ -315,25 +353,36 @@ def _read_nsys_db(con: sqlite3.Connection, f: Path) -> list[RankTrace]:
         return by_pid[pid]
 
     rows = con.execute("SELECT k.start, k.end, k.correlationId, k.globalPid, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-                       "JOIN StringIds s ON s.id = k.demangledName ORDER BY k.start")
+                       "LEFT JOIN StringIds s ON s.id = k.demangledName ORDER BY k.start")
     for start, end, corr, gpid, name in rows:
-        trace(_pid(gpid)).kernels.append(Kernel(name, start / 1e3, (end - start) / 1e3, corr))
+        if gpid is None:
+            continue
+        t = trace(_pid(gpid))
+        if _number(start) and _number(end) and end >= start and isinstance(name, str) and name:
+            t.kernels.append(Kernel(name, start / 1e3, (end - start) / 1e3, _int(corr)))
+        else:
+            t.malformed += 1
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-        for start, corr, gtid in con.execute("SELECT start, correlationId, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME"):
+        for start, corr, gtid in con.execute("SELECT start, correlationId, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+                                             "WHERE start IS NOT NULL AND correlationId IS NOT NULL AND globalTid IS NOT NULL"):
             if _pid(gtid) in by_pid:
                 by_pid[_pid(gtid)].launches[corr] = start / 1e3
                 by_pid[_pid(gtid)].host_events += 1
     if "NVTX_EVENTS" in tables:
         q = ("SELECT n.start, n.end, COALESCE(n.text, s.value), n.globalTid FROM NVTX_EVENTS n LEFT JOIN StringIds s "
-             f"ON s.id = n.textId WHERE n.eventType IN {NVTX_RANGE_TYPES} AND n.end IS NOT NULL")
+             f"ON s.id = n.textId WHERE n.eventType IN {NVTX_RANGE_TYPES} AND n.start IS NOT NULL AND n.end IS NOT NULL "
+             "AND n.globalTid IS NOT NULL")
         for start, end, text, gtid in con.execute(q):
             if _pid(gtid) in by_pid and text:
                 by_pid[_pid(gtid)].host_ranges.append(Span(text, start / 1e3, end / 1e3))
     if not by_pid:
         raise TraceInputError(f"{str(f)!r} holds no GPU kernel: a report of a CPU-only program")
-    out = [by_pid[p] for p in sorted(by_pid)]
+    out = [by_pid[p] for p in sorted(by_pid) if by_pid[p].kernels]
+    if not out:
+        raise TraceInputError(f"{str(f)!r} holds no readable GPU kernel (every kernel row lacks a start, end or name)")
     for t in out:
         t.start_us = t.kernels[0].ts  # relative to the report's start: one report is one run
+        t.rank = None
     return out
 
 
