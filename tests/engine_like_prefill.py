@@ -157,9 +157,7 @@ def profile(a: argparse.Namespace, rank: int, dev: torch.device, step) -> None:
             if dev.type == "cuda":
                 torch.cuda.synchronize()
             if steps:
-                prof.step()
-    if not steps:
-        prof.export_chrome_trace(path)
+                prof.step()  # without a schedule, on_trace_ready writes the trace when the profiler stops
 
 
 def _has_flashinfer() -> bool:

@@ -362,3 +362,51 @@ def test_an_nsys_export_with_null_rows(tmp_path):
     con.close()
     (r,) = from_json(db, "--layers", "2", "--forward-range", "prefill_forward")["ranks"]
     assert r["malformed_kernel_events"] == 1 and r["attention_kernels_per_forward"] == [2, 2]
+
+
+ENGINE = Path(__file__).parent.parent / "docs" / "evidence" / "h200-engine-traces"  # tests/engine_like_prefill.py, H200
+
+
+@pytest.mark.parametrize("name,bound,per_forward", [
+    ("cp4-bs1-ext8192-fused", "annotation", 36), ("cp4-bs1-ext8192-two-call", "annotation", 72),
+    ("cp4-bs1-ext8192-fused-unannotated", "layer count", 36)])
+def test_the_stand_in_engines_h200_traces(name, bound, per_forward):
+    """Traces of a program that does not import cpbench (FlashInfer fa3 between GEMMs, one process per rank)."""
+    out = from_json(ENGINE / name)
+    assert [(r["rank"], r["rank_source"]) for r in out["ranks"]] == [(i, "distributedInfo") for i in range(4)]
+    for r in out["ranks"]:
+        assert r["backend"] == "fa3" and r["bound"] == bound and r["attention_kernels_per_forward"] == [per_forward] * 3
+        assert r["kernel_kinds"]["other"] >= 3 * 36 * 2  # the two projection GEMMs of every layer, listed by name
+
+
+def test_the_stand_in_engine_under_nsys():
+    out = from_json(ENGINE / "nsys" / "engine-fused.sqlite", "--forward-range", "prefill_forward")
+    assert [(r["rank"], r["rank_source"], r["source"]) for r in out["ranks"]] == [(0, "process order", "nsys"),
+                                                                                  (1, "process order", "nsys")]
+    for r in out["ranks"]:
+        assert r["bound"] == "annotation" and r["attention_kernels_per_forward"] == [36, 36] and r["backend"] == "fa3"
+
+
+@pytest.mark.parametrize("mode", ["fused", "two-call"])
+def test_the_stand_in_engine_beside_cpbenchs_cell(mode):
+    """The engine's per-layer fa3 time is cpbench's, per rank and layer kind, within 5 %."""
+    run = Path(__file__).parent.parent / "docs" / "runs" / "h200-engine-cell-fa3"
+    cell = from_json(ENGINE / f"cp4-bs1-ext8192-{mode}", "--cell", "cp4 bs1 ext8192", "--run", run)["cell"]
+    assert cell["mode"] == mode and cell["backend"] == "fa3" and len(cell["layers"]) == 8
+    assert all(0.95 <= x["ratio"] <= 1.05 for x in cell["layers"]), [round(x["ratio"], 3) for x in cell["layers"]]
+
+
+def test_the_stand_in_engines_steps_agree_with_holistic_trace_analysis(tmp_path):
+    hta = pytest.importorskip("hta.trace_analysis")
+    for f in (ENGINE / "cp4-bs1-ext8192-two-call").iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    analysis = hta.TraceAnalysis(trace_dir=str(tmp_path))
+    sym = analysis.t.symbol_table.get_sym_table()
+    for t in read_traces([tmp_path]):
+        df = analysis.t.get_trace(t.rank)
+        steps = matching_ranges(t)
+        ours = dict(zip([s.name for s in steps], map(len, range_members(t, steps))))
+        theirs = df[[sym[c] == "kernel" for c in df["cat"]]].groupby("iteration").size()
+        last = max(int(s.name.split("#")[1]) for s in steps)  # HTA leaves the last step out by default
+        whole = {it: n for it, n in theirs.items() if 0 <= it < last}
+        assert len(whole) == 2 and all(ours[f"ProfilerStep#{it}"] == n for it, n in whole.items())
