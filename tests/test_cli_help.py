@@ -73,12 +73,37 @@ def test_usage_error_names_the_argument_without_braces():
     (("sweep", "--layers", "2", "--layers", "4", "--layers", "8"),
      "error: --layers given 3 times (2, then 4, then 8): only one would count; give it once"),
     (("geometry", "--cp", "2", "--cp", "4"), "error: --cp given twice (2, then 4): only one would count; give it once"),
+    # an option that takes one value gets no list hint: `--out a,b` would be one directory named "a,b"
+    (("sweep", "--out", "a", "--out", "b"), "error: --out given twice (a, then b): only one would count; give it once"),
+    (("sweep", "--model", "llama-3.1-8b", "--model", "gpt-oss-120b"),
+     "error: --model given twice (llama-3.1-8b, then gpt-oss-120b): only one would count; give it once"),
+    (("profile", "--backend", "torch", "--backend", "fa2"),
+     "error: --backend given twice (torch, then fa2): only one would count; give it once"),
+    (("sweep", "--backend", "torch", "--backend", "fa2"),
+     "error: --backend given twice (torch, then fa2): only one would count; give it once, several values as one "
+     "comma-separated list: --backend torch,fa2"),
+    (("sweep", "--cp", "2", "--cp", "4", "--cp", "8"),
+     "error: --cp given 3 times (2, then 4, then 8): only one would count; give it once, several values as one "
+     "comma-separated list: --cp 2,4,8"),
 ])
 def test_a_repeated_single_valued_option_is_refused(tmp_path, args, line):
     """Attack: click keeps the last of a repeated option, so `--extend-len 64 --extend-len 32` measured 32 alone."""
-    r = cpbench(*args, "--out", tmp_path / "run") if args[0] != "geometry" else cpbench(*args)
+    r = cpbench(*args, "--out", tmp_path / "run") if args[0] != "geometry" and "--out" not in args else cpbench(*args)
     assert r.returncode == 2 and r.stderr.strip() == line, r.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_list_options_name_options_their_command_has():
+    """options.LIST_OPTIONS names click parameters: a renamed option must not lose its list hint silently."""
+    import typer
+
+    from cpbench.cli.app import app
+    from cpbench.cli.options import LIST_OPTIONS
+
+    commands = typer.main.get_command(app).commands
+    for command, names in LIST_OPTIONS.items():
+        params = {p.name for p in commands[command].params}
+        assert names <= params, (command, names - params)
 
 
 def test_a_repeated_flag_or_an_option_s_value_is_no_repeat(tmp_path):

@@ -67,7 +67,7 @@ class Command(TyperCommand):
 
     def parse_args(self, ctx, args: list[str]) -> list[str]:
         if not any(a in ctx.help_option_names for a in args):  # --help shows the help whatever else is given
-            refuse_repeated(self.get_params(ctx), args)
+            refuse_repeated(self.get_params(ctx), args, self.name)
         return super().parse_args(ctx, args)
 
     def collect_usage_pieces(self, ctx) -> list[str]:

@@ -7,7 +7,7 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional, get_args
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -134,18 +134,33 @@ def typed(*names: str) -> str:
     return found
 
 
-def refuse_repeated(params, args: list[str]) -> None:
+# Options whose one value is a comma-separated list (int_list, choice_list, parse_cpu_list parse it), per command,
+# by click parameter name (every name of the option: --ranks and --rank, --extend-len and --seq). A repeated one is
+# refused with the list that gives every value at once; any other option (--out, --model, profile's one --backend,
+# explain's one cell) is refused without it, as its values cannot be joined.
+LIST_OPTIONS: dict[str, frozenset[str]] = {
+    "sweep": frozenset({"cp", "bs", "extend_len", "seq", "extend_lens", "seq_lens", "ranks", "mode", "backend",
+                        "timing", "graph_buckets", "cpu_affinity"}),
+    "profile": frozenset({"cp", "bs", "extend_len", "seq", "extend_lens", "seq_lens", "ranks"}),
+    "explain": frozenset({"extend_lens", "seq_lens"}),
+    "geometry": frozenset({"extend", "prefix", "rank"}),
+}
+
+
+def refuse_repeated(params, args: list[str], command: str = "") -> None:
     """Refuse an option that takes one value given more than once in ``args`` (one command's arguments, before
-    click parses them; ``params``: the command's click parameters). click would keep the last value silently
-    (``--extend-len 64 --extend-len 32`` measured 32 alone). Every option that takes a value and is not declared
-    multi-valued (``multiple``) is checked, under any of its names; flags may repeat; ``--`` ends the options.
+    click parses them; ``params``: the command's click parameters; ``command``: its name). click would keep the
+    last value silently (``--extend-len 64 --extend-len 32`` measured 32 alone). Every option that takes a value
+    and is not declared multi-valued (``multiple``) is checked, under any of its names; flags may repeat; ``--``
+    ends the options.
 
     Raises:
-        CpbenchInputError: naming the option and every value given, and, for a text option, the
-            comma-separated list that gives several values at once.
+        CpbenchInputError: naming the option and every value given, and, for an option of ``command`` in
+            :data:`LIST_OPTIONS`, the comma-separated list that gives several values at once.
     """
     takes_value = {name: p for p in params if getattr(p, "param_type_name", "") == "option" and not p.is_flag
                    and not p.count for name in p.opts + p.secondary_opts}  # (typer may vendor click: no isinstance)
+    lists = LIST_OPTIONS.get(command, frozenset())
     given: dict[str, list[tuple[str, str]]] = {}
     i = 0
     while i < len(args) and args[i] != "--":
@@ -160,22 +175,13 @@ def refuse_repeated(params, args: list[str]) -> None:
         i += 1
     for param_name, uses in given.items():
         if len(uses) > 1:
-            param, first = takes_value[uses[0][0]], uses[0][0]
+            first = uses[0][0]
             named = len({n for n, _ in uses}) > 1  # given under two of its names: say which
             values = ", then ".join(f"{n} {v}" if named else v for n, v in uses)
             times = "twice" if len(uses) == 2 else f"{len(uses)} times"
             tail = (f", several values as one comma-separated list: {first} {','.join(v for _, v in uses)}"
-                    if _takes_text(param) else "")
+                    if param_name in lists else "")
             raise CpbenchInputError(f"{first} given {times} ({values}): only one would count; give it once{tail}")
-
-
-def _takes_text(param) -> bool:
-    """Whether a click option's value is text (a comma-separated list may be what the user meant), not a number,
-    path or choice: typer's type annotation where it records one, else click's parameter type."""
-    desc = getattr(param, "type_descriptor", None)
-    if desc is not None:
-        return desc.annotation is str or str in get_args(desc.annotation)
-    return type(getattr(param, "type", None)).__name__ == "StringParamType"
 
 
 def int_list(text: str, what: str, minimum: int = 1) -> list[int]:

@@ -1,7 +1,8 @@
 """Rows a reader leaves out: a hand-edited row whose key column holds a value no sweep writes (a ``mode`` of
-``"triple"``, a null ``bs``, ``rank`` 99 of a cp 2 cell, ``cp_size`` 0). Such a row would make every cell look
-incomplete, or invent a cell ("bs -1"); it is dropped instead and named, with its file and row, in one
-warning. No torch here.
+``"triple"``, a null ``bs``, ``rank`` 99 of a cp 2 cell, ``cp_size`` 0), or whose value does not fit its schema
+column's type (a ``latency_us_median`` of ``"fast"``). Such a row would make every cell look incomplete, invent
+a cell ("bs -1") or make the whole run unreadable; it is dropped instead and named, with its file and row, in
+one warning. No torch here.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from cpbench.domain.modes import ALL_MODES
 from cpbench.errors import CpbenchInputError, CpbenchWarning
-from cpbench.results.schema import STATUSES, TIMINGS
+from cpbench.results.schema import COLUMNS, STATUSES, TIMINGS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,10 +24,11 @@ SHOWN = 10  # rows named in the warning; the rest are counted
 
 
 def row_problems(df: pd.DataFrame) -> pd.Series:
-    """What is wrong with each row's key columns, as text (``"bs null (not an integer >= 1)"``), "" for a
-    row without a problem (one entry per row of ``df``, its first problem). Checked: ``mode``, ``timing``,
-    ``status`` against the schema's values; ``cp_size``, ``bs``, ``max_extend_len`` a finite integer >= 1;
-    ``rank`` an integer in ``[0, cp_size)`` (a CP rank). A column ``df`` lacks is not checked (an old run)."""
+    """What is wrong with each row, as text (``"bs null (not an integer >= 1)"``), "" for a row without a
+    problem (one entry per row of ``df``, its first problem). Checked: ``mode``, ``timing``, ``status`` against
+    the schema's values; ``cp_size``, ``bs``, ``max_extend_len`` a finite integer >= 1; ``rank`` an integer in
+    ``[0, cp_size)`` (a CP rank); then every stored column of the schema against its type (:func:`misfits`).
+    A column ``df`` lacks is not checked (an old run)."""
     import numpy as np
     import pandas as pd
 
@@ -53,7 +55,44 @@ def row_problems(df: pd.DataFrame) -> pd.Series:
         cp = pd.to_numeric(df["cp_size"], errors="coerce").astype(float) if "cp_size" in df else np.inf
         name(odd | (v < 0) | (v >= cp), "rank", lambda i: f"not a rank of cp_size {int(cp[i])}: 0 to {int(cp[i]) - 1}"
              if "cp_size" in df and np.isfinite(cp[i]) else "not an integer >= 0")
+    for col, kind in TYPES.items():
+        if col in df:
+            name(misfits(df[col], kind), col, f"not {WHAT[kind]}")
     return out
+
+
+# The schema's stored columns and their JSON types (derived columns are computed on read, never stored).
+TYPES = {c.name: c.type for c in COLUMNS.values() if c.role != "derived"}
+WHAT = {"int": "a number", "float": "a number", "str": "text", "bool": "true / false", "list": "a list"}
+
+
+def misfits(values: pd.Series, kind: str) -> pd.Series:
+    """Where ``values`` (one column of a results frame) hold a value that does not fit the schema type ``kind``
+    (``int | float | str | bool | list``); null (None, NaN) fits every type. A number is an int or float (a
+    number written as text, ``"12"``, reads as one, as it always has); an int column may hold floats (pandas
+    stores an int column with a null as floats); a list may be a numpy array (as parquet reads one)."""
+    import numpy as np
+    import pandas as pd
+
+    if kind in ("int", "float") and pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
+        return pd.Series(False, index=values.index)
+
+    def odd(v) -> bool:
+        if v is None or (isinstance(v, (float, np.floating)) and math.isnan(v)):
+            return False
+        if kind == "str":
+            return not isinstance(v, str)
+        if kind == "bool":
+            return not isinstance(v, (bool, np.bool_))
+        if kind == "list":
+            return not isinstance(v, (list, tuple, np.ndarray))
+        if isinstance(v, (bool, np.bool_)):  # JSON true where a number belongs
+            return True
+        if isinstance(v, (int, float, np.integer, np.floating)):
+            return False
+        return not isinstance(v, str) or pd.isna(pd.to_numeric(v, errors="coerce"))
+
+    return values.map(odd).astype(bool)
 
 
 def drop_bad_rows(df: pd.DataFrame, source, where: Sequence[str] | None = None) -> pd.DataFrame:
@@ -64,6 +103,8 @@ def drop_bad_rows(df: pd.DataFrame, source, where: Sequence[str] | None = None) 
     Raises:
         CpbenchInputError: no row is left (the same listing).
     """
+    import pandas as pd
+
     problems = row_problems(df)
     bad = problems != ""
     if not bad.any():
@@ -72,11 +113,16 @@ def drop_bad_rows(df: pd.DataFrame, source, where: Sequence[str] | None = None) 
     named = [f"{where[pos]}: {problems.iloc[pos]}" for pos in range(len(df)) if bad.iloc[pos]]
     listing = "; ".join(named[:SHOWN]) + (f" (+{len(named) - SHOWN} more)" if len(named) > SHOWN else "")
     if bad.all():
-        raise CpbenchInputError(f"{str(source)!r}: no row has valid key columns ({listing}): correct or delete "
+        raise CpbenchInputError(f"{str(source)!r}: no row has valid values ({listing}): correct or delete "
                                 "those rows")
     warnings.warn(f"{source}: left out {len(named)} row(s) (a hand-edited file?): {listing}", CpbenchWarning,
                   stacklevel=3)
-    return df[~bad].reset_index(drop=True)
+    kept = df[~bad].reset_index(drop=True)
+    for col in kept.columns:  # a number column that held text ("fast") holds numbers now: read it as one
+        if TYPES.get(col) in ("int", "float") and kept[col].dtype == object:
+            kept[col] = (pd.to_numeric(kept[col], errors="coerce") if kept[col].map(lambda v: isinstance(v, str)).any()
+                         else kept[col].infer_objects())
+    return kept
 
 
 def _shown(value) -> str:

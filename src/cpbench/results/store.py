@@ -319,12 +319,12 @@ class RunDir:
         Reads ``results.parquet``, or ``results.jsonl`` (deduplicated, last wins) when there is no
         parquet or the jsonl holds rows the parquet lacks (an interrupted sweep; a CpbenchWarning says so).
         A row whose key column holds a value no sweep writes (a ``mode`` of "triple", a null ``bs``, ``rank`` 99 of a
-        cp 2 cell) is left out, named by file, line (or parquet row), field and value in a CpbenchWarning
-        (results/bad_rows.py).
+        cp 2 cell), or whose value does not fit its column's type (a ``latency_us_median`` of "fast"), is left out,
+        named by file, line (or parquet row), field and value in a CpbenchWarning (results/bad_rows.py).
 
         Raises:
-            CpbenchInputError: missing directory, no results, a schema version this cpbench cannot read, text
-                where a number belongs, or no row with valid key columns.
+            CpbenchInputError: missing directory, no results, a schema version this cpbench cannot read, or no
+                valid row.
         """
         import pandas as pd
 
@@ -360,11 +360,6 @@ class RunDir:
         if df.empty:
             raise CpbenchInputError(f"{str(d)!r} holds no result rows")
         _check_versions(d, df)
-        bad = non_numeric(df)
-        if bad is not None:
-            col, value, n = bad
-            raise CpbenchInputError(f"{str(source)!r}: column {col!r} holds {value!r} in {n} row(s) where a number "
-                                    "belongs (a hand-edited file?): correct those values or delete those rows")
         df = drop_bad_rows(df, source, where)
         if not (manifest.get("device") or (manifest.get("config") or {}).get("device")) and "mem_reason" in df \
                 and (df["mem_reason"] == CPU_MEM_REASON).any():
