@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from pathlib import Path
 
 from cpbench.cli import options as c
 from cpbench.cli.tables import Col, print_table
@@ -195,4 +194,4 @@ def _print_cell(cell: dict) -> None:
         con.print(f"cell not compared: {cell['reason']}", highlight=False)
 
 
-__all__ = ["parse_cell", "profile_from", "Path"]
+__all__ = ["parse_cell", "profile_from"]
