@@ -225,6 +225,31 @@ def engine_read_back_is_what_the_readme_says() -> None:
             expect(0.975 <= x.ratio < 1.005, f"cpbench's own rank {x.rank} {x.kind}: {x.ratio:.3f}")
 
 
+def committed_runs_name_their_commit() -> None:
+    """Every committed run's manifest (and so its report) names the code that measured it as PROVENANCE.md does:
+    no ``-dirty`` sha of a copied tree, no ``HEAD``; where the tree's own metadata was wrong it is kept as
+    ``git_commit_recorded``."""
+    import json
+    import re
+
+    text = (RUNS / "PROVENANCE.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in text.splitlines():
+        if not line.startswith("| `"):
+            continue
+        base = None
+        for n in re.findall(r"`([^`]+)`", line.split("|")[1]):
+            name = base.rsplit("-", 1)[0] + n if n.startswith("-") and base else n
+            base = base if n.startswith("-") else n
+            rows[name] = line.split("|")[3]
+    bad = []
+    for d in sorted(p for p in RUNS.iterdir() if (p / "manifest.json").exists()):
+        commit = str(json.loads((d / "manifest.json").read_text()).get("git_commit"))
+        if commit.endswith("-dirty") or commit == "HEAD" or d.name not in rows or commit not in rows[d.name]:
+            bad.append(f"{d.name} ({commit})")
+    expect(not bad, f"{len(bad)} runs do not name PROVENANCE's commit: {', '.join(bad[:4])}")
+
+
 # torchrun runs whose committed report holds the "Simulated vs real" section: the simulated run it was made with
 SIMULATED_PAIRS = {"h200x2-fa3-torchrun": "h200x2-fa3-simulated", "h200x2-fa3-torchrun-nogather": "h200x2-fa3-simulated",
                    "h200x2-fa3-torchrun-separate": "h200x2-fa3-simulated",
@@ -338,6 +363,7 @@ CHECKS: list[Callable[[], None]] = [
     h200_flex_line_is_what_the_readme_says,
     h200_flex_line_at_2k_and_16k,
     engine_read_back_is_what_the_readme_says,
+    committed_runs_name_their_commit,
     committed_reports_are_current,
     readme_headline_tables_come_from_the_runs,
     back_to_back_runs_overlap,
