@@ -321,14 +321,22 @@ def test_notes_do_not_claim_every_cell_ran_when_modes_or_ranks_were_limited(tmp_
     assert "e.g. cp 4 · bs 1 · 1K tokens · eager: fused on ranks 0–3." in text
 
 
-@pytest.mark.parametrize("edit", ["samples", "extend_lens", "schema", "manifest"])
+def test_cli_a_row_with_unreadable_extend_lens_is_left_out_by_line(tmp_path):
+    run = make_run(tmp_path / "run", fmt="jsonl", cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",))
+    rows = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
+    rows[0]["extend_lens"] = [1, "a"]
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = cpbench("report", run)
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    assert "left out 1 row(s)" in r.stderr and "line 1: extend_lens" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("edit", ["samples", "schema", "manifest"])
 def test_cli_hand_edited_runs_one_line_exit_2(tmp_path, edit):
     run = make_run(tmp_path / "run", fmt="jsonl", cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",))
     rows = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
     if edit == "samples":
         rows[0]["samples_us"] = [1, "x"]
-    elif edit == "extend_lens":
-        rows[0]["extend_lens"] = [1, "a"]
     elif edit == "schema":
         rows[0]["schema_version"] = 1.7
     (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
