@@ -204,7 +204,8 @@ def _read_back(traces_dir: Path, run: str, backend: str, mode: str):
 def engine_read_back_is_what_the_readme_says() -> None:
     """README "Reading an engine's own traces": the per-layer table is what profile --from computes from the
     stand-in engine's H200 traces (fused) beside h200-engine-cell-fa3; every ratio of the engine (fused 0.99-1.01,
-    two-call 0.99-1.04) and of cpbench's own profile beside h200-passes-a (0.98-1.00) is as the README says."""
+    two-call 0.99-1.04) and of cpbench's own profile beside h200-passes-a (0.98-1.00) is as the README says; the
+    two-call, unannotated and nsys read-backs give 72, 36 and 36 attention kernels per forward on every rank."""
     engine = ROOT / "docs" / "evidence" / "h200-engine-traces"
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     by_rank: dict[int, list[str]] = {}
@@ -217,6 +218,17 @@ def engine_read_back_is_what_the_readme_says() -> None:
         expect(line in readme, f"README lacks the read-back row {line}")
     for x in _read_back(engine / "cp4-bs1-ext8192-two-call", "h200-engine-cell-fa3", "fa3", "two-call"):
         expect(0.985 <= x.ratio < 1.045, f"engine two-call rank {x.rank} {x.kind}: {x.ratio:.3f}")
+    from cpbench.kernels.backends.registry import BACKEND_NAMES, kernel_patterns
+    from cpbench.profiles.engine_forwards import find_forwards
+    from cpbench.profiles.engine_trace import read_traces
+
+    patterns = {b: kernel_patterns(b) for b in BACKEND_NAMES if kernel_patterns(b)}
+    for name, want in (("cp4-bs1-ext8192-two-call", [72] * 3), ("cp4-bs1-ext8192-fused-unannotated", [36] * 3)):
+        got = [find_forwards(t, patterns, 36).per_forward() for t in read_traces([engine / name])]
+        expect(got == [want] * 4, f"{name}: attention kernels per forward {got}")
+    nsys = [find_forwards(t, patterns, 36, "prefill_forward").per_forward()
+            for t in read_traces([engine / "nsys" / "engine-fused.sqlite"])]
+    expect(nsys == [[36, 36]] * 2, f"the nsys export: attention kernels per forward {nsys}")
     own = RUNS / "h200-fmha-v2-profile" / "profiles"
     with tempfile.TemporaryDirectory() as tmp:
         for f in own.glob("*_fused.json.gz"):
