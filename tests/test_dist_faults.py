@@ -67,6 +67,19 @@ def test_a_sweep_with_a_fault_on_a_rank_it_does_not_have_ends_before_the_launch(
     assert not out.exists()
 
 
+def test_the_agent_wait_is_10_s_unless_set_and_a_bad_value_is_refused(monkeypatch):
+    from cpbench.ranks.launch import AGENT_WAIT_ENV, AGENT_WAIT_S, agent_wait_s
+
+    monkeypatch.delenv(AGENT_WAIT_ENV, raising=False)
+    assert agent_wait_s() == AGENT_WAIT_S == 10.0
+    monkeypatch.setenv(AGENT_WAIT_ENV, "2.5")
+    assert agent_wait_s() == 2.5
+    for bad in ("0", "-1", "nan", "inf", "soon"):
+        monkeypatch.setenv(AGENT_WAIT_ENV, bad)
+        with pytest.raises(CpbenchInputError, match=f"CPBENCH_AGENT_WAIT_S='{bad}' is not a number of seconds"):
+            agent_wait_s()
+
+
 def test_a_killed_agent_is_named_not_blamed_on_a_rank():
     assert failure_summary("", -9) == "torchrun was killed by SIGKILL; its ranks were stopped"
 
@@ -228,11 +241,12 @@ def test_a_torchrun_sweep_into_a_file_or_a_resume_without_a_manifest_file_ends_b
 @pytest.mark.timeout(150)
 def test_a_stopped_agent_does_not_hang_the_launch_once_its_ranks_ended(tmp_path):
     """Attack: `kill -STOP` of torchrun's agent: the ranks wrote every row and rank 0 its exit code, but the
-    launcher waited for the stopped agent for ever. It is now killed AGENT_WAIT_S after its ranks ended."""
+    launcher waited for the stopped agent for ever. It is now killed AGENT_WAIT_S after its ranks ended
+    (CPBENCH_AGENT_WAIT_S: 1 s here instead of the default 10 s, which the test would only wait out)."""
     out = tmp_path / "stopped-agent"
     args = [*LAUNCH, "--extend-len", "32,40", "--out", out, *SMALL[:-2], "--dist-timeout", "20"]
-    p = subprocess.Popen([sys.executable, "-m", "cpbench", "sweep", *map(str, args)], env=_env(),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, "-m", "cpbench", "sweep", *map(str, args)],
+                         env=_env(CPBENCH_AGENT_WAIT_S="1"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     while len(RunDir(out).rows()) < 4 and p.poll() is None:  # the ranks are running: the first cell is on disk
         time.sleep(0.1)
     agent = _agent_of(p.pid)
@@ -246,5 +260,5 @@ def test_a_stopped_agent_does_not_hang_the_launch_once_its_ranks_ended(tmp_path)
             p.kill()
     err = p.stderr.read()
     assert p.returncode == 0, err[-1500:]
-    assert "torchrun's agent did not exit after its ranks ended" in err
+    assert "torchrun's agent did not exit after its ranks ended (stopped?); it was killed 1 s later" in err
     assert len(RunDir(out).rows()) == 8 and all(r["status"] == "ok" for r in RunDir(out).rows())

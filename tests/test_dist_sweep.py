@@ -25,6 +25,7 @@ SMALL = ["--backend", "torch", "--layers", "2", "--heads", "4", "--kv-heads", "2
 def _env(**extra) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src"), **extra}
     env.pop("CPBENCH_INJECT_FAULT", None)
+    env.pop("CPBENCH_AGENT_WAIT_S", None)
     env.update(extra)
     return env
 

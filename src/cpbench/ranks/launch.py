@@ -28,6 +28,7 @@ from cpbench.errors import CpbenchInputError
 
 EXIT_FILE = "CPBENCH_EXIT_FILE"
 AGENT_WAIT_S = 10.0  # how long torchrun may outlive its ranks (after rank 0 left its exit code) before it is killed
+AGENT_WAIT_ENV = "CPBENCH_AGENT_WAIT_S"  # overrides AGENT_WAIT_S, seconds (the stopped-agent test lowers it)
 AGENT_STUCK = "torchrun's agent did not exit after its ranks ended"
 LAUNCH_FLAGS = {"--launch": 1, "--nproc-per-node": 1}  # parent-only options and how many values follow
 GRACE_S = 2.0  # after a rank's collective failed: how long the other ranks get to end by themselves, s
@@ -123,6 +124,7 @@ def run_torchrun(nproc: int, argv: Sequence[str], resume_hint: bool = True) -> i
     killed about :data:`GRACE_S` after another rank's collective timed out (``--dist-timeout``). Rows
     written before are kept (``resume_hint``: say that ``--resume`` continues).
     """
+    agent_wait = agent_wait_s()
     with tempfile.TemporaryDirectory(prefix="cpbench-launch-") as tmp:
         exit_file, err_path = Path(tmp) / "exit", Path(tmp) / "stderr"
         env = {**os.environ, EXIT_FILE: str(exit_file),  # the manifest records the user's command, not the ranks'
@@ -131,7 +133,7 @@ def run_torchrun(nproc: int, argv: Sequence[str], resume_hint: bool = True) -> i
         with open(err_path, "w", encoding="utf-8") as err:
             proc = subprocess.Popen(torchrun_argv(nproc, argv), env=env, stderr=err, preexec_fn=_die_with_parent)
             try:
-                signal_no, stuck = _wait_watching(proc, Path(tmp))
+                signal_no, stuck = _wait_watching(proc, Path(tmp), agent_wait)
             finally:
                 watch.kill_ranks(Path(tmp))
         stderr = err_path.read_text(encoding="utf-8", errors="replace")
@@ -142,7 +144,7 @@ def run_torchrun(nproc: int, argv: Sequence[str], resume_hint: bool = True) -> i
         code = exit_file.read_text(encoding="utf-8").strip() if exit_file.exists() else ""
         if stuck == AGENT_STUCK and code.isdigit():  # the ranks finished: their rows and exit code stand
             sys.stderr.write(_child_lines(stderr))
-            sys.stderr.write(f"warning: {AGENT_STUCK} (stopped?); it was killed {AGENT_WAIT_S:g} s later\n")
+            sys.stderr.write(f"warning: {AGENT_STUCK} (stopped?); it was killed {agent_wait:g} s later\n")
             return int(code)
         if proc.returncode == 0 and code.isdigit():
             sys.stderr.write(_child_lines(stderr))
@@ -177,14 +179,31 @@ def failure_summary(stderr: str, returncode: int, notes: dict[int, str] | None =
     return who + (f" ({errors[-1][:200]})" if errors else "")
 
 
-def _wait_watching(proc: subprocess.Popen, launch_dir: Path) -> tuple[int | None, str]:
+def agent_wait_s() -> float:
+    """How long torchrun's agent may outlive its ranks before it is killed, s: :data:`AGENT_WAIT_S`, or
+    ``CPBENCH_AGENT_WAIT_S`` when set. Raises CpbenchInputError when that is not a number of seconds > 0."""
+    raw = os.environ.get(AGENT_WAIT_ENV, "").strip()
+    if not raw:
+        return AGENT_WAIT_S
+    try:
+        wait = float(raw)
+    except ValueError:
+        wait = float("nan")
+    if not 0 < wait <= 86400:  # NaN fails too
+        raise CpbenchInputError(f"{AGENT_WAIT_ENV}={raw!r} is not a number of seconds in (0, 86400]: unset it "
+                                f"for the default ({AGENT_WAIT_S:g} s)")
+    return wait
+
+
+def _wait_watching(proc: subprocess.Popen, launch_dir: Path,
+                   agent_wait: float = AGENT_WAIT_S) -> tuple[int | None, str]:
     """Wait for ``proc`` (torchrun), watching its ranks. SIGINT or SIGTERM received meanwhile is sent on
     to it (torchrun then stops its ranks). Once a rank left a note (its collective failed), the ranks get
     :data:`GRACE_S` to end; then the ranks that stopped answering are named, every rank is killed and
     torchrun is stopped. torchrun gets SIGKILL :data:`STOP_WAIT_S` after being told to stop.
 
     When every rank has ended and rank 0 left its exit code but torchrun does not exit (its agent was stopped),
-    torchrun is killed :data:`AGENT_WAIT_S` later and :data:`AGENT_STUCK` returned.
+    torchrun is killed ``agent_wait`` seconds later (:func:`agent_wait_s`) and :data:`AGENT_STUCK` returned.
 
     Returns:
         (the signal received or None, one line naming the ranks that stopped answering, :data:`AGENT_STUCK`,
@@ -215,7 +234,7 @@ def _wait_watching(proc: subprocess.Popen, launch_dir: Path) -> tuple[int | None
                 continue
             if (launch_dir / "exit").exists() and not watch.alive(launch_dir):  # every rank ended, rank 0's code left
                 ended_at = ended_at or now
-                if now - ended_at > AGENT_WAIT_S:  # torchrun's agent itself stopped answering (SIGSTOP)
+                if now - ended_at > agent_wait:  # torchrun's agent itself stopped answering (SIGSTOP)
                     proc.kill()  # SIGKILL ends a stopped process too
                     proc.wait()
                     return None, AGENT_STUCK
