@@ -84,8 +84,10 @@ def test_bad_input_one_line_exit_2(tmp_path, args, needle):
 
 def test_oom_cell_recorded_and_sweep_goes_on(tmp_path):
     out = tmp_path / "run"
-    r = cpbench("sweep", "--cp", "2", "--bs", "64", "--seq", "64,16777216", "--out", str(out), "--no-report", *QUICK,
-                "--max-prefill-tokens", "0",
+    # --page-size 256, not QUICK's 16: the big cell's page tables hold 4M pages, not 64M, whose seeded
+    # permutation took most of the test before the allocation it checks
+    r = cpbench("sweep", "--cp", "2", "--bs", "64", "--seq", "64,16777216", "--out", str(out), "--no-report",
+                *replacing(QUICK, "--page-size", "256"), "--max-prefill-tokens", "0",
                 env={"CPBENCH_CPU_TFLOP_LIMIT": "1e30"})  # let it reach the allocation
     assert r.returncode == 0 and "Traceback" not in r.stderr
     rows = read_jsonl(out / "results.jsonl")
