@@ -1,3 +1,4 @@
+import gc
 import os
 from pathlib import Path
 
@@ -14,6 +15,21 @@ def _cuda() -> bool:
 QUICK_MODULES = {"test_geometry", "test_eligibility", "test_lengths", "test_layer_rest", "test_schema",
                  "test_uncertainty", "test_hf_config", "test_worksplit", "test_report_golden",
                  "test_passes", "test_tp"}
+
+
+def pytest_collection_finish():
+    """Once the tests are collected: the heap is frozen for the garbage collector (:func:`_frozen_heap`)."""
+    _frozen_heap()
+
+
+def _frozen_heap() -> None:
+    """Everything alive once the tests are collected (torch, pandas, matplotlib, scipy, the test modules) is
+    moved out of the garbage collector's reach (``gc.freeze``), and a full collection waits for 100 young ones
+    instead of 10: each full collection then walks what the tests made, not the whole heap again. A test
+    process spent about 10 % of its CPU time in the collector before, half of it in full collections."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(700, 10, 100)
 
 
 def pytest_collection_modifyitems(config, items):
