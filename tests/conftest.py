@@ -83,7 +83,8 @@ def undrawn_charts(monkeypatch):
 def rough_charts(monkeypatch):
     """``style.save`` draws every figure as ``style.save`` does (title fitted, every artist rendered by Agg) but
     writes one small PNG at 20 dpi and no SVG, and returns that one path. For tests that a chart survives
-    odd rows (the drawing is what fails), not on the file: a full PNG and SVG is drawn once, in
+    odd rows (the drawing is what fails), or that write a report with its charts and check the text, the rows
+    or which files exist, not the files' content: a full PNG and SVG is drawn once, in
     ``test_cli_plot_writes_every_chart_and_report_without_torch``."""
     from cpbench.report import style
 

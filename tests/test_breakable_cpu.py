@@ -24,7 +24,7 @@ def _sweep(tmp_path, *extra):
     return out, [x for x in rows if x["timing"] == "breakable"], [x for x in rows if x["timing"] == "eager"]
 
 
-def test_breakable_forward_on_cpu(tmp_path):
+def test_breakable_forward_on_cpu(tmp_path, rough_charts):
     out, br, eager = _sweep(tmp_path)
     assert len(br) == 4 and {x["status"] for x in br} == {"ok"}  # 2 ranks x 2 modes
     assert {x["segments"] for x in br} == {"eager: CPU (no CUDA graphs)"}
@@ -37,7 +37,7 @@ def test_breakable_forward_on_cpu(tmp_path):
     assert "Breakable forward: 4 of 4 rows ran the whole forward" in (out / "report.md").read_text()
 
 
-def test_layer_rest_us_replaces_the_model(tmp_path):
+def test_layer_rest_us_replaces_the_model(tmp_path, rough_charts):
     _, br, _ = _sweep(tmp_path, "--layer-rest-us", "50")
     assert {x["layer_rest"] for x in br} == {"50 us"} and {x["rest_flops"] for x in br} == {0.0}
     assert {x["status"] for x in br} == {"ok"}

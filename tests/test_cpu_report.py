@@ -33,7 +33,7 @@ def test_on_cpu_reads_the_manifest():
     assert not on_cpu({"device": "cuda:0"}) and not on_cpu({})
 
 
-def test_cpu_report_is_a_functional_check_in_cpu_words(tmp_path):
+def test_cpu_report_is_a_functional_check_in_cpu_words(tmp_path, rough_charts):
     text = write_report(write_run(tmp_path / "run", cpu_rows(), manifest_over=CPU)).read_text()
     assert "**A CPU run: a functional check, not a benchmark.**" in text
     assert "fused is faster" not in text and "1.17×" not in text and "speedup [95% CI]" not in text

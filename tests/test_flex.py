@@ -81,7 +81,7 @@ def test_a_sweep_runs_cp_native_on_flex_and_records_it_unsupported_on_the_refere
     assert "## Three points on one kernel family" in text and "| flex | 2 | 1 | 64 | eager |" in text
 
 
-def test_cp_native_alone_or_beside_fused_runs_and_reports(tmp_path):
+def test_cp_native_alone_or_beside_fused_runs_and_reports(tmp_path, rough_charts):
     """Mode lists without the pair: cp-native alone (no speedup of the pair: the report says so, no crash) and
     cp-native with fused (the fused rows run; the fused-vs-two-call check needs two-call and is skipped)."""
     small = ["--backend", "flex", "--cp", "2", "--bs", "1", "--extend-len", "64", "--layers", "2", "--heads", "4",

@@ -193,7 +193,7 @@ def report_run(tmp_path):
                     latency=exact_latency, status=status, noise=0)
 
 
-def test_report_holds_run_values(report_run):
+def test_report_holds_run_values(report_run, rough_charts):
     path = write_report(report_run)
     md = path.read_text()
     assert path == report_run / "report.md"
