@@ -17,7 +17,7 @@ import pandas as pd
 from cpbench.domain.modes import MODES
 from cpbench.report.forward import forward_text
 from cpbench.results.critical_path import flag
-from cpbench.report.style import human_tokens
+from cpbench.report.units import human_tokens
 from cpbench.report.tables import HOST_MARK, md_table, ms, times, times_ci, verdict
 from cpbench.results.policy import host_bound_text
 

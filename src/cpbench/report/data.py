@@ -114,7 +114,7 @@ def uniform(extend_lens: str) -> bool:
 
 def line_label(bs: int, prefix_len: int, extend_lens: str) -> str:
     """Legend/table name of a series: ``bs 4``, ``bs 4, prefix 8K``, ``bs 2, extend 11,13``."""
-    from cpbench.report.style import human_tokens
+    from cpbench.report.units import human_tokens
     s = f"bs {bs}"
     if prefix_len > 0:
         s += f", prefix {human_tokens(prefix_len)}"

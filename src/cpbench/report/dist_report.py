@@ -12,7 +12,7 @@ from cpbench.domain.modes import Mode, MODES
 from cpbench.report.data import uniform
 from cpbench.report.dist_data import (EST_BANDWIDTHS, cell_summary, estimates, sim_vs_real, topology_summary,
                                       torchrun_rows)
-from cpbench.report.style import human_bytes, human_tokens
+from cpbench.report.units import human_bytes, human_tokens
 from cpbench.report.tables import md_table, ms, times, times_ci
 
 FORMULA = ("t_gather(bw) ≈ num_layers × (n−1)/n × gather_bytes / bw, with n = cp size and gather_bytes the bytes "

@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from cpbench.report.style import human_bytes, human_tokens
+from cpbench.report.units import human_bytes, human_tokens
 from cpbench.report.tables import HOST_MARK, md_table, ms, times
 from cpbench.results.critical_path import flag
 from cpbench.results.line import line_view

@@ -34,7 +34,7 @@ from cpbench.report.dist_data import sim_vs_real
 from cpbench.report.dist_report import real_cp_section, sim_vs_real_section
 from cpbench.report.precision import precision_section
 from cpbench.report.resources import resources_section
-from cpbench.report.style import human_tokens
+from cpbench.report.units import human_tokens
 from cpbench.report.tables import (cell_tables, cpu_summary_lines, kernel_lines, kernel_table, md_table,
                                    merge_lines, reference_check_lines, summary_lines)
 from cpbench.report.workloads import cp_share_lines, workload_sections

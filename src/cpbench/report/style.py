@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from cpbench.domain.modes import Mode
+from cpbench.report.units import human_bytes, human_tokens  # noqa: F401 (the charts' axis labels; text imports units)
 
 WIDTH_IN = 9.0  # 9 in at 100 dpi = GitHub's ~900 px column; PNGs are saved at 2x for sharpness
 PNG_DPI = 160
@@ -141,27 +142,6 @@ def log2_xaxis(ax: Axes, values: Iterable, label: str = "extend tokens per reque
             for t in ax.get_xticklabels():
                 t.set_rotation(45)
     ax.set_xlabel(label)
-
-
-def human_tokens(v: float) -> str:
-    """1024 -> '1K', 131072 -> '128K', 1536 -> '1.5K', 100 -> '100'."""
-    v = float(v)
-    for div, suf in ((1 << 20, "M"), (1 << 10, "K")):
-        if v >= div:
-            q = v / div
-            return f"{q:.0f}{suf}" if q == int(q) else f"{q:.1f}{suf}"
-    return f"{v:.0f}"
-
-
-def human_bytes(v: float) -> str:
-    """Bytes as B/KiB/MiB/GiB with 3 significant digits; NaN -> '—'."""
-    if v is None or not math.isfinite(float(v)):
-        return "—"
-    v = float(v)
-    for div, suf in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if abs(v) >= div:
-            return f"{v / div:.3g} {suf}"
-    return f"{v:.0f} B"
 
 
 def bs_colors(bss: Iterable) -> dict:

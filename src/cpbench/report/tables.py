@@ -16,7 +16,7 @@ from cpbench.domain.modes import Mode, MODES
 from cpbench.results.critical_path import flags
 from cpbench.results.verdicts import ratio_text, speedup_verdict
 from cpbench.report.data import ranks_text, uniform
-from cpbench.report.style import human_tokens
+from cpbench.report.units import human_tokens
 from cpbench.domain.tolerance import REFERENCE_TOLERANCE
 from cpbench.results.policy import host_bound_text
 

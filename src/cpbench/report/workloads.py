@@ -11,7 +11,7 @@ import pandas as pd
 from cpbench.domain.modes import Mode, MODES
 from cpbench.domain.eligibility import DEFAULT_RULE, CpRule
 from cpbench.results.critical_path import flags
-from cpbench.report.style import human_tokens
+from cpbench.report.units import human_tokens
 from cpbench.report.tables import HOST_MARK, md_table, ms, times, times_ci, verdict
 
 MAX_LENGTH_COLUMNS = 6  # more distinct lengths than this (a length mix): columns become power-of-two bins
