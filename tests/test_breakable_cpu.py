@@ -24,6 +24,7 @@ def _sweep(tmp_path, *extra):
     return out, [x for x in rows if x["timing"] == "breakable"], [x for x in rows if x["timing"] == "eager"]
 
 
+@pytest.mark.slow
 def test_breakable_forward_on_cpu(tmp_path, rough_charts):
     out, br, eager = _sweep(tmp_path)
     assert len(br) == 4 and {x["status"] for x in br} == {"ok"}  # 2 ranks x 2 modes
@@ -37,6 +38,7 @@ def test_breakable_forward_on_cpu(tmp_path, rough_charts):
     assert "Breakable forward: 4 of 4 rows ran the whole forward" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_layer_rest_us_replaces_the_model(tmp_path, rough_charts):
     _, br, _ = _sweep(tmp_path, "--layer-rest-us", "50")
     assert {x["layer_rest"] for x in br} == {"50 us"} and {x["rest_flops"] for x in br} == {0.0}
@@ -79,6 +81,7 @@ def test_real_ranks_split_the_moe_at_its_dispatch_and_combine():
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.slow
 def test_torchrun_breakable_forward_runs_the_moe_all_to_all(tmp_path):
     import os
     import subprocess
