@@ -13,6 +13,7 @@ def _cfg(**kw):
                                                dtype="fp32", budget_ms=5), **kw})
 
 
+@pytest.mark.slow
 def test_sweep_from_python_returns_the_rows_with_derived_columns_and_the_report(tmp_path, rough_charts):
     run = cpbench.sweep(_cfg(), tmp_path / "run")
     assert run.exit_code == 0 and run.message == "" and run.path == tmp_path / "run"

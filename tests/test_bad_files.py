@@ -55,6 +55,7 @@ def test_lengths_with_nan_bounds_are_one_line():
     assert r.returncode == 2 and "LO and HI must be integers" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_a_results_row_with_text_where_a_number_belongs_is_left_out(tmp_path, text_reports):
     """A hand-edited ``"bs": "one"`` is left out as a null ``bs`` is; report, plot and compare read the rest."""
     from runfactory import make_rows, manifest

@@ -22,6 +22,7 @@ def piped(args: str, tmp_path: Path, lines: int = 1, charts: str | None = None) 
     return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
 
 
+@pytest.mark.slow
 def test_sweep_into_head_writes_the_whole_run_directory(tmp_path):
     """``| head -n 1`` closes stdout after the first line: every later write (progress, tables, the report's
     path) meets a closed pipe, and the run directory is still written whole."""
@@ -33,12 +34,14 @@ def test_sweep_into_head_writes_the_whole_run_directory(tmp_path):
         assert (out / name).is_file(), name
 
 
+@pytest.mark.slow
 def test_piped_sweep_keeps_the_bad_input_exit_code(tmp_path):
     r = piped(f"sweep --cp 32 --bs 1 --seq 32 {TINY} --out {tmp_path / 'run'}", tmp_path)
     assert r.returncode == 2 and "no cell can run" in r.stderr
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_profile_json_into_head(tmp_path):
     r = piped(f"profile --cp 2 --seq 32 {TINY.replace('--budget-ms 2 ', '')} --json --out {tmp_path / 'p'}",
               tmp_path)

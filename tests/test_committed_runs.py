@@ -49,6 +49,7 @@ def test_report_lists_planned_cells_that_were_not_measured(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["h200-fa3-cp2-cp8", "h200x2-fa3-torchrun"])
+@pytest.mark.slow
 def test_a_report_takes_the_critical_path_once(tmp_path, monkeypatch, undrawn_charts, name):
     """Charts, tables and summary of one report share one critical-path view (it bootstraps a CI per cell):
     one computation per report, graph-timing charts and the torchrun sections included (the charts are built
@@ -63,6 +64,7 @@ def test_a_report_takes_the_critical_path_once(tmp_path, monkeypatch, undrawn_ch
     assert len(calls) == 1
 
 
+@pytest.mark.slow
 def test_fmha_v2_vs_fa3_report_answers_per_backend_and_marks_host_bound_cells():
     """The committed H200 run of trtllm-fmha-v2 and fa3 on the same cells: the report opens with the per-backend
     answer, and the host-bound eager cell (bs 1 x 2K) carries its mark and GPU-time ratio in every table."""

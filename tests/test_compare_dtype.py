@@ -2,6 +2,7 @@
 nothing in common (exit 2, one line), two bf16 runs pair row for row."""
 
 import pandas as pd
+import pytest
 
 from cpbench.results.compare import compare_frames, compare_runs
 from cpbench.results.schema import KEY_COLUMNS
@@ -58,6 +59,7 @@ def test_two_bf16_runs_pair_row_for_row(tmp_path):
     assert len(mixed.only_base) == len(mixed.only_new) == N_ROWS // 2
 
 
+@pytest.mark.slow
 def test_real_cpu_sweeps_in_bf16_and_fp32_do_not_pair(tmp_path):
     tiny = ["--backend", "torch", "--cp", "2", "--bs", "1", "--seq", "32", "--no-report", "--layers", "2", "--heads",
             "8", "--kv-heads", "2", "--head-dim", "16", "--page-size", "16", "--budget-ms", "5"]

@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from cpbench.report.charts import CHARTS, chart_stems, render_frame
 from cpbench.report.data import on_cpu, prepare
@@ -45,6 +46,7 @@ def test_cpu_report_is_a_functional_check_in_cpu_words(tmp_path, rough_charts):
     assert not (tmp_path / "run" / "plots" / "balance.png").exists() and "balance.png" not in text  # no placeholder
 
 
+@pytest.mark.slow
 def test_cpu_charts_say_cpu_and_draw_no_imbalance(tmp_path):
     d = prepare(pd.DataFrame(cpu_rows()))
     captions = {stem: caption for stem, _, _, caption in chart_stems(d, cpu=True)}

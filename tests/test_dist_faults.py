@@ -85,6 +85,7 @@ def test_a_killed_agent_is_named_not_blamed_on_a_rank():
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.slow
 def test_a_stopped_rank_ends_the_launch_naming_it_and_leaves_a_resumable_run(tmp_path):
     out = tmp_path / "stop"
     args = [*LAUNCH, "--seq", "40,48,56", "--out", out, *SMALL[:-2], "--dist-timeout", "10"]
@@ -101,6 +102,7 @@ def test_a_stopped_rank_ends_the_launch_naming_it_and_leaves_a_resumable_run(tmp
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.slow
 def test_a_raise_or_an_oom_on_one_rank_records_the_cell_on_every_rank_and_the_sweep_goes_on(tmp_path):
     """Three faults in one launch, each in its own cell: a RuntimeError while preparing, an OOM while
     preparing, an OOM in the first forward (after the other layers' gathers ran); the fourth cell runs."""
@@ -135,6 +137,7 @@ def _agent_of(launcher_pid: int) -> int | None:
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.slow
 def test_killing_the_agent_stops_every_rank_and_leaves_a_resumable_run(tmp_path):
     out = tmp_path / "agent"
     args = [*LAUNCH, "--seq", ",".join(str(32 + 8 * i) for i in range(6)), "--out", out, *SMALL[:-2],
@@ -169,6 +172,7 @@ def test_a_fault_rank_in_non_ascii_digits_is_refused_in_one_line():
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.slow
 def test_a_torchrun_profile_records_a_cell_that_failed_on_a_rank_and_profiles_the_rest(tmp_path):
     """An OOM on rank 1 in the first cell: profile.json records that cell as oom (the reason names rank 1)
     and counts the second cell's attention calls on both ranks. A second profile into the same --out is
@@ -239,6 +243,7 @@ def test_a_torchrun_sweep_into_a_file_or_a_resume_without_a_manifest_file_ends_b
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.slow
 def test_a_stopped_agent_does_not_hang_the_launch_once_its_ranks_ended(tmp_path):
     """Attack: `kill -STOP` of torchrun's agent: the ranks wrote every row and rank 0 its exit code, but the
     launcher waited for the stopped agent for ever. It is now killed AGENT_WAIT_S after its ranks ended

@@ -116,6 +116,7 @@ def _torchrun(nproc: int, *args: str, timeout: float = 90) -> subprocess.Complet
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_gloo_gather_writes_full_kv_exactly():
     """A world of 4 runs cp_size 1, 2 and 4: a group of every rank, and groups that leave ranks out."""
     nproc = 4

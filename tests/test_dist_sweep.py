@@ -49,6 +49,7 @@ def by_key(rows):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_outputs_with_the_all_gather_equal_the_simulated_outputs_bit_for_bit():
     """Both gather modes, and the packed one with --swa-pool, in one launch (2 batches x 2 modes x 2 ranks
     each); with the SWA pool the window layers' gathered K|V must land in it, at its table's slots."""
@@ -64,6 +65,7 @@ def test_outputs_with_the_all_gather_equal_the_simulated_outputs_bit_for_bit():
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_torchrun_sweep_matches_the_simulated_sweep_and_resumes_on_its_thread_count_only(tmp_path):
     """One torchrun sweep of four processes at cp_size 2 and 4, compared with the same sweep simulated (in
     this process: the process boundary is the torchrun one's); cp_size 2 runs on ranks 0 and 1 while ranks 2
@@ -114,6 +116,7 @@ def test_torchrun_sweep_matches_the_simulated_sweep_and_resumes_on_its_thread_co
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_a_dead_rank_ends_the_launch_in_one_line_and_leaves_a_resumable_run(tmp_path):
     out = tmp_path / "d"
     args = ["--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1", "--seq", "40,48",
@@ -135,6 +138,7 @@ def _processes_mentioning(marker: str) -> list[str]:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("how", ["ctrl-c", "sigkill"])
+@pytest.mark.slow
 def test_stopping_the_launcher_stops_every_rank_and_keeps_the_rows(tmp_path, how):
     """ctrl-c: SIGINT to the launcher, torchrun and the ranks (one process group, as from a terminal); the
     launcher says once that the launch was stopped (the CLI adds no second 'interrupted' line), exit 130.
@@ -175,6 +179,7 @@ def test_stopping_the_launcher_stops_every_rank_and_keeps_the_rows(tmp_path, how
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 def test_a_rank_that_cannot_rendezvous_says_so_in_one_line(tmp_path):
     env = _env(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     p = sweep("--cp", "2", "--bs", "1", "--seq", "32", "--out", tmp_path / "r", *SMALL[:-2], "--dist-timeout", "5",

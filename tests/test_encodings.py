@@ -35,6 +35,7 @@ def test_the_console_spells_what_it_cannot_show():
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("io", ["latin-1", "ascii"])
+@pytest.mark.slow
 def test_compare_and_report_under_a_non_utf8_locale(tmp_path, io):
     base = make_run(tmp_path / "base", cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",))
     new = make_run(tmp_path / "new", cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",), seed=1)
@@ -55,6 +56,7 @@ def test_compare_and_report_under_a_non_utf8_locale(tmp_path, io):
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.slow
 def test_a_sweep_into_a_non_ascii_directory_under_an_ascii_locale(tmp_path):
     out = tmp_path / "ré"
     p = _run("sweep", "--device", "cpu", "--cp", "2", "--bs", "1", "--seq", "32", *TINY, "--budget-ms", "5",

@@ -118,6 +118,7 @@ def test_traces_of_different_runs_are_refused_naming_the_files(tmp_path, second,
     assert r.returncode == 2 and message in r.stderr and "a.json.gz" in r.stderr and "b.json.gz" in r.stderr
 
 
+@pytest.mark.slow
 def test_a_huge_trace_is_streamed(tmp_path):
     import tracemalloc
 
@@ -260,6 +261,7 @@ def test_a_report_and_its_export_in_one_directory_count_once(tmp_path):
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.slow
 def test_the_stand_in_engine_on_a_cpu_writes_a_trace_that_is_refused(tmp_path):
     """tests/engine_like_prefill.py (no cpbench import) profiles its CPU forward as an engine would: a real
     torch.profiler trace with ProfilerStep ranges and distributedInfo, but no kernel: refused in one line."""

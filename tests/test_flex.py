@@ -26,6 +26,7 @@ def _outputs(backend, work, mode):
 
 
 @pytest.mark.parametrize("window", [15, 16, 17])  # W-1, W, W+1 around a 16-token page
+@pytest.mark.slow
 def test_three_modes_equal_the_reference_at_the_window_edge(window):
     model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=32, window=window)
     assert model.has_sinks and sorted(model.layer_kinds) == [-1, window - 1]  # a window layer, a full layer, sinks
@@ -54,6 +55,7 @@ def test_the_modes_differ_in_calls_rows_and_the_table_they_read():
     assert [flex.prepare(work, m).calls_per_layer for m in ("two-call", "fused", "cp-native")] == [2, 1, 1]
 
 
+@pytest.mark.slow
 def test_a_sweep_runs_cp_native_on_flex_and_records_it_unsupported_on_the_reference(tmp_path):
     out = tmp_path / "run"
     r = cpbench("sweep", "--backend", "flex,torch", "--modes", "two-call,fused,cp-native", "--cp", "2", "--bs", "1",
@@ -81,6 +83,7 @@ def test_a_sweep_runs_cp_native_on_flex_and_records_it_unsupported_on_the_refere
     assert "## Three points on one kernel family" in text and "| flex | 2 | 1 | 64 | eager |" in text
 
 
+@pytest.mark.slow
 def test_cp_native_alone_or_beside_fused_runs_and_reports(tmp_path, rough_charts):
     """Mode lists without the pair: cp-native alone (no speedup of the pair: the report says so, no crash) and
     cp-native with fused (the fused rows run; the fused-vs-two-call check needs two-call and is skipped)."""

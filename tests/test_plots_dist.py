@@ -127,6 +127,7 @@ def test_a_torchrun_run_gets_every_chart(tmp_path, undrawn_charts):
     assert names == {f"{s}.{e}" for s in stems for e in ("png", "svg")}
 
 
+@pytest.mark.slow
 def test_dist_charts_written_png_and_svg(tmp_path):
     d = prepare(dist_rows())
     for s, fn, title, _ in DIST_CHARTS:  # drawn as render_frame draws them (one model and backend: the frame)
@@ -167,6 +168,7 @@ def test_sim_vs_real_matches_cells_and_takes_the_difference():
     assert sim_vs_real(prepare(real), prepare(real)).empty  # a torchrun run is no simulated baseline
 
 
+@pytest.mark.slow
 def test_cli_report_simulated_adds_table_and_chart_without_torch(tmp_path):
     real = write_run(tmp_path / "real", dist_rows(noise=0).to_dict("records"), manifest_over=DIST_MANIFEST)
     sim = write_run(tmp_path / "sim", sim_rows(noise=0).to_dict("records"))

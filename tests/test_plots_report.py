@@ -135,6 +135,7 @@ def _drawn(monkeypatch, rows) -> dict:
 
 
 @pytest.mark.parametrize("case", sorted(EDGE))
+@pytest.mark.slow
 def test_charts_survive_edge_cases_and_say_why_nothing_is_drawn(monkeypatch, case):
     drawn = _drawn(monkeypatch, EDGE[case]())
     assert sorted(drawn) == sorted(STEMS)  # every chart is drawn, whatever the rows
@@ -193,6 +194,7 @@ def report_run(tmp_path):
                     latency=exact_latency, status=status, noise=0)
 
 
+@pytest.mark.slow
 def test_report_holds_run_values(report_run, rough_charts):
     path = write_report(report_run)
     md = path.read_text()
@@ -236,6 +238,7 @@ def cpbench_without_torch(*args):
                           timeout=180)
 
 
+@pytest.mark.slow
 def test_cli_plot_writes_every_chart_and_report_without_torch(tmp_path):
     """Every chart, drawn once (the slowest check of the suite): ``plot`` and ``report`` run where torch
     cannot be imported; each chart is a PNG of the house width and an SVG."""
@@ -321,6 +324,7 @@ def test_notes_do_not_claim_every_cell_ran_when_modes_or_ranks_were_limited(tmp_
     assert "e.g. cp 4 · bs 1 · 1K tokens · eager: fused on ranks 0–3." in text
 
 
+@pytest.mark.slow
 def test_cli_a_row_with_unreadable_extend_lens_is_left_out_by_line(tmp_path):
     run = make_run(tmp_path / "run", fmt="jsonl", cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",))
     rows = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]

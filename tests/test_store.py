@@ -67,6 +67,7 @@ def test_committed_v1_run_loads_migrated(name):
 
 
 @pytest.mark.parametrize("name", ["cpu-torch-v1", "h200-fa3-cp2-cp8"])  # CPU and GPU, two cp sizes
+@pytest.mark.slow
 def test_report_and_compare_of_committed_v1_run(tmp_path, text_reports, name):
     run = tmp_path / name  # report writes report.md into the run directory: work on a copy
     shutil.copytree(RUNS / name, run)
@@ -95,6 +96,7 @@ def _sweep(out, *extra):
     return ["sweep", "--backend", "torch", "--cp", "2", "--bs", "1", "--out", str(out), "--no-report", *TINY, *extra]
 
 
+@pytest.mark.slow
 def test_second_sweep_into_a_locked_out_exits_2_naming_the_holder(tmp_path):
     out = tmp_path / "run"
     first = _sweep(out, "--seq", "32,48,64,80,96,112,128", "--budget-ms", "200")

@@ -155,6 +155,7 @@ def test_a_resume_fails_on_the_mismatch_rows_of_earlier_invocations(tmp_path, mo
     assert run_sweep(grid_config(extend_len_list=(64, 128)), output(run, resume=True, allow_mismatch=True)) == 0
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path):
     out = tmp_path / "run"
     args = ["sweep", "--cp", "2,4", "--bs", "1,2", "--seq", "64,128", "--out", str(out), "--no-report", *TINY,
@@ -272,6 +273,7 @@ def test_a_mode_whose_first_forward_fails_leaves_the_other_mode_measured(tmp_pat
     assert len(read_jsonl(tmp_path / "c" / "results.jsonl")) == 4  # and keeps every row
 
 
+@pytest.mark.slow
 def test_ctrl_c_says_how_to_resume(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "cpbench", "sweep", "--cp", "2,4", "--bs", "1,2", "--seq", "64,128",
