@@ -5,10 +5,11 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 
 def _cuda() -> bool:
+    import torch
+
     return torch.cuda.is_available()
 
 
@@ -20,8 +21,12 @@ QUICK_MODULES = {"test_geometry", "test_eligibility", "test_lengths", "test_laye
 
 
 def pytest_collection_finish():
-    """Once the tests are collected: the heap is frozen for the garbage collector (:func:`_frozen_heap`), and
-    sweeps run in this process measure the matmul peak once (:func:`_one_gemm_peak_per_process`)."""
+    """Once the tests are collected (in each worker; not in pytest-xdist's controller): one intra-op thread
+    (OMP_NUM_THREADS below), the heap frozen for the garbage collector (:func:`_frozen_heap`), and sweeps run
+    in this process measure the matmul peak once (:func:`_one_gemm_peak_per_process`)."""
+    import torch
+
+    torch.set_num_threads(1)
     _frozen_heap()
     _one_gemm_peak_per_process()
 
@@ -56,9 +61,10 @@ def pytest_collection_modifyitems(config, items):
 
 # The CPU reference runs many small ops: one intra-op thread is faster and far steadier on small CI
 # machines, where several threads contend for 2 cores (pytest-xdist runs 2 workers). A CPU sweep run in
-# a test keeps that one thread: the runner honours OMP_NUM_THREADS.
+# a test keeps that one thread: the runner honours OMP_NUM_THREADS. Set here, before a test module imports
+# torch; torch.set_num_threads(1) follows once the tests are collected (pytest_collection_finish), so that
+# pytest-xdist's controller, which runs no test, starts the workers without importing torch first.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-torch.set_num_threads(1)
 
 
 @pytest.fixture
@@ -113,6 +119,8 @@ def _one_gemm_peak_per_process() -> None:
     real, measured = run_sweep.gemm_peak, {}
 
     def once(device, dtype, *args, **kwargs):
+        import torch
+
         key = (str(device), str(dtype), torch.get_num_threads(), args, tuple(sorted(kwargs.items())))
         if key not in measured:
             peak = real(device, dtype, *args, **kwargs)
