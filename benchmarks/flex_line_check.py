@@ -99,7 +99,7 @@ def main() -> None:
                     k = k_pool.index_select(0, slots.view(-1)).view(B, K, HKV, D).transpose(1, 2)
                     v = v_pool.index_select(0, slots.view(-1)).view(B, K, HKV, D).transpose(1, 2)
                     o, aux = flex(q, k, v, block_mask=masks[w], enable_gqa=True, return_aux=AuxRequest(lse=True))
-                    o = o * torch.sigmoid(aux.lse - sinks.view(1, HQ, 1)).unsqueeze(-1).to(o.dtype)
+                    o.mul_(torch.sigmoid(aux.lse - sinks.view(1, HQ, 1)).unsqueeze(-1))  # fp32 factor, one rounding
 
             def forward():
                 for i in range(LAYERS):

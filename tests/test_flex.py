@@ -96,3 +96,28 @@ def test_cp_native_alone_or_beside_fused_runs_and_reports(tmp_path, rough_charts
     assert pair.returncode == 0, pair.stderr[-1500:]
     assert {(r["mode"], r["status"]) for r in read_jsonl(tmp_path / "b" / "results.jsonl")} == {("cp-native", "ok"),
                                                                                                 ("fused", "ok")}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_sink_fold_rounds_once(dtype):
+    """``out * sigmoid(lse - sink)`` is rounded to the output dtype once: within half a unit in the last place
+    of the exact (fp64) product, element by element. Rounding the factor first (the fold before) misses that
+    bound on about a third of these elements."""
+    from cpbench.kernels.backends.flex import fold_sinks
+
+    g = torch.Generator().manual_seed(0)
+    o = (torch.randn(2, 8, 64, 32, generator=g) * 2).to(dtype)  # |o| up to ~8: several binades
+    lse = torch.randn(2, 8, 64, generator=g) * 3
+    sink = torch.randn(1, 8, 1, generator=g)
+    exact = o.double() * torch.sigmoid(lse.double() - sink.double()).unsqueeze(-1)
+    fi = torch.finfo(dtype)  # below the smallest normal the spacing is fixed (fp16's subnormals)
+    half_ulp = fi.eps / 2 * torch.exp2(torch.floor(torch.log2(exact.abs().clamp_min(fi.smallest_normal))))
+
+    def over(folded):  # share of elements past half an ulp; the slack is the fp32 product's and factor's own
+        # error (a few 2^-24 of |x|, under 2^-12 of fp16's half ulp), which can tip a near-tie the other way
+        return ((folded.double() - exact).abs() > half_ulp * (1 + 2**-10)).double().mean().item()
+
+    factor_rounded = o * torch.sigmoid(lse - sink).unsqueeze(-1).to(dtype)
+    assert over(factor_rounded) > 0.1  # the bound can fail
+    folded = fold_sinks(o.clone(), lse, sink)
+    assert folded.dtype == dtype and over(folded) == 0.0
