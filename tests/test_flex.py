@@ -8,7 +8,8 @@ import torch
 from cpbench.domain.geometry import all_ranks
 from cpbench.domain.models import get_preset, with_overrides
 from cpbench.kernels.backends import get_backend
-from cpbench.kernels.backends.flex import mode_rows
+from cpbench.kernels.backends.base import calls_and_table
+from cpbench.kernels.backends.flex import build_call, mode_rows
 from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.report.line import line_section
 from cpbench.results.critical_path import critical_path
@@ -121,3 +122,26 @@ def test_the_sink_fold_rounds_once(dtype):
     assert over(factor_rounded) > 0.1  # the bound can fail
     folded = fold_sinks(o.clone(), lse, sink)
     assert folded.dtype == dtype and over(folded) == 0.0
+
+
+def test_queries_padded_to_the_compiled_block_give_the_same_outputs():
+    """A compiled call pads its queries to a multiple of 128 (the H200 kernel has no config for other query
+    lengths); the padding queries see nothing and change no real output. Checked eagerly on the CPU, on a
+    cell whose blocks are 5 and 9 queries long (every call padded)."""
+    from cpbench.kernels.backends.flex import FlexBackend
+
+    model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=32, window=16)
+    ext, pre = [40, 72], [0, 16]
+    cell = build_cell(model, ext, pre, page_size=16, dtype=torch.float32, device=CPU, seed=1)
+    plain, padded = FlexBackend(), FlexBackend(q_align=128)
+    for g in all_ranks(ext, pre, 4):
+        work = rank_work(cell, g)
+        for mode in ("two-call", "fused", "cp-native"):
+            p, want = _outputs(plain, work, mode)
+            q, got = _outputs(padded, work, mode)
+            _, table = calls_and_table(work, "two-call" if mode == "cp-native" else mode)
+            for _, rows in mode_rows(work, mode):
+                call = build_call(work, rows, table, 128)
+                assert call.q.shape[2] == call.q_pos.shape[1] == 128 and (call.q_pos[:, 9 * 2:] == -1).all()
+            for w in want:
+                assert torch.allclose(got[w], want[w], atol=1e-6, rtol=0), (g.rank, mode, w)

@@ -41,6 +41,10 @@ except ImportError:  # pragma: no cover - older torch
     _AUX = None
 
 RECOMPILE_LIMIT = 256  # compiled shapes of FlexAttention per process before dynamo would give up
+# Queries of a compiled call are padded to a multiple of this: on the H200 (torch 2.11) the compiled kernel has no
+# config for a query length that is not a multiple of its 128-row block (inductor's NoValidChoicesError for 125
+# or 37 queries; any key length works). Padding queries see nothing, and the block mask skips their blocks.
+CUDA_Q_ALIGN = 128
 NO_WINDOW = 1 << 30  # window_left of a full layer, as the mask reads it (a tensor, like a window's)
 
 
@@ -73,12 +77,14 @@ def _segment_rows(work: RankWork) -> dict[tuple[str, int], int]:
     return start
 
 
-def build_call(work: RankWork, rows: list[list[tuple[Segment, int]]], table: torch.Tensor) -> FlexCall:
+def build_call(work: RankWork, rows: list[list[tuple[Segment, int]]], table: torch.Tensor,
+               q_align: int = 1) -> FlexCall:
     """The tensors of one call whose row ``b`` holds the query blocks ``rows[b]`` (``(segment, first local
     row)``; one block for a segment, prev then next for a cp-native request) reading keys through
-    ``table[segment.table_row]`` (every block of a row reads the same row and the longest ``kv_len``)."""
+    ``table[segment.table_row]`` (every block of a row reads the same row and the longest ``kv_len``). The
+    query length is padded up to a multiple of ``q_align`` (:data:`CUDA_Q_ALIGN` for a compiled call)."""
     dev, ps = work.q.device, work.cell.page_size
-    qmax = max(sum(s.q_len for s, _ in blocks) for blocks in rows)
+    qmax = -(-max(sum(s.q_len for s, _ in blocks) for blocks in rows) // q_align) * q_align
     kmax = max(max(s.kv_len for s, _ in blocks) for blocks in rows)
     B, hq, d = len(rows), work.q.shape[1], work.q.shape[2]
     q = work.q.new_zeros(B, qmax, hq, d)
@@ -122,8 +128,11 @@ class FlexBackend:
     name = "flex"
     modes = (Mode.TWO_CALL, Mode.FUSED, Mode.CP_NATIVE)
 
-    def __init__(self) -> None:
+    def __init__(self, q_align: int | None = None) -> None:
+        """``q_align``: pad each call's queries to a multiple of this (default :data:`CUDA_Q_ALIGN` on CUDA, 1
+        elsewhere)."""
         self._flex = None
+        self._q_align = q_align
 
     def supports(self, device: torch.device, model: ModelSpec, dtype: torch.dtype = torch.bfloat16) -> str | None:
         try:
@@ -169,12 +178,13 @@ class FlexBackend:
             _, table = calls_and_table(work, base_mode)
         swa = swa_table(work, base_mode, sw)
         tables = layer_tables(work, table, swa)
+        align = self._q_align or (CUDA_Q_ALIGN if dev.type == "cuda" else 1)
         with sw("metadata"):
             named = mode_rows(work, mode)
             built = {}  # (call index, id(table)) -> FlexCall
             for w, t in tables.items():
                 for i, (_, rows) in enumerate(named):
-                    built.setdefault((i, id(t)), build_call(work, rows, t))
+                    built.setdefault((i, id(t)), build_call(work, rows, t, align))
             masks = {}
             for w, t in tables.items():
                 for i in range(len(named)):
