@@ -88,13 +88,13 @@ def test_a_killed_agent_is_named_not_blamed_on_a_rank():
 @pytest.mark.slow
 def test_a_stopped_rank_ends_the_launch_naming_it_and_leaves_a_resumable_run(tmp_path):
     out = tmp_path / "stop"
-    args = [*LAUNCH, "--seq", "40,48,56", "--out", out, *SMALL[:-2], "--dist-timeout", "10"]
+    args = [*LAUNCH, "--seq", "40,48,56", "--out", out, *SMALL[:-2], "--dist-timeout", "5"]
     p = sweep(*args, env=_env(CPBENCH_INJECT_FAULT="1:stop:2"), timeout=120)
     assert p.returncode == 1, p.stderr[-2000:]
     err = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(err) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert err[0].startswith("error: rank 1 stopped answering (its process was stopped): rank 0 gave up waiting")
-    assert "--dist-timeout 10 s" in err[0] and "rerun the same command with --resume" in err[0]
+    assert "--dist-timeout 5 s" in err[0] and "rerun the same command with --resume" in err[0]
     assert _gone(str(out)) == []  # the stopped rank was killed too
     kept = RunDir(out).rows()
     assert sorted((r["max_extend_len"], r["rank"]) for r in kept) == [(40, 0), (40, 0), (40, 1), (40, 1)]
