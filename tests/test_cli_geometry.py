@@ -63,3 +63,13 @@ def test_geometry_huge_values_one_line_exit_2(args, needle):
     r = cpbench("geometry", *args)
     assert r.returncode == 2 and "Traceback" not in r.stderr and needle in r.stderr, r.stderr[-500:]
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("option", ["--bs", "--extend-len"])
+def test_a_sweep_option_given_to_geometry_says_what_geometry_takes(option):
+    r = cpbench("geometry", option, "4")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"error: no such option: {option}: geometry reads one batch: give one extend length "
+                               "per request with --extend-lens")
+    other = cpbench("geometry", "--bogus", "4")  # any other unknown option: click's message and the help hint
+    assert other.returncode == 2 and "No such option: --bogus" in other.stderr and "--help" in other.stderr

@@ -15,6 +15,7 @@ from cpbench.report.line import line_section
 from cpbench.results.critical_path import critical_path
 from cpbench.results.line import line_view
 from cpbench.results.store import load_run, read_jsonl
+from cpbench.results.verdicts import ratio_text
 from clirun import cpbench
 
 CPU = torch.device("cpu")
@@ -59,10 +60,10 @@ def test_the_modes_differ_in_calls_rows_and_the_table_they_read():
 @pytest.mark.slow
 def test_a_sweep_runs_cp_native_on_flex_and_records_it_unsupported_on_the_reference(tmp_path):
     out = tmp_path / "run"
-    r = cpbench("sweep", "--backend", "flex,torch", "--modes", "two-call,fused,cp-native", "--cp", "2", "--bs", "1",
-                "--extend-len", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--head-dim", "16",
-                "--budget-ms", "5", "--no-report", "--no-profile", "--out", str(out))
-    assert r.returncode == 0, r.stderr[-1500:]
+    proc = cpbench("sweep", "--backend", "flex,torch", "--modes", "two-call,fused,cp-native", "--cp", "2", "--bs", "1",
+                   "--extend-len", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--head-dim", "16",
+                   "--budget-ms", "5", "--no-report", "--no-profile", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-1500:]
     rows = {(x["backend"], x["rank"], x["mode"]): x for x in read_jsonl(out / "results.jsonl")}
     assert len(rows) == 2 * 2 * 3
     assert all(rows[("flex", rk, m)]["status"] == "ok" for rk in (0, 1) for m in ("two-call", "fused", "cp-native"))
@@ -82,6 +83,13 @@ def test_a_sweep_runs_cp_native_on_flex_and_records_it_unsupported_on_the_refere
     assert flex["speedup"] == pytest.approx(r["fused_vs_two_call"]) and flex["status"] == "ok"
     text = "\n".join(line_section(df, cp, cpu=True))
     assert "## Three points on one kernel family" in text and "| flex | 2 | 1 | 64 | eager |" in text
+    # the terminal shows the three points too: flex's table, and none for the reference (no cp-native row ran)
+    out_text = proc.stdout
+    assert "cp_size 2, flex, eager: three points" in out_text and "torch, eager: three points" not in out_text
+    table = out_text.split("cp_size 2, flex, eager: three points")[1]
+    cells = next(ln for ln in table.splitlines() if ln.startswith("│")).split("│")[1:-1]
+    assert [c.strip() for c in cells] == ["1", "64", f"{r['two_call_us'] / 1e3:.3f}", f"{r['fused_us'] / 1e3:.3f}",
+                                          f"{r['cp_native_us'] / 1e3:.3f}", ratio_text(r["native_vs_fused"])]
 
 
 @pytest.mark.slow

@@ -20,8 +20,20 @@ INTERRUPTED = ("interrupted: a sweep keeps every row measured so far in results.
                "with --resume to finish it (without --resume if it had not made its run directory yet)")
 
 
+# An option of another command given to this one: what this command takes instead (click's "Possible options"
+# suggestion is only the nearest spelling)
+OPTION_HINTS = {
+    ("geometry", "--bs"): "geometry reads one batch: give one extend length per request with --extend-lens "
+                          "(e.g. --extend-lens 8192,8192,8192,8192 for bs 4)",
+    ("geometry", "--extend-len"): "geometry reads one batch: give one extend length per request with --extend-lens",
+}
+
+
 def _usage(e: BaseException) -> str:  # unknown option/command, bad value, missing argument
     ctx = getattr(e, "ctx", None)
+    hint = OPTION_HINTS.get((getattr(ctx, "info_name", None), getattr(e, "option_name", None)))
+    if hint is not None:
+        return f"no such option: {e.option_name}: {hint}"
     return e.format_message() + (f" (see '{ctx.command_path} --help')" if ctx is not None else "")
 
 

@@ -311,3 +311,27 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
     if marked:
         console.print(f"{HOST_MARK} host-bound eager cell: its latency exceeds {host_bound_text()} the GPU busy time, so the eager "
                       "ratio measures how fast the CPU launches (the report gives its GPU-time ratio)")
+    show_line(console, df, cpu)
+
+
+def show_line(console: Console, df, cpu: bool = False) -> None:
+    """Table per (cp_size, backend, timing) of a run with cp-native rows (``--modes two-call,fused,cp-native``):
+    the three points on the critical path (ms) and cp-native / fused with its 95 % interval (a plain ratio on a
+    CPU). Prints nothing for a run without cp-native rows. The report's "Three points" section has the rest."""
+    from cpbench.cli.tables import Col, print_table
+    from cpbench.results.line import line_view
+    from cpbench.results.verdicts import ratio_text
+
+    line = line_view(df)
+    if line.empty:
+        return
+    for (cp_size, backend, timing), g in line.groupby(["cp_size", "backend", "timing"], sort=True):
+        cols = [Col("bs"), Col("extend"), Col("two-call ms"), Col("fused ms"), Col("cp-native ms"),
+                Col("fused / cp-native" if cpu else "cp-native vs fused [95% CI]")]
+        rows = []
+        for _, r in g.sort_values(["bs", "max_extend_len"]).iterrows():
+            sp = r["native_vs_fused"]
+            rows.append([str(r["bs"]), str(r["max_extend_len"]), _ms(r["two_call_us"]), _ms(r["fused_us"]),
+                         _ms(r["cp_native_us"]), "-" if sp != sp else ratio_text(sp) if cpu else
+                         ratio_text(sp, r["native_vs_fused_ci_low"], r["native_vs_fused_ci_high"])])
+        print_table(console, f"cp_size {cp_size}, {backend}, {timing}: three points, critical path", cols, rows)

@@ -289,10 +289,10 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     unit = "calls" if cpu else "kernels"
     parts += ((cpu_summary_lines(view) + reference_check_lines(d)) if cpu else summary_lines(view))
     parts += forward_section(view, d) if not cpu else cpu_forward_lines(d)
-    parts += line_section(d, view, cpu)
     parts += kernel_lines(counts, unit) + merge_lines(d)
     rule = run_rule(manifest)
     parts += [""] + (workload_sections(view, d, rule) if not cpu else cp_share_lines(view, rule) + [""])  # no speedups on CPU
+    parts += line_section(d, view, cpu)  # after the summary's bullets, so that none falls under its heading
     parts += ["## Environment", "", environment_table(manifest, cpu), "", "## Reproduce", ""]
     parts += reproduce_lines(manifest)
     parts += ["## Results per cp size", "",
