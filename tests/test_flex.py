@@ -155,3 +155,33 @@ def test_queries_padded_to_the_compiled_block_give_the_same_outputs():
                 assert (call.q_pos[:, real:] == -1).all()  # the padding queries see nothing
             for w in want:
                 assert torch.allclose(got[w], want[w], atol=1e-6, rtol=0), (g.rank, mode, w)
+
+
+def test_flex_is_held_to_the_dtype_tolerance_plus_the_folds_rounding():
+    """The sink fold after FlexAttention rounds an already rounded output once more: flex's tolerance is the
+    dtype's plus half an ulp at |out| in [4, 8); every other backend keeps the dtype's."""
+    from cpbench.domain.tolerance import REFERENCE_TOLERANCE, reference_tolerance
+
+    for dtype, half_ulp in (("bf16", 2.0 ** -6), ("fp16", 2.0 ** -9)):
+        eps = float(torch.finfo(getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype])).eps)
+        assert half_ulp == eps / 2 * 4  # half an ulp at 4
+        assert reference_tolerance(dtype, "flex") == REFERENCE_TOLERANCE[dtype] + half_ulp
+        for other in ("torch", "fa2", "fa3", "trtllm-fmha-v2", ""):
+            assert reference_tolerance(dtype, other) == REFERENCE_TOLERANCE[dtype]
+    assert reference_tolerance("fp32", "flex") == REFERENCE_TOLERANCE["fp32"]
+    with pytest.raises(KeyError):
+        reference_tolerance("int8", "flex")
+
+
+def test_cp_native_at_cp_1_is_one_call_over_the_requests():
+    """At cp_size 1 a request is one block (no next block): cp-native is one call with a row per request, and
+    its outputs equal the reference."""
+    model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=8, kv_heads=2, head_dim=32, window=16)
+    ext, pre = [37, 40], [0, 8]
+    cell = build_cell(model, ext, pre, page_size=16, dtype=torch.float32, device=CPU, seed=2)
+    work = rank_work(cell, all_ranks(ext, pre, 1)[0])
+    assert [(name, [len(r) for r in rows]) for name, rows in mode_rows(work, "cp-native")] == [("combined", [1, 1])]
+    _, want = _outputs(get_backend("torch"), work, "two-call")
+    _, got = _outputs(get_backend("flex"), work, "cp-native")
+    for w in want:
+        assert torch.allclose(got[w], want[w], atol=2e-6, rtol=0), w

@@ -92,7 +92,7 @@ def print_counts(console, report: dict, run_dir: Path) -> None:
         footer = [label, str(tot[Mode.TWO_CALL]), str(tot[Mode.FUSED])] + [""] * (len(cols) - 3)
         print_table(console, f"{name}: attention {unit} per forward", cols, rows, footer)
     if cpu:
-        console.print(f"on CPU the torch reference's attention calls are counted: a CPU has no GPU kernels or "
+        console.print(f"on CPU the backend's attention calls are counted: a CPU has no GPU kernels or "
                       f"launches{'; gloo runs its collectives on the CPU' if 'launch' in report else ''}")
     if "nsys" in report:
         n = report["nsys"]

@@ -26,6 +26,7 @@ from cpbench.domain.cells import CellKey
 from cpbench.domain.modes import Mode, MODES
 from cpbench.kernels import check as checks
 from cpbench.kernels.backends.base import Backend, Prepared
+from cpbench.domain.tolerance import reference_tolerance
 from cpbench.measure.breakable import CellRest, breakable_layers, layer_kind_us, run_layers
 from cpbench.measure.env import sm_clock_mhz
 from cpbench.measure.failures import Tracebacks
@@ -341,7 +342,7 @@ def _measured_row(job: RankJob, work: RankWork, mode, timing, xs, prep: Prepared
         measured["flops"] = flops + measured.get("rest_flops", 0.0)
     else:
         measured.pop("host_samples_us", None)
-    tol = checks.TOLERANCE[DTYPES[job.dtype]]
+    tol = reference_tolerance(job.dtype, job.backend.name)
     err = measured.get("max_abs_err", math.nan)
     diff = max(measured.get("diff_vs_two_call", 0.0), measured.get("diff_vs_eager", 0.0))
     status, reason = "ok", ""

@@ -19,6 +19,7 @@ from cpbench.results.critical_path import incomplete_reason, missing_rows
 from cpbench.results.keys import canon
 from cpbench.results.planned import PLANNED_CELL_KEYS, valid_planned_cells
 from cpbench.results.policy import clock_drop_text
+from cpbench.domain.modes import ALL_MODES
 from cpbench.results.schema import CELL_COLUMNS, MODES
 from cpbench.results.store import RunDir, as_utf8, load_run
 from cpbench.results.verdicts import TIE_BAND
@@ -133,7 +134,7 @@ def notes(df: pd.DataFrame) -> list[str]:
         out.append(f"- {c['model']} · {c['backend']} · {c['timing']} · cp {c['cp_size']} · bs {c['bs']} · "
                    f"{human_tokens(c['max_extend_len'])} tokens" + (f" + {human_tokens(c['prefix_len'])} prefix"
                                                               if c["prefix_len"] > 0 else "")
-                   + f": **{c['status']}** ({', '.join(m for m in MODES if m in set(g['mode']))}; {rtxt})"
+                   + f": **{c['status']}** ({', '.join(m for m in ALL_MODES if m in set(g['mode']))}; {rtxt})"
                    + (f": {c['reason']}" if c["reason"] else ""))
     if len(out) > MAX_NOTES:
         out = out[:MAX_NOTES] + [f"- … and {len(out) - MAX_NOTES} more (see results.csv)."]
