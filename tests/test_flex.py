@@ -185,3 +185,17 @@ def test_cp_native_at_cp_1_is_one_call_over_the_requests():
     _, got = _outputs(get_backend("flex"), work, "cp-native")
     for w in want:
         assert torch.allclose(got[w], want[w], atol=2e-6, rtol=0), w
+
+
+def test_the_reference_check_line_names_each_backends_tolerance():
+    import pandas as pd
+
+    from cpbench.report.tables import reference_check_lines
+
+    rows = pd.DataFrame([{"dtype": "bf16", "backend": b, "status": "ok", "max_abs_err": e, "diff_vs_two_call": 0.0}
+                         for b, e in (("flex", 0.0228), ("torch", 0.0085))])
+    (line,) = reference_check_lines(rows)
+    assert line.endswith("max |out − reference| 0.0228, fused vs two-call at most 0 (tolerance flex 0.03562, "
+                         "torch 0.02)."), line
+    (line,) = reference_check_lines(rows[rows["backend"] == "torch"])
+    assert line.endswith("(tolerance 0.02)."), line
