@@ -145,17 +145,29 @@ def test_traces_from_another_project(tmp_path):
     assert ranks[0]["kernel_kinds"]["comm"] > 0
 
 
-def test_per_step_kernels_agree_with_holistic_trace_analysis(tmp_path):
+def _kernels_per_step_ours_and_hta(files, tmp_path):
+    """Per rank of the traces ``files`` (copied into ``tmp_path``): kernels per ``ProfilerStep#N`` as cpbench
+    counts them (a dict by step name) and as HolisticTraceAnalysis does (a Series by iteration)."""
     hta = pytest.importorskip("hta.trace_analysis")
-    for f in ("sampled_rank-0.json.gz", "sampled_rank-1.json.gz"):
-        (tmp_path / f).write_bytes((HTA / f).read_bytes())
+    for f in files:
+        (tmp_path / f.name).write_bytes(f.read_bytes())
     analysis = hta.TraceAnalysis(trace_dir=str(tmp_path))
     sym = analysis.t.symbol_table.get_sym_table()
+    out = []
     for t in read_traces([tmp_path]):
         df = analysis.t.get_trace(t.rank)
         steps = matching_ranges(t)
         ours = dict(zip([s.name for s in steps], map(len, range_members(t, steps))))
-        for it, n in df[[sym[c] == "kernel" for c in df["cat"]]].groupby("iteration").size().items():
+        out.append((ours, df[[sym[c] == "kernel" for c in df["cat"]]].groupby("iteration").size()))
+    return out
+
+
+def test_per_step_kernels_agree_with_holistic_trace_analysis(tmp_path):
+    files = [HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz"]
+    per_rank = _kernels_per_step_ours_and_hta(files, tmp_path)
+    assert len(per_rank) == 2
+    for ours, theirs in per_rank:
+        for it, n in theirs.items():
             assert ours[f"ProfilerStep#{it}"] == n
 
 
@@ -399,16 +411,9 @@ def test_the_stand_in_engine_beside_cpbenchs_cell(mode):
 
 
 def test_the_stand_in_engines_steps_agree_with_holistic_trace_analysis(tmp_path):
-    hta = pytest.importorskip("hta.trace_analysis")
-    for f in (ENGINE / "cp4-bs1-ext8192-two-call").iterdir():
-        (tmp_path / f.name).write_bytes(f.read_bytes())
-    analysis = hta.TraceAnalysis(trace_dir=str(tmp_path))
-    sym = analysis.t.symbol_table.get_sym_table()
-    for t in read_traces([tmp_path]):
-        df = analysis.t.get_trace(t.rank)
-        steps = matching_ranges(t)
-        ours = dict(zip([s.name for s in steps], map(len, range_members(t, steps))))
-        theirs = df[[sym[c] == "kernel" for c in df["cat"]]].groupby("iteration").size()
-        last = max(int(s.name.split("#")[1]) for s in steps)  # HTA leaves the last step out by default
+    per_rank = _kernels_per_step_ours_and_hta(sorted((ENGINE / "cp4-bs1-ext8192-two-call").iterdir()), tmp_path)
+    assert len(per_rank) == 4
+    for ours, theirs in per_rank:
+        last = max(int(name.split("#")[1]) for name in ours)  # HTA leaves the last step out by default
         whole = {it: n for it, n in theirs.items() if 0 <= it < last}
         assert len(whole) == 2 and all(ours[f"ProfilerStep#{it}"] == n for it, n in whole.items())
