@@ -6,8 +6,9 @@ allows 2e-2 since fa2 and fa3 on an H200 stayed within 0.0154 of the reference i
 A backend whose kernel cannot take the sinks (``flex``: FlexAttention has no sink argument) folds them in
 after the kernel, ``out * sigmoid(lse - sink)``: the kernel's output is already rounded to the output dtype,
 and the product is rounded once more. That second rounding adds up to half a unit in the last place of
-|out|, which reaches [4, 8) in these cells (the first query of a request returns its own value, and the
-largest of many N(0, 1) values is above 4): 2^-6 in bf16, 2^-9 in fp16 (fp32 folds below its tolerance).
+|out|, which can reach [4, 8) in these cells (a request's first query returns its own value, scaled by the
+sink factor, and the largest of ~10^6 N(0, 1) values is about 5): 2^-6 in bf16, 2^-9 in fp16 (fp32 folds
+below its tolerance).
 Such a backend is held to the dtype's tolerance plus that (docs/design.md §12).
 """
 
