@@ -94,7 +94,7 @@ CPU_CHARTS = {
                 "two-call / fused latency of the slowest rank on a CPU, uncoloured: noise around 1, not a speedup "
                 "claim; grey hatched: did not run."),
     "kernels": (partial(kernels_chart, calls=True), "attention calls per forward, per rank",
-                "Attention calls of the torch reference per rank (a CPU runs no GPU kernels), with totals over all "
+                "Attention calls of the backend per rank (a CPU runs no GPU kernels), with totals over all "
                 "ranks."),
     "memory": (memory_chart, "page table vs duplicated page table",
                "Page table [bs, W] vs the fused path's duplicated [2·bs, W]: bytes and % of the KV cache (exact), "

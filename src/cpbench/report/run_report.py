@@ -51,7 +51,7 @@ MAX_PLANNED = 200_000  # planned cells (x timings) a report lists missing ones o
 
 
 GPU_KEYS = ("gpu_name", "compute_capability", "driver", "cuda", "flashinfer")
-CPU_NOTE = ("**A CPU run: a functional check, not a benchmark.** The torch reference ran every cell on the CPU; "
+CPU_NOTE = ("**A CPU run: a functional check, not a benchmark.** Every cell ran on the CPU; "
             "its timings move by tens of percent between runs, so this report makes no speedup claim and draws no "
             "rank imbalance from them. What it shows: which cells and ranks ran in both modes, whether their outputs "
             "matched the fp32 reference (a `mismatch` status where not), and the attention calls per forward "
@@ -310,7 +310,7 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     if sim is not None:
         parts += sim_vs_real_section(d, sim, sim_name or run_name, plot_dir)
     parts += resources_section(d, manifest, cpu)
-    parts += (["## Attention calls per forward", "", "Attention calls of the torch reference per forward (a CPU "
+    parts += (["## Attention calls per forward", "", "Attention calls of the backend per forward (a CPU "
                "runs no GPU kernels), eager timing.", ""] if cpu else
               ["## Attention kernels per forward", "",
                "GPU kernel executions classified as attention (torch backend: calls), eager timing.", ""])
