@@ -218,7 +218,7 @@ def test_ratio_ci_is_scipys_bootstrap_on_fixed_data():
     resampled independently, seeded: equal to calling scipy directly with the same generator."""
     from scipy import stats
 
-    from cpbench.results.compare import _RNG_KW  # rng= (scipy >= 1.15) or random_state=
+    from cpbench.results.uncertainty import _RNG_KW  # rng= (scipy >= 1.15) or random_state=
 
     rng = np.random.default_rng(11)
     b = 100 * (1 + 0.02 * rng.standard_normal(60))

@@ -89,3 +89,41 @@ def test_passes_widen_the_interval_to_cover_the_drift_between_them():
     two = [noisy(1050) + noisy(1052) for _ in range(2)]
     lo, hi = speedup_ci_over_passes(two, fused, sizes, sizes)
     assert speedup_verdict(1.05, lo, hi) == "faster"
+
+
+def test_an_interval_is_bootstrapped_once_per_process_for_the_same_samples(monkeypatch):
+    """percentile_interval keys its cache on the statistic's name, the samples, the fixed arrays (shares), the
+    resample count, seed and confidence: the same inputs give the first result without a second bootstrap; a
+    change in any of them bootstraps again, and a cached interval equals a fresh one."""
+    import cpbench.results.uncertainty as u
+
+    calls = []
+    real = stats.bootstrap
+    monkeypatch.setattr(u.stats, "bootstrap", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    monkeypatch.setattr(u, "_INTERVALS", type(u._INTERVALS)())
+    tc, fu = [noisy(1000, 40), noisy(1050, 40)], [noisy(990, 40), noisy(1000, 40)]
+    shares = (np.array([[0.4, 0.6], [0.5, 0.5]]), np.array([[0.4, 0.6], [0.45, 0.55]]))
+    first = speedup_ci(tc, fu, per_sample_max=False, seed=3)
+    assert speedup_ci([list(x) for x in tc], [list(x) for x in fu], per_sample_max=False, seed=3) == first
+    assert len(calls) == 1
+    other = [speedup_ci(tc, fu, per_sample_max=False, seed=4),  # seed
+             speedup_ci(tc, fu, per_sample_max=True, seed=3),  # statistic
+             speedup_ci(tc, fu, per_sample_max=False, seed=3, shares=shares),  # fixed arrays
+             speedup_ci(tc, [fu[0], fu[1][:-1]], per_sample_max=False, seed=3)]  # samples
+    assert len(calls) == 5 and len({first, *other}) == 5
+    again_shares = speedup_ci(tc, fu, per_sample_max=False, seed=3, shares=(shares[0], shares[0]))
+    assert len(calls) == 6 and again_shares != other[2]
+    monkeypatch.setattr(u, "_INTERVALS", type(u._INTERVALS)())
+    assert speedup_ci(tc, fu, per_sample_max=False, seed=3) == first and len(calls) == 7
+
+
+def test_the_interval_cache_is_bounded(monkeypatch):
+    import cpbench.results.uncertainty as u
+
+    monkeypatch.setattr(u, "_INTERVALS", type(u._INTERVALS)())
+    monkeypatch.setattr(u, "CACHE_ENTRIES", 3)
+    a = np.arange(1.0, 11.0)
+    for seed in range(5):
+        u.percentile_interval((a,), lambda x, axis=-1: np.median(x, axis=axis), what="median", n_resamples=50,
+                              seed=seed)
+    assert len(u._INTERVALS) == 3

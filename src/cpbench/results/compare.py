@@ -29,21 +29,19 @@ Rule (``fail_above`` default 0.05):
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
-import warnings
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from cpbench.results.compare_speedup import speedup_frame
 from cpbench.results.critical_path import flag
 from cpbench.results.keys import canon, numeric_first
+from cpbench.results.uncertainty import percentile_interval
 from cpbench.results.schema import CELL_COLUMNS, KEY_COLUMNS, RUN_COLUMNS
 from cpbench.results.store import load_run
 from cpbench.results.verdicts import MIN_SAMPLES, on_cpu, ratio_verdict
@@ -165,25 +163,17 @@ def _median_ratio(base: np.ndarray, new: np.ndarray, axis: int = -1) -> np.ndarr
     return np.median(new, axis=axis) / np.median(base, axis=axis)
 
 
-# scipy >= 1.15 takes the generator as ``rng``; older releases (the floor is 1.10) as ``random_state``
-_RNG_KW = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
-
-
 def ratio_ci(base: np.ndarray, new: np.ndarray, n_boot: int = 2000, seed: int = 0,
              level: float = 0.95) -> tuple[float, float]:
-    """Percentile-bootstrap CI of median(new) / median(base) (``scipy.stats.bootstrap``, the two sample
-    sets resampled independently with replacement). Needs >= 2 samples on each side, else
-    ``(nan, nan)``. Deterministic for a seed (``numpy.random.default_rng(seed)``)."""
+    """Percentile-bootstrap CI of median(new) / median(base) (``scipy.stats.bootstrap`` through
+    :func:`cpbench.results.uncertainty.percentile_interval`, the two sample sets resampled independently with
+    replacement). Needs >= 2 samples on each side, else ``(nan, nan)``. Deterministic for a seed
+    (``numpy.random.default_rng(seed)``)."""
     if len(base) < 2 or len(new) < 2:
         return math.nan, math.nan
     batch = max(1, 4_000_000 // max(len(base), len(new)))  # bound memory: resamples per vectorised call
-    with warnings.catch_warnings():  # identical samples give a point interval; scipy warns it is degenerate
-        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
-        res = stats.bootstrap((np.asarray(base, float), np.asarray(new, float)), _median_ratio,
-                              n_resamples=n_boot, batch=batch, vectorized=True, paired=False,
-                              confidence_level=level, method="percentile",
-                              **{_RNG_KW: np.random.default_rng(seed)})
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return percentile_interval((base, new), _median_ratio, what="median(new) / median(base)", n_resamples=n_boot,
+                               seed=seed, confidence=level, batch=batch)
 
 
 def _median(row: pd.Series, samples: np.ndarray) -> float:

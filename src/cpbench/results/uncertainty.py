@@ -5,19 +5,67 @@ so each resample redraws every rank's samples independently and takes the maximu
 medians; a torchrun launch's ranks ran the same agreed samples together, so its critical path is
 the per-sample maximum over ranks, one series per mode, and the series are redrawn. The interval
 is the percentile interval of ``two-call critical / fused critical`` over the resamples (fixed seed,
-so a report is reproducible).
+so a report is reproducible). Every cpbench interval goes through :func:`percentile_interval`, which computes
+one interval once per process (a report and a compare of one run bootstrap each cell once).
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import math
-from typing import Sequence
+import warnings
+from collections import OrderedDict
+from typing import Callable, Sequence
 
 import numpy as np
 from scipy import stats
 
 N_RESAMPLES = 999
 CONFIDENCE = 0.95
+CACHE_ENTRIES = 65536  # intervals kept per process (two floats each, keyed by a 16-byte digest)
+
+_INTERVALS: OrderedDict[bytes, tuple[float, float]] = OrderedDict()
+
+
+def percentile_interval(data: Sequence[np.ndarray], statistic: Callable, *, what: str, n_resamples: int,
+                        seed: int, confidence: float = CONFIDENCE, extra: Sequence = (),
+                        batch: int | None = None) -> tuple[float, float]:
+    """The percentile-bootstrap interval of ``statistic`` over ``data`` (``scipy.stats.bootstrap``:
+    vectorised, unpaired, each array resampled independently with replacement, the generator
+    ``numpy.random.default_rng(seed)``), as ``(low, high)``.
+
+    The same ``what`` (the statistic's name, with whatever fixes it beyond ``data``), arrays, ``extra``
+    arrays (e.g. layer-kind shares), resample count, seed and confidence give the same interval, so each is
+    computed once per process and then read from a bounded cache (:data:`CACHE_ENTRIES`). scipy's warning
+    that identical samples give a degenerate interval is silenced: such data give a point or NaN interval.
+
+    Args:
+        data: 1-D float arrays (µs), one per sample set the statistic takes.
+        statistic: ``statistic(*arrays, axis=-1)``, vectorised over resamples along ``axis``.
+        batch: resamples per vectorised call (bounds memory); None: all at once.
+    """
+    arrays = [np.ascontiguousarray(a, dtype=float) for a in data]
+    fixed = [np.ascontiguousarray(a, dtype=float) for a in extra]
+    h = hashlib.blake2b(digest_size=16)
+    h.update(repr((what, n_resamples, seed, confidence, [a.shape for a in arrays],
+                   [a.shape for a in fixed])).encode())
+    for a in arrays + fixed:
+        h.update(a.tobytes())
+    key = h.digest()
+    if key in _INTERVALS:
+        _INTERVALS.move_to_end(key)
+        return _INTERVALS[key]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        res = stats.bootstrap(tuple(arrays), statistic, n_resamples=n_resamples, batch=batch,
+                              confidence_level=confidence, method="percentile", vectorized=True, paired=False,
+                              **{_RNG_KW: np.random.default_rng(seed)})
+    out = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    _INTERVALS[key] = out
+    if len(_INTERVALS) > CACHE_ENTRIES:
+        _INTERVALS.popitem(last=False)
+    return out
 
 
 def critical_per_sample(samples: Sequence[Sequence[float]]) -> np.ndarray | None:
@@ -70,7 +118,6 @@ def speedup_ci(two_call: Sequence[Sequence[float]], fused: Sequence[Sequence[flo
     fu = [_clean(x) for x in fused]
     if not tc or not fu or min(len(x) for x in tc + fu) < 3:
         return math.nan, math.nan
-    rng = np.random.default_rng(seed)
     if per_sample_max:
         crit = critical_per_sample(tc), critical_per_sample(fu)
         if crit[0] is None or crit[1] is None:
@@ -91,9 +138,10 @@ def speedup_ci(two_call: Sequence[Sequence[float]], fused: Sequence[Sequence[flo
     if all(np.ptp(a) == 0 for a in data):  # constant samples: no spread to resample
         s = float(statistic(*[a[None, :] for a in data])[0])
         return s, s
-    res = stats.bootstrap(data, statistic, n_resamples=N_RESAMPLES, confidence_level=CONFIDENCE,
-                          method="percentile", vectorized=True, paired=False, **_rng_kw(rng))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    what = ("speedup: median of the per-sample maximum over ranks" if per_sample_max else
+            f"speedup: {'layer-synced' if shares is not None else 'maximum'} of {k} ranks' medians")
+    return percentile_interval(data, statistic, what=what, n_resamples=N_RESAMPLES, seed=seed,
+                               extra=() if shares is None or per_sample_max else shares)
 
 
 def split_passes(samples: Sequence[float], sizes: Sequence[int] | None) -> list[list[float]] | None:
@@ -142,8 +190,5 @@ def speedup_ci_over_passes(two_call: Sequence[Sequence[float]], fused: Sequence[
     return min(b[0] for b in finite), max(b[1] for b in finite)
 
 
-def _rng_kw(rng) -> dict:
-    """scipy >= 1.15 takes ``rng=``; older releases ``random_state=``."""
-    import inspect
-
-    return {"rng": rng} if "rng" in inspect.signature(stats.bootstrap).parameters else {"random_state": rng}
+# scipy >= 1.15 takes the generator as ``rng=``; older releases (the floor is 1.10) as ``random_state=``
+_RNG_KW = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
