@@ -35,6 +35,8 @@ def row_problems(df: pd.DataFrame) -> pd.Series:
     out = pd.Series("", index=df.index, dtype=object)
 
     def name(mask: pd.Series, col: str, why) -> None:
+        if not mask.any():  # the usual case: the column is clean (no comparison over ``out``)
+            return
         for i in mask[mask & (out == "")].index:
             out[i] = f"{col} {_shown(df.at[i, col])} ({why(i) if callable(why) else why})"
 
