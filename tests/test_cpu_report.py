@@ -115,3 +115,29 @@ def test_cpu_summary_states_the_reference_check_it_passed(tmp_path):
     text = write_report(write_run(tmp_path / "run", rows, manifest_over=CPU), charts=False).read_text()
     assert ("- **Outputs vs the fp32 reference** (bf16): 30 of 31 rank × mode rows matched; max |out − reference| "
             "0.05, fused vs two-call at most 0.0039 (tolerance 0.02).") in text
+
+
+def test_a_cpu_line_chart_draws_grey_ratios_without_interval(tmp_path, monkeypatch):
+    """The committed CPU flex run: its line chart and caption are in CPU words; the same rows drawn as a GPU
+    run's carry their intervals (error bars) and mode colours."""
+    from pathlib import Path
+
+    from matplotlib.colors import to_hex
+
+    from cpbench.report import style
+    from cpbench.report.line_chart import CPU_GREY, line_chart
+    from cpbench.results.store import load_run
+
+    d = prepare(load_run(Path(__file__).parents[1] / "docs" / "runs" / "cpu-flex-line")[0])
+    captions = {stem: caption for stem, _, _, caption in chart_stems(d, cpu=True)}
+    assert "not a speedup" in captions["line"] and "no interval" in captions["line"]
+    figs = []
+    monkeypatch.setattr(style, "save", lambda fig, out_dir, name: figs.append(fig) or [])
+    line_chart(d, tmp_path, "line", "t", cpu=True)
+    line_chart(d, tmp_path, "line", "t")
+    cpu, gpu = ([ax for ax in f.axes if ax.lines] for f in figs)
+    assert cpu and all(not ax.containers for ax in cpu)  # no error bars
+    assert {to_hex(ln.get_color()) for ax in cpu for ln in ax.lines} == {to_hex(CPU_GREY)}
+    assert all(ax.get_ylabel() == "two-call / mode latency (×)" for ax in cpu)
+    assert all(len(ax.containers) == 2 for ax in gpu)  # fused and cp-native, each with its interval
+    assert len({to_hex(ln.get_color()) for ax in gpu for ln in ax.lines}) == 3

@@ -106,6 +106,10 @@ CPU_CHARTS = {
     "gather_share": (gather_share_chart, "all-gather share of the forward (eager, torchrun; CPU: a functional check)",
                      "gather_us / forward latency per rank vs tokens, on a CPU (gloo): which share the gather takes "
                      "there says nothing of NCCL on GPUs; a functional check, not a benchmark."),
+    "line": (partial(line_chart, cpu=True),
+             "two-call, fused and cp-native latency ratios on one kernel family (CPU: a functional check, not a speedup)",
+             "two-call / fused and two-call / cp-native latency on the critical path per cell on a CPU, uncoloured: "
+             "noise around 1, not a speedup; no interval, and no page-table bytes (a CPU run measures none)."),
     "overhead": (partial(overhead_chart, cpu=True), "forward vs host time per forward",
                  "Forward latency (eager) against host setup (metadata, page tables), per mode (on a CPU the "
                  "forward runs on the host: there is no separate launch time)."),

@@ -14,12 +14,16 @@ from cpbench.report.tables import HOST_MARK
 from cpbench.results.critical_path import flag
 from cpbench.results.line import line_view
 
+CPU_GREY = "0.45"  # a CPU's ratios: noise around 1, no verdict colour
+
 
 @style.styled
-def line_chart(rows: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
+def line_chart(rows: pd.DataFrame, out_dir: Path, name: str, title: str, cpu: bool = False) -> list[Path]:
     """Speedup over two-call on the critical path (two-call = 1), fused and cp-native with their 95 % intervals,
     one point per cell, a panel per timing (a host-bound eager cell: its GPU-time ratio, open marker); the cells'
-    duplicated page-table bytes under the x labels."""
+    duplicated page-table bytes under the x labels. With ``cpu`` (a functional check, not a benchmark): the
+    latency ratios uncoloured (grey, one marker per mode), without interval, host-bound mark or bytes, which a CPU
+    run neither claims nor measures. Returns the PNG and SVG paths."""
     line = line_view(rows)
     if line.empty:
         return style.empty_chart(out_dir, name, title, "no cp-native row ran")
@@ -29,7 +33,7 @@ def line_chart(rows: pd.DataFrame, out_dir: Path, name: str, title: str) -> list
     for ax, t in zip(axes[0], timings):
         sub = line[line["timing"] == t].sort_values(["cp_size", "bs", "max_extend_len"])
         x = list(range(len(sub)))
-        ax.axhline(1.0, color=MODE_COLOR[Mode.TWO_CALL], lw=1.2, label=f"{Mode.TWO_CALL} (= 1)")
+        ax.axhline(1.0, color=CPU_GREY if cpu else MODE_COLOR[Mode.TWO_CALL], lw=1.2, label=f"{Mode.TWO_CALL} (= 1)")
         for k, (mode, col) in enumerate(((Mode.FUSED, "fused_vs_two_call"), (Mode.CP_NATIVE, "native_vs_two_call"))):
             v = pd.to_numeric(sub[col], errors="coerce")
             lo = pd.to_numeric(sub.get(f"{col}_ci_low", v), errors="coerce").fillna(v)
@@ -37,9 +41,12 @@ def line_chart(rows: pd.DataFrame, out_dir: Path, name: str, title: str) -> list
             # a host-bound eager cell: its GPU-time ratio, an open marker without interval (the host set its latency)
             host = sub.get(f"{col}_host_bound", pd.Series(False, index=sub.index)).map(flag).astype(bool)
             host &= sub["timing"].eq("eager")
+            xs = pd.Series([i + (k - 0.5) * 0.18 for i in x], index=sub.index)
+            if cpu:  # noise around 1: the points alone, in grey
+                ax.plot(xs, v, ls="", marker=MODE_MARKER[mode], color=CPU_GREY, label=str(mode))
+                continue
             gpu = pd.to_numeric(sub.get(f"{col}_gpu", v), errors="coerce")
             v, lo, hi = v.where(~host, gpu), lo.where(~host, gpu), hi.where(~host, gpu)
-            xs = pd.Series([i + (k - 0.5) * 0.18 for i in x], index=sub.index)
             ax.errorbar(xs[~host], v[~host], yerr=[(v - lo).clip(lower=0)[~host], (hi - v).clip(lower=0)[~host]],
                         ls="", capsize=3, marker=MODE_MARKER[mode], color=MODE_COLOR[mode], label=str(mode))
             if host.any():
@@ -48,10 +55,11 @@ def line_chart(rows: pd.DataFrame, out_dir: Path, name: str, title: str) -> list
         labels = []
         for _, r in sub.iterrows():
             mem = r.get("page_table_fused_bytes", math.nan)
-            table = f"\ntable {style.human_bytes(mem)} vs 0" if isinstance(mem, float) and math.isfinite(mem) else ""
+            measured = isinstance(mem, float) and math.isfinite(mem) and not cpu
+            table = f"\ntable {style.human_bytes(mem)} vs 0" if measured else ""
             labels.append(f"cp {int(r['cp_size'])} · bs {int(r['bs'])}\n{human_tokens(r['max_extend_len'])}{table}")
         ax.set_xticks(x, labels, fontsize=7)
         ax.set_title(f"{t} timing")
-        ax.set_ylabel("speedup over two-call (×)")
+        ax.set_ylabel("two-call / mode latency (×)" if cpu else "speedup over two-call (×)")
     axes[0, 0].legend(fontsize=7, loc="best")
     return style.save(fig, out_dir, name)

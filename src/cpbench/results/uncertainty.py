@@ -36,7 +36,7 @@ def percentile_interval(data: Sequence[np.ndarray], statistic: Callable, *, what
     ``numpy.random.default_rng(seed)``), as ``(low, high)``.
 
     The same ``what`` (the statistic's name, with whatever fixes it beyond ``data``), arrays, ``extra``
-    arrays (e.g. layer-kind shares), resample count, seed and confidence give the same interval, so each is
+    arrays (e.g. layer-kind shares), resample count, seed, confidence and batch give the same interval, so each is
     computed once per process and then read from a bounded cache (:data:`CACHE_ENTRIES`). scipy's warning
     that identical samples give a degenerate interval is silenced: such data give a point or NaN interval.
 
@@ -48,7 +48,7 @@ def percentile_interval(data: Sequence[np.ndarray], statistic: Callable, *, what
     arrays = [np.ascontiguousarray(a, dtype=float) for a in data]
     fixed = [np.ascontiguousarray(a, dtype=float) for a in extra]
     h = hashlib.blake2b(digest_size=16)
-    h.update(repr((what, n_resamples, seed, confidence, [a.shape for a in arrays],
+    h.update(repr((what, n_resamples, seed, confidence, batch, [a.shape for a in arrays],
                    [a.shape for a in fixed])).encode())
     for a in arrays + fixed:
         h.update(a.tobytes())
