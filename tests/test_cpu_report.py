@@ -52,7 +52,7 @@ def test_cpu_charts_say_cpu_and_draw_no_imbalance(tmp_path):
     captions = {stem: caption for stem, _, _, caption in chart_stems(d, cpu=True)}
     # no peak, no allocator, no balance from CPU noise
     assert [s for s, *_ in CHARTS if s not in ("throughput", "setup_memory", "balance")] == list(captions)
-    assert "functional check" in captions["latency"] and "not a speedup" in captions["speedup"]
+    assert "functional check" in captions["latency"] and "no speedup claim" in captions["speedup"]
     assert "Attention calls" in captions["kernels"]
     assert not any("GPU executions" in c or "plan" in c for c in captions.values())
     paths = render_frame(d, tmp_path, cpu=True)
@@ -130,7 +130,7 @@ def test_a_cpu_line_chart_draws_grey_ratios_without_interval(tmp_path, monkeypat
 
     d = prepare(load_run(Path(__file__).parents[1] / "docs" / "runs" / "cpu-flex-line")[0])
     captions = {stem: caption for stem, _, _, caption in chart_stems(d, cpu=True)}
-    assert "not a speedup" in captions["line"] and "no interval" in captions["line"]
+    assert "no speedup claim" in captions["line"] and "without interval" in captions["line"]
     figs = []
     monkeypatch.setattr(style, "save", lambda fig, out_dir, name: figs.append(fig) or [])
     line_chart(d, tmp_path, "line", "t", cpu=True)

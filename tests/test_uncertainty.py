@@ -127,3 +127,27 @@ def test_the_interval_cache_is_bounded(monkeypatch):
         u.percentile_interval((a,), lambda x, axis=-1: np.median(x, axis=axis), what="median", n_resamples=50,
                               seed=seed)
     assert len(u._INTERVALS) == 3
+
+
+def test_the_cache_keys_on_the_statistic_follows_confidence_and_keeps_no_unseeded_interval(monkeypatch):
+    """Two statistics under one ``what`` get their own intervals; speedup_ci reads CONFIDENCE at each call; a
+    generator or None as seed draws anew and is never cached."""
+    import cpbench.results.uncertainty as u
+
+    monkeypatch.setattr(u, "_INTERVALS", type(u._INTERVALS)())
+    a = (np.arange(1.0, 21.0),)
+    med = u.percentile_interval(a, lambda x, axis=-1: np.median(x, axis=axis), what="centre", n_resamples=200, seed=0)
+    mean = u.percentile_interval(a, lambda x, axis=-1: np.mean(x, axis=axis), what="centre", n_resamples=200, seed=0)
+    u._INTERVALS.clear()
+    assert mean == u.percentile_interval(a, lambda x, axis=-1: np.mean(x, axis=axis), what="centre",
+                                         n_resamples=200, seed=0) != med
+    tc, fu = [noisy(1000, 30)], [noisy(990, 30)]
+    wide = speedup_ci(tc, fu, per_sample_max=False)
+    monkeypatch.setattr(u, "CONFIDENCE", 0.5)
+    narrow = speedup_ci(tc, fu, per_sample_max=False)
+    assert wide[0] < narrow[0] <= narrow[1] < wide[1]
+    u._INTERVALS.clear()
+    u.percentile_interval(a, lambda x, axis=-1: np.median(x, axis=axis), what="m", n_resamples=50, seed=None)
+    u.percentile_interval(a, lambda x, axis=-1: np.median(x, axis=axis), what="m", n_resamples=50,
+                          seed=np.random.default_rng(1))
+    assert len(u._INTERVALS) == 0

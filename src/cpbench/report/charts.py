@@ -91,8 +91,8 @@ CPU_CHARTS = {
                 "between runs: a functional check, not a benchmark."),
     "speedup": (partial(speedup_heatmap, neutral=True),
                 "two-call / fused latency ratio (CPU: a functional check, not a speedup)",
-                "two-call / fused latency of the slowest rank on a CPU, uncoloured: noise around 1, not a speedup "
-                "claim; grey hatched: did not run."),
+                "two-call / fused latency of the slowest rank on a CPU, uncoloured: CPU timings move by tens of percent, "
+                "so this is no speedup claim; grey hatched: did not run."),
     "kernels": (partial(kernels_chart, calls=True), "attention calls per forward, per rank",
                 "Attention calls of the backend per rank (a CPU runs no GPU kernels), with totals over all "
                 "ranks."),
@@ -107,9 +107,10 @@ CPU_CHARTS = {
                      "gather_us / forward latency per rank vs tokens, on a CPU (gloo): which share the gather takes "
                      "there says nothing of NCCL on GPUs; a functional check, not a benchmark."),
     "line": (partial(line_chart, cpu=True),
-             "two-call, fused and cp-native latency ratios on one kernel family (CPU: a functional check, not a speedup)",
-             "two-call / fused and two-call / cp-native latency on the critical path per cell on a CPU, uncoloured: "
-             "noise around 1, not a speedup; no interval, and no page-table bytes (a CPU run measures none)."),
+             "two-call, fused and cp-native latency ratios on one kernel family "
+             "(CPU: a functional check, not a speedup)",
+             "two-call / fused and two-call / cp-native latency on the critical path per cell on a CPU, uncoloured and "
+             "without interval: CPU timings move by tens of percent, so this is no speedup claim."),
     "overhead": (partial(overhead_chart, cpu=True), "forward vs host time per forward",
                  "Forward latency (eager) against host setup (metadata, page tables), per mode (on a CPU the "
                  "forward runs on the host: there is no separate launch time)."),

@@ -48,7 +48,8 @@ def line_section(d: pd.DataFrame, view: pd.DataFrame, cpu: bool = False) -> list
            "Two calls per layer, the PR's fused call over 2·bs segments with the row-duplicated page table, and a "
            "CP-native call (one call over the rank's requests, each query at its position in its request, over the "
            "request's own page-table row: nothing duplicated), all on one kernel family. Latencies on the critical "
-           "path; each ratio is the first mode's latency over the second's (> 1: the second is faster)" +
+           "path; each ratio is the first mode's latency over the second's" +
+           ("" if cpu else " (> 1: the second is faster)") +
            (". On a CPU these are a functional check, not a benchmark: no interval or verdict is given." if cpu else
             f", with its 95 % interval; {HOST_MARK}: a host-bound eager cell, with its GPU-time ratio."), "",
            md_table(heads, rows), ""]

@@ -14,7 +14,7 @@ from cpbench.report.tables import HOST_MARK
 from cpbench.results.critical_path import flag
 from cpbench.results.line import line_view
 
-CPU_GREY = "0.45"  # a CPU's ratios: noise around 1, no verdict colour
+CPU_GREY = "0.45"  # a CPU's ratios: no speedup claim, no verdict colour
 
 
 @style.styled
@@ -22,8 +22,8 @@ def line_chart(rows: pd.DataFrame, out_dir: Path, name: str, title: str, cpu: bo
     """Speedup over two-call on the critical path (two-call = 1), fused and cp-native with their 95 % intervals,
     one point per cell, a panel per timing (a host-bound eager cell: its GPU-time ratio, open marker); the cells'
     duplicated page-table bytes under the x labels. With ``cpu`` (a functional check, not a benchmark): the
-    latency ratios uncoloured (grey, one marker per mode), without interval, host-bound mark or bytes, which a CPU
-    run neither claims nor measures. Returns the PNG and SVG paths."""
+    latency ratios uncoloured (grey, one marker per mode), without interval or host-bound mark: a CPU run makes no
+    speedup claim. Returns the PNG and SVG paths."""
     line = line_view(rows)
     if line.empty:
         return style.empty_chart(out_dir, name, title, "no cp-native row ran")
@@ -42,7 +42,7 @@ def line_chart(rows: pd.DataFrame, out_dir: Path, name: str, title: str, cpu: bo
             host = sub.get(f"{col}_host_bound", pd.Series(False, index=sub.index)).map(flag).astype(bool)
             host &= sub["timing"].eq("eager")
             xs = pd.Series([i + (k - 0.5) * 0.18 for i in x], index=sub.index)
-            if cpu:  # noise around 1: the points alone, in grey
+            if cpu:  # no claim: the points alone, in grey
                 ax.plot(xs, v, ls="", marker=MODE_MARKER[mode], color=CPU_GREY, label=str(mode))
                 continue
             gpu = pd.to_numeric(sub.get(f"{col}_gpu", v), errors="coerce")
@@ -55,8 +55,7 @@ def line_chart(rows: pd.DataFrame, out_dir: Path, name: str, title: str, cpu: bo
         labels = []
         for _, r in sub.iterrows():
             mem = r.get("page_table_fused_bytes", math.nan)
-            measured = isinstance(mem, float) and math.isfinite(mem) and not cpu
-            table = f"\ntable {style.human_bytes(mem)} vs 0" if measured else ""
+            table = f"\ntable {style.human_bytes(mem)} vs 0" if isinstance(mem, float) and math.isfinite(mem) else ""
             labels.append(f"cp {int(r['cp_size'])} · bs {int(r['bs'])}\n{human_tokens(r['max_extend_len'])}{table}")
         ax.set_xticks(x, labels, fontsize=7)
         ax.set_title(f"{t} timing")

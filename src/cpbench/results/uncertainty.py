@@ -5,8 +5,8 @@ so each resample redraws every rank's samples independently and takes the maximu
 medians; a torchrun launch's ranks ran the same agreed samples together, so its critical path is
 the per-sample maximum over ranks, one series per mode, and the series are redrawn. The interval
 is the percentile interval of ``two-call critical / fused critical`` over the resamples (fixed seed,
-so a report is reproducible). Every cpbench interval goes through :func:`percentile_interval`, which computes
-one interval once per process (a report and a compare of one run bootstrap each cell once).
+so a report is reproducible). Every cpbench interval goes through :func:`percentile_interval`, which keeps
+each interval it computed for the rest of the process.
 """
 
 from __future__ import annotations
@@ -35,10 +35,13 @@ def percentile_interval(data: Sequence[np.ndarray], statistic: Callable, *, what
     vectorised, unpaired, each array resampled independently with replacement, the generator
     ``numpy.random.default_rng(seed)``), as ``(low, high)``.
 
-    The same ``what`` (the statistic's name, with whatever fixes it beyond ``data``), arrays, ``extra``
-    arrays (e.g. layer-kind shares), resample count, seed, confidence and batch give the same interval, so each is
-    computed once per process and then read from a bounded cache (:data:`CACHE_ENTRIES`). scipy's warning
-    that identical samples give a degenerate interval is silenced: such data give a point or NaN interval.
+    With an integer seed, the same statistic (its qualified name, and ``what``: whatever fixes it beyond
+    ``data``), arrays, ``extra`` arrays (e.g. layer-kind shares), resample count, confidence and batch give the
+    same interval, so each is computed once per process and then read from a bounded cache
+    (:data:`CACHE_ENTRIES`, about 16 MB when full): a cell analysed again in one process (a report beside its
+    simulated twin, a notebook that reports and then compares a run) is not bootstrapped again. Any other seed
+    is not cached. scipy's warning that identical samples give a degenerate interval is silenced: such data give
+    a point or NaN interval.
 
     Args:
         data: 1-D float arrays (µs), one per sample set the statistic takes.
@@ -47,24 +50,27 @@ def percentile_interval(data: Sequence[np.ndarray], statistic: Callable, *, what
     """
     arrays = [np.ascontiguousarray(a, dtype=float) for a in data]
     fixed = [np.ascontiguousarray(a, dtype=float) for a in extra]
-    h = hashlib.blake2b(digest_size=16)
-    h.update(repr((what, n_resamples, seed, confidence, batch, [a.shape for a in arrays],
-                   [a.shape for a in fixed])).encode())
-    for a in arrays + fixed:
-        h.update(a.tobytes())
-    key = h.digest()
-    if key in _INTERVALS:
-        _INTERVALS.move_to_end(key)
-        return _INTERVALS[key]
+    key = None
+    if isinstance(seed, (int, np.integer)):  # a generator or None draws anew each call: nothing to keep
+        h = hashlib.blake2b(digest_size=16)
+        h.update(repr((what, _identity(statistic), n_resamples, int(seed), confidence, batch, [a.shape for a in arrays],
+                       [a.shape for a in fixed])).encode())
+        for a in arrays + fixed:
+            h.update(a.tobytes())
+        key = h.digest()
+        if key in _INTERVALS:
+            _INTERVALS.move_to_end(key)
+            return _INTERVALS[key]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
         res = stats.bootstrap(tuple(arrays), statistic, n_resamples=n_resamples, batch=batch,
                               confidence_level=confidence, method="percentile", vectorized=True, paired=False,
                               **{_RNG_KW: np.random.default_rng(seed)})
     out = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    _INTERVALS[key] = out
-    if len(_INTERVALS) > CACHE_ENTRIES:
-        _INTERVALS.popitem(last=False)
+    if key is not None:
+        _INTERVALS[key] = out
+        if len(_INTERVALS) > CACHE_ENTRIES:
+            _INTERVALS.popitem(last=False)
     return out
 
 
@@ -140,7 +146,7 @@ def speedup_ci(two_call: Sequence[Sequence[float]], fused: Sequence[Sequence[flo
         return s, s
     what = ("speedup: median of the per-sample maximum over ranks" if per_sample_max else
             f"speedup: {'layer-synced' if shares is not None else 'maximum'} of {k} ranks' medians")
-    return percentile_interval(data, statistic, what=what, n_resamples=N_RESAMPLES, seed=seed,
+    return percentile_interval(data, statistic, what=what, n_resamples=N_RESAMPLES, seed=seed, confidence=CONFIDENCE,
                                extra=() if shares is None or per_sample_max else shares)
 
 
@@ -188,6 +194,15 @@ def speedup_ci_over_passes(two_call: Sequence[Sequence[float]], fused: Sequence[
     if not finite:
         return math.nan, math.nan
     return min(b[0] for b in finite), max(b[1] for b in finite)
+
+
+def _identity(fn: Callable) -> tuple:
+    """What tells one statistic from another in the cache key: its qualified name and, for a Python function, its
+    code (file, line, bytecode, names and constants: two lambdas in one function differ). Values a closure captures
+    are not in it: ``what`` names them."""
+    code = getattr(fn, "__code__", None)
+    where = (code.co_filename, code.co_firstlineno, code.co_code, code.co_names, code.co_consts) if code else ()
+    return (getattr(fn, "__module__", ""), getattr(fn, "__qualname__", type(fn).__name__), *where)
 
 
 # scipy >= 1.15 takes the generator as ``rng=``; older releases (the floor is 1.10) as ``random_state=``
