@@ -91,8 +91,8 @@ CPU_CHARTS = {
                 "between runs: a functional check, not a benchmark."),
     "speedup": (partial(speedup_heatmap, neutral=True),
                 "two-call / fused latency ratio (CPU: a functional check, not a speedup)",
-                "two-call / fused latency of the slowest rank on a CPU, uncoloured: CPU timings move by tens of percent, "
-                "so this is no speedup claim; grey hatched: did not run."),
+                "two-call / fused latency of the slowest rank on a CPU, uncoloured: CPU timings move by tens of "
+                "percent, so this is no speedup claim; grey hatched: did not run."),
     "kernels": (partial(kernels_chart, calls=True), "attention calls per forward, per rank",
                 "Attention calls of the backend per rank (a CPU runs no GPU kernels), with totals over all "
                 "ranks."),

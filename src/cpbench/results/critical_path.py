@@ -16,12 +16,6 @@ from cpbench.results.schema import CELL_COLUMNS
 from cpbench.results.uncertainty import layer_synced
 
 
-# the row columns the critical path reads besides the cell's key (CELL_COLUMNS)
-ROW_INPUTS = ("rank", "mode", "status", "reason", "launch", "timing", "cp_size", "latency_us_median",
-              "critical_us_median", "samples_us", "pass_sizes", "window_layers_us", "full_layers_us", "gpu_busy_us",
-              "host_bound", "host_hidden")
-
-
 def critical_path(df: pd.DataFrame) -> pd.DataFrame:
     """Per cell (the schema's CELL_COLUMNS): the critical path per mode (torchrun: the median of the
     per-sample maximum over ranks, ``critical_us_median``; simulated: the slowest rank's median, or for breakable
@@ -55,7 +49,6 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
         if col not in df.columns:  # e.g. a run in which no cell was measured
             df = df.assign(**{col: math.nan if col.startswith("latency") else ""})
     keys = [c for c in CELL_COLUMNS if c in df.columns]
-    df = df[keys + [c for c in ROW_INPUTS if c in df.columns and c not in keys]]  # each cell's slices copy less
     modes = set(df["mode"])
     out = []
     for cell, g in df.groupby(keys, dropna=False, sort=True):

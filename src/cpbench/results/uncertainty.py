@@ -29,14 +29,14 @@ _INTERVALS: OrderedDict[bytes, tuple[float, float]] = OrderedDict()
 
 
 def percentile_interval(data: Sequence[np.ndarray], statistic: Callable, *, what: str, n_resamples: int,
-                        seed: int, confidence: float = CONFIDENCE, extra: Sequence = (),
+                        seed, confidence: float = CONFIDENCE, extra: Sequence = (),
                         batch: int | None = None) -> tuple[float, float]:
     """The percentile-bootstrap interval of ``statistic`` over ``data`` (``scipy.stats.bootstrap``:
     vectorised, unpaired, each array resampled independently with replacement, the generator
     ``numpy.random.default_rng(seed)``), as ``(low, high)``.
 
-    With an integer seed, the same statistic (its qualified name, and ``what``: whatever fixes it beyond
-    ``data``), arrays, ``extra`` arrays (e.g. layer-kind shares), resample count, confidence and batch give the
+    With an integer seed, the same statistic (its code, :func:`_identity`, and ``what``: whatever fixes it beyond
+    ``data``, such as values its closure captures), arrays, ``extra`` arrays (e.g. layer-kind shares), resample count, confidence and batch give the
     same interval, so each is computed once per process and then read from a bounded cache
     (:data:`CACHE_ENTRIES`, about 16 MB when full): a cell analysed again in one process (a report beside its
     simulated twin, a notebook that reports and then compares a run) is not bootstrapped again. Any other seed
@@ -46,7 +46,10 @@ def percentile_interval(data: Sequence[np.ndarray], statistic: Callable, *, what
     Args:
         data: 1-D float arrays (µs), one per sample set the statistic takes.
         statistic: ``statistic(*arrays, axis=-1)``, vectorised over resamples along ``axis``.
+        seed: an int (the interval is cached), or anything ``numpy.random.default_rng`` takes (not cached).
         batch: resamples per vectorised call (bounds memory); None: all at once.
+    Returns:
+        ``(low, high)`` in the statistic's unit; NaNs where scipy gives no interval.
     """
     arrays = [np.ascontiguousarray(a, dtype=float) for a in data]
     fixed = [np.ascontiguousarray(a, dtype=float) for a in extra]
