@@ -19,7 +19,7 @@ from cpbench.results.critical_path import incomplete_reason, missing_rows
 from cpbench.results.keys import canon
 from cpbench.results.planned import PLANNED_CELL_KEYS, valid_planned_cells
 from cpbench.results.policy import clock_drop_text
-from cpbench.domain.modes import ALL_MODES
+from cpbench.domain.modes import ALL_MODES, Mode
 from cpbench.results.schema import CELL_COLUMNS, MODES
 from cpbench.results.store import RunDir, as_utf8, load_run
 from cpbench.results.verdicts import TIE_BAND
@@ -53,7 +53,7 @@ MAX_PLANNED = 200_000  # planned cells (x timings) a report lists missing ones o
 GPU_KEYS = ("gpu_name", "compute_capability", "driver", "cuda", "flashinfer")
 CPU_NOTE = ("**A CPU run: a functional check, not a benchmark.** Every cell ran on the CPU; "
             "its timings move by tens of percent between runs, so this report makes no speedup claim and draws no "
-            "rank imbalance from them. What it shows: which cells and ranks ran in both modes, whether their outputs "
+            "rank imbalance from them. What it shows: which cells and ranks ran in each mode, whether their outputs "
             "matched the fp32 reference (a `mismatch` status where not), and the attention calls per forward "
             "(two-call vs fused).")
 
@@ -119,6 +119,7 @@ def _short(v, key: str | None = None) -> str:
 
 
 ALL_RAN = "- Every cell ran on every rank in both modes."
+ALL_RAN_THREE = "- Every cell ran on every rank in all three modes."  # a run with cp-native rows
 
 
 def notes(df: pd.DataFrame) -> list[str]:
@@ -164,7 +165,7 @@ def notes(df: pd.DataFrame) -> list[str]:
                    f"(e.g. cp {drop.iloc[0]['cp_size']}, bs {drop.iloc[0]['bs']}, "
                    f"{human_tokens(drop.iloc[0]['max_extend_len'])} tokens, {drop.iloc[0]['mode']}); treat those numbers "
                    "with care.")
-    return out or [ALL_RAN]
+    return out or [ALL_RAN_THREE if Mode.CP_NATIVE in set(df["mode"]) else ALL_RAN]
 
 
 def run_rule(manifest: dict) -> CpRule:
@@ -288,7 +289,8 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
               f"is a tie (without raw samples: within ±{TIE_BAND:.0%}).", ""]
     counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
     unit = "calls" if cpu else "kernels"
-    parts += ((cpu_summary_lines(view) + reference_check_lines(d)) if cpu else summary_lines(view))
+    three = "mode" in d and (d["mode"] == Mode.CP_NATIVE).any()
+    parts += ((cpu_summary_lines(view, three) + reference_check_lines(d)) if cpu else summary_lines(view))
     parts += forward_section(view, d) if not cpu else cpu_forward_lines(d)
     parts += kernel_lines(counts, unit) + merge_lines(d)
     rule = run_rule(manifest)
@@ -320,7 +322,7 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
             parts += [f"**{stem}** — {caption}", "", f"![{stem}](plots/{stem}.png)", ""]
     missing = missing_cells(d, manifest)
     ran = notes(d)
-    if missing and ran == [ALL_RAN]:
+    if missing and ran in ([ALL_RAN], [ALL_RAN_THREE]):
         ran = []
     parts += ["## Notes", ""] + missing + ran + [""]
     return "\n".join(parts)

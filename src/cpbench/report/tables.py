@@ -124,9 +124,11 @@ def summary_lines(view: pd.DataFrame) -> list[str]:
     return out
 
 
-def cpu_summary_lines(view: pd.DataFrame) -> list[str]:
+def cpu_summary_lines(view: pd.DataFrame, three_modes: bool = False) -> list[str]:
     """Summary bullets of a CPU run, one per (model, backend, timing): which cells ran on every rank in both
-    modes, which did not. No speedup: CPU timings are a functional check, not a benchmark."""
+    modes of ``view`` (the critical-path view: two-call and fused, named so when ``three_modes``, a run with
+    cp-native rows, whose third point has its own section), which did not. No speedup: CPU timings are a
+    functional check, not a benchmark."""
     out = []
     if view.empty:
         return ["- No cells in this run."]
@@ -135,7 +137,8 @@ def cpu_summary_lines(view: pd.DataFrame) -> list[str]:
         ran = int(((v["status"] == "ok") & every).sum())
         some = int(((v["status"] == "ok") & ~every).sum())
         s = (f"- **{model} · {backend} · {timing}** (cp {', '.join(str(c) for c in sorted(set(v['cp_size'])))}): "
-             f"{ran} of {plural(len(v), 'cell')} ran on every rank in both modes")
+             f"{ran} of {plural(len(v), 'cell')} ran on every rank in "
+             f"{'two-call and fused' if three_modes else 'both modes'}")
         s += f"; {plural(some, 'cell')} on some ranks only" if some else ""
         failed = len(v) - ran - some
         s += f"; {plural(failed, 'cell')} did not run (see Notes)." if failed else "."
