@@ -16,6 +16,12 @@ from cpbench.results.schema import CELL_COLUMNS
 from cpbench.results.uncertainty import layer_synced
 
 
+# the columns the view reads besides the cell's keys
+_READ = ("mode", "status", "reason", "rank", "latency_us_median", "critical_us_median", "launch", "cp_size", "timing",
+         "samples_us", "pass_sizes", "window_layers_us", "full_layers_us", "gpu_busy_us", "host_bound", "host_hidden")
+_NUMERIC = ("rank", "latency_us_median", "critical_us_median", "window_layers_us", "full_layers_us", "gpu_busy_us")
+
+
 def critical_path(df: pd.DataFrame) -> pd.DataFrame:
     """Per cell (the schema's CELL_COLUMNS): the critical path per mode (torchrun: the median of the
     per-sample maximum over ranks, ``critical_us_median``; simulated: the slowest rank's median, or for breakable
@@ -49,31 +55,37 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
         if col not in df.columns:  # e.g. a run in which no cell was measured
             df = df.assign(**{col: math.nan if col.startswith("latency") else ""})
     keys = [c for c in CELL_COLUMNS if c in df.columns]
-    modes = set(df["mode"])
+    rows = _Rows.of(df)
+    modes = set(rows["mode"])
+    codes = df.groupby(keys, dropna=False, sort=True).ngroup().to_numpy()
+    order = np.argsort(codes, kind="stable")  # each cell's rows, in the frame's order
+    starts = np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0])
+    key_values = df[keys].to_numpy(object)
     out = []
-    for cell, g in df.groupby(keys, dropna=False, sort=True):
-        rec = dict(zip(keys, cell if isinstance(cell, tuple) else (cell,)))
-        bad = g[g["status"] != "ok"]
+    for pos in np.split(order, starts[1:]):
+        g = rows.take(pos)
+        rec = dict(zip(keys, key_values[pos[0]]))
+        bad = np.flatnonzero(g["status"] != "ok")
+        status, reason = (g["status"][bad[0]], str(g["reason"][bad[0]])) if len(bad) else ("ok", "")
         lacking = missing_rows(g, modes)
         if lacking:  # a row stands for the missing ones: no latency of this cell is used
-            bad = pd.DataFrame({"status": ["incomplete"], "reason": [incomplete_reason(lacking)]})
-        measured = sorted({int(r) for r in pd.to_numeric(g["rank"], errors="coerce").dropna()})
+            status, reason = "incomplete", incomplete_reason(lacking)
+        complete = status == "ok"
+        rank = g.numeric("rank")
+        measured = sorted({int(r) for r in rank[~np.isnan(rank)]})
         rec["all_ranks"] = measured == list(range(int(rec.get("cp_size", len(measured)))))
         rec["ranks_measured"] = len(measured)
         rec["ranks_label"] = ranks_label(measured, int(rec.get("cp_size", len(measured))))
-        rec["status"] = bad["status"].iloc[0] if len(bad) else "ok"
-        rec["reason"] = str(bad["reason"].iloc[0]) if len(bad) else ""
+        rec["status"], rec["reason"] = status, reason
         for mode, tag in ((m, m.tag) for m in MODES):
-            m = g[(g["mode"] == mode) & (g["status"] == "ok")]
-            lat = pd.to_numeric(m["latency_us_median"], errors="coerce")
-            if len(m) and not (lat > 0).all():  # an ok row without a positive latency is not usable
-                m, lat = m.iloc[0:0], lat.iloc[0:0]
-            if len(m) and not len(bad):
-                i = lat.idxmax()
-                crit = pd.to_numeric(m.get("critical_us_median", pd.Series(dtype=float)), errors="coerce").dropna()
+            at = np.flatnonzero((g["mode"] == mode.value) & (g["status"] == "ok"))
+            lat = g.numeric("latency_us_median")[at]
+            if len(at) and complete and (lat > 0).all():  # an ok row without a positive latency is not usable
+                crit = g.numeric("critical_us_median")[at]
+                crit = crit[~np.isnan(crit)]
                 # torchrun: the per-sample maximum over ranks; simulated: the slowest rank's median
-                rec[f"{tag}_us"] = float(crit.iloc[0]) if len(crit) else float(lat.max())
-                rec[f"slowest_rank_{tag}"] = int(m.loc[i, "rank"])
+                rec[f"{tag}_us"] = float(crit[0]) if len(crit) else float(lat.max())
+                rec[f"slowest_rank_{tag}"] = int(g["rank"][at[np.argmax(lat)]])
                 rec[f"imbalance_{tag}"] = (float(lat.max() / lat.min()) if lat.min() > 0 and rec["all_ranks"]
                                            else math.nan)
             else:
@@ -82,7 +94,7 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
                 rec[f"imbalance_{tag}"] = math.nan
         rec["speedup"] = (rec["two_call_us"] / rec["fused_us"]
                           if rec["all_ranks"] and rec["fused_us"] and math.isfinite(rec["fused_us"]) else math.nan)
-        shares = kind_shares(g) if rec["all_ranks"] and not len(bad) else None
+        shares = kind_shares(g) if rec["all_ranks"] and complete else None
         rec["two_call_max_us"], rec["fused_max_us"], rec["speedup_max"] = (
             rec["two_call_us"], rec["fused_us"], rec["speedup"])
         rec["critical_rule"] = "max over ranks of the forward"
@@ -98,14 +110,46 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def missing_rows(g: pd.DataFrame, modes) -> list[tuple[int, str]]:
-    """The (rank, mode) rows one cell's rows ``g`` lack: every mode of ``modes`` (the run's) on every rank
+class _Rows:
+    """One cell's rows as numpy arrays by column: taking a cell's rows of a wide frame copies every column,
+    a cost paid once here instead of once per cell and question. Text columns are object arrays; numeric
+    ones are read as float (NaN where a value is not a number) by :meth:`numeric`, converted once."""
+
+    def __init__(self, cols: dict, numeric: dict) -> None:
+        self.cols, self._numeric = cols, numeric
+
+    @classmethod
+    def of(cls, df: pd.DataFrame) -> "_Rows":
+        cols = {c: df[c].to_numpy(object) for c in _READ if c in df.columns}
+        numeric = {c: pd.to_numeric(df[c], errors="coerce").to_numpy(float) for c in _NUMERIC if c in df.columns}
+        return cls(cols, numeric)
+
+    def take(self, pos: np.ndarray) -> "_Rows":
+        return _Rows({c: v[pos] for c, v in self.cols.items()}, {c: v[pos] for c, v in self._numeric.items()})
+
+    def numeric(self, col: str) -> np.ndarray:
+        """``col`` as floats (NaN for a missing column or a value that is not a number)."""
+        v = self._numeric.get(col)
+        return v if v is not None else np.full(len(self), math.nan)
+
+    def __contains__(self, col: str) -> bool:
+        return col in self.cols
+
+    def __getitem__(self, col: str) -> np.ndarray:
+        return self.cols[col]
+
+    def __len__(self) -> int:
+        return len(self.cols["mode"])
+
+
+def missing_rows(g, modes) -> list[tuple[int, str]]:
+    """The (rank, mode) rows one cell's rows ``g`` (a DataFrame, or anything indexed by column) lack: every mode of ``modes`` (the run's) on every rank
     the cell has a row of, and on a torchrun launch (which always measures every rank) every rank of
     ``cp_size``. Sorted by rank, then mode."""
     have = {(int(r), str(m)) for r, m in zip(pd.to_numeric(g["rank"], errors="coerce"), g["mode"]) if r == r}
     ranks = {r for r, _ in have}
     if "launch" in g and (g["launch"] == "torchrun").all() and "cp_size" in g:
-        ranks |= set(range(int(g["cp_size"].iloc[0])))
+        ranks |= set(range(int(np.asarray(g["cp_size"])[0])))
     order = {m: i for i, m in enumerate(MODES)}
     return sorted(((r, m) for r in ranks for m in modes if (r, m) not in have),
                   key=lambda x: (x[0], order.get(x[1], 9), x[1]))
@@ -139,30 +183,37 @@ def span_text(ints) -> str:
     return ", ".join(str(a) if a == b else (f"{a}, {b}" if b == a + 1 else f"{a}–{b}") for a, b in out)
 
 
-def _speedup_ci(g: pd.DataFrame, shares: dict | None = None) -> tuple[float, float]:
+def _speedup_ci(g: _Rows, shares: dict | None = None) -> tuple[float, float]:
     """The speedup interval of one cell's ok rows (each rank's raw samples, by mode); with ``shares``
     (:func:`kind_shares`) on the layer-synchronised critical path."""
     from cpbench.results.uncertainty import speedup_ci
 
     if "samples_us" not in g:
         return math.nan, math.nan
-    ok = g[g["status"] == "ok"].sort_values("rank")
-    per_mode = [[s for s in ok.loc[ok["mode"] == m, "samples_us"] if s is not None and hasattr(s, "__len__")]
-                for m in MODES]
-    torchrun = "launch" in ok and (ok["launch"] == "torchrun").all()
+    ok = _ok_by_rank(g)
+    per_mode = [[s for s in g["samples_us"][at] if s is not None and hasattr(s, "__len__")] for at in ok]
+    torchrun = "launch" in g and (g["launch"][np.concatenate(ok)] == "torchrun").all()
     if shares is not None and any(len(p) != len(shares[m][0]) for p, m in zip(per_mode, MODES)):
         return math.nan, math.nan
-    if not torchrun and "pass_sizes" in ok and ok["pass_sizes"].map(lambda x: hasattr(x, "__len__") and len(x) > 1).all():
+    if not torchrun and "pass_sizes" in g and all(hasattr(x, "__len__") and len(x) > 1
+                                                  for at in ok for x in g["pass_sizes"][at]):
         from cpbench.results.uncertainty import speedup_ci_over_passes
 
-        sizes = [list(ok.loc[ok["mode"] == m, "pass_sizes"]) for m in MODES]
+        sizes = [list(g["pass_sizes"][at]) for at in ok]
         return speedup_ci_over_passes(*per_mode, *sizes,
                                       shares=(shares[Mode.TWO_CALL][0], shares[Mode.FUSED][0]) if shares is not None else None)
     return speedup_ci(*per_mode, per_sample_max=bool(torchrun),
                       shares=(shares[Mode.TWO_CALL][0], shares[Mode.FUSED][0]) if shares is not None else None)
 
 
-def kind_shares(g: pd.DataFrame) -> dict | None:
+def _ok_by_rank(g: _Rows) -> list[np.ndarray]:
+    """Per mode of MODES, the positions of its ``ok`` rows in rank order."""
+    ok = g["status"] == "ok"
+    rank = g.numeric("rank")
+    return [at[np.argsort(rank[at], kind="stable")] for at in (np.flatnonzero(ok & (g["mode"] == m.value)) for m in MODES)]
+
+
+def kind_shares(g: _Rows) -> dict | None:
     """Per mode, ``(shares [ranks, 2], medians [ranks])``: each rank's fraction of its forward in the window
     layers and in the full layers (``window_layers_us``, ``full_layers_us``) and its median forward (µs), ranks
     in order; None when the cell's rows cannot give them (a torchrun launch, whose ranks synchronise and are
@@ -173,27 +224,26 @@ def kind_shares(g: pd.DataFrame) -> dict | None:
             "launch" in g and (g["launch"] == "torchrun").any()) or not (g["timing"] == "breakable").all():
         return None
     out = {}
-    for mode in MODES:
-        m = g[(g["mode"] == mode) & (g["status"] == "ok")].sort_values("rank")
-        kinds = m[["window_layers_us", "full_layers_us"]].apply(pd.to_numeric, errors="coerce").to_numpy(float)
-        med = pd.to_numeric(m["latency_us_median"], errors="coerce").to_numpy(float)
-        if not len(m) or not np.isfinite(kinds).all() or (kinds <= 0).any() or not (med > 0).all():
+    for mode, at in zip(MODES, _ok_by_rank(g)):
+        kinds = np.stack([g.numeric("window_layers_us")[at], g.numeric("full_layers_us")[at]], axis=1)
+        med = g.numeric("latency_us_median")[at]
+        if not len(at) or not np.isfinite(kinds).all() or (kinds <= 0).any() or not (med > 0).all():
             return None
         out[mode] = (kinds / kinds.sum(axis=1, keepdims=True), med)
     return out
 
 
-def _gpu_time(g: pd.DataFrame) -> dict:
+def _gpu_time(g: _Rows) -> dict:
     """GPU busy time per mode on the busiest rank, its ratio, and whether the cell is host-bound."""
     out = {"gpu_busy_two_call_us": math.nan, "gpu_busy_fused_us": math.nan, "gpu_speedup": math.nan,
-           "host_bound": bool(flags(g["host_bound"]).any()) if "host_bound" in g else False,
-           "host_hidden": bool(flags(g["host_hidden"]).all()) if "host_hidden" in g and len(g) else False}
+           "host_bound": any(map(flag, g["host_bound"])) if "host_bound" in g else False,
+           "host_hidden": all(map(flag, g["host_hidden"])) if "host_hidden" in g and len(g) else False}
     if "gpu_busy_us" not in g:
         return out
     for mode, tag in ((m, m.tag) for m in MODES):
-        busy = pd.to_numeric(g.loc[(g["mode"] == mode) & (g["status"] == "ok"), "gpu_busy_us"], errors="coerce")
-        if busy.notna().any():
-            out[f"gpu_busy_{tag}_us"] = float(busy.max())
+        busy = g.numeric("gpu_busy_us")[(g["mode"] == mode.value) & (g["status"] == "ok")]
+        if (~np.isnan(busy)).any():
+            out[f"gpu_busy_{tag}_us"] = float(np.nanmax(busy))
     if out["gpu_busy_fused_us"] > 0:
         out["gpu_speedup"] = out["gpu_busy_two_call_us"] / out["gpu_busy_fused_us"]
     return out
