@@ -56,8 +56,9 @@ def test_lengths_with_nan_bounds_are_one_line():
 
 
 @pytest.mark.slow
-def test_a_results_row_with_text_where_a_number_belongs_is_left_out(tmp_path, text_reports):
-    """A hand-edited ``"bs": "one"`` is left out as a null ``bs`` is; report, plot and compare read the rest."""
+def test_a_results_row_with_text_where_a_number_belongs_is_left_out(tmp_path, text_reports, rough_charts):
+    """A hand-edited ``"bs": "one"`` is left out as a null ``bs`` is; report, plot and compare read the rest
+    (``plot`` draws every chart of the rest, at 20 dpi)."""
     from runfactory import make_rows, manifest
 
     rows = make_rows(cp_sizes=(2,), bss=(1,), seqs=(32,), timings=("eager",))

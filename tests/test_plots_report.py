@@ -325,7 +325,8 @@ def test_notes_do_not_claim_every_cell_ran_when_modes_or_ranks_were_limited(tmp_
 
 
 @pytest.mark.slow
-def test_cli_a_row_with_unreadable_extend_lens_is_left_out_by_line(tmp_path):
+def test_cli_a_row_with_unreadable_extend_lens_is_left_out_by_line(tmp_path, rough_charts):
+    """The report and its charts (drawn at 20 dpi) are made from the rows left."""
     run = make_run(tmp_path / "run", fmt="jsonl", cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",))
     rows = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
     rows[0]["extend_lens"] = [1, "a"]
