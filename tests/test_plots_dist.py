@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
@@ -133,6 +134,45 @@ def test_dist_charts_written_png_and_svg(tmp_path):
     for s, fn, title, _ in DIST_CHARTS:  # drawn as render_frame draws them (one model and backend: the frame)
         assert [p.name for p in fn(d, tmp_path, s, title)] == [f"{s}.png", f"{s}.svg"]
         assert (tmp_path / f"{s}.png").stat().st_size > 10_000 and "<svg" in (tmp_path / f"{s}.svg").read_text()
+
+
+def test_the_timeline_lays_each_ranks_layers_end_to_end_in_phase_order(monkeypatch):
+    """Per mode and rank, each layer is drawn as its wait, own all-gather, KV write and attention (the rank's
+    phase times / num_layers, ms), layer after layer from 0: one bar set per phase, a bar per layer."""
+    from matplotlib.collections import PolyCollection
+
+    from cpbench.report import style
+    from cpbench.report.dist_data import representative_cell
+    from cpbench.report.phases import PHASES, TIMELINE_ORDER, timeline_chart
+
+    figs = []
+    monkeypatch.setattr(style, "save", lambda fig, out_dir, name: figs.append(fig) or [])
+    d = prepare(dist_rows())
+    timeline_chart(d, Path("unused"), "timeline", "t")
+    c = representative_cell(d)
+    colour = {col: mcolor for col, _, mcolor, _ in PHASES}
+    (fig,) = figs
+    assert [ax.get_title() for ax in fig.axes] == ["two-call", "fused"]
+    for ax, mode in zip(fig.axes, ("two-call", "fused")):
+        sets = [pc for pc in ax.collections if isinstance(pc, PolyCollection)]
+        assert len(sets) == CP * len(TIMELINE_ORDER)
+        for i, r in enumerate(range(CP)):
+            row = c[(c["mode"] == mode) & (c["rank"] == r)].iloc[0]
+            widths = [row[col] / LAYERS / 1e3 for col in TIMELINE_ORDER]
+            assert min(widths) >= 0 and widths[-1] > 0  # the attention of every layer is drawn
+            mine = sets[i * len(TIMELINE_ORDER):(i + 1) * len(TIMELINE_ORDER)]
+            bars = []  # (x0, width, phase) of every bar of this rank
+            for col, pc in zip(TIMELINE_ORDER, mine):
+                assert matplotlib.colors.same_color(pc.get_facecolor()[0], colour[col])
+                for path in pc.get_paths():
+                    (x0, y0), (x1, y1) = path.vertices.min(axis=0), path.vertices.max(axis=0)
+                    assert (y0, y1) == pytest.approx((i - 0.35, i + 0.35))
+                    bars.append((x0, x1 - x0, col))
+            bars.sort(key=lambda b: (b[0], TIMELINE_ORDER.index(b[2])))
+            assert [b[2] for b in bars] == list(TIMELINE_ORDER) * LAYERS  # layer after layer, in phase order
+            assert [b[1] for b in bars] == pytest.approx(widths * LAYERS)
+            ends = np.cumsum([0.0] + [b[1] for b in bars])
+            assert [b[0] for b in bars] == pytest.approx(ends[:-1].tolist())  # end to end from 0
 
 
 @pytest.mark.parametrize("frame", ["simulated", "no_phases", "graph_only"])

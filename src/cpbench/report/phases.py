@@ -108,13 +108,12 @@ def timeline_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
             continue
         for i, r in enumerate(ranks):
             widths = [float(np.nan_to_num(m.loc[r, col])) / layers / 1e3 for col in TIMELINE_ORDER]
-            x = 0.0
-            for _ in range(layers):
-                for col, w in zip(TIMELINE_ORDER, widths):
-                    _, _, colour, hatch = next(p for p in PHASES if p[0] == col)
-                    ax.broken_barh([(x, w)], (i - 0.35, 0.7), facecolors=colour, hatch=hatch,
-                                   edgecolor="white" if not hatch else "#888888", lw=0.3)
-                    x += w
+            layer_ms, start = sum(widths), 0.0
+            for col, w in zip(TIMELINE_ORDER, widths):  # one bar set per phase: its segment in every layer
+                _, _, colour, hatch = next(p for p in PHASES if p[0] == col)
+                ax.broken_barh([(layer * layer_ms + start, w) for layer in range(layers)], (i - 0.35, 0.7),
+                               facecolors=colour, hatch=hatch, edgecolor="white" if not hatch else "#888888", lw=0.3)
+                start += w
             med = float(m.loc[r, "latency_us_median"]) / 1e3
             if math.isfinite(med):
                 lo = max(0.0, med - float(np.nan_to_num(m.loc[r, "latency_us_p10"])) / 1e3)
