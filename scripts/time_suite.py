@@ -2,10 +2,10 @@
 
     python scripts/time_suite.py [pytest args...]      # default: -q, as the README's test command
 
-Runs ``python -m pytest`` with the given arguments and, every 10 s while it runs, times a fixed pure-Python
-loop (10^6 additions at module level) in this process with ``time.process_time``: the CPU seconds the loop needs, scaled to
-10^7 steps, measure how fast the host runs Python at that moment (a shared or throttled host can take twice
-as long for the same loop from one hour to the next). Prints the suite's wall time, the CPU seconds of the
+Runs ``python -m pytest`` with the given arguments and, every 10 s while it runs, times a fixed pure-Python loop
+(10^6 additions at module level) in this process with ``time.process_time``: the CPU seconds the loop needs,
+scaled to 10^7 steps, measure how fast the host runs Python at that moment (a shared or throttled host can take
+twice as long for the same loop from one hour to the next). Prints the suite's wall time, the CPU seconds of the
 processes it ran (user + sys of every reaped child), the mean loop time and both times divided by it, so that
 two runs on a host whose speed moved can still be compared. Exits with pytest's code.
 """

@@ -143,9 +143,9 @@ class _Rows:
 
 
 def missing_rows(g, modes) -> list[tuple[int, str]]:
-    """The (rank, mode) rows one cell's rows ``g`` (a DataFrame, or anything indexed by column) lack: every mode of ``modes`` (the run's) on every rank
-    the cell has a row of, and on a torchrun launch (which always measures every rank) every rank of
-    ``cp_size``. Sorted by rank, then mode."""
+    """The (rank, mode) rows one cell's rows ``g`` (a DataFrame, or anything indexed by column) lack: every mode of
+    ``modes`` (the run's) on every rank the cell has a row of, and on a torchrun launch (which always measures every
+    rank) every rank of ``cp_size``. Sorted by rank, then mode."""
     have = {(int(r), str(m)) for r, m in zip(pd.to_numeric(g["rank"], errors="coerce"), g["mode"]) if r == r}
     ranks = {r for r, _ in have}
     if "launch" in g and (g["launch"] == "torchrun").all() and "cp_size" in g:
@@ -210,7 +210,8 @@ def _ok_by_rank(g: _Rows) -> list[np.ndarray]:
     """Per mode of MODES, the positions of its ``ok`` rows in rank order."""
     ok = g["status"] == "ok"
     rank = g.numeric("rank")
-    return [at[np.argsort(rank[at], kind="stable")] for at in (np.flatnonzero(ok & (g["mode"] == m.value)) for m in MODES)]
+    per_mode = (np.flatnonzero(ok & (g["mode"] == m.value)) for m in MODES)
+    return [at[np.argsort(rank[at], kind="stable")] for at in per_mode]
 
 
 def kind_shares(g: _Rows) -> dict | None:
