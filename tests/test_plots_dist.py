@@ -156,8 +156,8 @@ def test_the_timeline_lays_each_ranks_layers_end_to_end_in_phase_order(monkeypat
     for ax, mode in zip(fig.axes, ("two-call", "fused")):
         sets = [pc for pc in ax.collections if isinstance(pc, PolyCollection)]
         assert len(sets) == CP * len(TIMELINE_ORDER)
-        for i, r in enumerate(range(CP)):
-            row = c[(c["mode"] == mode) & (c["rank"] == r)].iloc[0]
+        for i in range(CP):  # rank i, drawn in row i
+            row = c[(c["mode"] == mode) & (c["rank"] == i)].iloc[0]
             widths = [row[col] / LAYERS / 1e3 for col in TIMELINE_ORDER]
             assert min(widths) >= 0 and widths[-1] > 0  # the attention of every layer is drawn
             mine = sets[i * len(TIMELINE_ORDER):(i + 1) * len(TIMELINE_ORDER)]
