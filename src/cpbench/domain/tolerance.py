@@ -14,7 +14,7 @@ Such a backend is held to the dtype's tolerance plus that (docs/design.md §12).
 
 REFERENCE_TOLERANCE = {"bf16": 2e-2, "fp16": 4e-3, "fp32": 1e-4}  # by --dtype name, absolute
 FOLD_ROUNDING = {"bf16": 2.0 ** -6, "fp16": 2.0 ** -9, "fp32": 0.0}  # half an ulp at |out| in [4, 8)
-FOLDS_SINKS_AFTER_KERNEL = frozenset({"flex"})  # backends whose sinks are folded in after the kernel
+FOLDS_SINKS_AFTER_KERNEL = frozenset({"flex", "fa3"})  # backends whose sinks are folded in after the kernel (fa3: upstream FlashAttention-3)
 
 
 def reference_tolerance(dtype: str, backend: str = "") -> float:

@@ -91,9 +91,9 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
     modes = list(dict.fromkeys(m for m, _ in job.todo))
     rows: list[dict] = []
     status = {m: OK for m in modes}
-    for m in modes:  # a mode the backend has no call for (cp-native outside flex) is a fact, not a failure
+    for m in modes:  # a mode the backend has no call for (cp-native outside flex and fa3) is a fact, not a failure
         if m not in getattr(job.backend, "modes", MODES):
-            status[m] = ("unsupported", f"{job.backend.name} has no {m} call (the flex backend has one)")
+            status[m] = ("unsupported", f"{job.backend.name} has no {m} call (the fa3 and flex backends have one)")
 
     def fail_open(run: Callable[[str], None], agreeing: bool = False) -> None:
         """run(mode) for every mode still ok, then agree. ``agreeing``: the run holds collectives (the
@@ -120,6 +120,7 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                 exchanges[m] = exchange = group.exchange(work, m)
         prepared[m] = prep.with_steps_before(exchange) if exchange is not None else prep
         info[m].update(exchange.columns if exchange is not None else {})
+        info[m].update(prep.columns)  # e.g. kernel_impl: which FlashAttention-3 build ran
         setup_mem[m] = mem.finish(prep.setup_mem)
 
     times = job.times

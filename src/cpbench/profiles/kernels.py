@@ -2,8 +2,11 @@
 
 Classes (checked in this order, on the lower-cased name):
 
-- ``merge``: split-KV merge kernels (``MergeStates``, ``MergeState``, ``VariableLengthMergeStates``);
-  checked first so a broad attention pattern such as ``"flashinfer"`` cannot swallow them.
+- ``merge``: an attention call's helper kernels beside its attention kernel: split-KV merges (FlashInfer's
+  ``MergeStates``, ``MergeState``, ``VariableLengthMergeStates``; FlashAttention-3's ``flash::FlashAttnFwdCombine``)
+  and FlashAttention-3's per-call scheduler (``flash::prepare_varlen_num_blocks_kernel``); checked first so a
+  broad attention pattern such as ``"flashinfer"`` cannot swallow them. Attention work of the call, counted apart
+  so that attention kernels still count calls (36 vs 72 per rank).
 - ``comm``: collective-communication kernels (NCCL's ``ncclDevKernel_AllGather_RING_LL(...)``,
   ``ncclKernel_AllReduce_RING_LL_Sum_float(...)``; RCCL keeps the names); checked before attention
   so a forward with an all-gather per layer reports attention and collectives apart. gloo runs
@@ -24,7 +27,9 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
-MERGE_PATTERNS = ("mergestate",)  # MergeStatesKernel, MergeStateInPlaceKernel, VariableLengthMergeStates
+# FlashInfer's MergeStatesKernel, MergeStateInPlaceKernel, VariableLengthMergeStates; FlashAttention-3's combine
+# (flash::FlashAttnFwdCombine<...>) and varlen scheduler (flash::prepare_varlen_num_blocks_kernel)
+MERGE_PATTERNS = ("mergestate", "flash::flashattnfwdcombine", "flash::prepare_varlen_num_blocks")
 FILL_PATTERNS = ("fillfunctor", "fill_kernel", "memset")
 COPY_PATTERNS = ("memcpy", "copy_kernel", "catarraybatchedcopy")
 COMM_PATTERNS = ("nccl",)  # ncclDevKernel_* (NCCL >= 2.19), ncclKernel_* (older NCCL)

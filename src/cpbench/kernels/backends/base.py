@@ -8,7 +8,7 @@ output buffers, workspace) and returns a :class:`Prepared` whose ``forward()`` o
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, NamedTuple, Protocol
 
 import torch
@@ -51,6 +51,10 @@ class Prepared:
         row_order: None when ``outputs`` rows are in local order; else int64 ``[tokens_logical]``, the
             local row of each output row (a fused call in another segment order, :func:`call_rows`).
             Read outputs through :meth:`local_outputs`.
+        post: None, or ``outputs -> outputs`` (new tensors, call order) applied when outputs are read for a
+            check: what the backend's timed calls leave out of the kernel (FlashAttention-3 upstream's sinks,
+            folded in from its log-sum-exp).
+        columns: row columns the backend adds (``kernel_impl``: which build of a kernel ran).
     """
 
     layers: list[list[tuple[str, Call]]]
@@ -60,16 +64,20 @@ class Prepared:
     setup_mem: dict[str, int] = field(default_factory=dict)
     row_order: torch.Tensor | None = None
     held: list = field(default_factory=list)  # tensors the forward keeps allocated (the SWA pool's table)
+    post: Callable[[dict[int, torch.Tensor]], dict[int, torch.Tensor]] | None = None
+    columns: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.layers = [[s if isinstance(s, Step) else Step(*s) for s in steps] for steps in self.layers]
 
     def local_outputs(self) -> dict[int, torch.Tensor]:
         """``outputs`` with rows in local order (prev blocks, then next blocks): the buffers themselves,
-        or an un-permuted copy when ``row_order`` is set (outside any timed region)."""
+        or an un-permuted copy when ``row_order`` is set, after :attr:`post` where set (outside any timed
+        region)."""
+        outs = self.outputs if self.post is None else self.post(self.outputs)
         if self.row_order is None:
-            return self.outputs
-        return {w: torch.empty_like(o).index_copy_(0, self.row_order, o) for w, o in self.outputs.items()}
+            return outs
+        return {w: torch.empty_like(o).index_copy_(0, self.row_order, o) for w, o in outs.items()}
 
     def forward(self) -> None:
         """Launch every step of every layer, in order."""
@@ -93,9 +101,8 @@ class Prepared:
     def with_steps_before(self, steps_for_layer: Callable[[int], list[Step]]) -> "Prepared":
         """This forward with ``steps_for_layer(i)`` (e.g. K|V all-gather, KV write) run before layer
         i's attention, as a CP layer does; outputs, setup and kernel patterns are shared."""
-        layers = [[*steps_for_layer(i), *steps] for i, steps in enumerate(self.layers)]
-        return Prepared(layers, self.outputs, dict(self.setup_us), self.kernel_patterns, dict(self.setup_mem),
-                        self.row_order, self.held)
+        return replace(self, layers=[[*steps_for_layer(i), *steps] for i, steps in enumerate(self.layers)],
+                       setup_us=dict(self.setup_us), setup_mem=dict(self.setup_mem))
 
 
     def with_layer_work(self, before: Callable[[int], Call], after: Callable[[int], list]) -> "Prepared":
@@ -105,8 +112,7 @@ class Prepared:
         setup and kernel patterns are shared."""
         layers = [[Step("before_attention", before(i), "layer"), *steps, *(Step(*x) for x in after(i))]
                   for i, steps in enumerate(self.layers)]
-        return Prepared(layers, self.outputs, dict(self.setup_us), self.kernel_patterns, dict(self.setup_mem),
-                        self.row_order, self.held)
+        return replace(self, layers=layers, setup_us=dict(self.setup_us), setup_mem=dict(self.setup_mem))
 
 
 class Backend(Protocol):

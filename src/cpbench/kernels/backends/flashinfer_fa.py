@@ -1,4 +1,6 @@
-"""FlashInfer fa2 / fa3 paged prefill (fa2: compute capability >= 8.0; fa3: 9.0 only; see the registry).
+"""FlashInfer's paged prefill, ``flashinfer-fa2`` and ``flashinfer-fa3`` (FlashInfer's ``backend="fa2"`` and
+``backend="fa3"`` templates; fa2: compute capability >= 8.0, fa3: 9.0 only; see the registry). SGLang runs these
+with ``--attention-backend flashinfer``; its ``fa3`` backend is FlashAttention-3 (:mod:`.flash_attn3`).
 
 Models without sinks use ``BatchPrefillWithPagedKVCacheWrapper``; models with sinks use
 ``BatchAttentionWithAttentionSinkWrapper`` (the plain wrapper ignores ``sinks=`` on fa2/fa3). The
@@ -39,11 +41,11 @@ def flashinfer_version() -> str | None:
 
 
 def _sink_module_keys(backend: str, model: ModelSpec, dtype: torch.dtype) -> list[tuple]:
-    return [(backend, str(dtype), w >= 0) for w in model.layer_kinds]
+    return [(backend, str(dtype), w >= 0) for w in model.layer_kinds]  # backend: FlashInfer's template
 
 
 class FlashInferBackend:
-    """fa2 or fa3 through FlashInfer's paged prefill wrappers.
+    """FlashInfer's fa2 or fa3 template through its paged prefill wrappers.
 
     ``split_kv=False`` plans fa2 with ``disable_split_kv=True``. By default fa2's planner picks the
     KV chunk size from the whole batch's work (scheduler.cuh ``PrefillBinarySearchKVChunkSize``), so
@@ -52,9 +54,11 @@ class FlashInferBackend:
     they are bit-identical. fa3 has no such option and was bit-identical on the H200.
     """
 
-    def __init__(self, name: str, split_kv: bool = True) -> None:
-        assert name in ("fa2", "fa3")
-        self.name = name
+    def __init__(self, kind: str, split_kv: bool = True) -> None:
+        """``kind``: FlashInfer's template, ``"fa2"`` or ``"fa3"`` (the backend is named ``flashinfer-<kind>``)."""
+        assert kind in ("fa2", "fa3")
+        self.kind = kind
+        self.name = f"flashinfer-{kind}"
         self.split_kv = split_kv
         self._workspace: dict[torch.device, torch.Tensor] = {}
 
@@ -71,7 +75,7 @@ class FlashInferBackend:
         if dtype == torch.float32:
             return f"{self.name} runs fp16/bf16 only: use --dtype bf16"
         if model.has_sinks:
-            for key in _sink_module_keys(self.name, model, dtype):
+            for key in _sink_module_keys(self.kind, model, dtype):
                 seen = _SINK_MODULE_HEAD_DIM.get(key)
                 if seen is not None and seen != model.head_dim:
                     return (f"flashinfer's attention-sink module {key} was built for head_dim {seen} in this "
@@ -90,12 +94,12 @@ class FlashInferBackend:
         ws = self._workspace_for(work.q.device)
         m, dtype = work.model, work.q.dtype
         if m.has_sinks:
-            for key in _sink_module_keys(self.name, m, dtype):
+            for key in _sink_module_keys(self.kind, m, dtype):
                 _SINK_MODULE_HEAD_DIM.setdefault(key, m.head_dim)
             return flashinfer.BatchAttentionWithAttentionSinkWrapper(
-                ws, kv_layout="NHD", backend=self.name, q_data_type=dtype, kv_data_type=dtype,
+                ws, kv_layout="NHD", backend=self.kind, q_data_type=dtype, kv_data_type=dtype,
                 head_dim_qk=m.head_dim, head_dim_vo=m.head_dim, window_left=window_left)
-        return flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, kv_layout="NHD", backend=self.name)
+        return flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, kv_layout="NHD", backend=self.kind)
 
     def prepare(self, work: RankWork, mode: str) -> Prepared:
         """Plan every (call, layer kind); page_table = duplication (fused), metadata = host arrays (per
@@ -122,7 +126,7 @@ class FlashInferBackend:
                                      for qo, (_, segs) in zip(qos, calls)]
         sw.hold("workspace", self._workspace_for(work.q.device))  # allocated once, outside the parts
         planned: dict[tuple[int, int], object] = {}
-        extra = {} if self.split_kv or self.name != "fa2" else {"disable_split_kv": True}
+        extra = {} if self.split_kv or self.kind != "fa2" else {"disable_split_kv": True}
         with sw("plan"):
             for w in m.layer_kinds:
                 for ci, (qo, kv_indptr, kv_indices, last) in enumerate(arrays[id(tables[w])]):

@@ -88,14 +88,26 @@ BACKENDS: dict[str, BackendSpec] = {s.name: s for s in (
         kernel_patterns=(), cpu=True, cuda_min=(0, 0),
         description="pure-torch reference (CPU or CUDA): the correctness baseline, not a fast path"),
     BackendSpec(
-        "fa2", "cpbench.kernels.backends.flashinfer_fa:FlashInferBackend", impl_args=("fa2",),
+        "flashinfer-fa2", "cpbench.kernels.backends.flashinfer_fa:FlashInferBackend", impl_args=("fa2",),
         kernel_patterns=("batchprefillwithpagedkvcachekernel",),  # flashinfer::BatchPrefillWithPagedKVCacheKernel<...>
-        description="FlashInfer paged prefill, backend='fa2' (CUDA compute capability >= 8.0)"),
+        description="FlashInfer paged prefill, backend='fa2' (SGLang --attention-backend flashinfer; compute "
+                    "capability >= 8.0)"),
     BackendSpec(
-        "fa3", "cpbench.kernels.backends.flashinfer_fa:FlashInferBackend", impl_args=("fa3",),
-        kernel_patterns=("prefillwithkvcachekernel",),  # flashinfer::PrefillWithKVCacheKernel<...Paged...>
+        "flashinfer-fa3", "cpbench.kernels.backends.flashinfer_fa:FlashInferBackend", impl_args=("fa3",),
+        kernel_patterns=("flashinfer::prefillwithkvcachekernel",),  # flashinfer::PrefillWithKVCacheKernel<...Paged...>
         cuda_exact=((9, 0),),
-        description="FlashInfer paged prefill, backend='fa3' (Hopper, compute capability 9.0 only)"),
+        description="FlashInfer paged prefill, backend='fa3' (FlashInfer's own Hopper template; 9.0 only)"),
+    BackendSpec(
+        "fa3", "cpbench.kernels.backends.flash_attn3:FlashAttn3Backend",
+        # cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<...>>>: the attention kernel,
+        # one per call. Each call also runs flash::prepare_varlen_num_blocks_kernel (its scheduler) and, when it
+        # splits KV, flash::FlashAttnFwdCombine: counted as the call's merge work (profiles/kernels.py), not as
+        # attention kernels, so 36 vs 72 attention kernels per rank still reads as calls.
+        kernel_patterns=("flash::flashattnfwdsm90",),
+        cuda_exact=((9, 0),),
+        description="FlashAttention-3 flash_attn_with_kvcache (SGLang --attention-backend fa3, its Hopper default: "
+                    "sgl_kernel.flash_attn, else upstream flash_attn_interface; 9.0 only), in two-call, fused and "
+                    "cp-native (cache_batch_idx) modes"),
     BackendSpec(
         "trtllm-fmha-v2", "cpbench.kernels.backends.trtllm:TrtllmFmhaV2Backend",
         # fmha_v2_flash_attention_bf16_64_256_S_q_paged_kv_64_causal_output_bf16_tma_ws_sm90_kernel (and
@@ -181,7 +193,7 @@ def resolve_auto(device) -> str:
     """The backend ``auto`` picks: the most specialised (last) of :data:`BACKEND_NAMES` that runs on
     ``device`` (see :func:`device_capability` for what it may be): the TRT-LLM kernel family SGLang PR
     #33137 fuses where one runs (10.x -> trtllm-gen, 9.x and 12.x -> trtllm-fmha-v2), other >= 8.0 ->
-    fa2, CPU (or CUDA below 8.0) -> torch."""
+    flashinfer-fa2, CPU (or CUDA below 8.0) -> torch."""
     cc = device_capability(device)
     return next(n for n, s in reversed(BACKENDS.items()) if s.auto and s.runs_on(cc))
 
