@@ -4,7 +4,7 @@ the forward's steps, event; harness_overhead.bare_loop_us) over the same prepare
 attention steps.
 
 Run on a machine with N GPUs:
-    torchrun --standalone --nproc-per-node 2 benchmarks/dist_harness_overhead.py --backend fa3 --seq 8192
+    torchrun --standalone --nproc-per-node 2 benchmarks/dist_harness_overhead.py --backend flashinfer-fa3 --seq 8192
 Rank 0 prints one JSON line per (seq, mode): both medians over ranks' slowest sample and their
 difference; the target is <= 1% for forwards over 1 ms.
 """
@@ -36,7 +36,7 @@ def critical(samples: list[float]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--backend", default="fa3")
+    ap.add_argument("--backend", default="flashinfer-fa3")
     ap.add_argument("--model", default="gpt-oss-120b")
     ap.add_argument("--bs", type=int, default=1)
     ap.add_argument("--seq", type=int, nargs="+", default=[8192, 32768])

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200 evidence for workloads as deployments see them: gpt-oss-120b, fa3, a lognormal length mix
+# H200 evidence for workloads as deployments see them: gpt-oss-120b, flashinfer-fa3, a lognormal length mix
 # (median 4096 prompt tokens, sigma 1.0, seed 1, 2 batches per bs) with half of every prompt cached.
 # Run from the repository root (flashinfer installed, JIT cache warm; each sweep is about 1-2 minutes):
 #   bash benchmarks/h200_workloads.sh one   # 1 GPU: TP 4 and TP 8, cp 4 simulated
@@ -9,7 +9,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/cpbench-out}
 mkdir -p "$OUT" runs
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH}
-mix="--backend fa3 --model gpt-oss-120b --bs 1,4,16 --lengths dist:lognormal:4096:1.0 --batches 2 --prefix-hit 0.5 --seed 1"
+mix="--backend flashinfer-fa3 --model gpt-oss-120b --bs 1,4,16 --lengths dist:lognormal:4096:1.0 --batches 2 --prefix-hit 0.5 --seed 1"
 case "${1:-}" in
 one)
   for tp in 4 8; do

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The 2 x H200 evidence for the torchrun mode, in two parts (each fits one 10-minute device call).
 # Run from the repository root on a machine with 2 GPUs, after `source .gpu/setup.sh`:
-#   bash benchmarks/h200_x2.sh dist   # smoke, torchrun sweep cp 2 bs 1,4,16 (fa3, eager+graph), profile
+#   bash benchmarks/h200_x2.sh dist   # smoke, torchrun sweep cp 2 bs 1,4,16 (flashinfer-fa3, eager+graph), profile
 #   bash benchmarks/h200_x2.sh sim    # the simulated sweep of the same cells, harness overhead, GPU tests
 # Run directories go to runs/h200x2-*; logs and a tarball to $OUT (default /tmp/cpbench-out).
 set -uo pipefail
@@ -23,7 +23,7 @@ dist)
 sim)
   timeout 240 python3 -m cpbench sweep $cp --out runs/h200x2-fa3-simulated 2>&1 | tee "$OUT/simulated.log"
   timeout 120 python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/dist_harness_overhead.py \
-    --backend fa3 --seq 8192 32768 2>&1 | tee "$OUT/harness.log"
+    --backend flashinfer-fa3 --seq 8192 32768 2>&1 | tee "$OUT/harness.log"
   timeout 150 python3 -m pytest -q -n 0 -p no:cacheprovider tests/test_dist_gpu.py 2>&1 | tee "$OUT/gpu-tests.log"
   ;;
 *) echo "usage: $0 dist|sim" >&2; exit 2 ;;

@@ -1,7 +1,7 @@
 """Harness overhead: cpbench's timing path vs a bare CUDA-event loop over the same attention calls.
 
 Run on a GPU (same process, same prepared calls, same inputs):
-    python benchmarks/harness_overhead.py --backend fa3 --seq 32768 --bs 1
+    python benchmarks/harness_overhead.py --backend flashinfer-fa3 --seq 32768 --bs 1
 Prints both medians and their difference; the target is <= 1% for forwards over 1 ms.
 """
 
@@ -40,7 +40,7 @@ def bare_loop_us(layers, reps: int, barrier=None) -> list[float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--backend", default="fa3")
+    ap.add_argument("--backend", default="flashinfer-fa3")
     ap.add_argument("--model", default="gpt-oss-120b")
     ap.add_argument("--cp", type=int, default=4)
     ap.add_argument("--bs", type=int, default=1)

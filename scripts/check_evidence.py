@@ -12,6 +12,7 @@ Prints one line per check; exits 1 with a message on any failure, 0 when every c
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -27,6 +28,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 from cpbench.report.charts import CHARTS, DIST_CHARTS, render_all  # noqa: E402
 from cpbench.report.run_report import render_report, write_report  # noqa: E402
 from cpbench.results.critical_path import critical_path  # noqa: E402
+from cpbench.results.schema import SCHEMA_VERSION, V3_BACKENDS  # noqa: E402
 from cpbench.results.store import load_run  # noqa: E402
 
 
@@ -40,7 +42,7 @@ def expect(ok: bool, what: str) -> None:
 
 
 def h200_run_holds_the_headline_counts() -> None:
-    """gpt-oss-120b on fa3, cp 4: 72 attention kernels per rank two-call, 36 fused, outputs equal."""
+    """gpt-oss-120b on flashinfer-fa3, cp 4: 72 attention kernels per rank two-call, 36 fused, outputs equal."""
     df, _ = load_run(RUNS / "h200-fa3-gpt-oss-120b")
     eager = df[(df["timing"] == "eager") & (df["status"] == "ok")]
     two, fused = eager[eager["mode"] == "two-call"], eager[eager["mode"] == "fused"]
@@ -51,10 +53,11 @@ def h200_run_holds_the_headline_counts() -> None:
 
 
 def h200_default_sweep_is_complete_and_timed() -> None:
-    """The default sweep (backend auto = fa3 on the H200): every cell ok, one invocation, timed."""
+    """The default sweep (backend auto = FlashInfer's fa3 on the H200 then, read as flashinfer-fa3): every cell ok,
+    one invocation, timed."""
     df, manifest = load_run(RUNS / "h200-fa3-gpt-oss-120b")
     expect(manifest["command"].startswith("cpbench sweep --cp 4 --bs 1,4,16 "), f"command {manifest['command']!r}")
-    expect(manifest["config"]["backend"] == "fa3" and manifest["gpu_name"] == "NVIDIA H200",
+    expect(manifest["config"]["backend"] == "flashinfer-fa3" and manifest["gpu_name"] == "NVIDIA H200",
            f"backend {manifest['config']['backend']!r} on {manifest['gpu_name']!r}")
     want = 9 * 4 * 2 * 2  # cells x ranks x modes x timings
     expect(len(df) == want and set(df["status"]) == {"ok"}, f"{len(df)} rows (want {want}), statuses {set(df['status'])}")
@@ -63,9 +66,9 @@ def h200_default_sweep_is_complete_and_timed() -> None:
 
 
 def h200_fa2_two_call_splits_kv_at_small_batch() -> None:
-    """The fa2 run's finding: at bs 1 x 2K the two-call plans split KV (one merge kernel per call), the fused
-    plan (twice the work) does not, and fused is > 3x faster; outputs differ by rounding only. Its report
-    says so, and the fa3 run's report has no split-KV line."""
+    """The flashinfer-fa2 run's finding: at bs 1 x 2K the two-call plans split KV (one merge kernel per call), the
+    fused plan (twice the work) does not, and fused is > 3x faster; outputs differ by rounding only. Its report
+    says so, and the flashinfer-fa3 run's report has no split-KV line."""
     df, _ = load_run(RUNS / "h200-fa2-gpt-oss-120b")  # stored rows read as a report reads them
     small = df[(df["bs"] == 1) & (df["max_extend_len"] == 2048) & (df["timing"] == "eager")]
     expect(set(small[small["mode"] == "two-call"]["merge_kernels"]) == {72}, "two-call merge kernels at bs 1 x 2K != 72")
@@ -76,10 +79,12 @@ def h200_fa2_two_call_splits_kv_at_small_batch() -> None:
     diff = df[df["mode"] == "fused"]["diff_vs_two_call"].max()
     expect(0 < diff <= 2 ** -6, f"fused vs two-call max diff {diff}, not in (0, 2^-6]")
     text = render_report(*load_run(RUNS / "h200-fa2-gpt-oss-120b"), "fa2")
-    expect("Split-KV merge kernels per forward, gpt-oss-120b · fa2 · cp 4" in text, "the fa2 report has no split-KV line")
-    expect("bs 1, 2K tokens: 72 two-call, 0 fused." in text, "the fa2 report does not give the bs 1 x 2K merge counts")
+    expect("Split-KV merge kernels per forward, gpt-oss-120b · flashinfer-fa2 · cp 4" in text,
+           "the flashinfer-fa2 report has no split-KV line")
+    expect("bs 1, 2K tokens: 72 two-call, 0 fused." in text,
+           "the flashinfer-fa2 report does not give the bs 1 x 2K merge counts")
     expect("Split-KV" not in render_report(*load_run(RUNS / "h200-fa3-gpt-oss-120b"), "fa3"),
-           "the fa3 report has a split-KV line")
+           "the flashinfer-fa3 report has a split-KV line")
 
 
 def h200_forward_agrees_with_the_independent_script() -> None:
@@ -99,8 +104,8 @@ def h200_forward_agrees_with_the_independent_script() -> None:
            f"segments {set(br['segments'])}, max diff vs eager {br['diff_vs_eager'].max()}")
     fw = forward_cells(cells(df))
     checked = 0
-    for backend in ("trtllm-fmha-v2", "fa3"):
-        for line in (ROOT / "docs" / "evidence" / "h200-forward" / f"independent-{backend}.jsonl").read_text().splitlines():
+    for backend, log in (("trtllm-fmha-v2", "trtllm-fmha-v2"), ("flashinfer-fa3", "fa3")):  # log: the file's name
+        for line in (ROOT / "docs" / "evidence" / "h200-forward" / f"independent-{log}.jsonl").read_text().splitlines():
             rec = json.loads(line)
             c = fw[(fw["backend"] == backend) & (fw["bs"] == rec["cell"]["bs"])
                    & (fw["max_extend_len"] == rec["cell"]["extend_len"])]
@@ -213,14 +218,14 @@ def engine_read_back_is_what_the_readme_says() -> None:
     engine = ROOT / "docs" / "evidence" / "h200-engine-traces"
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     by_rank: dict[int, list[str]] = {}
-    for x in _read_back(engine / "cp4-bs1-ext8192-fused", "h200-engine-cell-fa3", "fa3", "fused"):
+    for x in _read_back(engine / "cp4-bs1-ext8192-fused", "h200-engine-cell-fa3", "flashinfer-fa3", "fused"):
         expect(0.985 <= x.ratio < 1.015, f"engine fused rank {x.rank} {x.kind}: {x.ratio:.3f}")
         by_rank.setdefault(x.rank, []).append(f"{x.engine_median_us:.1f} [{x.engine_p10_us:.1f}–{x.engine_p90_us:.1f}] | "
                                               f"{x.cpbench_us:.1f} | {x.ratio:.2f}")
     for rank, parts in by_rank.items():
         line = f"| {rank} | " + " | ".join(parts) + " |"
         expect(line in readme, f"README lacks the read-back row {line}")
-    for x in _read_back(engine / "cp4-bs1-ext8192-two-call", "h200-engine-cell-fa3", "fa3", "two-call"):
+    for x in _read_back(engine / "cp4-bs1-ext8192-two-call", "h200-engine-cell-fa3", "flashinfer-fa3", "two-call"):
         expect(0.985 <= x.ratio < 1.045, f"engine two-call rank {x.rank} {x.kind}: {x.ratio:.3f}")
     from cpbench.kernels.backends.registry import BACKEND_NAMES, kernel_patterns
     from cpbench.profiles.engine_forwards import find_forwards
@@ -272,9 +277,24 @@ SIMULATED_PAIRS = {"h200x2-fa3-torchrun": "h200x2-fa3-simulated", "h200x2-fa3-to
                    "h200x2-fa3-tp8-mix-torchrun": "h200x2-fa3-tp8-mix-simulated"}
 
 
+# a backend name fa2 / fa3 in a report rendered before schema 3 (not inside a run's or a chart's name)
+OLD_BACKEND = re.compile(r"(?<![\w./-])(fa[23])(?![\w/-])")
+
+
+def as_rendered_now(report: str, manifest: dict) -> str:
+    """A committed report.md as this checkout renders it where only names changed since: a run of schema 1 or 2
+    (rendered before FlashInfer's backends were renamed) with ``fa2`` / ``fa3`` as ``flashinfer-fa2`` /
+    ``flashinfer-fa3``, as its rows and manifest are read (cpbench.results.schema.V3_BACKENDS); other reports
+    as they are."""
+    if manifest.get("schema_version", 1) >= SCHEMA_VERSION:
+        return report
+    return OLD_BACKEND.sub(lambda m: V3_BACKENDS[m.group(1)], report)
+
+
 def committed_reports_are_current() -> None:
     """Every committed report.md is what this checkout's code renders from its run's rows (a stale report
-    quotes numbers or wording the code no longer produces). Regenerate one with
+    quotes numbers or wording the code no longer produces), backend names of a report rendered before schema 3
+    read as they are now (:func:`as_rendered_now`: the committed runs are not rewritten). Regenerate one with
     ``cpbench report docs/runs/NAME`` (``--simulated docs/runs/SIM`` for SIMULATED_PAIRS)."""
     stale = []
     for run in sorted(p for p in RUNS.iterdir() if (p / "report.md").exists()):
@@ -282,7 +302,7 @@ def committed_reports_are_current() -> None:
         sim = SIMULATED_PAIRS.get(run.name)
         text = render_report(df, manifest, run.name, run / "plots", sim_df=load_run(RUNS / sim)[0] if sim else None,
                              sim_name=sim or "")
-        if text != (run / "report.md").read_text(encoding="utf-8"):
+        if text != as_rendered_now((run / "report.md").read_text(encoding="utf-8"), manifest):
             stale.append(run.name + (f" (--simulated docs/runs/{sim})" if sim else ""))
     expect(not stale, f"{len(stale)} committed report(s) differ from what the code renders: {', '.join(stale)}; "
                       "regenerate with cpbench report docs/runs/NAME")
@@ -320,7 +340,7 @@ def readme_headline_rows() -> list[str]:
     graph = view[view["timing"] == "graph"]
     for (bs, ext), g in fw[fw["status"] == "ok"].groupby(["bs", "max_extend_len"], sort=True):
         row = [str(bs), human_tokens(ext)]
-        for b in ("trtllm-fmha-v2", "fa3"):
+        for b in ("trtllm-fmha-v2", "flashinfer-fa3"):
             att = graph[(graph["backend"] == b) & (graph["bs"] == bs) & (graph["max_extend_len"] == ext)]
             row += [forward_text(g[g["backend"] == b].iloc[0]), answer(att.iloc[0])]
         rows.append("| " + " | ".join(row) + " |")
@@ -329,7 +349,7 @@ def readme_headline_rows() -> list[str]:
     for (bs, ext), g in graph.groupby(["bs", "max_extend_len"], sort=True):
         by = {r["backend"]: r for _, r in g.iterrows()}
         best = min(((best_of(c), b) for b, c in by.items()), key=lambda x: x[0][0])
-        rows.append(f"| {bs} | {human_tokens(ext)} | {answer(by['trtllm-fmha-v2'])} | {answer(by['fa3'])} | "
+        rows.append(f"| {bs} | {human_tokens(ext)} | {answer(by['trtllm-fmha-v2'])} | {answer(by['flashinfer-fa3'])} | "
                     f"{ms(best[0][0])} ({best[1]}, {best[0][1]}) |")
     return rows
 

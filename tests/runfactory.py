@@ -32,7 +32,7 @@ def default_latency(model, backend, timing, cp, bs, seq, rank, mode) -> float:
 
 def manifest(**over) -> dict:
     m = {"schema_version": SCHEMA_VERSION, "cpbench_version": "0.1.0", "git_commit": "abc1234",
-         "command": "cpbench sweep --cp 2,4 --bs 1,4,16 --seq 1024,8192,65536 --backend fa3",
+         "command": "cpbench sweep --cp 2,4 --bs 1,4,16 --seq 1024,8192,65536 --backend flashinfer-fa3",
          "created": "2025-01-01T00:00:00Z", "python": "3.11.7", "torch": "2.11.0", "cuda": "13.0",
          "driver": "580.65", "flashinfer": "0.7.2.post1", "gpu_name": "NVIDIA H200",
          "compute_capability": "9.0", "cpu": "x86_64", "timing_method": "cuda events, ABBA",
@@ -43,7 +43,7 @@ def manifest(**over) -> dict:
 
 
 def make_rows(*, cp_sizes=(2, 4), bss=(1, 4, 16), seqs=(1024, 8192, 65536), timings=("eager", "graph"),
-              models=("gpt-oss-120b",), backends=("fa3",), prefix_len=0,
+              models=("gpt-oss-120b",), backends=("flashinfer-fa3",), prefix_len=0,
               latency: Callable = default_latency, status: Optional[Callable] = None,
               n_samples: int = 40, noise: float = 0.01, seed: int = 0) -> list[dict]:
     """Rows for every model x backend x timing x cp x bs x seq x rank x mode.

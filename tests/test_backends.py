@@ -24,7 +24,7 @@ def test_auto_on_cpu_is_torch():
     assert resolve_auto(CPU) == "torch"
 
 
-@pytest.mark.parametrize("cc,expect", [((10, 0), "trtllm-gen"), ((9, 0), "trtllm-fmha-v2"), ((8, 9), "fa2"),
+@pytest.mark.parametrize("cc,expect", [((10, 0), "trtllm-gen"), ((9, 0), "trtllm-fmha-v2"), ((8, 9), "flashinfer-fa2"),
                                        ((12, 0), "trtllm-fmha-v2")])
 def test_auto_on_gpus(monkeypatch, cc, expect):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: cc)
@@ -36,16 +36,16 @@ def test_unknown_backend():
         get_backend("fa4")
 
 
-@pytest.mark.parametrize("name", ["fa2", "fa3", "trtllm-fmha-v2", "trtllm-gen"])
+@pytest.mark.parametrize("name", ["flashinfer-fa2", "flashinfer-fa3", "trtllm-fmha-v2", "trtllm-gen"])
 def test_gpu_backends_refuse_cpu_with_reason(name):
     reason = get_backend(name).supports(CPU, get_preset("llama-3.1-8b"), torch.bfloat16)
     assert reason and "\n" not in reason and "--backend torch" in reason
 
 
-def test_fa3_refused_off_hopper(monkeypatch):
+def test_flashinfer_fa3_refused_off_hopper(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
     monkeypatch.setitem(sys.modules, "flashinfer", types.SimpleNamespace(__version__="0.7.2.post1"))
-    reason = get_backend("fa3").supports(torch.device("cuda"), get_preset("llama-3.1-8b"), torch.bfloat16)
+    reason = get_backend("flashinfer-fa3").supports(torch.device("cuda"), get_preset("llama-3.1-8b"), torch.bfloat16)
     assert "9.0" in reason and "8.0" in reason
 
 
@@ -58,7 +58,7 @@ def test_trtllm_refused_on_hopper(monkeypatch):
 def test_flashinfer_missing_reason(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     monkeypatch.setitem(sys.modules, "flashinfer", None)  # import fails
-    reason = get_backend("fa2").supports(torch.device("cuda"), get_preset("llama-3.1-8b"), torch.bfloat16)
+    reason = get_backend("flashinfer-fa2").supports(torch.device("cuda"), get_preset("llama-3.1-8b"), torch.bfloat16)
     assert "not installed" in reason and "cpbench[flashinfer]" in reason
 
 
@@ -156,7 +156,7 @@ def test_doctor_json_on_cpu_exits_0_with_reasons(monkeypatch):
     assert all(" " not in k and k == k.lower() for k in info["environment"])  # snake_case keys for scripts
     assert info["environment"]["auto_backend"] == "torch" and info["environment"]["torch"] == torch.__version__
     assert info["backends"]["torch"] is None
-    for name in ("fa2", "fa3", "trtllm-fmha-v2", "trtllm-gen"):
+    for name in ("flashinfer-fa2", "flashinfer-fa3", "trtllm-fmha-v2", "trtllm-gen"):
         assert "none is in use" in info["backends"][name]
 
 
@@ -201,7 +201,8 @@ def test_doctor_without_torch_exits_0_and_says_why():
     info = json.loads(r.stdout)
     why = info["environment"]["torch"]
     assert why.startswith("torch cannot be imported") and "pip install torch" in why
-    assert info["backends"] == dict.fromkeys(["torch", "fa2", "fa3", "trtllm-fmha-v2", "trtllm-gen", "flex"], "needs torch, which cannot be imported")
+    assert info["backends"] == dict.fromkeys(["torch", "flashinfer-fa2", "flashinfer-fa3", "fa3", "trtllm-fmha-v2",
+                                              "trtllm-gen", "flex"], "needs torch, which cannot be imported")
 
 
 def test_doctor_jit_cache_in_odd_environments(tmp_path, monkeypatch):

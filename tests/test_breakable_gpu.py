@@ -24,12 +24,12 @@ def _backends() -> list[str]:
     if not torch.cuda.is_available():
         return []
     spec = get_preset("gpt-oss-120b")
-    return [b for b in ("trtllm-fmha-v2", "fa3", "torch")
+    return [b for b in ("trtllm-fmha-v2", "flashinfer-fa3", "torch")
             if get_backend(b).supports(torch.device("cuda"), spec, torch.bfloat16) is None]
 
 
 @pytest.mark.skipif(not _backends(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("backend", ["trtllm-fmha-v2", "fa3", "torch"])
+@pytest.mark.parametrize("backend", ["trtllm-fmha-v2", "flashinfer-fa3", "torch"])
 def test_breakable_outputs_equal_eager_and_fused_equals_two_call(backend):
     if backend not in _backends():
         pytest.skip(f"{backend} cannot run here")

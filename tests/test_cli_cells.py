@@ -117,13 +117,15 @@ def test_messages_name_the_option_as_typed(tmp_path, args, line):
 
 
 @pytest.mark.parametrize("cmd, choices", [
-    ("profile", "auto, torch, fa2, fa3, trtllm-fmha-v2, trtllm-gen, flex"), ("explain", "auto, fa2, fa3, trtllm-fmha-v2"),
+    ("profile", "auto, torch, flashinfer-fa2, flashinfer-fa3, fa3, trtllm-fmha-v2, trtllm-gen, flex"),
+    ("explain", "auto, flashinfer-fa2, flashinfer-fa3, trtllm-fmha-v2"),
 ])
 def test_profile_and_explain_take_one_backend(cmd, choices):
     """A list (which sweep takes) gets its own line naming the choices, not click's 'Value error, ... is not
     one of'; an unknown name too. Both are checked before anything else (explain on CPU included)."""
-    r = cpbench(cmd, "--backend", "torch,fa2", "--device", "cpu")
-    assert r.returncode == 2 and r.stderr.strip() == (f"error: cpbench {cmd} takes one --backend, got 'torch,fa2': "
+    r = cpbench(cmd, "--backend", "torch,flashinfer-fa2", "--device", "cpu")
+    assert r.returncode == 2 and r.stderr.strip() == (f"error: cpbench {cmd} takes one --backend, got "
+                                                      "'torch,flashinfer-fa2': "
                                                       f"use one of {choices} (run it once per backend)"), r.stderr
     r = cpbench(cmd, "--backend", "nope", "--device", "cpu")
     assert r.returncode == 2 and r.stderr.strip() == f"error: unknown --backend 'nope': use one of {choices}", r.stderr

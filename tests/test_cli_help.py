@@ -77,11 +77,11 @@ def test_usage_error_names_the_argument_without_braces():
     (("sweep", "--out", "a", "--out", "b"), "error: --out given twice (a, then b): only one would count; give it once"),
     (("sweep", "--model", "llama-3.1-8b", "--model", "gpt-oss-120b"),
      "error: --model given twice (llama-3.1-8b, then gpt-oss-120b): only one would count; give it once"),
-    (("profile", "--backend", "torch", "--backend", "fa2"),
-     "error: --backend given twice (torch, then fa2): only one would count; give it once"),
-    (("sweep", "--backend", "torch", "--backend", "fa2"),
-     "error: --backend given twice (torch, then fa2): only one would count; give it once, several values as one "
-     "comma-separated list: --backend torch,fa2"),
+    (("profile", "--backend", "torch", "--backend", "flashinfer-fa2"),
+     "error: --backend given twice (torch, then flashinfer-fa2): only one would count; give it once"),
+    (("sweep", "--backend", "torch", "--backend", "flashinfer-fa2"),
+     "error: --backend given twice (torch, then flashinfer-fa2): only one would count; give it once, several values "
+     "as one comma-separated list: --backend torch,flashinfer-fa2"),
     (("sweep", "--cp", "2", "--cp", "4", "--cp", "8"),
      "error: --cp given 3 times (2, then 4, then 8): only one would count; give it once, several values as one "
      "comma-separated list: --cp 2,4,8"),

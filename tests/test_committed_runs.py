@@ -1,5 +1,5 @@
-"""The report regenerates from the committed real runs (CPU default sweep; H200 fa3 sweep): the code reads
-every kind of committed run. What the runs measured (headline counts, a finding, every chart redrawn) is
+"""The report regenerates from the committed real runs (CPU default sweep; H200 flashinfer-fa3 sweep): the code
+reads every kind of committed run, those of FlashInfer's backends under their schema 3 names. What the runs measured (headline counts, a finding, every chart redrawn) is
 checked by scripts/check_evidence.py, not here."""
 
 import shutil
@@ -66,7 +66,7 @@ def test_a_report_takes_the_critical_path_once(tmp_path, monkeypatch, undrawn_ch
 
 @pytest.mark.slow
 def test_fmha_v2_vs_fa3_report_answers_per_backend_and_marks_host_bound_cells():
-    """The committed H200 run of trtllm-fmha-v2 and fa3 on the same cells: the report opens with the per-backend
+    """The committed H200 run of trtllm-fmha-v2 and flashinfer-fa3 on the same cells: the report opens with the per-backend
     answer, and the host-bound eager cell (bs 1 x 2K) carries its mark and GPU-time ratio in every table."""
     df, manifest = load_run(RUNS / "h200-fmha-v2-vs-fa3")
     text = render_report(df, manifest, "h200-fmha-v2-vs-fa3")
@@ -79,7 +79,35 @@ def test_fmha_v2_vs_fa3_report_answers_per_backend_and_marks_host_bound_cells():
            & (cp["max_extend_len"] == 2048)].iloc[0]
     assert flag(c["host_bound"]) and speedup_verdict(c["speedup"], c["speedup_ci_low"], c["speedup_ci_high"]) == "faster"
     answer = f"faster {times_ci(c)} † (GPU time {times(c['gpu_speedup'])})"
-    assert answer in first and first.endswith(" vs fa3) |") and "| trtllm-fmha-v2 (" in first
+    assert answer in first and first.endswith(" vs flashinfer-fa3) |") and "| trtllm-fmha-v2 (" in first
     fuse = text.split("## When to fuse", 1)[1].split("\n## ", 1)[0]
     assert f"| 1 | {answer} |" in fuse
     assert "72 → 36 per rank, 288 → 144 over 4 ranks" in text
+
+
+@pytest.mark.parametrize("name,old,new", [("h200-fa3-gpt-oss-120b", "fa3", "flashinfer-fa3"),  # schema 1
+                                          ("h200-fa2-gpt-oss-120b", "fa2", "flashinfer-fa2"),
+                                          ("h200-forward", "fa3", "flashinfer-fa3")])  # schema 2, with FMHAv2
+def test_a_committed_run_of_flashinfer_reads_under_its_new_name(name, old, new):
+    """The committed rows say fa2 / fa3 (FlashInfer's, as schema 1 and 2 named them) and are not rewritten: they
+    load as flashinfer-fa2 / flashinfer-fa3, and the report names the backend so, and reproduces it so."""
+    from cpbench.results.store import read_jsonl
+
+    assert old in {r["backend"] for r in read_jsonl(RUNS / name / "results.jsonl")}  # as committed
+    df, manifest = load_run(RUNS / name)
+    assert new in set(df["backend"]) and old not in set(df["backend"]) and set(df["schema_version"]) == {3}
+    assert new in manifest["config"]["backend"].split(",")
+    text = render_report(df, manifest, name, RUNS / name / "plots")
+    assert f" · {new} · " in text and f" · {old} · " not in text
+    reproduce = text.split("## Reproduce\n\n", 1)[1].split("\n## ", 1)[0]
+    assert manifest["command"] in reproduce and f"--backend {old}" not in reproduce and f",{old} " not in reproduce
+
+
+def test_the_charts_of_a_run_drawn_before_the_rename_are_still_embedded():
+    """h200-forward's charts are stored under the old name (plots/latency_gpt-oss-120b_fa3.png): the report embeds
+    them rather than leaving the backend's charts out."""
+    df, manifest = load_run(RUNS / "h200-forward")
+    text = render_report(df, manifest, "h200-forward", RUNS / "h200-forward" / "plots")
+    assert "![latency_gpt-oss-120b_fa3](plots/latency_gpt-oss-120b_fa3.png)" in text
+    assert "![latency_gpt-oss-120b_trtllm-fmha-v2](plots/latency_gpt-oss-120b_trtllm-fmha-v2.png)" in text
+    assert "flashinfer-fa3.png" not in text

@@ -96,9 +96,10 @@ def test_title_names_base_before_new(tmp_path):
 
 def test_a_torch_run_and_an_fa3_run_name_the_backend(tmp_path):
     base = make_run(tmp_path / "torch", backends=("torch",), **SMALL)
-    new = make_run(tmp_path / "fa3", backends=("fa3",), **SMALL)
+    new = make_run(tmp_path / "flashinfer-fa3", backends=("flashinfer-fa3",), **SMALL)
     r = cpbench("compare", base, new)
-    assert r.returncode == 2 and "(backend: torch in base, fa3 in new)" in r.stderr and "models" not in r.stderr
+    assert r.returncode == 2 and "(backend: torch in base, flashinfer-fa3 in new)" in r.stderr
+    assert "models" not in r.stderr
 
 
 def test_run_difference_names_cell_keys_when_the_run_keys_agree():
@@ -109,11 +110,11 @@ def test_run_difference_names_cell_keys_when_the_run_keys_agree():
 
 
 def test_partly_matched_runs_name_the_backend_of_the_unmatched_rows(tmp_path):
-    base = make_run(tmp_path / "base", backends=("torch", "fa3"), **SMALL)
-    new = make_run(tmp_path / "new", backends=("fa3", "fa2"), **SMALL)
+    base = make_run(tmp_path / "base", backends=("torch", "flashinfer-fa3"), **SMALL)
+    new = make_run(tmp_path / "new", backends=("flashinfer-fa3", "flashinfer-fa2"), **SMALL)
     r = cpbench("compare", base, new, "--allow-missing")
     assert r.returncode == 0, r.stderr
-    assert "Unmatched rows differ in backend: torch in base, fa2 in new." in r.stdout
+    assert "Unmatched rows differ in backend: torch in base, flashinfer-fa2 in new." in r.stdout
     assert cpbench("compare", base, new).returncode == 1  # the torch rows are not in new
 
 
@@ -131,7 +132,7 @@ def test_a_cell_skipped_in_both_runs_is_counted_not_listed_as_not_comparable(tmp
     oom_or_skip = lambda *a: ("oom", "out of memory") if a[4] == 1 and a[5] == 1024 else skip(*a)
     mixed = cpbench("compare", make_run(tmp_path / "mixed", seed=1, status=oom_or_skip, **dims), new)
     listed = ("## Not comparable (not ok in base)\n\n"
-              "- gpt-oss-120b · fa3 · eager · cp 2 · bs 1 · extend 1024: base oom, new ok\n")
+              "- gpt-oss-120b · flashinfer-fa3 · eager · cp 2 · bs 1 · extend 1024: base oom, new ok\n")
     assert listed in mixed.stdout and "base skipped" not in mixed.stdout
     assert mixed.returncode == 0 and "1 cell skipped in both runs" in mixed.stdout
     lost = cpbench("compare", make_run(tmp_path / "ok", seed=1, **dims), new)  # ok in base, skipped in new

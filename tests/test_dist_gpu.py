@@ -1,5 +1,5 @@
 """The torchrun mode on GPUs (NCCL): run on a machine with 2 GPUs and flashinfer (skipped elsewhere).
-Outputs with the per-layer K|V all-gather equal the simulated outputs bit for bit (fa3, bf16), and the
+Outputs with the per-layer K|V all-gather equal the simulated outputs bit for bit (flashinfer-fa3, bf16), and the
 NCCL gather restores every rank's paged cache exactly."""
 
 import json
@@ -26,7 +26,7 @@ def _torchrun(*args) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("gather", ["packed", "separate"])
 def test_fa3_outputs_with_the_nccl_all_gather_equal_the_simulated_outputs(gather):
     pytest.importorskip("flashinfer")
-    p = _torchrun(SCRIPTS / "outputs_check.py", gather, "fa3")
+    p = _torchrun(SCRIPTS / "outputs_check.py", gather, "flashinfer-fa3")
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert len(out["equal"]) == 8 and all(out["equal"].values()), out

@@ -25,10 +25,10 @@ def test_child_argv_drops_parent_only_options():
 
 
 @pytest.mark.parametrize("args, words", [
-    ((4, [2], "cuda", 2, "auto", "fa3"), "more than the 2 visible GPU"),
+    ((4, [2], "cuda", 2, "auto", "flashinfer-fa3"), "more than the 2 visible GPU"),
     ((4, [2, 3], "cpu", 0, "auto", "torch"), "--cp 3 does not divide the world size 4"),
     ((2, [2], "cpu", 0, "nccl", "torch"), "nccl needs CUDA"),
-    ((2, [2], "cpu", 0, "gloo", "fa3"), "runs on GPUs only"),
+    ((2, [2], "cpu", 0, "gloo", "flashinfer-fa3"), "runs on GPUs only"),
     ((0, [2], "cpu", 0, "gloo", "torch"), "must be >= 1"),
 ])
 def test_check_launch_refuses_in_one_line(args, words):
@@ -38,7 +38,7 @@ def test_check_launch_refuses_in_one_line(args, words):
 
 
 def test_check_launch_accepts_a_valid_launch():
-    check_launch(8, [2, 4, 8], "cuda", 8, "auto", "fa3")
+    check_launch(8, [2, 4, 8], "cuda", 8, "auto", "flashinfer-fa3")
     check_launch(4, [2, 4], "cpu", 0, "gloo", "torch")
 
 

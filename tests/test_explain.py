@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from clirun import cpbench, replacing
+from cpbench.kernels.backends.registry import kernel_patterns
 
 FIX = Path(__file__).parent / "fixtures"
-CELL = ["--cp", "4", "--bs", "1", "--seq", "2048", "--rank", "0", "--backend", "fa2", "--timing", "eager"]
+CELL = ["--cp", "4", "--bs", "1", "--seq", "2048", "--rank", "0", "--backend", "flashinfer-fa2", "--timing", "eager"]
 
 FAKE_NCU = r'''#!{python}
 import json, shutil, sys
@@ -58,10 +59,12 @@ def as_gpu(monkeypatch):
     monkeypatch.setattr("cpbench.profiles.ncu.NCU_GLOBS", ())
 
 
-PATTERNS = {"fa2": ["batchprefillwithpagedkvcachekernel"], "fa3": ["prefillwithkvcachekernel"]}
+# what the child writes: the registry's patterns (ncu's names carry no namespace: profiles/ncu.group_calls)
+PATTERNS = {b: list(kernel_patterns(b)) for b in ("flashinfer-fa2", "flashinfer-fa3")}
 
 
-def _fake_ncu(tmp_path, perm=False, csv="ncu_raw_synthetic_fa2.csv", ids=None, rank=0, layers=2, backend="fa2") -> dict:
+def _fake_ncu(tmp_path, perm=False, csv="ncu_raw_synthetic_fa2.csv", ids=None, rank=0, layers=2,
+              backend="flashinfer-fa2") -> dict:
     """A stand-in ``ncu`` on PATH: answers --version, checks the argv, writes the rows ``ids`` of a CSV
     fixture as its log and the child's JSON (2 layers: prev/next twice, combined twice)."""
     bin_dir = tmp_path / "bin"
@@ -85,7 +88,7 @@ def test_a_backend_that_cannot_run_is_refused_before_ncu(tmp_path, as_gpu, monke
 
     monkeypatch.setattr(FlashInferBackend, "supports", lambda self, device, model, dtype=None: "fa2 needs X")
     r = cpbench("explain", *CELL, "--out", str(tmp_path / "x"), env={"PATH": str(tmp_path)})
-    assert r.returncode == 2 and r.stderr.startswith("error: backend fa2: fa2 needs X"), r.stderr
+    assert r.returncode == 2 and r.stderr.startswith("error: backend flashinfer-fa2: fa2 needs X"), r.stderr
     assert "ncu" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
@@ -102,7 +105,8 @@ def test_counter_permission_says_so(tmp_path, as_gpu):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--backend", "torch"], "fa2, fa3, trtllm-fmha-v2, not torch"),
+    (["--backend", "torch"], "flashinfer-fa2, flashinfer-fa3, trtllm-fmha-v2, not torch"),
+    (["--backend", "fa3"], "flashinfer-fa2, flashinfer-fa3, trtllm-fmha-v2, not fa3"),  # FlashAttention-3
     (["--timing", "both"], "unknown --timing"),
     (["--fused-order", "reverse"], "unknown --fused-order"),
     (["--seq", "2048,4096"], "one cell"),
@@ -132,7 +136,7 @@ def test_end_to_end_with_a_replayed_csv(tmp_path, as_gpu):
     assert rep["max_abs_err"] == {"two-call": 0.0117, "fused": 0.0154}
     assert set(rep["work_split"]) == {"127", "-1"} and rep["work_split"]["-1"]["fused"]["split_kv"] is False
     md = (out / "explain.md").read_text()
-    assert md.startswith("### Why fused wins: gpt-oss-120b+layers2 fa2 cp4 bs1 extend2048 rank 0")
+    assert md.startswith("### Why fused wins: gpt-oss-120b+layers2 flashinfer-fa2 cp4 bs1 extend2048 rank 0")
     assert "| 1 (full) | fused | combined | 190.8 |" in md and "ncu 2025.3.1.0" in md
     assert "max |fused - two-call| 0.0078, max error vs the fp32 reference 0.0154" in md
     assert (out / "explain.png").stat().st_size > 0 and (out / "ncu_raw.csv").exists()
@@ -143,16 +147,17 @@ H200 = ["--cp", "4", "--bs", "1", "--seq", "2048", "--timing", "eager", "--layer
 
 @pytest.mark.parametrize("backend, rank, ids, cause, phrases", [
     # real ncu 2025.3.1 rows from an H200 (window layer of gpt-oss-120b, cp 4, bs 1, 2048 tokens)
-    ("fa3", 0, [0, 1, 2], "fused-imbalance",
+    ("flashinfer-fa3", 0, [0, 1, 2], "fused-imbalance",
      ["window 128: the fused kernel takes 47.4 µs against 33.2 µs for both calls",
       "gets 14 KV tiles against 3 + 4 in the two launches"]),
-    ("fa3", 3, [3, 4, 5], "fused-fewer-launches", ["window 128: one launch instead of two: 32.6 µs against 38.6 µs"]),
-    ("fa2", 0, [0, 1, 2, 3, 4], "split-kv-merge",
+    ("flashinfer-fa3", 3, [3, 4, 5], "fused-fewer-launches", ["window 128: one launch instead of two: 32.6 µs against 38.6 µs"]),
+    ("flashinfer-fa2", 0, [0, 1, 2, 3, 4], "split-kv-merge",
      ["the two calls split KV and run 2 merge kernel(s) (185.8 µs of 220.1 µs)",
       "its attention kernel takes 21.0 µs against 34.3 µs"]),
 ])
 def test_h200_rows_give_the_measured_verdict(tmp_path, as_gpu, backend, rank, ids, cause, phrases):
-    env = _fake_ncu(tmp_path, csv=f"h200_ncu_{backend}_raw_trimmed.csv", ids=ids, rank=rank, layers=1, backend=backend)
+    csv = f"h200_ncu_{backend.removeprefix('flashinfer-')}_raw_trimmed.csv"  # recorded as fa2 / fa3
+    env = _fake_ncu(tmp_path, csv=csv, ids=ids, rank=rank, layers=1, backend=backend)
     r = cpbench("explain", *H200, "--rank", str(rank), "--backend", backend, "--out", str(tmp_path / "x"), "--json",
                 env=env)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -162,9 +167,11 @@ def test_h200_rows_give_the_measured_verdict(tmp_path, as_gpu, backend, rank, id
     for p in phrases:
         assert p in v["sentences"][0], v["sentences"][0]
     split = rep["work_split"]["127"]
-    grids = [c["grid"] for c in rep["calls"]]  # ncu's grids: fa2 launches one CTA per work item, fa3 one per SM
-    assert grids == ([split[n]["ctas"] for n in ("prev", "next", "fused")] if backend == "fa2" else [132] * 3)
-    want_tiles = {"fa3": (192, 96), "fa2": (128, 64)}[backend]
+    # ncu's grids: flashinfer-fa2 launches one CTA per work item, flashinfer-fa3 one per SM
+    grids = [c["grid"] for c in rep["calls"]]
+    assert grids == ([split[n]["ctas"] for n in ("prev", "next", "fused")] if backend == "flashinfer-fa2" else [132] * 3)
+    want_tiles = {"flashinfer-fa3": (192, 96), "flashinfer-fa2": (128, 64)}[backend]
+    assert split["prev"]["config"]["backend"] == backend.removeprefix("flashinfer-")  # FlashInfer's template
     for name in ("prev", "next", "fused"):
         assert split[name]["tiles_from"] == "kernel name"
         assert (split[name]["config"]["cta_tile_q"], split[name]["config"]["cta_tile_kv"]) == want_tiles

@@ -19,12 +19,12 @@ def _hopper() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
-@pytest.mark.parametrize("backend", ["fa2", "fa3"])
+@pytest.mark.parametrize("backend", ["flashinfer-fa2", "flashinfer-fa3"])
 @pytest.mark.parametrize("order", ["prev-next", "interleaved"])
 @pytest.mark.parametrize("timing", ["eager", "graph"])
 def test_child_runs_both_modes_once(tmp_path, backend, order, timing):
     if not _hopper():
-        pytest.skip("needs an sm90 GPU (fa3)")
+        pytest.skip("needs an sm90 GPU (flashinfer-fa3)")
     model = with_overrides(get_preset("gpt-oss-120b"), layers=2)
     info = run_explain_child(model, CellSpec(4, (2048,), (0,)), 0, backend=backend, device=torch.device("cuda"),
                              dtype="bf16", timing=timing, fused_order=order, out_dir=tmp_path)
@@ -34,7 +34,7 @@ def test_child_runs_both_modes_once(tmp_path, backend, order, timing):
     assert json.loads((tmp_path / CHILD_FILE).read_text()) == info
 
 
-@pytest.mark.parametrize("backend, rank", [("fa3", 0), ("fa3", 3), ("fa2", 0)])
+@pytest.mark.parametrize("backend, rank", [("flashinfer-fa3", 0), ("flashinfer-fa3", 3), ("flashinfer-fa2", 0)])
 def test_explain_under_ncu(tmp_path, backend, rank):
     if not _hopper() or shutil.which("ncu") is None:
         pytest.skip("needs an sm90 GPU and ncu on PATH")
@@ -47,5 +47,5 @@ def test_explain_under_ncu(tmp_path, backend, rank):
     assert [c["call"] for c in rep["calls"]] == ["prev", "next", "prev", "next", "combined", "combined"]
     assert all(c["duration"] > 0 and c["grid"] > 0 for c in rep["calls"])
     assert len(rep["verdicts"]) == 2 and all(v["sentences"] for v in rep["verdicts"])
-    if backend == "fa2":
+    if backend == "flashinfer-fa2":
         assert sum(c["merge_kernels"] for c in rep["calls"] if c["mode"] == "fused") == 0

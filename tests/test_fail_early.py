@@ -17,7 +17,7 @@ def no_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
 
 
-@pytest.mark.parametrize("backend", ["fa3", "fa2", "trtllm-gen"])
+@pytest.mark.parametrize("backend", ["flashinfer-fa3", "flashinfer-fa2", "trtllm-gen"])
 def test_gpu_backend_on_cpu_exits_2_without_a_run_directory(tmp_path, no_gpu, backend):
     out = tmp_path / "run"
     r = cpbench("sweep", "--backend", backend, "--out", str(out), *TINY)

@@ -1,11 +1,11 @@
-"""fa2/fa3 on a GPU: fused vs two-call and both against the fp32 reference.
+"""flashinfer-fa2/flashinfer-fa3 on a GPU: fused vs two-call and both against the fp32 reference.
 
-fa3: fused == two-call bit for bit. fa2: within FA2_SPLIT_KV_DIFF with FlashInfer's default planner (it
-sizes split-KV chunks from the whole batch's work, and the fused batch is twice as large; each KV chunk
-rounds its softmax probabilities to bf16 on its own), and bit for bit with split-KV disabled, which
+flashinfer-fa3: fused == two-call bit for bit. flashinfer-fa2: within FA2_SPLIT_KV_DIFF with FlashInfer's default
+planner (it sizes split-KV chunks from the whole batch's work, and the fused batch is twice as large; each KV
+chunk rounds its softmax probabilities to bf16 on its own), and bit for bit with split-KV disabled, which
 shows that the chunking is the only difference.
 
-Needs a CUDA GPU with flashinfer (fa3: compute capability 9.0); skipped elsewhere:
+Needs a CUDA GPU with flashinfer (flashinfer-fa3: compute capability 9.0); skipped elsewhere:
 `python -m pytest -q -m gpu tests/test_flashinfer_gpu.py`.
 """
 
@@ -32,19 +32,19 @@ BATCHES = [
 
 
 def _backends():
-    names = ["fa2"]
+    names = ["flashinfer-fa2"]
     if torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0):
-        names.append("fa3")
+        names.append("flashinfer-fa3")
     return names
 
 
-@pytest.mark.parametrize("backend", ["fa2", "fa3"])
+@pytest.mark.parametrize("backend", ["flashinfer-fa2", "flashinfer-fa3"])
 @pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("cp", [2, 4, 8])
 @pytest.mark.parametrize("batch", BATCHES, ids=[b[0] for b in BATCHES])
 def test_fused_equals_two_call_and_reference(backend, model, cp, batch):
     if backend not in _backends():
-        pytest.skip(f"needs a GPU that runs {backend} (fa3: compute capability 9.0) and flashinfer")
+        pytest.skip(f"needs a GPU that runs {backend} (flashinfer-fa3: compute capability 9.0) and flashinfer")
     spec = with_overrides(get_preset(model), **MODELS[model])
     be = get_backend(backend)
     reason = be.supports(torch.device("cuda"), spec, torch.bfloat16)
@@ -59,16 +59,17 @@ def test_fused_equals_two_call_and_reference(backend, model, cp, batch):
         fused.forward()
         torch.cuda.synchronize()
         diff = max_abs_diff(fused, two)
-        assert diff <= (FA2_SPLIT_KV_DIFF if backend == "fa2" else 0.0), f"rank {g.rank}: fused vs two-call {diff}"
+        assert diff <= (FA2_SPLIT_KV_DIFF if backend == "flashinfer-fa2" else 0.0), \
+            f"rank {g.rank}: fused vs two-call {diff}"
         err = max(max_abs_error(work, prep) for prep in (fused, two))
         assert err <= TOLERANCE[torch.bfloat16], f"rank {g.rank}: max |err| {err}"
-        if backend == "fa2":
+        if backend == "flashinfer-fa2":
             two_ns, fused_ns = no_split.prepare(work, "two-call"), no_split.prepare(work, "fused")
             two_ns.forward()
             fused_ns.forward()
             assert max_abs_diff(fused_ns, two_ns) == 0.0, f"rank {g.rank}: split-KV off, fused differs"
         print(f"{backend} {model} cp{cp} {batch[0]} r{g.rank}: max|err| {err:.2e}, max|fused - two-call| "
-              f"{diff:.2e}" + (" (0 with split-KV off)" if backend == "fa2" else ""))
+              f"{diff:.2e}" + (" (0 with split-KV off)" if backend == "flashinfer-fa2" else ""))
 
 
 @pytest.mark.parametrize("cp", [2, 4])
@@ -76,17 +77,17 @@ def test_fused_equals_two_call_and_reference(backend, model, cp, batch):
 def test_fa3_swa_pool_window_layers_read_their_own_table(cp, batch):
     """--swa-pool: window layers run on the SWA pool through its table (the fused call through cat(t, t));
     fused == two-call bit for bit and both match the fp32 reference, as without it."""
-    if "fa3" not in _backends():
-        pytest.skip("needs a GPU that runs fa3 (compute capability 9.0) and flashinfer")
+    if "flashinfer-fa3" not in _backends():
+        pytest.skip("needs a GPU that runs flashinfer-fa3 (compute capability 9.0) and flashinfer")
     _, ext, pre = batch
-    check_swa_pool("fa3", cp, ext, pre)
+    check_swa_pool("flashinfer-fa3", cp, ext, pre)
 
 
-@pytest.mark.parametrize("backend", ["fa2", "fa3"])
+@pytest.mark.parametrize("backend", ["flashinfer-fa2", "flashinfer-fa3"])
 def test_sink_module_head_dim_hazard(backend):
     """A sink model at head_dim 64 then 128 in one process: correct results or a clear refusal."""
     if backend not in _backends():
-        pytest.skip(f"needs a GPU that runs {backend} (fa3: compute capability 9.0) and flashinfer")
+        pytest.skip(f"needs a GPU that runs {backend} (flashinfer-fa3: compute capability 9.0) and flashinfer")
     be = get_backend(backend)
     outcomes = []
     for hd in (64, 128):

@@ -3,8 +3,8 @@ a 16-token page, on a window layer and a full layer, with sinks and a cached pre
 are within flex's bf16 tolerance (0.02 + 2^-6, domain/tolerance.py) of the fp32 reference on every rank (the
 mask reads its window from a tensor, so a kernel compiled for one window cannot serve another unnoticed),
 fused equals two-call bit for bit (the
-same rows, regrouped), cp-native is within the tolerance of two-call, and all are within it of fa3 on the same
-cache where fa3 runs.
+same rows, regrouped), cp-native is within the tolerance of two-call, and all are within it of flashinfer-fa3 on
+the same cache where flashinfer-fa3 runs.
 
 `python -m pytest -q -n 0 -m gpu tests/test_flex_gpu.py`; skipped without CUDA.
 """
@@ -24,12 +24,12 @@ TOL = reference_tolerance("bf16", "flex")  # the dtype's, plus the sink fold's s
 
 
 def _fa3():
-    """fa3 where it runs (compute capability 9.0 and flashinfer), else None."""
+    """flashinfer-fa3 where it runs (compute capability 9.0 and flashinfer), else None."""
     try:
         import flashinfer  # noqa: F401
     except ImportError:
         return None
-    return get_backend("fa3") if torch.cuda.get_device_capability() == (9, 0) else None
+    return get_backend("flashinfer-fa3") if torch.cuda.get_device_capability() == (9, 0) else None
 
 
 @pytest.mark.parametrize("window", [15, 16, 17])
@@ -58,5 +58,5 @@ def test_compiled_flex_at_the_window_edge_equals_the_reference_and_fa3(window):
             p.forward()
             torch.cuda.synchronize()
             diff = max_diff_outputs(outs["cp-native"], p.local_outputs())
-            print(f"window {window} rank {g.rank}: cp-native vs fa3 {diff}")
+            print(f"window {window} rank {g.rank}: cp-native vs flashinfer-fa3 {diff}")
             assert diff <= TOL, (g.rank, diff)

@@ -1,4 +1,5 @@
-"""Counting on real fa3 recordings from the H200 (gpt-oss-120b, cp 4, bs 1, seq 8192, flashinfer 0.7.2.post1).
+"""Counting on real flashinfer-fa3 recordings from the H200 (gpt-oss-120b, cp 4, bs 1, seq 8192, flashinfer
+0.7.2.post1).
 
 Fixtures: torch.profiler Chrome traces of rank 0's two-call and fused forwards written by
 `cpbench profile --cp 4 --bs 1 --seq 8192 --nsys`, and the `nsys stats -r nvtx_kern_sum` CSV of the
@@ -16,7 +17,7 @@ from cpbench.profiles.kernels import count_events
 from cpbench.profiles.nsys import kernels_per_range, parse_nvtx_kern_sum
 
 FIX = Path(__file__).parent / "fixtures"
-FA3_PATTERNS = kernel_patterns("fa3")
+FA3_PATTERNS = kernel_patterns("flashinfer-fa3")  # recorded on FlashInfer's fa3
 
 
 @pytest.mark.parametrize("mode,attention,calls", [("two-call", 72, 72), ("fused", 36, 36)])

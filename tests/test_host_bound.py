@@ -26,7 +26,7 @@ def test_union_length_counts_overlaps_once():
 
 @pytest.mark.parametrize("mode", ["two-call", "fused"])
 def test_gpu_busy_time_of_the_h200_traces_matches_the_graph_latency(mode):
-    c = count_events(load_trace(FIX / f"h200_fa3_cp4_bs1_seq8192_r0_{mode}.json.gz"), kernel_patterns("fa3"))
+    c = count_events(load_trace(FIX / f"h200_fa3_cp4_bs1_seq8192_r0_{mode}.json.gz"), kernel_patterns("flashinfer-fa3"))
     df, _ = load_run(RUNS / "h200-fa3-gpt-oss-120b")
     graph = df[(df.cp_size == 4) & (df.bs == 1) & (df.max_extend_len == 8192) & (df["rank"] == 0) & (df["mode"] == mode)
                & (df.timing == "graph")]["latency_us_median"].iloc[0]
@@ -53,10 +53,10 @@ def test_layer_times_follow_the_launch_into_its_layer_range():
 
 @pytest.mark.parametrize("mode", ["two-call", "fused"])
 def test_layer_times_of_the_h200_traces_add_up_to_the_gpu_busy_time(mode):
-    """On a real fa3 forward (36 layers, GPT-OSS alternates window and full layers) every kernel runs in a layer:
-    the per-layer GPU times add up to the forward's GPU busy time, and a full layer at 8K tokens takes longer
-    than a 128-token window layer."""
-    c = count_events(load_trace(FIX / f"h200_fa3_cp4_bs1_seq8192_r0_{mode}.json.gz"), kernel_patterns("fa3"))
+    """On a real flashinfer-fa3 forward (36 layers, GPT-OSS alternates window and full layers) every kernel runs in
+    a layer: the per-layer GPU times add up to the forward's GPU busy time, and a full layer at 8K tokens takes
+    longer than a 128-token window layer."""
+    c = count_events(load_trace(FIX / f"h200_fa3_cp4_bs1_seq8192_r0_{mode}.json.gz"), kernel_patterns("flashinfer-fa3"))
     assert sorted(c.layer_us) == list(range(36))
     assert sum(c.layer_us.values()) == pytest.approx(c.gpu_busy_us, rel=1e-6)
     window = [w >= 0 for w in get_preset("gpt-oss-120b").window_left_per_layer]

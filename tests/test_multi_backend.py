@@ -63,9 +63,9 @@ def test_make_config_keeps_order_and_drops_duplicates(twin):
 
 
 def test_cli_refuses_a_gpu_backend_in_the_list_on_cpu(tmp_path):
-    r = cpbench("sweep", "--backend", "torch,fa3", "--cp", "2", "--bs", "1", "--layers", "1", "--out",
+    r = cpbench("sweep", "--backend", "torch,flashinfer-fa3", "--cp", "2", "--bs", "1", "--layers", "1", "--out",
                 str(tmp_path / "r"), "--device", "cpu")
-    assert r.returncode == 2 and "backend fa3 cannot run here" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "backend flashinfer-fa3 cannot run here" in r.stderr and "Traceback" not in r.stderr
     r = cpbench("sweep", "--backend", "torch,fa9", "--cp", "2", "--out", str(tmp_path / "s"))
     assert r.returncode == 2 and "unknown --backend 'fa9'" in r.stderr and "or both" not in r.stderr
 
@@ -75,7 +75,7 @@ def test_backend_answer_names_the_fastest_backend():
                 status="ok", host_bound=False, p10_two_call_us=float("nan"), p90_two_call_us=float("nan"),
                 p10_fused_us=90.0, p90_fused_us=110.0)
     view = pd.DataFrame([
-        {**base, "backend": "fa3", "two_call_us": 1000.0, "fused_us": 1250.0, "speedup": 0.8,
+        {**base, "backend": "flashinfer-fa3", "two_call_us": 1000.0, "fused_us": 1250.0, "speedup": 0.8,
          "speedup_ci_low": 0.78, "speedup_ci_high": 0.82},
         {**base, "backend": "trtllm-fmha-v2", "two_call_us": 1000.0, "fused_us": 800.0, "speedup": 1.25,
          "speedup_ci_low": 0.99, "speedup_ci_high": 1.3}])
@@ -85,7 +85,7 @@ def test_backend_answer_names_the_fastest_backend():
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[4] == "slower 0.80× [0.78–0.82]" and cells[5] == "1.000 two-call"
     assert cells[6] == "tie 1.25× [0.99–1.30]"  # the interval contains 1
-    assert cells[7] == "0.800 [0.090–0.110] fused" and cells[8] == "trtllm-fmha-v2 (1.25× vs fa3)"
+    assert cells[7] == "0.800 [0.090–0.110] fused" and cells[8] == "trtllm-fmha-v2 (1.25× vs flashinfer-fa3)"
 
 
 def test_every_table_of_a_two_backend_report_shows_both_backends():
@@ -97,15 +97,15 @@ def test_every_table_of_a_two_backend_report_shows_both_backends():
     from cpbench.report.run_report import render_report
     from cpbench.results.derived import derive
 
-    rows = make_rows(cp_sizes=(4,), bss=(1, 4), seqs=(2048,), backends=("fa3", "trtllm-fmha-v2"),
-                     latency=lambda m, b, t, cp, bs, seq, r, mode: (1000.0 if b == "fa3" else 700.0) * bs)
+    rows = make_rows(cp_sizes=(4,), bss=(1, 4), seqs=(2048,), backends=("flashinfer-fa3", "trtllm-fmha-v2"),
+                     latency=lambda m, b, t, cp, bs, seq, r, mode: (1000.0 if b == "flashinfer-fa3" else 700.0) * bs)
     for r in rows:
-        if r["backend"] == "fa3":  # a different workspace: the setup bytes differ by backend
+        if r["backend"] == "flashinfer-fa3":  # a different workspace: the setup bytes differ by backend
             r["setup_mem_workspace"] += 40 << 20
             r["setup_mem_bytes"] += 40 << 20
             r["peak_mem_bytes"] += 40 << 20
     text = render_report(derive(pd.DataFrame(rows), manifest()), manifest(), "two")
-    heading, per_backend, tables = "", {"fa3": 0, "trtllm-fmha-v2": 0}, []
+    heading, per_backend, tables = "", {"flashinfer-fa3": 0, "trtllm-fmha-v2": 0}, []
     for block in text.split("\n\n"):
         if block.startswith("#"):
             heading = block
@@ -118,10 +118,10 @@ def test_every_table_of_a_two_backend_report_shows_both_backends():
         if named:  # one table per backend, named in its heading
             per_backend[named[0]] += 1
         elif "backend" in head:  # a backend column: both backends in it
-            assert "fa3" in block and "trtllm-fmha-v2" in block, block
+            assert "flashinfer-fa3" in block and "trtllm-fmha-v2" in block, block
         else:  # the first table: a column per backend
-            assert "fa3:" in head and "trtllm-fmha-v2:" in head, (heading, head)
-    assert per_backend["fa3"] == per_backend["trtllm-fmha-v2"] > 0
+            assert "flashinfer-fa3:" in head and "trtllm-fmha-v2:" in head, (heading, head)
+    assert per_backend["flashinfer-fa3"] == per_backend["trtllm-fmha-v2"] > 0
     mem = next(t for t in tables if "two-call setup" in t.splitlines()[0])
     by = {ln.split("|")[1].strip(): ln.split("|")[5].strip() for ln in mem.splitlines()[2:]}
-    assert set(by) == {"fa3", "trtllm-fmha-v2"} and by["fa3"] != by["trtllm-fmha-v2"]
+    assert set(by) == {"flashinfer-fa3", "trtllm-fmha-v2"} and by["flashinfer-fa3"] != by["trtllm-fmha-v2"]

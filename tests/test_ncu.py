@@ -101,6 +101,18 @@ def test_h200_fixtures_parse():
                                                                   ["attention"]] * 2
 
 
+@pytest.mark.parametrize("backend,fixture,calls", [("flashinfer-fa3", "h200_ncu_fa3_raw_trimmed.csv", 6),
+                                                   ("flashinfer-fa2", "h200_ncu_fa2_raw_trimmed.csv", 6)])
+def test_the_registrys_patterns_find_the_attention_kernels_ncu_names(backend, fixture, calls):
+    """ncu names kernels without their namespaces: a namespaced pattern (flashinfer-fa3's
+    ``flashinfer::prefillwithkvcachekernel``) still finds them."""
+    from cpbench.kernels.backends.registry import kernel_patterns
+
+    groups = group_calls(parse_ncu_csv((FIX / fixture).read_text()), ["prev", "next", "combined"] * 2,
+                         kernel_patterns(backend))
+    assert len(groups) == calls and all(g["kernels"][0]["kind"] == "attention" for g in groups)
+
+
 def test_group_calls_checks_the_nvtx_call_range():
     fa3 = parse_ncu_csv((FIX / "h200_ncu_fa3_raw_trimmed.csv").read_text())
     with pytest.raises(ProfileError, match="inside NVTX range 'prev', expected call 'next'"):

@@ -49,7 +49,7 @@ def test_report_names_the_measured_ranks_and_claims_no_critical_path(tmp_path):
     assert "rank 0 only (1 of 4)" in text
     assert "fused is faster" not in text and "fused is not faster" not in text
     assert "1 cell measured on some ranks only (rank 0 only (1 of 4)), so it has no critical path" in text
-    table = text.split("### gpt-oss-120b · fa3 · eager · cp 4")[1].split("\n\n")[1]
+    table = text.split("### gpt-oss-120b · flashinfer-fa3 · eager · cp 4")[1].split("\n\n")[1]
     head, _, row = table.splitlines()
     assert "ranks measured" in head and "| rank 0 only (1 of 4) |" in row and "— / —" in row  # no imbalance
     # kernel counts: per rank only, no all-rank total

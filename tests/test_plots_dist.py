@@ -200,7 +200,7 @@ def test_sim_vs_real_matches_cells_and_takes_the_difference():
     m = sim_vs_real(prepare(real), prepare(sim))
     assert len(m) == len(BSS) * len(SEQS) * 2 * 2  # cells x modes x timings
     for _, r in m.iterrows():
-        args = ("gpt-oss-120b", "fa3", r["timing"], CP, r["bs"], r["max_extend_len"])
+        args = ("gpt-oss-120b", "flashinfer-fa3", r["timing"], CP, r["bs"], r["max_extend_len"])
         want_sim = max(sim_latency(*args, k, r["mode"]) for k in range(CP))
         want_real = max(real_latency(*args, k, r["mode"]) for k in range(CP))
         assert r["sim_us"] == pytest.approx(want_sim) and r["real_us"] == pytest.approx(want_real)

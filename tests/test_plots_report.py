@@ -37,9 +37,10 @@ def exact_latency(model, backend, timing, cp, bs, seq, rank, mode):
 
 def test_two_models_get_suffixed_chart_sets(tmp_path, undrawn_charts):
     paths = render_frame(pd.DataFrame(make_rows(cp_sizes=(2,), bss=(1,), seqs=(1024,), timings=("eager",),
-                                                backends=("fa2", "fa3"))), tmp_path)
+                                                backends=("flashinfer-fa2", "flashinfer-fa3"))), tmp_path)
     names = {p.name for p in paths}
-    assert {"latency_gpt-oss-120b_fa2.png", "latency_gpt-oss-120b_fa3.png", "kernels_gpt-oss-120b_fa3.svg"} <= names
+    assert {"latency_gpt-oss-120b_flashinfer-fa2.png", "latency_gpt-oss-120b_flashinfer-fa3.png",
+            "kernels_gpt-oss-120b_flashinfer-fa3.svg"} <= names
     assert len(paths) == 2 * 2 * len(STEMS)
 
 
@@ -47,10 +48,12 @@ def test_segments_chart_needs_a_batch_size_axis_and_spans_backends(tmp_path):
     from cpbench.report.charts import RUN_CHARTS, chart_stems
     from cpbench.report.segments import segment_axes, segments_chart
 
-    rows = make_rows(cp_sizes=(4,), bss=(1, 4, 16, 64), seqs=(256,), timings=("graph",), backends=("fa3", "trtllm-fmha-v2"))
+    rows = make_rows(cp_sizes=(4,), bss=(1, 4, 16, 64), seqs=(256,), timings=("graph",),
+                     backends=("flashinfer-fa3", "trtllm-fmha-v2"))
     d = prepare(pd.DataFrame(rows))
     axis = segment_axes(cells(d))
-    assert sorted(set(axis["segments"])) == [2, 8, 32, 128] and set(axis["backend"]) == {"fa3", "trtllm-fmha-v2"}
+    assert sorted(set(axis["segments"])) == [2, 8, 32, 128]
+    assert set(axis["backend"]) == {"flashinfer-fa3", "trtllm-fmha-v2"}
     assert [s for s, *_ in chart_stems(d)].count("segments") == 1  # one chart for the whole run
     assert [name for name, *_ in RUN_CHARTS] == ["segments"] and RUN_CHARTS[0][1] is segments_chart
     paths = segments_chart(d, tmp_path, "segments", RUN_CHARTS[0][2])  # drawn once, both backends in it
@@ -202,7 +205,7 @@ def test_report_holds_run_values(report_run, rough_charts):
     # critical path: two-call rank 3 = 1300 µs, fused rank 0 = 650 µs -> 2.00x
     assert "| 1 | 8K | 1.300 | 0.650 | 2.00× [2.00–2.00] | 3 / 0 |" in md  # constant samples: a point interval
     assert "fused is faster in 1 of 1 cell (median 2.00×, best 2.00× at cp 4, bs 1, 8K tokens)" in md
-    assert "| gpt-oss-120b | fa3 | 4 | 72 | 36 | 288 | 144 | 2.00× |" in md
+    assert "| gpt-oss-120b | flashinfer-fa3 | 4 | 72 | 36 | 288 | 144 | 2.00× |" in md
     assert "72 → 36 per rank, 288 → 144 over 4 ranks" in md
     assert "| GPU | NVIDIA H200 |" in md and "| flashinfer | 0.7.2.post1 |" in md
     assert "```sh\ncpbench sweep --cp 2,4 --bs 1,4,16" in md
@@ -366,7 +369,7 @@ def test_cpu_speedup_chart_says_ratio_not_speedup_on_its_colour_bar(tmp_path):
     assert "&gt;1: fused faster" in gpu_svg
 
 
-@pytest.mark.parametrize("title", ["gpt-oss-120b · fa3: " + "a very long chart title " * 12,
+@pytest.mark.parametrize("title", ["gpt-oss-120b · flashinfer-fa3: " + "a very long chart title " * 12,
                                    "one forward\ncp 2 · bs 16 · 16K, 36 layers: " + "per-layer phase times " * 8])
 def test_a_long_title_is_fitted_to_the_figure_width_line_by_line(title):
     fig, _ = style.new_figure()

@@ -26,7 +26,7 @@ def _view(**kw):
 def test_when_to_fuse_grid():
     _, view = _view()
     ((heading, table),) = when_to_fuse(view)
-    assert heading == "gpt-oss-120b · fa3 · eager · tp 1 · cp 2"
+    assert heading == "gpt-oss-120b · flashinfer-fa3 · eager · tp 1 · cp 2"
     assert table.splitlines() == [
         "| bs | 1K | 8K |", "| ---: | ---: | ---: |",
         "| 1 | faster 2.00× [2.00–2.00] | tie +0.0 % [+0.0, +0.0] |",  # noise-free samples: zero-width intervals
@@ -39,8 +39,9 @@ def test_when_to_fuse_by_tp_and_an_ineligible_cell():
     tp8 = [{**r, "tp_size": 8} for r in rows]
     view = cells(prepare(pd.DataFrame(rows + tp8)))
     tables = dict(when_to_fuse(view))
-    assert list(tables) == ["gpt-oss-120b · fa3 · eager · tp 1 · cp 2", "gpt-oss-120b · fa3 · eager · tp 8 · cp 2"]
-    assert "| 4 | no CP | slower 0.67× [0.67–0.67] |" in tables["gpt-oss-120b · fa3 · eager · tp 8 · cp 2"]
+    assert list(tables) == ["gpt-oss-120b · flashinfer-fa3 · eager · tp 1 · cp 2",
+                            "gpt-oss-120b · flashinfer-fa3 · eager · tp 8 · cp 2"]
+    assert "| 4 | no CP | slower 0.67× [0.67–0.67] |" in tables["gpt-oss-120b · flashinfer-fa3 · eager · tp 8 · cp 2"]
     # 1 + 1 + 4 requests ran with CP, the 4 of the ineligible batch did not
     assert cp_share_lines(view)[0].startswith("- gpt-oss-120b · tp 1 · cp 2: 6 of 10 requests (60 %) in 3 of 4 "
                                               "batch(es) ran with CP; the others are in batches SGLang runs without "
@@ -51,7 +52,7 @@ def test_mixed_entries_and_length_bins():
     assert _length_bins([1000, 2048, 2049, 3000, 5000, 9000, 16384]) == {
         1000: "≤ 1K", 2048: "≤ 2K", 2049: "≤ 4K", 3000: "≤ 4K", 5000: "≤ 8K", 9000: "≤ 16K", 16384: "≤ 16K"}
     assert _length_bins([1024, 8192]) == {1024: "1K", 8192: "8K"}
-    view = pd.DataFrame({"model": "m", "backend": "fa3", "timing": "eager", "tp_size": 4, "cp_size": 4, "bs": 4,
+    view = pd.DataFrame({"model": "m", "backend": "flashinfer-fa3", "timing": "eager", "tp_size": 4, "cp_size": 4, "bs": 4,
                          "max_extend_len": [1000, 1100, 1200, 3000, 5000, 9000, 17000], "status": "ok",
                          "speedup": [1.2, 1.3, 0.99, 1.0, 1.0, 1.0, 1.0],
                          "speedup_ci_low": [1.1, 1.2, 0.98, 0.9, 0.9, 0.9, 0.9],
@@ -69,6 +70,6 @@ def test_layer_kind_table():
             r["window_layers_us"] = 300.0 if r["mode"] == "fused" else 450.0 + r["rank"]
             r["full_layers_us"] = 500.0
     table = layer_kind_table(prepare(pd.DataFrame(rows)))
-    assert "| gpt-oss-120b | fa3 | 1 | 2 | 1 | 1K | 0.451 | 0.300 | 1.50× | 0.500 | 0.500 | 1.00× |" in table
+    assert "| gpt-oss-120b | flashinfer-fa3 | 1 | 2 | 1 | 1K | 0.451 | 0.300 | 1.50× | 0.500 | 0.500 | 1.00× |" in table
     assert len(table.splitlines()) == 2 + 4  # one row per cell
     assert layer_kind_table(prepare(pd.DataFrame(_view()[0]))) == ""  # no per-kind times: no table

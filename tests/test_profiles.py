@@ -21,7 +21,8 @@ FA3 = ("void flashinfer::PrefillWithKVCacheKernel<flashinfer::SparseCollectiveMa
        "DefaultAttention<false, true, false, false>, ..., flashinfer::BatchPrefillPagedParams<...> > >(...)")
 FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<c10::BFloat16>, ...>(...)"
 NCCL_AG = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"  # NCCL >= 2.19
-FA2_PATTERNS, FA3_PATTERNS, TRTLLM_PATTERNS = (kernel_patterns(n) for n in ("fa2", "fa3", "trtllm-gen"))
+FA2_PATTERNS, FA3_PATTERNS, TRTLLM_PATTERNS = (kernel_patterns(n) for n in ("flashinfer-fa2", "flashinfer-fa3",
+                                                                            "trtllm-gen"))
 KNOWN_ATTENTION_PATTERNS = known_attention_patterns()
 
 
@@ -150,7 +151,7 @@ def test_gz_trace_path():
 @pytest.mark.parametrize("name,patterns,kind", [
     (FA2, FA2_PATTERNS, "attention"),
     (FA3, FA3_PATTERNS, "attention"),
-    (FA2, FA3_PATTERNS, "other"),  # the fa3 pattern must not match fa2
+    (FA2, FA3_PATTERNS, "other"),  # the flashinfer-fa3 pattern must not match flashinfer-fa2
     (FA3, FA2_PATTERNS, "other"),
     ("fmhaSm100Kernel_QkvBfloat16OBfloat16H64PagedKvCausalP64VarSeqQ128Kv128PersistentContext",
      TRTLLM_PATTERNS, "attention"),
@@ -315,7 +316,7 @@ def test_profile_cli_json_counts_and_traces(tmp_path, no_gpu):
 @pytest.mark.parametrize("args,needle", [
     (["--seq-lens", "64,96", "--bs", "2"], "--seq-lens gives the whole batch"),
     (["--seq", ""], "--seq is empty"),
-    (["--backend", "fa3"], "fa3 needs a CUDA GPU"),
+    (["--backend", "flashinfer-fa3"], "flashinfer-fa3 needs a CUDA GPU"),
 ])
 def test_profile_cli_bad_input_one_line_exit_2(tmp_path, no_gpu, args, needle):
     r = cpbench("profile", "--out", str(tmp_path / "p"), *TINY, *args)

@@ -32,17 +32,17 @@ def _status(model, backend, timing, cp, bs, seq, rank, mode):
 
 
 def golden_run(tmp_path: Path) -> Path:
-    """The fixed synthetic run: fa3, gpt-oss-120b, cp 2 and 4, bs 1 and 4, 1K and 8K tokens, eager and graph,
+    """The fixed synthetic run: flashinfer-fa3, gpt-oss-120b, cp 2 and 4, bs 1 and 4, 1K and 8K tokens, eager and graph,
     no noise, one cell out of memory in graph mode."""
     rows = make_rows(cp_sizes=(2, 4), bss=(1, 4), seqs=(1024, 8192), timings=("eager", "graph"), noise=0.0,
                      n_samples=20, status=_status)
     assert {(r["launch"], r["world_size"], r["gather"]) for r in rows} == {("simulated", 1, "none")}
     out = tmp_path / "golden"
     config = {"cp_sizes": [2, 4], "bs_list": [1, 4], "extend_len_list": [1024, 8192], "timings": ["eager", "graph"],
-              "modes": ["two-call", "fused"], "backend": "fa3", "dtype": "bf16", "launch": "simulated",
+              "modes": ["two-call", "fused"], "backend": "flashinfer-fa3", "dtype": "bf16", "launch": "simulated",
               "world_size": 1}
     return write_run(out, rows, manifest_over={
-        "command": f"cpbench sweep --backend fa3 --cp 2,4 --bs 1,4 --seq 1024,8192 --out {out}",
+        "command": f"cpbench sweep --backend flashinfer-fa3 --cp 2,4 --bs 1,4 --seq 1024,8192 --out {out}",
         "created": "2025-01-01T00:00:00Z", "sweep_wall_s": [12.5], "config": config})
 
 
@@ -77,7 +77,7 @@ def test_golden_is_a_real_report_of_a_simulated_run():
     for heading in ("## Summary", "## Environment", "## Reproduce", "## Results per cp size",
                     "## Attention kernels per forward", "## Charts", "## Notes"):
         assert f"\n{heading}\n" in text, heading
-    assert "cpbench sweep --backend fa3 --cp 2,4 --bs 1,4 --seq 1024,8192 --out <TMP>/golden" in text
+    assert "cpbench sweep --backend flashinfer-fa3 --cp 2,4 --bs 1,4 --seq 1024,8192 --out <TMP>/golden" in text
     assert "<TMP>" in text and "/tmp" not in text and "| created" in text and "<DATE>" in text
     assert "**oom**" in text and "cp 4 · bs 4 · 8K tokens" in text
     assert "72 → 36" in text  # 36 layers: two calls per layer -> one

@@ -1,5 +1,6 @@
 """The results schema (cpbench.results.schema): real sweep rows pass check_row, the key and the options
-fixed on --resume come from the columns, v1 rows migrate, and check_row finds what is wrong."""
+fixed on --resume come from the columns, v1 and v2 rows migrate (v2 -> v3: FlashInfer's fa2 / fa3 read as
+flashinfer-fa2 / flashinfer-fa3), and check_row finds what is wrong."""
 
 import pytest
 
@@ -75,26 +76,103 @@ def test_migrate_v1_row():
     assert v1 == original  # the input is not modified
     assert "seq_lens" not in v2 and v2["extend_lens"] == "2048,1024"
     assert (v2["launch"], v2["world_size"], v2["gather"], v2["seed"]) == ("simulated", 1, "none", 0)
-    assert v2["schema_version"] == SCHEMA_VERSION == 2
+    assert v2["schema_version"] == SCHEMA_VERSION == 3  # through v2, then v3
+    assert v2["backend"] == "flashinfer-fa3"  # v1's fa3 was FlashInfer's
     assert v2["fused_order"] == "prev-next"
     assert (v2["tp_size"], v2["batch"], v2["prefix_lens"]) == (1, 0, "0,0")  # bs 2, prefix_len 0
     assert "seq_len" not in v2 and v2["max_extend_len"] == 2048  # renamed within v2, read under the new name
     assert {k: v for k, v in v2.items() if k not in ("extend_lens", "launch", "world_size", "gather", "seed",
                                                         "fused_order", "schema_version", "tp_size", "batch",
-                                                        "prefix_lens", "max_extend_len")} == \
-        {k: v for k, v in v1.items() if k not in ("seq_lens", "schema_version", "seq_len")}
+                                                        "prefix_lens", "max_extend_len", "backend")} == \
+        {k: v for k, v in v1.items() if k not in ("seq_lens", "schema_version", "seq_len", "backend")}
     assert check_row(v2) == []
     # a v1 row without schema_version (the v1 writer always wrote it, but the default is v1)
     bare = {k: v for k, v in _v1_row().items() if k != "schema_version"}
     assert migrate_row(bare)["extend_lens"] == "2048,1024" and migrate_row(bare)["launch"] == "simulated"
 
 
-def test_migrate_keeps_a_v2_row_unchanged():
-    v2 = migrate_row(_v1_row())
-    v2.update(launch="torchrun", world_size=4, gather="packed", seed=7)
-    snapshot = dict(v2)
-    assert migrate_row(v2) == snapshot and migrate_row(v2)["launch"] == "torchrun"
+def test_migrate_keeps_a_current_row_unchanged():
+    v3 = migrate_row(_v1_row())
+    v3.update(launch="torchrun", world_size=4, gather="packed", seed=7)
+    snapshot = dict(v3)
+    assert migrate_row(v3) == snapshot and migrate_row(v3)["launch"] == "torchrun"
     assert migrate_row(migrate_row(_v1_row())) == migrate_row(_v1_row())  # idempotent
+
+
+def _v2_row(backend: str) -> dict:
+    """A row as schema 2 stored it (every column added within v2 present)."""
+    return {**migrate_row(_v1_row()), "schema_version": 2, "backend": backend}
+
+
+@pytest.mark.parametrize("old,new", [("fa3", "flashinfer-fa3"), ("fa2", "flashinfer-fa2"), ("torch", "torch"),
+                                     ("trtllm-fmha-v2", "trtllm-fmha-v2"), ("flex", "flex")])
+def test_a_v2_row_reads_with_flashinfers_backends_renamed(old, new):
+    v2 = _v2_row(old)
+    snapshot = dict(v2)
+    got = migrate_row(v2)
+    assert v2 == snapshot  # the input is not modified
+    assert got == {**snapshot, "backend": new, "schema_version": 3} and check_row(got) == []
+
+
+def test_a_v1_row_reads_with_fa2_renamed_too():
+    got = migrate_row({**_v1_row(), "backend": "fa2"})
+    assert (got["backend"], got["schema_version"], got["extend_lens"]) == ("flashinfer-fa2", 3, "2048,1024")
+
+
+def test_a_current_row_of_fa3_stays_fa3():
+    """Schema 3's fa3 is FlashAttention-3: a row written now is not renamed, on any read path."""
+    import pandas as pd
+
+    from cpbench.results.store import migrate_frame
+
+    v3 = {**migrate_row(_v1_row()), "backend": "fa3"}
+    assert migrate_row(v3) == v3
+    got = migrate_frame(pd.DataFrame([v3, {**v3, "rank": 2}]), {"schema_version": 3})
+    assert list(got["backend"]) == ["fa3", "fa3"] and set(got["schema_version"]) == {3}
+
+
+def test_a_v2_row_without_a_backend_or_of_another_version_is_left_as_it_is():
+    bare = {k: v for k, v in _v2_row("fa3").items() if k != "backend"}
+    assert "backend" not in migrate_row(bare) and migrate_row(bare)["schema_version"] == 3
+    assert migrate_row({**_v2_row("fa3"), "schema_version": 99})["backend"] == "fa3"  # the store refuses it
+
+
+@pytest.mark.parametrize("names", [["fa3", "trtllm-fmha-v2", "fa2", "torch"], ["fa3"] * 3])
+def test_a_v2_frame_is_renamed_as_a_whole_as_its_rows_would_be(names):
+    import pandas as pd
+
+    from cpbench.results.store import migrate_frame
+
+    rows = [{**_v2_row(b), "rank": i} for i, b in enumerate(names)]
+    df = pd.DataFrame(rows)
+    got = migrate_frame(df, {"schema_version": 2})
+    assert list(df["backend"]) == names and set(df["schema_version"]) == {2}  # the input is not modified
+    assert got.to_dict("records") == [migrate_row(r) for r in rows]
+    assert set(got["schema_version"]) == {SCHEMA_VERSION}
+    # without a schema_version column, the manifest's version says how to read it
+    no_version = migrate_frame(df.drop(columns="schema_version"), {"schema_version": 2})
+    assert list(no_version["backend"]) == [schema.V3_BACKENDS.get(b, b) for b in names]
+
+
+def test_a_frame_of_v2_and_current_rows_is_migrated_row_by_row():
+    """Each row's own version says what its fa3 is: FlashInfer's in a v2 row, FlashAttention-3 in a current one."""
+    import pandas as pd
+
+    from cpbench.results.store import migrate_frame
+
+    rows = [{**_v2_row("fa3"), "rank": 0}, {**_v2_row("fa3"), "rank": 1, "schema_version": 3}]
+    got = migrate_frame(pd.DataFrame(rows), {"schema_version": 2})
+    assert list(got["backend"]) == ["flashinfer-fa3", "fa3"] and set(got["schema_version"]) == {3}
+
+
+@pytest.mark.parametrize("command,want", [
+    ("cpbench sweep --cp 4 --backend trtllm-fmha-v2,fa3 --out runs/x-fa3",
+     "cpbench sweep --cp 4 --backend trtllm-fmha-v2,flashinfer-fa3 --out runs/x-fa3"),
+    ("cpbench sweep --backend=fa2 --cp 2", "cpbench sweep --backend=flashinfer-fa2 --cp 2"),
+    ("cpbench sweep --cp 4 --bs 1,4,16 --out runs/h200-fa3", "cpbench sweep --cp 4 --bs 1,4,16 --out runs/h200-fa3"),
+    ("cpbench sweep --backend torch,flex", "cpbench sweep --backend torch,flex")])
+def test_a_recorded_command_runs_the_kernel_it_ran(command, want):
+    assert schema.renamed_command(command) == want
 
 
 def test_a_v2_row_without_fused_order_gets_prev_next():

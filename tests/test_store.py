@@ -1,5 +1,6 @@
-"""The run directory (cpbench.results.store.RunDir): committed schema-v1 runs load migrated and still report
-and compare; one sweep at a time per --out (the lock); --resume refuses a v1 run; a torn last line."""
+"""The run directory (cpbench.results.store.RunDir): committed schema-v1 and v2 runs load migrated (v3: FlashInfer's
+backends renamed, in the rows and the manifest) and still report and compare; one sweep at a time per --out (the
+lock); --resume refuses a v1 or v2 run; a torn last line."""
 
 import json
 import os
@@ -37,9 +38,12 @@ def test_committed_runs_are_schema_v1_or_v2_through_and_through():
 
 
 @pytest.mark.parametrize("name", V2)
-def test_committed_v2_runs_load_as_written(name):
+def test_committed_v2_runs_load_migrated_to_v3(name):
     df, manifest = RunDir(RUNS / name).load()
-    assert set(df["schema_version"]) == {2} and set(df["world_size"]) == {manifest.get("world_size", 1)}
+    assert set(df["schema_version"]) == {SCHEMA_VERSION} and set(df["world_size"]) == {manifest.get("world_size", 1)}
+    assert not {"fa2", "fa3"} & set(df["backend"])  # FlashInfer's, read under their schema 3 names
+    assert set(manifest["config"]["backend"].split(",")) == set(df["backend"])  # the manifest's config too
+    assert manifest["schema_version"] == 2  # the manifest keeps the version it was written with
     torchrun = manifest["config"].get("launch") == "torchrun"
     assert set(df["launch"]) == ({"torchrun"} if torchrun else {"simulated"})
     assert torchrun == ("torchrun" in name or "gloo" in name)
@@ -159,10 +163,70 @@ def test_resume_of_a_v1_run_is_refused_in_one_line(tmp_path, text_reports):
     assert r.returncode == 2, r.stderr[-1000:]
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in r.stderr
-    assert "was written by results schema 1, this cpbench writes 2: start a new --out" in lines[0]
+    assert "was written by results schema 1, this cpbench writes 3: start a new --out" in lines[0]
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"} == before
     # and its lock was released: the run still reports
     assert cpbench("report", str(run)).returncode == 0
+
+
+def test_resume_of_a_v2_run_is_refused_naming_its_version(tmp_path, text_reports):
+    """A schema 2 run reads with FlashInfer's backends renamed, but is never resumed: its manifest keeps version 2."""
+    run = tmp_path / "v2"
+    shutil.copytree(RUNS / "cpu-torch-default", run)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    r = cpbench(*_sweep(run, "--seq", "32", "--budget-ms", "5"), "--resume")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "was written by results schema 2, this cpbench writes 3: start a new --out" in r.stderr
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"} == before
+
+
+def _v2_run(tmp_path, fmt: str) -> Path:
+    """A synthetic schema 2 run of FlashInfer's fa3 and fa2 (as schema 2 named them), its rows in ``fmt``."""
+    from runfactory import write_run
+
+    rows = [{**_row(i), "schema_version": 2, "backend": b, "prefix_lens": "0"}
+            for i, b in enumerate(("fa3", "fa2", "torch"))]
+    return write_run(tmp_path / fmt, rows, fmt=fmt, manifest_over={
+        "schema_version": 2, "command": "cpbench sweep --backend fa3,fa2,torch --cp 4 --out runs/fa3",
+        "resumed_by": ["cpbench sweep --backend=fa3,fa2,torch --out runs/fa3 --resume", None],
+        "config": {"backend": "fa3,fa2,torch", "cp_sizes": [4]}})
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_a_v2_run_reads_flashinfers_backends_under_their_new_names(tmp_path, monkeypatch, fmt):
+    from cpbench.results import store
+
+    run = _v2_run(tmp_path, fmt)
+    if fmt == "parquet":  # a v2 frame is renamed as a whole, never row by row
+        monkeypatch.setattr(store, "migrate_row", lambda row: pytest.fail("a v2 frame was migrated row by row"))
+    df, manifest = load_run(run)
+    assert sorted(df["backend"]) == ["flashinfer-fa2", "flashinfer-fa3", "torch"]
+    assert set(df["schema_version"]) == {SCHEMA_VERSION}
+    assert manifest["config"]["backend"] == "flashinfer-fa3,flashinfer-fa2,torch"
+    assert manifest["command"] == "cpbench sweep --backend flashinfer-fa3,flashinfer-fa2,torch --cp 4 --out runs/fa3"
+    assert manifest["resumed_by"] == ["cpbench sweep --backend=flashinfer-fa3,flashinfer-fa2,torch --out runs/fa3 "
+                                      "--resume", None]
+    assert manifest["schema_version"] == 2  # as written: a --resume refuses the run by it
+    assert json.loads((run / "manifest.json").read_text())["config"]["backend"] == "fa3,fa2,torch"  # read, not written
+    if fmt == "jsonl":  # and so is every row a resume would read
+        assert [r["backend"] for r in RunDir(run).rows()] == ["flashinfer-fa3", "flashinfer-fa2", "torch"]
+
+
+def test_a_current_manifest_keeps_fa3(tmp_path):
+    """In a schema 3 manifest fa3 is FlashAttention-3: nothing is renamed."""
+    (tmp_path / "manifest.json").write_text(json.dumps({
+        "schema_version": SCHEMA_VERSION, "command": "cpbench sweep --backend fa3,flashinfer-fa3",
+        "config": {"backend": "fa3,flashinfer-fa3"}}))
+    manifest = RunDir(tmp_path).read_manifest()
+    assert manifest["config"]["backend"] == "fa3,flashinfer-fa3"
+    assert manifest["command"] == "cpbench sweep --backend fa3,flashinfer-fa3"
+
+
+def test_a_v1_manifest_without_a_version_is_renamed_and_odd_values_are_left(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps({"command": 7, "resumed_by": [],
+                                                        "config": {"backend": ["fa3"], "backends": ["fa2", 3]}}))
+    manifest = RunDir(tmp_path).read_manifest()  # no schema_version: a v1 manifest
+    assert manifest["config"] == {"backend": ["fa3"], "backends": ["flashinfer-fa2", 3]} and manifest["command"] == 7
 
 
 # -- torn last line -----------------------------------------------------------------------------------
@@ -267,6 +331,8 @@ def test_resume_reads_an_option_missing_from_an_older_manifest_as_its_default(tm
     shutil.copytree(RUNS / "cpu-torch-default", run)
     man = json.loads((run / "manifest.json").read_text())
     assert "swa_pool" not in man["config"]
+    man["schema_version"] = SCHEMA_VERSION  # a run of this schema (a schema 2 run is refused by its version)
+    (run / "manifest.json").write_text(json.dumps(man))
     r = cpbench("sweep", "--cp", "4", "--bs", "1", "--extend-len", "16", "--out", str(run), "--resume",
                 "--budget-ms", "5", "--swa-pool")
     assert r.returncode == 2 and "measured with no --swa-pool, not --swa-pool:" in r.stderr, r.stderr[-800:]

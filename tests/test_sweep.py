@@ -107,9 +107,10 @@ def test_out_is_a_file_or_unwritable(tmp_path):
 
 def test_unsupported_backend_exits_2_before_making_a_run_directory(tmp_path):
     out = tmp_path / "run"
-    r = cpbench("sweep", "--backend", "fa3", "--bs", "1", "--seq", "64", "--out", str(out), "--device", "cpu", *QUICK)
+    r = cpbench("sweep", "--backend", "flashinfer-fa3", "--bs", "1", "--seq", "64", "--out", str(out), "--device", "cpu",
+                *QUICK)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert "backend fa3 cannot run here" in r.stderr and "CUDA" in r.stderr
+    assert "backend flashinfer-fa3 cannot run here" in r.stderr and "CUDA" in r.stderr
     assert not out.exists()
 
 

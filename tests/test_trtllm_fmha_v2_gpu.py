@@ -1,5 +1,5 @@
 """trtllm-fmha-v2 on a Hopper GPU: the PR's fused call == the two calls == the fp32 reference, it agrees
-with fa3, and its kernels count 72 -> 36 attention launches per rank for 36-layer gpt-oss-120b at cp 4,
+with flashinfer-fa3, and its kernels count 72 -> 36 attention launches per rank for 36-layer gpt-oss-120b at cp 4,
 plus one device memset per call (counted as a fill, not attention).
 
 Needs a GPU of compute capability 9.x/12.x with flashinfer; skipped elsewhere:
@@ -43,7 +43,7 @@ def test_fused_equals_two_call_and_reference(model, cp, batch):
     be = get_backend("trtllm-fmha-v2")
     _, ext, pre = batch
     cell = build_cell(spec, ext, pre, page_size=spec.page_size, dtype=torch.bfloat16, device="cuda", seed=cp)
-    fa3 = get_backend("fa3") if BACKENDS["fa3"].runs_on(torch.cuda.get_device_capability()) else None
+    fa3 = get_backend("flashinfer-fa3") if BACKENDS["flashinfer-fa3"].runs_on(torch.cuda.get_device_capability()) else None
     for g in all_ranks(ext, pre, cp):
         work = rank_work(cell, g)
         two, fused = be.prepare(work, "two-call"), be.prepare(work, "fused")
@@ -58,7 +58,7 @@ def test_fused_equals_two_call_and_reference(model, cp, batch):
             other.forward()
             torch.cuda.synchronize()
             vs_fa3 = max_abs_diff(fused, other)
-            assert vs_fa3 <= TOLERANCE[torch.bfloat16], f"rank {g.rank}: vs fa3 {vs_fa3}"
+            assert vs_fa3 <= TOLERANCE[torch.bfloat16], f"rank {g.rank}: vs flashinfer-fa3 {vs_fa3}"
         print(f"trtllm-fmha-v2 {model} cp{cp} {batch[0]} r{g.rank}: max|err| {err:.2e}, fused == two-call")
 
 
@@ -67,9 +67,10 @@ def test_fused_equals_two_call_and_reference(model, cp, batch):
 @pytest.mark.parametrize("batch", SWA_BATCHES, ids=[b[0] for b in SWA_BATCHES])
 def test_swa_pool_window_layers_read_their_own_table(cp, batch):
     """--swa-pool: window layers pass the SWA pool's K/V block offsets (fused: of cat(t, t)) into its own
-    [2, pages, ...] allocation; fused == two-call == the fp32 reference, and it agrees with fa3 where fa3 runs."""
+    [2, pages, ...] allocation; fused == two-call == the fp32 reference, and it agrees with flashinfer-fa3 where it
+    runs."""
     _, ext, pre = batch
-    fa3 = "fa3" if BACKENDS["fa3"].runs_on(torch.cuda.get_device_capability()) else None
+    fa3 = "flashinfer-fa3" if BACKENDS["flashinfer-fa3"].runs_on(torch.cuda.get_device_capability()) else None
     check_swa_pool("trtllm-fmha-v2", cp, ext, pre, other=fa3)
 
 

@@ -33,6 +33,19 @@ def test_tile_config_defaults_and_refusal():
         tile_config("torch", 64, [1], 1)
 
 
+def test_the_work_split_models_flashinfers_templates_by_backend_name():
+    """cpbench's flashinfer-fa2 / flashinfer-fa3 map to FlashInfer's fa2 / fa3 templates (tile_config's names);
+    a backend name is refused there, FlashAttention-3's fa3 has no model, and explain maps the name it runs."""
+    from cpbench.domain.worksplit import TEMPLATES
+    from cpbench.run.explain import WORK_SPLIT
+
+    assert TEMPLATES == {"flashinfer-fa2": "fa2", "flashinfer-fa3": "fa3"} and WORK_SPLIT == TEMPLATES
+    assert tile_config(TEMPLATES["flashinfer-fa3"], 64, [256], 8).persistent
+    assert "fa3" not in WORK_SPLIT  # FlashAttention-3: ncu's figures only
+    with pytest.raises(CpbenchInputError, match="cpbench's flashinfer-fa2 and flashinfer-fa3"):
+        tile_config("flashinfer-fa3", 64, [256], 8)
+
+
 def test_fa2_split_kv_gpt_oss_cp4_rank0_full_layer():
     # cp 4, bs 1, 2048 tokens, rank 0: prev (256, 256), next (256, 2048). Packed rows 256 * 8 = 2048 ->
     # tile 128 -> 16 q tiles. max_batch_size_if_split = 2 * 132 / 8 = 33.

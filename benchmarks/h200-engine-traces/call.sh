@@ -18,7 +18,7 @@ for mode in fused two-call; do step "traces $mode"
   timeout 80 python3 $E --mode $mode --cp 4 --bs 1 --extend-len 8192 --forwards 3 --out $T/cp4-bs1-ext8192-$mode 2>&1 | grep -v USDT | tail -3 >> $LOG
 done; pack
 step "cpbench's cell"
-timeout 80 python3 -m cpbench sweep --backend fa3 --cp 4 --bs 1 --extend-len 8192 --timing eager --passes 1 \
+timeout 80 python3 -m cpbench sweep --backend flashinfer-fa3 --cp 4 --bs 1 --extend-len 8192 --timing eager --passes 1 \
   --out runs/engine-cell-fa3 2>&1 | tail -8 >> $LOG; pack
 for mode in fused two-call; do step "from $mode"
   python3 -m cpbench profile --from $T/cp4-bs1-ext8192-$mode --cell "cp4 bs1 ext8192" --run runs/engine-cell-fa3 >> $LOG 2>&1

@@ -8,7 +8,7 @@ log=$OUT/call1.log
   echo "== gpu tests (breakable)"; timeout 240 python3 -m pytest -q -n 0 -m gpu -p no:cacheprovider tests/test_breakable_gpu.py 2>&1 | tail -15
   echo "== smoke sweep"; t0=$(date +%s)
   timeout 200 python3 -m cpbench sweep --cp 4 --bs 1,16 --extend-len 2048 --timing eager,graph,breakable \
-      --backend trtllm-fmha-v2,fa3 --out runs/smoke 2>&1 | tail -40; echo "sweep wall $(( $(date +%s)-t0 )) s"
+      --backend trtllm-fmha-v2,flashinfer-fa3 --out runs/smoke 2>&1 | tail -40; echo "sweep wall $(( $(date +%s)-t0 )) s"
   echo "== independent"; t0=$(date +%s)
   timeout 150 python3 benchmarks/breakable_check.py --backend trtllm-fmha-v2 --cells 4x1x2048,4x16x2048 --samples 10 --out $OUT/indep.jsonl 2>&1 | tail -12
   echo "indep wall $(( $(date +%s)-t0 )) s"

@@ -1,5 +1,5 @@
 """Run under torchrun (gloo on CPU with the torch reference; NCCL on GPUs with another backend, e.g.
-``outputs_check.py packed fa3``): every rank's attention outputs with the per-layer K|V all-gather
+``outputs_check.py packed flashinfer-fa3``): every rank's attention outputs with the per-layer K|V all-gather
 equal, bit for bit in fp32, the outputs of the same rank simulated in one process without it. The first
 argument is a gather mode or a comma-separated list of them (``packed,separate``: both in one launch);
 a mode ending in ``+swa-pool`` runs with the SWA pool (``packed,packed+swa-pool``: without and with it).

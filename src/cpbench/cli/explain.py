@@ -19,10 +19,12 @@ from cpbench.cli import options as c
 from cpbench.cli.cells import backend_name, batches_of, check_not_written, check_out, parse_cells
 from cpbench.errors import CpbenchInputError
 
-EXPLAIN_EPILOG = ("Examples:  cpbench explain --cp 4 --bs 1 --extend-len 2048 --rank 0 --backend fa3  |  "
+EXPLAIN_EPILOG = ("Examples:  cpbench explain --cp 4 --bs 1 --extend-len 2048 --rank 0 --backend flashinfer-fa3  |  "
                   "cpbench explain --cp 4 --bs 16 --extend-len 2048 --rank 0 --backend trtllm-fmha-v2  |  "
-                  "cpbench explain --cp 4 --bs 1 --extend-len 2048 --rank 0 --backend fa2 --timing eager --json")
-EXPLAINED = ("fa2", "fa3", "trtllm-fmha-v2")  # backends whose kernels explain groups into calls (ncu metrics)
+                  "cpbench explain --cp 4 --bs 1 --extend-len 2048 --rank 0 --backend flashinfer-fa2 --timing eager "
+                  "--json")
+# backends whose kernels explain groups into calls (ncu metrics)
+EXPLAINED = ("flashinfer-fa2", "flashinfer-fa3", "trtllm-fmha-v2")
 NO_NCU = ("ncu (Nsight Compute) not found: install Nsight Compute or put ncu on PATH; "
           "`cpbench profile` counts and times kernels without it")
 
@@ -38,7 +40,7 @@ def explain(
     prefix: c.PrefixLenOpt = 0,
     rank: Annotated[int, typer.Option("--rank", help="The CP rank to explain.")] = 0,
     backend: Annotated[str, typer.Option(
-        "--backend", help="fa2, fa3 or trtllm-fmha-v2 (auto: trtllm-fmha-v2 on Hopper).",
+        "--backend", help="flashinfer-fa2, flashinfer-fa3 or trtllm-fmha-v2 (auto: trtllm-fmha-v2 on Hopper).",
         metavar=c.backend_metavar(("auto", *EXPLAINED)))] = "auto",
     timing: Annotated[str, typer.Option(
         "--timing", help="eager or graph (one CUDA-graph replay per mode); ncu profiles kernels one at a time, so "

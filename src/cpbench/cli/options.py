@@ -209,7 +209,7 @@ def int_list(text: str, what: str, minimum: int = 1) -> list[int]:
 # ------------------------------------------------------------------------------------------------
 # shared options
 # ------------------------------------------------------------------------------------------------
-# --backend choices: "auto" + the registry's names (members auto, torch, fa2, fa3, trtllm_gen, ...).
+# --backend choices: "auto" + the registry's names (members auto, torch, flashinfer_fa2, fa3, trtllm_gen, ...).
 BackendName = Enum("BackendName", {n.replace("-", "_"): n for n in BACKEND_CHOICES}, type=str)
 
 

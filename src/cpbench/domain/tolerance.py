@@ -1,7 +1,7 @@
 """Tolerances of the output check (no torch): a row whose max |output - fp32 reference|, or whose fused vs
 two-call difference, exceeds its tolerance is marked ``mismatch``. Outputs are O(1) (v ~ N(0, 1)); bf16
-allows 2e-2 since fa2 and fa3 on an H200 stayed within 0.0154 of the reference in every test and sweep row
-(sinks and window 127 included; docs/design.md §3).
+allows 2e-2 since flashinfer-fa2 and flashinfer-fa3 on an H200 stayed within 0.0154 of the reference in
+every test and sweep row (sinks and window 127 included; docs/design.md §3).
 
 A backend whose kernel cannot take the sinks (``flex``: FlexAttention has no sink argument) folds them in
 after the kernel, ``out * sigmoid(lse - sink)``: the kernel's output is already rounded to the output dtype,

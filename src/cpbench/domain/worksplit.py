@@ -3,7 +3,9 @@
 No torch: the CLI, the verdict and the tests use it anywhere. Inputs are the segments of one call
 (``actual_seq_q`` and ``kv_len`` per segment, tokens), the heads and the kernel's tile sizes; the
 output says how the launch falls on the SMs. docs/design.md §9 derives it; the numbers it uses are
-FlashInfer's (``include/flashinfer/attention/scheduler.cuh`` and ``hopper/prefill_sm90.cuh``):
+FlashInfer's (``include/flashinfer/attention/scheduler.cuh`` and ``hopper/prefill_sm90.cuh``), by FlashInfer's
+template name (its ``backend=`` argument, ``fa2`` or ``fa3``: cpbench's ``flashinfer-fa2`` and ``flashinfer-fa3``
+backends, :data:`TEMPLATES`; cpbench's ``fa3``, FlashAttention-3, has no model here):
 
 - **fa3** (Hopper, ``PrefillSM90Plan``): one work item per (query head, query tile), ``cta_tile_q``
   = 192 rows for head_dim 64, else 128 (query heads are not packed). The paged kernel's KV tile is
@@ -35,14 +37,16 @@ from cpbench.domain.worksplit_plans import fa2_kv_chunk_pages, fa3_plan, list_sc
 from cpbench.errors import CpbenchInputError
 
 H200_SMS = 132
+# cpbench backend -> the FlashInfer template whose work split this module models (``backend`` below)
+TEMPLATES = {"flashinfer-fa2": "fa2", "flashinfer-fa3": "fa3"}
 
 
 @dataclass(frozen=True)
 class TileConfig:
-    """How one backend tiles a launch.
+    """How one FlashInfer template tiles a launch.
 
     Attributes:
-        backend: ``fa2`` or ``fa3``.
+        backend: FlashInfer's template, ``fa2`` or ``fa3``.
         cta_tile_q: query rows per tile (fa2: packed rows, ``q_row * group + head``).
         cta_tile_kv: keys per inner-loop tile.
         packed_gqa: query heads of one KV head share a tile (fa2) or not (fa3).
@@ -67,9 +71,10 @@ def fa2_cta_tile_q(avg_packed_qo_len: int, head_dim: int) -> int:
 
 def tile_config(backend: str, head_dim: int, q_lens: Sequence[int], group: int,
                 cta_tile_q: int | None = None, cta_tile_kv: int | None = None) -> TileConfig:
-    """The documented tile sizes of ``backend`` for one launch (module doc); ``cta_tile_q`` /
-    ``cta_tile_kv`` override them. ``q_lens``: the launch's ``actual_seq_q`` (tokens), ``group`` =
-    Hq / Hkv. Raises CpbenchInputError for a backend without a tile model (torch, trtllm-gen)."""
+    """The documented tile sizes of FlashInfer template ``backend`` (``fa2`` or ``fa3``, :data:`TEMPLATES`) for
+    one launch (module doc); ``cta_tile_q`` / ``cta_tile_kv`` override them. ``q_lens``: the launch's
+    ``actual_seq_q`` (tokens), ``group`` = Hq / Hkv. Raises CpbenchInputError for any other name (torch,
+    trtllm-gen; a cpbench backend name: map it through :data:`TEMPLATES`)."""
     if backend == "fa3":
         tq = cta_tile_q or (192 if head_dim == 64 else 128)
         tk = cta_tile_kv or (32 if head_dim == 256 else 96)
@@ -79,7 +84,8 @@ def tile_config(backend: str, head_dim: int, q_lens: Sequence[int], group: int,
         # fa2's KV tile is NUM_MMA_KV * 16 keys, chosen at compile time; 64 is an assumption
         return TileConfig("fa2", cta_tile_q or fa2_cta_tile_q(avg, head_dim), cta_tile_kv or 64,
                           packed_gqa=True, persistent=False, ctas_per_sm=2)
-    raise CpbenchInputError(f"no tile model for backend {backend!r}: the work split covers fa2 and fa3")
+    raise CpbenchInputError(f"no tile model for backend {backend!r}: the work split covers FlashInfer's fa2 and fa3 "
+                            "templates (cpbench's flashinfer-fa2 and flashinfer-fa3)")
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -156,7 +162,8 @@ def split_launch(name: str, q_lens: Sequence[int], kv_lens: Sequence[int], *, ba
 
     Args:
         name: e.g. ``"prev"``, ``"next"``, ``"fused"``.
-        backend: ``fa2`` or ``fa3`` (:func:`tile_config`); num_sms: SMs of the GPU (H200: 132).
+        backend: FlashInfer's template, ``fa2`` or ``fa3`` (:func:`tile_config`, :data:`TEMPLATES`); num_sms: SMs
+            of the GPU (H200: 132).
         window_left: the layer's window (-1 full); page_size: tokens per page (fa2's KV chunk).
     Raises:
         CpbenchInputError: lengths of different count, a segment with kv_len < q_len, or a

@@ -172,7 +172,7 @@ def measure_call(call: Callable[[], None], attention_patterns: tuple[str, ...] |
 
 def kernels_per_call(call: Callable[[], None], attention_patterns: tuple[str, ...] | list[str],
                      device: str | torch.device) -> int:
-    """Attention kernels one call executes (1 for fa2/fa3 without split-KV; merge kernels are not
+    """Attention kernels one call executes (1 for flashinfer-fa2/-fa3 without split-KV; merge kernels are not
     attention). Needs CUDA and non-empty patterns.
 
     Raises:

@@ -176,8 +176,8 @@ def nvtx_ranges(text: str) -> list[tuple[str, str]]:
 def tiles_from_kernel_name(name: str) -> tuple[int, int] | None:
     """``(cta_tile_q, cta_tile_kv)`` carried by a FlashInfer kernel's template arguments, or None.
 
-    fa3: ``AttentionKernelTraits<USE_TMA_LOAD_KV, HEAD_DIM_QK, HEAD_DIM_VO, CTA_Q, CTA_KV, ...>``; fa2:
-    ``KernelTraits<MASK_MODE, CTA_TILE_Q, NUM_MMA_Q, NUM_MMA_D_QK, NUM_MMA_D_VO, NUM_MMA_KV,
+    flashinfer-fa3: ``AttentionKernelTraits<USE_TMA_LOAD_KV, HEAD_DIM_QK, HEAD_DIM_VO, CTA_Q, CTA_KV, ...>``;
+    flashinfer-fa2: ``KernelTraits<MASK_MODE, CTA_TILE_Q, NUM_MMA_Q, NUM_MMA_D_QK, NUM_MMA_D_VO, NUM_MMA_KV,
     NUM_WARPS_Q, NUM_WARPS_KV, ...>`` with ``CTA_TILE_KV = NUM_MMA_KV * NUM_WARPS_KV * 16``
     (FlashInfer's ``attention/prefill.cuh``)."""
     m = _FA3_TRAITS.search(name or "")
@@ -195,8 +195,10 @@ def group_calls(kernels: list[dict], calls: list[str], attention_patterns: tuple
     order, e.g. ``["prev", "next", "prev", "next", "combined", "combined"]``).
 
     A call begins at each attention kernel (name matches ``attention_patterns``, not a split-KV merge
-    kernel); the merge kernels after it belong to it. Where ncu's NVTX column names the call range
-    (eager forwards: ``prev``/``next``/``combined`` in ``domain``), it must agree. Returns ``[{"call": name, "index": i,
+    kernel); the merge kernels after it belong to it. ncu names a kernel without its namespaces (``void
+    PrefillWithKVCacheKernel<SparseCollectiveMainloop<...``), so a pattern is matched without its own
+    (``flashinfer::prefillwithkvcachekernel`` as ``prefillwithkvcachekernel``). Where ncu's NVTX column names the
+    call range (eager forwards: ``prev``/``next``/``combined`` in ``domain``), it must agree. Returns ``[{"call": name, "index": i,
     "kernels": [...]}]``.
 
     Raises:
@@ -206,9 +208,10 @@ def group_calls(kernels: list[dict], calls: list[str], attention_patterns: tuple
     """
     from cpbench.profiles.kernels import CALL_NAMES, classify
 
+    patterns = tuple(p.rsplit("::", 1)[-1] for p in attention_patterns)  # as ncu names kernels
     groups: list[dict] = []
     for k in kernels:
-        kind = classify(k["name"], attention_patterns)
+        kind = classify(k["name"], patterns)
         k["kind"] = kind
         if kind == "attention":
             call = calls[len(groups)] if len(groups) < len(calls) else "?"

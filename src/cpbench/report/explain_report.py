@@ -107,9 +107,10 @@ def explain_markdown(rep: dict) -> str:
                      f"| {_pct(r['sm_pct'])} | {_pct(r['dram_pct'])} | {_f(r['regs'], 0)} | {smem:.0f} |")
     if not rep["work_split"]:
         lines += ["", f"No work-split model for {rep['backend']}: its grid and waves above are what ncu measured."]
-    lines += [] if not rep["work_split"] else ["", "Work split (model, docs/design.md §9): work items are CTAs (fa2) or (head, query tile) items "
-                  "that fa3's persistent CTAs, one per SM, walk (its ncu grid is the SM count); waves = items / (SMs x "
-                  "CTAs per SM); KV tiles per busiest SM are the model's time.", "",
+    lines += [] if not rep["work_split"] else ["", "Work split (model, docs/design.md §9): work items are CTAs "
+                  "(flashinfer-fa2) or (head, query tile) items that flashinfer-fa3's persistent CTAs, one per SM, walk "
+                  "(its ncu grid is the SM count); waves = items / (SMs x CTAs per SM); KV tiles per busiest SM are the "
+                  "model's time.", "",
               "| layer | launch | segments (q, kv) | tile q x kv | split KV | work items | ncu grid | waves | last wave "
               "| KV tiles | busiest SM |", "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     grid = {}  # (window_left, launch) -> the measured grid of its first layer's attention kernel

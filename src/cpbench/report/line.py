@@ -1,6 +1,7 @@
-"""The report's "three points on one kernel family" section: two-call, fused and cp-native on the flex backend,
-and how much of fusing's effect is the call structure (flex's own ratio) and how much the kernel (the same
-fusion on the run's other backends)."""
+"""The report's "three points on one kernel family" section: two-call, fused and cp-native on a backend that has a
+cp-native call (fa3: FlashAttention-3's ``cache_batch_idx``; flex: FlexAttention over each request), the page table
+the cp-native call no longer duplicates, and, for flex, how much of fusing's effect is the call structure (flex's
+own ratio) and how much the kernel (the same fusion on the run's other backends)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,41 @@ def _ratio(r: pd.Series, name: str) -> str:
     return text
 
 
+# What each backend's cp-native call is (results rows name the backend, not the call)
+CP_NATIVE_CALL = {
+    "fa3": "fa3's cp-native call is the fused call's 2·bs segments over the un-duplicated `[bs, W]` page table, each "
+           "segment reading its request's row through FlashAttention-3's `cache_batch_idx` (the PR's TODO, on a "
+           "shipped Hopper kernel)",
+    "flex": "flex's cp-native call is one call over the rank's bs requests, each query at its position in its request, "
+            "over the request's own page-table row",
+}
+SGLANG_FA3_PAGE_SIZE = 1  # SGLang's page size with --attention-backend fa3 unless --page-size is given
+TODO_CONTEXT_TOKENS = 128 * 1024  # the context the duplicate is sized for in the TODO table
+
+
+def table_bytes(bs: int, context_tokens: int, page_size: int) -> int:
+    """Bytes of an int32 page table ``[bs, W]``, ``W = ceil(context_tokens / page_size)`` (SGLang sizes W from
+    the context length); the fused call's duplicate adds as much again."""
+    return bs * -(-context_tokens // page_size) * 4
+
+
+def todo_table(bs_values, swa: bool) -> list[str]:
+    """Markdown: the page table, its row duplicate (what the fused call allocates and fills per forward) and what
+    the cp-native call saves (the duplicate), at SGLang's fa3 page size (1) and at 64, for a 128K-token context,
+    per bs. ``swa``: the run kept a separate SWA pool (``--swa-pool``), whose table has the same shape (its
+    duplicate counted too)."""
+    tables = 2 if swa else 1
+    rows = [[ps, bs, human_bytes(tables * table_bytes(bs, TODO_CONTEXT_TOKENS, ps)),
+             human_bytes(2 * tables * table_bytes(bs, TODO_CONTEXT_TOKENS, ps)),
+             human_bytes(tables * table_bytes(bs, TODO_CONTEXT_TOKENS, ps))]
+            for ps in (SGLANG_FA3_PAGE_SIZE, 64) for bs in sorted({int(b) for b in bs_values})]
+    what = "the full and the SWA pool's tables" if swa else "the page table; with `--swa-pool` the SWA pool's doubles it"
+    return [f"The duplicated page table, computed for a {human_tokens(TODO_CONTEXT_TOKENS)}-token context ({what}; "
+            f"int32, one row per request): at page size {SGLANG_FA3_PAGE_SIZE} (SGLang's with fa3) a row holds one "
+            "entry per token.", "",
+            md_table(["page size", "bs", "table [bs, W]", "fused: [2·bs, W]", "cp-native saves"], rows), ""]
+
+
 def line_section(d: pd.DataFrame, view: pd.DataFrame, cpu: bool = False) -> list[str]:
     """Markdown lines; empty when the run holds no cp-native row. ``view``: the run's critical-path view
     (results.critical_path), to set flex's fused-vs-two-call ratio beside the other backends' on the same cells."""
@@ -44,16 +80,25 @@ def line_section(d: pd.DataFrame, view: pd.DataFrame, cpu: bool = False) -> list
                        if not cpu else [ratio_text(r.get(n)) for n in ("fused_vs_two_call", "native_vs_two_call",
                                                                         "native_vs_fused")]),
                      mem])
+    natives = "; ".join(CP_NATIVE_CALL.get(b, f"{b}'s cp-native call") for b in sorted(set(line["backend"])))
     out = ["## Three points on one kernel family", "",
            "Two calls per layer, the PR's fused call over 2·bs segments with the row-duplicated page table, and a "
-           "CP-native call (one call over the rank's requests, each query at its position in its request, over the "
-           "request's own page-table row: nothing duplicated), all on one kernel family. Latencies on the critical "
+           f"CP-native call that duplicates nothing ({natives}), each on one kernel family. Latencies on the critical "
            "path; each ratio is the first mode's latency over the second's" +
            ("" if cpu else " (> 1: the second is faster)") +
            (". On a CPU these are a functional check, not a benchmark: no interval or verdict is given." if cpu else
             f", with its 95 % interval; {HOST_MARK}: a host-bound eager cell, with its GPU-time ratio."), "",
            md_table(heads, rows), ""]
-    out += [] if cpu else _structure_vs_kernel(line, view)
+    if "fa3" in set(line["backend"]):
+        out += ["fa3 is upstream FlashAttention-3 where `kernel_impl` says `flash_attn_interface`: it has no sinks "
+                "argument, so its timed call is the kernel alone (SGLang's sgl-kernel computes the sinks inside the "
+                "same launch) and the correctness check folds the sinks in afterwards from the log-sum-exp it "
+                "returns. Its per-call scheduler kernel (and split-KV combine) count as merge kernels, not attention "
+                "kernels.", ""]
+        # a run with --swa-pool: the window layers' own table, duplicated as well
+        swa = "swa_kv_buffers" in d and bool((pd.to_numeric(d["swa_kv_buffers"], errors="coerce") > 0).any())
+        out += todo_table(line["bs"], swa)
+    out += [] if cpu else _structure_vs_kernel(line[line["backend"] == "flex"], view)
     return out + [""]
 
 

@@ -20,7 +20,7 @@ from cpbench.results.keys import canon
 from cpbench.results.planned import PLANNED_CELL_KEYS, valid_planned_cells
 from cpbench.results.policy import clock_drop_text
 from cpbench.domain.modes import ALL_MODES, Mode
-from cpbench.results.schema import CELL_COLUMNS, MODES
+from cpbench.results.schema import CELL_COLUMNS, MODES, V3_BACKENDS
 from cpbench.results.store import RunDir, as_utf8, load_run
 from cpbench.results.verdicts import TIE_BAND
 from cpbench.report.forward import cpu_forward_lines, forward_section
@@ -318,6 +318,7 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
                "GPU kernel executions classified as attention (torch backend: calls), eager timing.", ""])
     parts += [kernel_table(counts), "", "## Charts", ""]
     for stem, model, backend, caption in chart_stems(d, cpu):
+        stem = stored_stem(plot_dir, stem, model, backend)
         if plot_dir is None or (plot_dir / f"{stem}.png").exists():
             parts += [f"**{stem}** — {caption}", "", f"![{stem}](plots/{stem}.png)", ""]
     missing = missing_cells(d, manifest)
@@ -326,6 +327,18 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
         ran = []
     parts += ["## Notes", ""] + missing + ran + [""]
     return "\n".join(parts)
+
+
+def stored_stem(plot_dir: Path | None, stem: str, model: str, backend: str) -> str:
+    """The file stem under which ``plot_dir`` holds chart ``stem`` of (``model``, ``backend``): ``stem``, or, when only
+    a chart drawn before schema 3 is there, the stem under the backend's old name (``..._gpt-oss-120b_fa3`` for
+    ``flashinfer-fa3``, :data:`~cpbench.results.schema.V3_BACKENDS`)."""
+    old = next((o for o, new in V3_BACKENDS.items() if new == backend), None)
+    tail, was = (f"_{model}_{b}".replace("/", "-").replace(" ", "-") for b in (backend, old))  # as data.groups
+    if plot_dir is None or old is None or not stem.endswith(tail) or (plot_dir / f"{stem}.png").exists():
+        return stem
+    before = stem[: -len(tail)] + was
+    return before if (plot_dir / f"{before}.png").exists() else stem
 
 
 def _simulated(d: pd.DataFrame, sim_df: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -360,7 +373,8 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
     cpu = on_cpu(manifest)
     with one_view():  # the rows are prepared and their critical path computed once for charts and text
         stems = chart_stems(prepare(df), cpu)
-        if charts and (replot or any(not (plot_dir / f"{s}.png").exists() for s, *_ in stems)):
+        drawn = [plot_dir / f"{stored_stem(plot_dir, *s[:3])}.png" for s in stems]  # a run's old names included
+        if charts and (replot or any(not p.exists() for p in drawn)):
             render_frame(df, plot_dir, cpu=cpu, device=device_name(manifest))
         d = prepare(df)
         sim = _simulated(d, sim_df)

@@ -8,12 +8,13 @@ report/ and compare read them. No torch, no pandas here.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from cpbench.domain.modes import ALL_MODES, MODES, TIMINGS
 from cpbench.results.policy import clock_drop_text
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 LAUNCHES = ("simulated", "torchrun")
 STATUSES = ("ok", "ineligible", "skipped", "unsupported", "oom", "mismatch", "error")
 # kinds of device memory a mode's setup holds (setup_mem_<kind> columns, measure/memory.py), in chart order:
@@ -56,7 +57,9 @@ _COLUMNS = [
     _c("schema_version", "int", "", "results format version", "value"),
     # -- run: identical for every row of a run directory (a resume must keep them) -----------------
     _c("model", "str", "", "preset or config name (overrides appended, e.g. llama-3.1-8b+window4096)", "run", "model"),
-    _c("backend", "str", "torch | fa2 | fa3 | trtllm-fmha-v2 | trtllm-gen", "attention backend", "run", "backend"),
+    _c("backend", "str", "torch | flashinfer-fa2 | flashinfer-fa3 | fa3 | trtllm-fmha-v2 | trtllm-gen | flex",
+       "attention backend (fa3: FlashAttention-3; schema 1 and 2 named FlashInfer's fa2 and fa3, read under their "
+       "new names)", "run", "backend"),
     _c("dtype", "str", "bf16 | fp16 | fp32", "q/k/v dtype", "run", "dtype"),
     _c("launch", "str", " | ".join(LAUNCHES), "ranks in one process one after another, or one process per rank",
        "run", "launch"),
@@ -167,6 +170,13 @@ _COLUMNS = [
     _c("host_bound", "bool", "", "eager row whose median latency exceeds 1.2 x its GPU busy time: it measures "
        "how fast the host launches", "derived"),
     _c("trace", "str", "path", "Chrome trace of the profiled forward"),
+    _c("forward_rule", "str", "kinds | all", "breakable rows: the forward estimated from one layer of each kind "
+       "(kinds: sum over kinds of layers x one layer's time, layers of a kind timed back to back) or all its layers "
+       "timed (all; always under torchrun)"),
+    _c("kind_layers_per_sample", "str", "", "breakable kinds rows: layers of each kind one sample ran, e.g. "
+       "'window 127: 1 of 18, full: 1 of 18'"),
+    _c("kernel_impl", "str", "module version", "which build of the backend's kernel ran (fa3: sgl_kernel.flash_attn or "
+       "flash_attn_interface, with its version)"),
     # -- torchrun launches: per-rank phases, medians of 3 separately timed eager forwards (sums over layers)
     _c("gather_us", "float", "µs", "the gather step per forward: pack, all_gather_into_tensor, strip and reorder "
        "(CUDA events between steps; includes waiting for slower ranks)"),
@@ -232,6 +242,8 @@ V1_DEFAULTS = {"launch": "simulated", "world_size": 1, "gather": "none", "seed":
 V2_DEFAULTS = {"tp_size": 1, "batch": 0, "fused_order": "prev-next"}
 # columns renamed within schema 2: old name -> new name (a stored row is read under the new name)
 V2_RENAMED = {"seq_len": "max_extend_len"}
+# backends renamed in schema 3: FlashInfer's paged prefill was "fa2" / "fa3"; "fa3" now names FlashAttention-3
+V3_BACKENDS = {"fa2": "flashinfer-fa2", "fa3": "flashinfer-fa3"}
 
 
 def migrate_row(row: dict) -> dict:
@@ -239,19 +251,52 @@ def migrate_row(row: dict) -> dict:
 
     v1 -> v2: ``seq_lens`` (extend lengths) is renamed ``extend_lens``; ``launch``, ``world_size``,
     ``gather`` and ``seed`` are added (v1 runs were simulated in one process; the v1 CLI's default seed
-    was 0 and is the only value committed runs used). Columns added later within v2 get their defaults
-    (:func:`add_defaults`).
+    was 0 and is the only value committed runs used). v2 -> v3: ``backend`` ``fa2`` / ``fa3`` (FlashInfer's
+    paged prefill) reads as ``flashinfer-fa2`` / ``flashinfer-fa3`` (:data:`V3_BACKENDS`). Columns added
+    later within v2 get their defaults (:func:`add_defaults`). A row of another version is returned as it is
+    (the store refuses it with a message).
     """
     version = row.get("schema_version", 1)
     if version == SCHEMA_VERSION:
         return add_defaults(row)
-    if version != 1:
-        return row  # the store refuses unknown versions with a message
+    if version == 1:
+        row = _v1_to_v2(row)
+    elif version != 2:
+        return row
+    out = {**row, "schema_version": SCHEMA_VERSION}
+    if "backend" in out:
+        out["backend"] = renamed_backend(out["backend"])
+    return add_defaults(out)
+
+
+def _v1_to_v2(row: dict) -> dict:
+    """A v1 row as v2 wrote it (:func:`migrate_row`)."""
     out = {("extend_lens" if k == "seq_lens" else k): v for k, v in row.items()}
     for k, v in V1_DEFAULTS.items():
         out.setdefault(k, v)
-    out["schema_version"] = SCHEMA_VERSION
-    return add_defaults(out)
+    out["schema_version"] = 2
+    return out
+
+
+def renamed_backend(name):
+    """The current name of backend ``name`` as a schema 1 or 2 run recorded it (:data:`V3_BACKENDS`; any other
+    value, a missing one (None) included, as it is)."""
+    return V3_BACKENDS.get(name, name) if isinstance(name, str) else name
+
+
+def renamed_backends(names: str) -> str:
+    """A comma-separated ``--backend`` list of a schema 1 or 2 run with every name current
+    (``"trtllm-fmha-v2,fa3"`` -> ``"trtllm-fmha-v2,flashinfer-fa3"``)."""
+    return ",".join(V3_BACKENDS.get(n.strip(), n) for n in names.split(","))
+
+
+_BACKEND_OPTION = re.compile(r"(--backend(?:=|\s+))([^\s'\"]+)")
+
+
+def renamed_command(command: str) -> str:
+    """A command line a schema 1 or 2 run recorded, its ``--backend`` list with every name current
+    (:func:`renamed_backends`): the command then runs the kernels the run ran. The rest is kept as written."""
+    return _BACKEND_OPTION.sub(lambda m: m.group(1) + renamed_backends(m.group(2)), command)
 
 
 def add_defaults(row: dict) -> dict:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from cpbench.results.bad_rows import drop_bad_rows
 from cpbench.results.planned import valid_planned_cells
 from cpbench.results.schema import (CPU_MEM_REASON, SCHEMA_VERSION, V2_DEFAULTS, V2_RENAMED, check_row, migrate_row,
-                                    non_numeric, row_key)
+                                    non_numeric, renamed_backend, renamed_backends, renamed_command, row_key)
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 
 if TYPE_CHECKING:  # pandas (and scipy, through derive) are imported where a table is built: a rank process
@@ -379,10 +379,12 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
 
 
 def migrate_frame(df: pd.DataFrame, manifest: dict, source: str = "results.parquet") -> pd.DataFrame:
-    """A results frame read from parquet (``source``: its path, for messages), migrated row by row to the
-    current schema (a current-version frame with every column added since,
-    :data:`~cpbench.results.schema.V2_DEFAULTS`, only has its renamed columns,
-    :data:`~cpbench.results.schema.V2_RENAMED`, read under their new names).
+    """A results frame read from parquet (``source``: its path, for messages), migrated to the current schema
+    (:func:`~cpbench.results.schema.migrate_row`). A frame with every column added within schema 2
+    (:data:`~cpbench.results.schema.V2_DEFAULTS`) is migrated as a whole: its renamed columns
+    (:data:`~cpbench.results.schema.V2_RENAMED`) read under their new names and, when every row is schema 2,
+    its backends renamed (:data:`~cpbench.results.schema.V3_BACKENDS`); any other frame row by row. Rows without
+    a ``schema_version`` have the manifest's (1 when it has none).
 
     Raises:
         CpbenchInputError: the frame holds a renamed column under both its old and its new name.
@@ -396,9 +398,22 @@ def migrate_frame(df: pd.DataFrame, manifest: dict, source: str = "results.parqu
                                 "results.jsonl beside it holds the rows")
 
     raw = df.get("schema_version", pd.Series([manifest.get("schema_version", 1)] * len(df)))
-    if (pd.to_numeric(raw, errors="coerce") == SCHEMA_VERSION).all() and {*V2_DEFAULTS, "prefix_lens"} <= set(df):
-        return df.rename(columns=V2_RENAMED)
+    versions = pd.to_numeric(raw, errors="coerce")
+    if {*V2_DEFAULTS, "prefix_lens"} <= set(df):
+        if (versions == SCHEMA_VERSION).all():
+            return df.rename(columns=V2_RENAMED)
+        if (versions == 2).all():
+            return _v2_frame_to_v3(df.rename(columns=V2_RENAMED))
     return pd.DataFrame([migrate_row(r) for r in df.to_dict("records")])
+
+
+def _v2_frame_to_v3(df: pd.DataFrame) -> pd.DataFrame:
+    """A schema 2 frame as schema 3: ``backend`` renamed (:data:`~cpbench.results.schema.V3_BACKENDS`), in a
+    copy, and ``schema_version`` 3."""
+    out = df.assign(schema_version=SCHEMA_VERSION)
+    if "backend" in out:
+        out["backend"] = out["backend"].map(renamed_backend)
+    return out
 
 
 def _check_versions(d: Path, df: pd.DataFrame) -> None:
@@ -409,7 +424,7 @@ def _check_versions(d: Path, df: pd.DataFrame) -> None:
                 for v in pd.to_numeric(raw, errors="coerce").fillna(-1).astype(float)}
     if versions and versions != {SCHEMA_VERSION}:
         raise CpbenchInputError(
-            f"{str(d)!r} uses results schema {sorted(versions)}, this cpbench reads 1 and {SCHEMA_VERSION}: "
+            f"{str(d)!r} uses results schema {sorted(versions)}, this cpbench reads 1 to {SCHEMA_VERSION}: "
             "re-run the sweep or use the matching cpbench version")
 
 
@@ -456,7 +471,8 @@ def read_manifest(path: Path) -> dict:
     ``resumed_by``/``sweep_wall_s``/``sweep_phase_s``/``timing_methods`` that is not a list becomes [] (hand-edited
     files); ``planned_cells`` keeps only the entries that are cell keys (results.planned: the others are named in
     a CpbenchWarning), and one that is not a list is dropped with a warning. A v1 config's
-    ``seq_lens`` is read as ``extend_lens``, and a ``seq_list`` (config or plan) as ``extend_len_list``.
+    ``seq_lens`` is read as ``extend_lens``, and a ``seq_list`` (config or plan) as ``extend_len_list``; a v1 or
+    v2 manifest's backend names are read as schema 3 names them (:func:`_rename_backends`).
 
     Raises:
         CpbenchInputError: the file is not UTF-8 JSON holding an object.
@@ -482,6 +498,8 @@ def read_manifest(path: Path) -> dict:
     for key in ("resumed_by", "sweep_wall_s", "sweep_phase_s", "timing_methods"):
         if key in manifest and not isinstance(manifest[key], list):
             manifest[key] = []
+    if manifest.get("schema_version", 1) in (1, 2):
+        _rename_backends(manifest)
     if "planned_cells" in manifest:  # entries that are no cell key are left out, named in a warning
         cells = manifest["planned_cells"]
         if isinstance(cells, list):
@@ -491,6 +509,23 @@ def read_manifest(path: Path) -> dict:
             warnings.warn(f"{path}: planned_cells is {type(cells).__name__}, not a list of cell keys (a hand-edited "
                           "file?): ignored", CpbenchWarning, stacklevel=2)
     return manifest
+
+
+def _rename_backends(manifest: dict) -> None:
+    """Read a schema 1 or 2 manifest's backends under their schema 3 names, in place (FlashInfer's ``fa2`` /
+    ``fa3`` -> ``flashinfer-fa2`` / ``flashinfer-fa3``, :data:`~cpbench.results.schema.V3_BACKENDS`): the config's
+    ``backend`` list (``backends`` too) and the ``--backend`` of ``command`` and each ``resumed_by``, so that the
+    report names them as the migrated rows do and its Reproduce line runs the kernel the run ran.
+    ``schema_version`` stays as written (a ``--resume`` refuses the run by it)."""
+    cfg = manifest["config"] if isinstance(manifest.get("config"), dict) else {}
+    if isinstance(cfg.get("backend"), str):
+        cfg["backend"] = renamed_backends(cfg["backend"])
+    if isinstance(cfg.get("backends"), list):
+        cfg["backends"] = [renamed_backend(b) for b in cfg["backends"]]
+    if isinstance(manifest.get("command"), str):
+        manifest["command"] = renamed_command(manifest["command"])
+    if isinstance(manifest.get("resumed_by"), list):
+        manifest["resumed_by"] = [renamed_command(c) if isinstance(c, str) else c for c in manifest["resumed_by"]]
 
 
 def _jsonable(row: dict) -> dict:

@@ -29,10 +29,10 @@ from cpbench.errors import CpbenchInputError
 from cpbench.profiles.kernels import ProfileError
 from cpbench.profiles.ncu import (METRICS, attention_call_rows, check_ncu_output, group_calls, ncu_argv,
                                   parse_ncu_csv, parse_ncu_version, tiles_from_kernel_name)
-from cpbench.domain.worksplit import split_rank
+from cpbench.domain.worksplit import TEMPLATES, split_rank
 
 CHILD_FILE = "explain_child.json"
-WORK_SPLIT = ("fa2", "fa3")  # backends with a work-split model (domain/worksplit.py) beside the ncu metrics
+WORK_SPLIT = TEMPLATES  # backend -> its FlashInfer template, whose work split domain/worksplit.py models beside ncu
 NCU_TIMEOUT_S = 1800  # one forward per mode under kernel replay: minutes at most; never wait forever
 
 
@@ -151,7 +151,7 @@ def run_under_ncu(exe: str, argv: list[str], run_dir: Path, spec, cell, rank: in
                  for r in rows if r["layer"] == layer}
         splits[w] = {k: v.to_json() for k, v in split_rank(
             g.actual_seq_q_prev, g.kv_len_prev, g.actual_seq_q_next, g.kv_len_next, fused_order=fused_order,
-            tiles={k: t for k, t in named.items() if t}, backend=backend, num_q_heads=spec.num_q_heads,
+            tiles={k: t for k, t in named.items() if t}, backend=WORK_SPLIT[backend], num_q_heads=spec.num_q_heads,
             num_kv_heads=spec.num_kv_heads, head_dim=spec.head_dim, window_left=w, num_sms=int(sms),
             page_size=spec.page_size).items()}
         for k, t in named.items():

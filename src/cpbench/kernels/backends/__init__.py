@@ -2,7 +2,7 @@
 backend contract (:mod:`cpbench.kernels.backends.base`, loaded lazily: it imports torch).
 
 ``auto``: the TRT-LLM kernel family SGLang PR #33137 fuses where one runs (10.x -> trtllm-gen, 9.x/12.x ->
-trtllm-fmha-v2), other >= 8.0 -> fa2, no CUDA -> torch.
+trtllm-fmha-v2), other >= 8.0 -> flashinfer-fa2, no CUDA -> torch.
 """
 
 from __future__ import annotations
