@@ -60,7 +60,7 @@ def test_a_sweep_with_a_fault_on_a_rank_it_does_not_have_ends_before_the_launch(
     from clirun import cpbench
 
     out = tmp_path / "run"
-    r = cpbench("sweep", "--device", "cpu", *LAUNCH, "--seq", "40", *SMALL, "--out", out,
+    r = cpbench("sweep", "--device", "cpu", *LAUNCH, "--timing", "eager", "--seq", "40", *SMALL, "--out", out,
                 env={"CPBENCH_INJECT_FAULT": "5:raise"})
     assert r.returncode == 2 and r.stderr.strip() == ("error: CPBENCH_INJECT_FAULT='5:raise' names rank 5, but the "
                                                       "launch has only ranks 0..1: name one of ranks 0..1"), r.stderr
@@ -88,7 +88,7 @@ def test_a_killed_agent_is_named_not_blamed_on_a_rank():
 @pytest.mark.slow
 def test_a_stopped_rank_ends_the_launch_naming_it_and_leaves_a_resumable_run(tmp_path):
     out = tmp_path / "stop"
-    args = [*LAUNCH, "--seq", "40,48,56", "--out", out, *SMALL[:-2], "--dist-timeout", "5"]
+    args = [*LAUNCH, "--timing", "eager", "--seq", "40,48,56", "--out", out, *SMALL[:-2], "--dist-timeout", "5"]
     p = sweep(*args, env=_env(CPBENCH_INJECT_FAULT="1:stop:2"), timeout=120)
     assert p.returncode == 1, p.stderr[-2000:]
     err = [ln for ln in p.stderr.splitlines() if ln.strip()]
@@ -108,7 +108,7 @@ def test_a_raise_or_an_oom_on_one_rank_records_the_cell_on_every_rank_and_the_sw
     preparing, an OOM in the first forward (after the other layers' gathers ran); the fourth cell runs."""
     # the default --dist-timeout (300 s) is longer than the pytest timeout: a rank left waiting fails the test
     out = tmp_path / "faults"
-    p = sweep(*LAUNCH, "--seq", "40,48,56,64", "--out", out, *SMALL[:-2],
+    p = sweep(*LAUNCH, "--timing", "eager", "--seq", "40,48,56,64", "--out", out, *SMALL[:-2],
               env=_env(CPBENCH_INJECT_FAULT="1:raise:1,1:oom:2:prepare,1:oom:3:forward"), timeout=140)
     assert p.returncode == 1, p.stderr[-2000:]  # the raise is an error row: the sweep goes on, then fails
     # rank 1's process wrote the traceback of its raise; rank 0 met the failure in an agreement and has none
@@ -140,7 +140,7 @@ def _agent_of(launcher_pid: int) -> int | None:
 @pytest.mark.slow
 def test_killing_the_agent_stops_every_rank_and_leaves_a_resumable_run(tmp_path):
     out = tmp_path / "agent"
-    args = [*LAUNCH, "--seq", ",".join(str(32 + 8 * i) for i in range(6)), "--out", out, *SMALL[:-2],
+    args = [*LAUNCH, "--timing", "eager", "--seq", ",".join(str(32 + 8 * i) for i in range(6)), "--out", out, *SMALL[:-2],
             "--dist-timeout", "20"]
     p = subprocess.Popen([sys.executable, "-m", "cpbench", "sweep", *map(str, args)], env=_env(),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -220,7 +220,7 @@ def test_a_fault_that_could_never_fire_is_refused_before_the_launch(tmp_path, sp
     from clirun import replacing
 
     out = tmp_path / "run"
-    r = cpbench("sweep", "--device", "cpu", *replacing([*LAUNCH, "--seq", "40,48", *SMALL], *extra), "--out", out,
+    r = cpbench("sweep", "--device", "cpu", *replacing([*LAUNCH, "--timing", "eager", "--seq", "40,48", *SMALL], *extra), "--out", out,
                 env={"CPBENCH_INJECT_FAULT": spec})
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
     assert not out.exists()
@@ -233,11 +233,11 @@ def test_a_torchrun_sweep_into_a_file_or_a_resume_without_a_manifest_file_ends_b
 
     afile = tmp_path / "afile"
     afile.write_text("x")
-    r = cpbench("sweep", "--device", "cpu", *LAUNCH, "--seq", "40", *SMALL, "--out", afile)
+    r = cpbench("sweep", "--device", "cpu", *LAUNCH, "--timing", "eager", "--seq", "40", *SMALL, "--out", afile)
     assert r.returncode == 2 and r.stderr.strip() == f"error: --out {str(afile)!r} is a file: pass a directory path"
     run = tmp_path / "run"
     (run / "manifest.json").mkdir(parents=True)
-    r = cpbench("sweep", "--device", "cpu", *LAUNCH, "--seq", "40", *SMALL, "--out", run, "--resume")
+    r = cpbench("sweep", "--device", "cpu", *LAUNCH, "--timing", "eager", "--seq", "40", *SMALL, "--out", run, "--resume")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert f"{str(run / 'manifest.json')!r} is not a file: move it away" in r.stderr
 
@@ -249,7 +249,7 @@ def test_a_stopped_agent_does_not_hang_the_launch_once_its_ranks_ended(tmp_path)
     launcher waited for the stopped agent for ever. It is now killed AGENT_WAIT_S after its ranks ended
     (CPBENCH_AGENT_WAIT_S: 1 s here instead of the default 10 s, which the test would only wait out)."""
     out = tmp_path / "stopped-agent"
-    args = [*LAUNCH, "--extend-len", "32,40", "--out", out, *SMALL[:-2], "--dist-timeout", "20"]
+    args = [*LAUNCH, "--timing", "eager", "--extend-len", "32,40", "--out", out, *SMALL[:-2], "--dist-timeout", "20"]
     p = subprocess.Popen([sys.executable, "-m", "cpbench", "sweep", *map(str, args)],
                          env=_env(CPBENCH_AGENT_WAIT_S="1"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     while len(RunDir(out).rows()) < 4 and p.poll() is None:  # the ranks are running: the first cell is on disk

@@ -73,7 +73,8 @@ def test_torchrun_sweep_matches_the_simulated_sweep_and_resumes_on_its_thread_co
     # --rel-ci 0.5 with up to 2 s per variant: the --rel-ci stopping check (an agreement across ranks) runs from
     # its 20th sample and stops there once the ranks agree that the interval is within 50 % of the median, which
     # CPU noise meets; a machine too busy for 20 samples in 2 s stops at the budget instead
-    common = ["--cp", "2,4", "--bs", "1", "--seq", "40", *replacing(SMALL, "--budget-ms", "2000"), "--rel-ci", "0.5"]
+    common = ["--cp", "2,4", "--bs", "1", "--seq", "40", "--timing", "eager", *replacing(SMALL, "--budget-ms", "2000"),
+              "--rel-ci", "0.5"]
     launch = ["--launch", "torchrun", "--nproc-per-node", "4", "--out", tmp_path / "d"]
     dist = sweep(*launch, *common, timeout=200)
     assert dist.returncode == 0, dist.stderr[-2000:]
@@ -120,7 +121,7 @@ def test_torchrun_sweep_matches_the_simulated_sweep_and_resumes_on_its_thread_co
 @pytest.mark.slow
 def test_a_dead_rank_ends_the_launch_in_one_line_and_leaves_a_resumable_run(tmp_path):
     out = tmp_path / "d"
-    args = ["--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1", "--seq", "40,48",
+    args = ["--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1", "--seq", "40,48", "--timing", "eager",
             "--out", out, *SMALL[:-2], "--dist-timeout", "15", "--no-profile"]
     p = sweep(*args, env=_env(CPBENCH_INJECT_FAULT="1:exit:2"))
     assert p.returncode == 1
@@ -147,7 +148,7 @@ def test_stopping_the_launcher_stops_every_rank_and_keeps_the_rows(tmp_path, how
     lock goes with them and --resume finishes the sweep. (SIGTERM to the launcher alone takes the ctrl-c
     path: test_dist_launch.py checks that it is passed on.)"""
     out = tmp_path / how
-    args = ["--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1",
+    args = ["--launch", "torchrun", "--nproc-per-node", "2", "--cp", "2", "--bs", "1", "--timing", "eager",
             "--extend-len", ",".join(str(32 + 8 * i) for i in range(4)), "--out", out, *SMALL[:-2], "--dist-timeout", "20",
             "--no-profile"]
     p = subprocess.Popen([sys.executable, "-m", "cpbench", "sweep", *map(str, args)], env=_env(),

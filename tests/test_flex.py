@@ -62,7 +62,7 @@ def test_a_sweep_runs_cp_native_on_flex_and_records_it_unsupported_on_the_refere
     out = tmp_path / "run"
     proc = cpbench("sweep", "--backend", "flex,torch", "--modes", "two-call,fused,cp-native", "--cp", "2", "--bs", "1",
                    "--extend-len", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--head-dim", "16",
-                   "--budget-ms", "5", "--no-report", "--no-profile", "--out", str(out))
+                   "--budget-ms", "5", "--timing", "eager", "--no-report", "--no-profile", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-1500:]
     rows = {(x["backend"], x["rank"], x["mode"]): x for x in read_jsonl(out / "results.jsonl")}
     assert len(rows) == 2 * 2 * 3

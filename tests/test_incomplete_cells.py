@@ -54,7 +54,7 @@ def test_report_says_the_cell_is_incomplete(tmp_path):
 
 def test_resume_completes_a_torn_run(tmp_path, text_reports):
     out = tmp_path / "r"
-    args = ["sweep", "--device", "cpu", "--cp", "2", "--bs", "1", "--seq", "32", *TINY, "--budget-ms", "5",
+    args = ["sweep", "--device", "cpu", "--cp", "2", "--bs", "1", "--seq", "32", *TINY, "--budget-ms", "5", "--timing", "eager",
             "--no-profile", "--out", out]
     assert cpbench(*args).returncode == 0
     lines = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
@@ -90,7 +90,7 @@ def test_a_manifest_with_cp_sizes_not_a_list_is_said_so(tmp_path):
 
 def test_resumes_mixing_a_grid_and_extend_lens_list_only_planned_cells(tmp_path, text_reports):
     out = tmp_path / "run"
-    base = ["sweep", "--device", "cpu", "--backend", "torch", *TINY, "--budget-ms", "2", "--no-profile", "--cp", "2",
+    base = ["sweep", "--device", "cpu", "--backend", "torch", *TINY, "--budget-ms", "2", "--timing", "eager", "--no-profile", "--cp", "2",
             "--out", out, "--no-report"]
     for extra in (["--bs", "1", "--seq", "32"], ["--extend-lens", "40,48", "--resume"],
                   ["--bs", "2", "--seq", "64", "--resume"]):

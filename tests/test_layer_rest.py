@@ -63,7 +63,7 @@ def test_ep_on_a_dense_model_and_negative_rest_exit_2():
     assert r.returncode == 2 and "has no MoE" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = cpbench("sweep", "--timing", "breakable", "--layer-rest-us", "-5", "--device", "cpu")
     assert r.returncode == 2 and "--layer-rest-us must be" in r.stderr
-    r = cpbench("sweep", "--ep", "4", "--device", "cpu")
+    r = cpbench("sweep", "--ep", "4", "--timing", "eager", "--device", "cpu")
     assert r.returncode == 2 and "add --timing breakable" in r.stderr
 
 

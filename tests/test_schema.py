@@ -18,7 +18,7 @@ def sweep_rows(tmp_path_factory):
     """Rows of a real CPU sweep (torch backend): cp 2, bs 1, seq 3 (ineligible: 3 < 2*cp), 32 and 64."""
     out = tmp_path_factory.mktemp("schema") / "run"
     r = cpbench("sweep", "--backend", "torch", "--cp", "2", "--bs", "1", "--seq", "3,32,64", "--mode", "two-call,fused",
-                "--out", str(out), "--no-report", *TINY, "--budget-ms", "5")
+                "--out", str(out), "--no-report", *TINY, "--budget-ms", "5", "--timing", "eager")
     assert r.returncode == 0, r.stderr[-2000:]
     return read_jsonl(out / "results.jsonl")
 

@@ -26,7 +26,7 @@ from cpbench.errors import CpbenchWarning
 from clirun import as_from_a_terminal, cpbench, replacing
 
 TINY = ["--layers", "2", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--page-size", "16"]
-QUICK = [*TINY, "--budget-ms", "5"]  # a few samples per row: enough for what these tests check
+QUICK = [*TINY, "--budget-ms", "5", "--timing", "eager"]  # a few samples per row, one timing: enough for what these tests check
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # for the sweeps run as a real process
 
 
@@ -160,7 +160,7 @@ def test_a_resume_fails_on_the_mismatch_rows_of_earlier_invocations(tmp_path, mo
 def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path):
     out = tmp_path / "run"
     args = ["sweep", "--cp", "2,4", "--bs", "1,2", "--seq", "64,128", "--out", str(out), "--no-report", *TINY,
-            "--budget-ms", "20"]
+            "--budget-ms", "20", "--timing", "eager"]
     proc = subprocess.Popen([sys.executable, "-m", "cpbench", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env=ENV)
     path = out / "results.jsonl"

@@ -47,7 +47,7 @@ def test_omp_threads_reads_a_positive_int_only(monkeypatch, value, want):
 def test_sweep_records_skipped_cells_and_phase_times(tmp_path):
     out = tmp_path / "run"
     r = cpbench("sweep", "--cp", "2", "--bs", "1,4", "--extend-len", "16", "--layers", "1", "--budget-ms", "5",
-                 "--max-prefill-tokens", "32", "--no-report", "--out", str(out))
+                 "--timing", "eager", "--max-prefill-tokens", "32", "--no-report", "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     skipped = [x for x in rows if x["status"] == "skipped"]
@@ -64,7 +64,7 @@ def test_sweep_records_skipped_cells_and_phase_times(tmp_path):
     assert f"samples {phases['samples']:.1f}" in line and f"startup {phases['startup']:.1f}" in line
     # a resume with the cap lifted measures the skipped cell
     r = cpbench("sweep", "--cp", "2", "--bs", "1,4", "--extend-len", "16", "--layers", "1", "--budget-ms", "5",
-                 "--max-prefill-tokens", "0", "--no-report", "--resume", "--out", str(out))
+                 "--timing", "eager", "--max-prefill-tokens", "0", "--no-report", "--resume", "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert {x["status"] for x in rows if x["bs"] == 4} >= {"ok"}

@@ -16,7 +16,8 @@ from cpbench.domain.tp import split_heads
 from clirun import cpbench, replacing
 
 # gpt-oss-120b's pattern on 2 layers (window 128, full), 8 q / 2 kv heads before --tp
-TINY = ["--layers", "2", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--page-size", "16", "--budget-ms", "5"]
+TINY = ["--layers", "2", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--page-size", "16", "--budget-ms", "5",
+        "--timing", "eager"]
 
 
 def test_trace_gives_its_batches_and_the_share_run_with_cp(tmp_path, text_reports):

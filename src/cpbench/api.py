@@ -139,8 +139,8 @@ def grid(model: str | ModelSpec = "llama-3.1-8b", *, cp_sizes: Sequence[int] = (
          extend_lens: Sequence[int] = (2048,), prefix_len: int = 0, backends: str | Sequence[str] = "auto",
          device: str | None = None, layers: int | None = None, **fields) -> SweepConfig:
     """A :class:`SweepConfig` of the ``bs`` x ``extend_lens`` grid (tokens) at each cp_size, with the CLI's
-    defaults for the device: eager and graph timing in two passes on a GPU, eager in one pass with one
-    warm-up on a CPU. ``model``: a preset name (``cpbench models``) or a ModelSpec; ``layers`` overrides its
+    defaults for the device: breakable (one layer per kind), graph and eager timing in two passes on a GPU,
+    breakable (the rest of the layer left out) and eager in one pass with one warm-up on a CPU. ``model``: a preset name (``cpbench models``) or a ModelSpec; ``layers`` overrides its
     layer count; ``backends``: ``auto``, a name or several; ``fields``: any other SweepConfig field.
 
     Raises CpbenchInputError as SweepConfig does, and for an unknown preset or backend."""
@@ -156,6 +156,8 @@ def grid(model: str | ModelSpec = "llama-3.1-8b", *, cp_sizes: Sequence[int] = (
     defaults = dict(device_defaults(dev),
                     cells_from=(("bs_list", list(bs)), ("extend_len_list", list(extend_lens)), ("extend_lens", None),
                                 ("prefix", prefix_len)))
+    if "timings" in fields:  # the CPU default's rest-of-layer stand-in goes with the default timings only
+        defaults.pop("layer_rest_us", None)
     batches = tuple(Batch.uniform((e,) * b, prefix_len) for b in bs for e in extend_lens)
     return SweepConfig(model=spec, cp_sizes=tuple(cp_sizes), batches=batches, backends=tuple(dict.fromkeys(names)),
                        device=dev, **{**defaults, **fields})

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from cpbench.domain.modes import ALL_MODES
+from cpbench.domain.modes import ALL_MODES, Timing
 from cpbench.ranks.launch import under_torchrun
 from cpbench.cli.cells import batches_of, cells_record, check_out, parse_cells, workload_batches
 from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch,
@@ -28,7 +28,7 @@ from cpbench.results.policy import host_bound_text
 
 
 SWEEP_EPILOG = ("Examples:  cpbench sweep --cp 4 --bs 1,4,16  |  cpbench sweep --cp 2,4,8 --bs 1 --extend-len 8192,32768 "
-                "--timing eager  |  cpbench sweep --extend-lens 3000,8192 --prefix-len 512 --backend fa2  |  "
+                "--timing eager  |  cpbench sweep --extend-lens 3000,8192 --prefix-len 512 --backend flashinfer-fa2  |  "
                 "cpbench sweep --out runs/a --resume  |  cpbench sweep --launch torchrun --nproc-per-node 2 --cp 2 --bs 1,4,16")
 
 
@@ -64,17 +64,23 @@ def sweep(
         "--ranks", "--rank", help="'all' or a list of ranks, e.g. 0,3 (a cell measured on some ranks has no "
                                   "critical path).")] = "all",
     mode: Annotated[str, typer.Option(
-        "--mode", "--modes", help="Modes, comma-separated: two-call, fused, cp-native (one CP-native call, flex "
-                                  "backend only; others record it unsupported), or both (two-call,fused).")
+        "--mode", "--modes", help="Modes, comma-separated: two-call, fused, cp-native (one call that duplicates "
+                                  "nothing: fa3 and flex only; others record it unsupported), or both "
+                                  "(two-call,fused).")
                     ] = "two-call,fused",
     backend: Annotated[str, typer.Option(
-        "--backend", help=f"Attention backend(s), one or a list measured on the same cells, e.g. trtllm-fmha-v2,fa3: "
-                          f"{', '.join(BACKEND_CHOICES)} (auto: the TRT-LLM kernel SGLang PR #33137 fuses where one "
-                          "runs, fa2/fa3 on other GPUs, torch on CPU).")] = "auto",
+        "--backend", help=f"Attention backend(s), one or a list measured on the same cells, e.g. "
+                          f"trtllm-fmha-v2,flashinfer-fa3: {', '.join(BACKEND_CHOICES)} (auto: the TRT-LLM kernel SGLang "
+                          "PR #33137 fuses where one runs, flashinfer-fa2 on other GPUs, torch on CPU).")] = "auto",
     timing: Annotated[Optional[str], typer.Option(
-        "--timing", help="eager, graph, breakable, or a list (default: eager,graph on CUDA, eager on CPU). "
-                         "breakable: the prefill forward as SGLang runs it under breakable CUDA graphs (each "
-                         "layer's other work replayed from graph segments, attention eager between them).")] = None,
+        "--timing", help="eager, graph, breakable, or a list (default: breakable,graph,eager on CUDA; "
+                         "breakable,eager on CPU, the rest of the layer left out there). breakable: the prefill "
+                         "forward as SGLang runs it under breakable CUDA graphs (each layer's other work replayed "
+                         "from graph segments, attention eager between them).")] = None,
+    forward_layers: Annotated[str, typer.Option(
+        "--forward-layers", help="--timing breakable: kinds (default) estimates the forward from one layer of "
+                                 "each kind (window, full) timed many times, sum over kinds of layers x its time; "
+                                 "all times every layer (a torchrun launch always does).")] = "kinds",
     ep: Annotated[Optional[int], typer.Option(
         "--ep", help="Expert parallelism of the MoE for --timing breakable: experts split over this many GPUs "
                      "(default cp_size x tp).")] = None,
@@ -153,6 +159,8 @@ def sweep(
                           ("eager", "graph", "breakable"), "--timing", both=False)
     buckets = tuple(sorted(set(int_list(graph_buckets, "--graph-buckets")))) if graph_buckets is not None else ()
     layer_rest_us = None if layer_rest_us is None else layer_rest_us + 0.0  # -0 -> 0
+    if timing is None and layer_rest_us is None and ep is None:  # --ep asks for the model's MoE
+        layer_rest_us = defaults.get("layer_rest_us")  # CPU: the default breakable leaves the layer's rest out
     warmup = defaults["warmup"] if warmup is None else warmup
     if passes is not None and passes > 1 and launch != Launch.simulated:
         raise CpbenchInputError("--passes > 1 is for simulated ranks; a torchrun launch times its ranks together in "
@@ -177,7 +185,8 @@ def sweep(
                       check=check, context_len=context_len, profile=profile, nvtx=nvtx, gather=dist.gather_mode,
                       fused_order=fused_order, tp_size=tp, max_prefill_tokens=max_prefill_tokens,
                       cp_min_extend=cp_min_extend, cp_min_tokens=cp_min_tokens, swa_pool=swa_pool,
-                      ep=ep, layer_rest_us=layer_rest_us, graph_buckets=buckets, passes=passes)
+                      ep=ep, layer_rest_us=layer_rest_us, graph_buckets=buckets, passes=passes,
+                      forward_layers=forward_layers)
     if "breakable" in timings and layer_rest_us is None and dev.type == "cpu" and spec.num_layers * spec.hidden_size > 8192:
         err_console.print(f"note: --timing breakable on a CPU runs {spec.name}'s whole layer {spec.num_layers} times a "
                           "forward (seconds per forward for a large model); --layers 2 or --layer-rest-us N keeps a "
@@ -265,6 +274,9 @@ def _ms(x: float) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x / 1e3:.3f}"
 
 
+TIMING_ORDER = (Timing.BREAKABLE, Timing.GRAPH, Timing.EAGER)  # the order the summary prints timings in
+
+
 def show_summary(console: Console, df, cpu: bool = False) -> None:
     """Table per (cp_size, backend, timing): critical-path two-call ms, fused ms, speedup with its 95% CI and
     verdict (not on a CPU, whose ratios carry no claim: its caveat comes first), status; a host-bound eager cell
@@ -279,6 +291,7 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
 
     from cpbench.report.tables import HOST_MARK
     from cpbench.results.critical_path import flag
+    from cpbench.report.forward import forward_text
     from cpbench.results.verdicts import ratio_text, speedup_verdict
 
     cp = critical_path(df)
@@ -288,14 +301,22 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
         console.print("CPU: a functional check, not a benchmark (CPU timings move by tens of percent between "
                       "runs; the ratios below are not speedups)")
     marked = False
-    for (cp_size, backend, timing), g in cp.groupby(["cp_size", "backend", "timing"], sort=True):
+    order = {t: i for i, t in enumerate(TIMING_ORDER)}  # the forward's answer first, then attention alone
+    groups = sorted(cp.groupby(["cp_size", "backend", "timing"], sort=True),
+                    key=lambda kv: (kv[0][0], order.get(kv[0][2], len(order)), kv[0][1]))
+    for (cp_size, backend, timing), g in groups:
         partial = not bool(g["all_ranks"].all())
-        title = (f"cp_size {cp_size}, {backend}, {timing}: "
+        forward = timing == Timing.BREAKABLE
+        what = (("the breakable forward's structure (eager on a CPU: a functional check)" if cpu else
+                 "the prefill forward (breakable CUDA graphs, the rest of every layer included)") if forward else
+                "attention alone" + (" (eager: host-bound cells marked)" if timing == Timing.EAGER else ""))
+        title = (f"cp_size {cp_size}, {backend}, {timing}: {what}, "
                  + ("slowest measured rank (not the critical path: some ranks were not measured)" if partial
                     else "critical path (slowest rank)"))
         cols = [Col("bs"), Col("extend"), *([Col("ranks measured", number=False)] if partial else []),
                 Col("two-call ms"), Col("fused ms"),
-                Col("two-call / fused" if cpu else "speedup [95% CI]"),  # a CPU ratio carries no claim
+                Col("two-call / fused" if cpu else "fused saves (+) or costs (−) of the forward [95% CI]" if forward
+                    else "speedup [95% CI]"),
                 *([] if cpu else [Col("fuse?", number=False)]), Col("status", number=False)]
         rows = []
         for _, r in g.sort_values(["bs", "max_extend_len"]).iterrows():
@@ -304,7 +325,8 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
             marked |= bool(mark)
             rows.append([str(r["bs"]), str(r["max_extend_len"]), *([r["ranks_label"]] if partial else []),
                          _ms(r["two_call_us"]), _ms(r["fused_us"]),
-                         "-" if sp != sp else (ratio_text(sp) if cpu else ratio_text(sp, lo, hi) + mark),
+                         "-" if sp != sp else (ratio_text(sp) if cpu else forward_text(r) if forward
+                                               else ratio_text(sp, lo, hi) + mark),
                          *([] if cpu else [speedup_verdict(sp, lo, hi) if sp == sp else "-"]),
                          r["status"] if r["status"] == "ok" else f"{r['status']}: {str(r['reason'])[:120]}"])
         print_table(console, title, cols, rows)

@@ -157,3 +157,125 @@ def layer_kind_us(layers: list[list[Fn]], clock: Clock, window_left_per_layer: S
     runs = [span_times_us(chunks, clock, barrier) for _ in range(reps)]  # reps x [layers] µs
     return layer_kind_sums({i: statistics.median(r[i] for r in runs) for i in range(len(layers))},
                            window_left_per_layer)
+
+
+KIND_SAMPLE_MIN_US = 2000.0  # a kind sample runs enough layers of its kind to last this long (its start latency < 1 %)
+
+
+def kind_layers(window_left_per_layer: Sequence[int]) -> dict[int, list[int]]:
+    """``window_left -> the indices of the layers of that kind``, in model order (``-1``: full layers)."""
+    out: dict[int, list[int]] = {}
+    for i, w in enumerate(window_left_per_layer):
+        out.setdefault(w, []).append(i)
+    return out
+
+
+def _rotating(layers: list[list[Fn]], idx: list[int], per_sample: int) -> Fn:
+    """A callable that runs ``per_sample`` consecutive layers of ``idx`` (one kind, model order) and starts the
+    next call where this one stopped, wrapping: successive samples read other layers' weights and KV caches."""
+    at = [0]
+
+    def run() -> None:
+        start = at[0]
+        for j in range(per_sample):
+            for f in layers[idx[(start + j) % len(idx)]]:
+                f()
+        at[0] = (start + per_sample) % len(idx)
+
+    return run
+
+
+@dataclass
+class KindSamples:
+    """What :func:`time_layer_kinds` measured for one mode.
+
+    Attributes:
+        forward_us: per sample i, the forward it estimates, µs: ``sum over kinds of n_kind / r_kind x`` sample i of
+            that kind (``r_kind`` layers of the kind per sample).
+        columns: ``window_layers_us``/``full_layers_us`` (their share of the estimate, from the kinds' medians; a
+            model with both kinds), ``forward_rule`` ("kinds"), ``kind_layers_per_sample`` (e.g.
+            ``"window 127: 1 of 18, full: 1 of 18"``).
+        stop: the timing info of the row (stop reason, host issue time per sample scaled like the samples,
+            ``host_launch_us`` their median, the SM clock range, ``ci_rel_width`` of ``forward_us``).
+    """
+
+    forward_us: list[float]
+    columns: dict
+    stop: dict
+
+
+def kinds_text(kinds: dict[int, list[int]], per_sample: dict[int, int]) -> str:
+    """``"window 127: 1 of 18, full: 2 of 18"``: layers per sample of each kind, of the kind's layers."""
+    return ", ".join(f"{'full' if w < 0 else f'window {w}'}: {per_sample[w]} of {len(kinds[w])}"
+                     for w in sorted(kinds, reverse=True))
+
+
+def time_layer_kinds(layer_fns: dict[str, list[list[Fn]]], clock: Clock, window_left_per_layer: Sequence[int],
+                     timer: Callable[..., dict[str, list[float]]], info: dict,
+                     min_sample_us: float = KIND_SAMPLE_MIN_US) -> dict[str, KindSamples]:
+    """The breakable forward of each mode estimated from its layer kinds (``--forward-layers kinds``).
+
+    Every layer of a kind is the same work, so per mode and kind a variant runs ``r`` consecutive layers of that
+    kind (their own segments and eager attention, weights and KV caches rotating from sample to sample) and the
+    forward is ``sum over kinds of n_kind x (one layer's time)``. ``r`` is the fewest layers whose time reaches
+    ``min_sample_us`` (one untimed and one timed call of a single layer estimate it; at most the kind's count), the
+    same for every mode. The variants (mode x kind) are timed together by ``timer`` (ABBA-interleaved, as
+    :func:`cpbench.measure.timing.time_interleaved`, called as ``timer(fns, info=...)``), so the samples of each
+    kind pair up by index: sample i of the forward is the scaled sum of sample i of each kind. Finally the last
+    layer of each kind runs once more, so the outputs hold what a whole forward leaves there.
+
+    Args:
+        layer_fns: ``mode -> per layer, its callables`` (:func:`breakable_layers`).
+        info: filled by ``timer`` per variant (``"<mode>|<window_left>"``); read here.
+    Returns:
+        ``mode -> KindSamples``.
+    """
+    kinds = kind_layers(window_left_per_layer)
+    per_sample: dict[int, int] = {}
+    for w, idx in kinds.items():
+        est = []
+        for layers in layer_fns.values():
+            one = _rotating(layers, idx, 1)
+            one()
+            est.append(clock.sample_us(one))
+        per_sample[w] = max(1, min(len(idx), math.ceil(min_sample_us / max(min(est), 1e-3))))
+    fns = {f"{m}|{w}": _rotating(layers, kinds[w], per_sample[w]) for m, layers in layer_fns.items() for w in kinds}
+    samples = timer(fns, info=info)
+    for layers in layer_fns.values():  # the outputs a whole forward leaves: each kind's last layer ran last
+        for idx in kinds.values():
+            for f in layers[idx[-1]]:
+                f()
+    clock.sync()
+    out = {}
+    for m in layer_fns:
+        scale = {w: len(kinds[w]) / per_sample[w] for w in kinds}
+        n = min(len(samples[f"{m}|{w}"]) for w in kinds)
+        forward = [sum(scale[w] * samples[f"{m}|{w}"][i] for w in kinds) for i in range(n)]
+        per_kind = {w: scale[w] * statistics.median(samples[f"{m}|{w}"]) for w in kinds}
+        cols: dict = {"forward_rule": "kinds", "kind_layers_per_sample": kinds_text(kinds, per_sample)}
+        if has_both_kinds(window_left_per_layer):
+            cols["window_layers_us"] = sum(v for w, v in per_kind.items() if w >= 0)
+            cols["full_layers_us"] = sum(v for w, v in per_kind.items() if w < 0)
+        stop = _kind_stop(info, m, kinds, scale, forward)
+        out[m] = KindSamples(forward, cols, stop)
+    return out
+
+
+def _kind_stop(info: dict, mode: str, kinds: dict[int, list[int]], scale: dict[int, float],
+               forward: list[float]) -> dict:
+    """The timing info of a mode's row from its kinds' variants: host issue time scaled and summed like the
+    samples (the host-hidden test compares it with the forward, i.e. each layer's issue time with its GPU time)."""
+    from cpbench.measure.timing import ci_rel_width
+
+    parts = [info.get(f"{mode}|{w}", {}) for w in kinds]
+    host = [p.get("host_samples_us", []) for p in parts]
+    n = min((len(h) for h in host), default=0)
+    host_fwd = [sum(scale[w] * h[i] for w, h in zip(kinds, host)) for i in range(n)]
+    out = {"stop_reason": next((p["stop_reason"] for p in parts if "stop_reason" in p), ""),
+           "ci_rel_width": ci_rel_width(forward),
+           "host_launch_us": statistics.median(host_fwd) if host_fwd else math.nan,
+           "host_samples_us": [round(x, 3) for x in host_fwd]}
+    for key, pick in (("sm_clock_mhz_min", min), ("sm_clock_mhz_max", max)):
+        vals = [p[key] for p in parts if key in p and p[key] == p[key]]
+        out[key] = pick(vals) if vals else math.nan
+    return out

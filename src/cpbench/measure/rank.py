@@ -27,7 +27,7 @@ from cpbench.domain.modes import Mode, MODES
 from cpbench.kernels import check as checks
 from cpbench.kernels.backends.base import Backend, Prepared
 from cpbench.domain.tolerance import reference_tolerance
-from cpbench.measure.breakable import CellRest, breakable_layers, layer_kind_us, run_layers
+from cpbench.measure.breakable import CellRest, breakable_layers, layer_kind_us, run_layers, time_layer_kinds
 from cpbench.measure.env import sm_clock_mhz
 from cpbench.measure.failures import Tracebacks
 from cpbench.domain.flops import forward_flops
@@ -77,6 +77,8 @@ class RankJob:
     trace_dir: Path | None = None
     per_call_cache: dict = field(default_factory=dict)
     rest: CellRest | None = None  # the cell's rest-of-layer work, for timing breakable (measure/breakable.py)
+    # breakable: "kinds" estimates the forward from one layer of each kind (time_layer_kinds), "all" times it whole
+    forward_layers: str = "kinds"
     times: PhaseTimes = field(default_factory=PhaseTimes)  # harness wall time by phase (measure/walltime.py)
     tracebacks: Tracebacks = field(default_factory=Tracebacks)  # of the failures that became error rows
 
@@ -154,18 +156,33 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
     for timing in dict.fromkeys(t for _, t in job.todo):
         runnable = [m for m in modes if status[m] == OK and (m, timing) in job.todo]
         layer_fns: dict = {}  # breakable: mode -> per-layer callables (for the per-layer-kind pass)
-        before_breakable = ({m: {w: o.clone() for w, o in prepared[m].local_outputs().items()} for m in runnable}
-                            if timing == "breakable" else {})  # the attention outputs of an earlier forward
+        # the attention outputs of an eager forward, run now: what an earlier step left there may be partial (the
+        # per-call kernel count runs one call of layer 0 after the profiled forward)
+        before_breakable = {m: _outputs_of_a_forward(prepared[m], job.clock) for m in runnable} \
+            if timing == "breakable" else {}
         with times("capture"):
             fns, graph_status = _timed_fns(job, work, prepared, runnable, timing, group, layer_fns)
         clk0 = sm_clock_mhz(job.device)
-        samples, stop = {}, {}
-        if fns:
-            st = _attempt(lambda: samples.update(time_interleaved(
-                fns, job.clock, warmup=job.timing.warmup, budget_ms=job.timing.pass_budget_ms,
+        samples, stop, kind_cols = {}, {}, {}
+        wl = work.model.window_left_per_layer
+        by_kind = timing == "breakable" and job.forward_layers == "kinds"
+
+        def timer(variants: dict, info: dict) -> dict:
+            return time_interleaved(
+                variants, job.clock, warmup=job.timing.warmup, budget_ms=job.timing.pass_budget_ms,
                 min_reps=job.timing.min_reps(job.clock.cuda), agree=group.agree, barrier=group.barrier,
-                min_stop=job.timing.min_stop, rel_ci=job.timing.rel_ci, info=stop, times=times)), job.tracebacks)
-            st = group.agree_status(st)
+                min_stop=job.timing.min_stop, rel_ci=job.timing.rel_ci, info=info, times=times)
+
+        def measure() -> None:
+            if not by_kind:
+                samples.update(timer(fns, stop))
+                return
+            est = time_layer_kinds({m: layer_fns[m] for m in fns}, job.clock, wl, timer, {})
+            for m, e in est.items():
+                samples[m], stop[m], kind_cols[m] = e.forward_us, e.stop, e.columns
+
+        if fns:
+            st = group.agree_status(_attempt(measure, job.tracebacks))
             if st != OK:
                 graph_status.update({m: st for m in fns})
                 samples = {}
@@ -178,9 +195,11 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
             if group.agree_status(st) != OK:  # phase times are extra columns: the rows stand without them
                 phases = {}
         if samples and timing == "breakable":
-            wl = work.model.window_left_per_layer
+            def split(m: str) -> dict:  # the kinds' share: measured with the samples (kinds) or in its own pass
+                return kind_cols[m] if by_kind else {**layer_kind_us(layer_fns[m], job.clock, wl, barrier=group.barrier),
+                                                     "forward_rule": "all"}
             st = _attempt(lambda: phases.update(
-                {m: {**layer_kind_us(layer_fns[m], job.clock, wl, barrier=group.barrier), **job.rest.columns,
+                {m: {**split(m), **job.rest.columns,
                      "diff_vs_eager": checks.max_diff_outputs(prepared[m].local_outputs(), before_breakable[m])}
                  for m in samples}))
             if group.agree_status(st) != OK:  # the kind split is extra; the rest's columns are not
@@ -199,6 +218,13 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
             rows.append(_measured_row(job, work, m, timing, samples[m], prepared[m], info[m], flops, clk0, clk1,
                                       {**phases.get(m, {}), **stop.get(m, {})}))
     return rows
+
+
+def _outputs_of_a_forward(prep: Prepared, clock: Clock) -> dict:
+    """Copies of the attention outputs one eager forward of ``prep`` leaves (local row order)."""
+    prep.forward()
+    clock.sync()
+    return {w: o.clone() for w, o in prep.local_outputs().items()}
 
 
 class StatusError(RuntimeError):

@@ -69,7 +69,10 @@ def backend_answer(view: pd.DataFrame) -> list[str]:
     forward = view[view["timing"] == "breakable"] if "timing" in view else view.iloc[0:0]
     attention = view[view["timing"] != "breakable"] if len(forward) < len(view) else view
     rows, marked = [], False
-    for key, g in attention.groupby(KEYS, sort=True, dropna=False):
+    order = {"graph": 0, "eager": 1}  # attention alone: CUDA-graph (kernel) time first, then eager
+    groups = sorted(attention.groupby(KEYS, sort=True, dropna=False),
+                    key=lambda kv: (*kv[0][:-1], order.get(kv[0][-1], 2)))
+    for key, g in groups:
         c0 = dict(zip(KEYS, key))
         row = [c0["cp_size"], c0["bs"], human_tokens(c0["max_extend_len"]) + (f" + {human_tokens(c0['prefix_len'])} prefix"
                                                                       if c0["prefix_len"] > 0 else ""), c0["timing"]]
@@ -82,9 +85,9 @@ def backend_answer(view: pd.DataFrame) -> list[str]:
             c = sel.iloc[0]
             fuse = _fuse_text(c)
             marked |= HOST_MARK in fuse
-            row += [fuse, _best_text(c)]
-            if len(forward):
+            if len(forward):  # the forward's answer first
                 row.append(_forward_of(forward, c0, b))
+            row += [fuse, _best_text(c)]
             us = best_of(c)[0]
             if math.isfinite(us):
                 best[b] = us
@@ -96,18 +99,22 @@ def backend_answer(view: pd.DataFrame) -> list[str]:
         rows.append(row)
     heads = ["cp>", "bs>", "tokens", "timing"]
     for b in backends:
-        heads += [f"{b}: fuse? (two-call / fused)", f"{b}: best ms [p10–p90]"]
         heads += [f"{b}: prefill forward (breakable)"] if len(forward) else []
+        heads += [f"{b}: fuse? (two-call / fused)", f"{b}: best ms [p10–p90]"]
     heads += ["fastest backend"] if len(backends) > 1 else []
     intro = ("Per backend: does fusing the two zigzag calls pay (two-call / fused on the critical path with its 95 % "
              "interval; a tie when it contains 1), and the lowest latency each backend reaches (the faster of its "
              "two modes, ms per forward, slowest rank's p10–p90)"
              + (", then the backend with the lowest one." if len(backends) > 1 else "."))
     if len(forward):
-        intro += (" The prefill forward column answers the same question for the whole forward as SGLang runs it "
-                  "(breakable CUDA graphs: the rest of every layer replayed, attention eager): the share of the "
+        kinds = "forward_rule" in forward and (forward["forward_rule"] == "kinds").any()
+        intro += (" The prefill forward column, first, answers the question for the whole forward as SGLang runs "
+                  "it (breakable CUDA graphs: the rest of every layer replayed, attention eager): the share of the "
                   "two-call forward the fusion saves (+) or costs (−), its 95 % interval, the ms on the critical "
-                  "path, and whether the host was hidden behind the GPU (see Prefill forward below).")
+                  "path, and whether the host was hidden behind the GPU (see Prefill forward below)"
+                  + (", estimated from one layer of each kind (window, full) timed many times: layers x its time, "
+                     "summed over kinds (`--forward-layers kinds`; `all` times every layer, against which it was "
+                     "checked)." if kinds else "."))
     out = [intro, "", md_table(heads, rows), ""]
     if marked:
         out += [f"{HOST_MARK} host-bound eager cell: its latency exceeds {host_bound_text()} the GPU busy time, so the eager ratio "

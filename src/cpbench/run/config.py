@@ -82,6 +82,9 @@ class SweepConfig:
     graph_buckets: tuple[int, ...] = ()
     # timing passes over every cell (measure/passes.py): the interval covers the drift between them
     passes: int = 1
+    # breakable timing: "kinds" estimates the forward from one layer of each kind (measure/breakable.py
+    # time_layer_kinds), "all" times all num_layers layers; a torchrun launch times the whole forward either way
+    forward_layers: str = "kinds"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: the normalised values are set once, here
@@ -203,15 +206,25 @@ class SweepConfig:
             _bad(f"--timing breakable: {missing_rest_fields(self.model)}, so the rest of its layers cannot be "
                  "built: give a config.json with the MLP sizes, or --layer-rest-us N")
         _ints(self.graph_buckets, "--graph-buckets", 1, MAX_TOKENS, " tokens")
+        if self.forward_layers not in FORWARD_LAYERS:
+            _bad(f"--forward-layers: {self.forward_layers!r} is not one of {', '.join(FORWARD_LAYERS)}")
+
+
+FORWARD_LAYERS = ("kinds", "all")  # --forward-layers
 
 
 def device_defaults(device: torch.device, simulated: bool = True) -> dict:
     """The fields a sweep takes from its device when not given (the CLI's and ``cpbench.grid``'s defaults):
-    on CUDA eager and graph timing, 3 warm-up forwards and two passes (one under torchrun, whose ranks time
-    together); elsewhere eager timing, 1 warm-up forward, one pass."""
+    on CUDA breakable (the prefill forward, one layer per kind), graph and eager timing, 3 warm-up forwards and two
+    passes (one under torchrun, whose ranks time together); elsewhere breakable (the rest of the layer left out,
+    ``layer_rest_us`` 0: callers drop it when they set the timings) and eager timing, a functional check, 1
+    warm-up forward, one pass."""
     cuda = device.type == "cuda"
-    return dict(timings=(Timing.EAGER, Timing.GRAPH) if cuda else (Timing.EAGER,), warmup=3 if cuda else 1,
-                passes=2 if cuda and simulated else 1)
+    if cuda:
+        return dict(timings=(Timing.BREAKABLE, Timing.GRAPH, Timing.EAGER), warmup=3, passes=2 if simulated else 1)
+    # the default CPU breakable forward leaves the rest of the layer out (a model-sized layer on 2 cores takes
+    # minutes); with timings given, a CPU breakable forward runs the model's layer unless --layer-rest-us says
+    return dict(timings=(Timing.BREAKABLE, Timing.EAGER), warmup=1, passes=1, layer_rest_us=0.0)
 
 
 def _bad(message: str) -> None:

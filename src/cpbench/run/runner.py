@@ -314,7 +314,9 @@ class Runner:
                        check=c.check and self.pass_no == 1, profile=c.profile and self.pass_no == 1,
                        nvtx=c.nvtx, trace_dir=self.trace_dir, tracebacks=self.tracebacks,
                        per_call_cache=self._kernels_per_call.setdefault((cell, backend), {}),
-                       rest=rest, times=self.times)
+                       rest=rest, times=self.times,
+                       # real ranks time the whole forward together (each sample's maximum over ranks)
+                       forward_layers=c.forward_layers if self.group.launch == "simulated" else "all")
 
     def _unsupported(self, cell: CellSpec, backend: str) -> tuple[str, str] | None:
         reason = self.backends[backend].supports(self.cfg.device, self.cfg.model, DTYPES[self.cfg.dtype])

@@ -1,0 +1,90 @@
+"""--forward-layers kinds (measure/breakable.py time_layer_kinds): the forward estimated from one layer of each
+kind, layers of a kind run back to back and rotated, scaled by the kind's layer count; on a CPU sweep the kinds
+rows carry the rule and the same columns as a whole-forward row."""
+
+import json
+import math
+
+import pytest
+
+from cpbench.measure.breakable import kind_layers, kinds_text, time_layer_kinds
+from clirun import cpbench
+
+
+class FakeClock:
+    """A clock whose sample is the sum of the work the callable reported (µs), no device."""
+
+    cuda = False
+
+    def __init__(self, log):
+        self.log = log
+
+    def sample_us(self, fn, barrier=None):
+        start = len(self.log)
+        fn()
+        return float(sum(us for _, us in self.log[start:]))
+
+    def sync(self):
+        pass
+
+
+def _layers(log, cost, mode):
+    """Per layer: a segment and an attention callable that log (layer, µs)."""
+    return [[lambda i=i: log.append((i, cost[i] / 2)), lambda i=i: log.append((i, cost[i] / 2))]
+            for i in range(len(cost))]
+
+
+def test_kind_layers_group_by_window_in_model_order():
+    assert kind_layers([127, -1, 127, -1, 4]) == {127: [0, 2], -1: [1, 3], 4: [4]}
+    assert kinds_text({127: [0, 2], -1: [1, 3]}, {127: 1, -1: 2}) == "window 127: 1 of 2, full: 2 of 2"
+
+
+def test_the_estimate_is_layers_times_one_layer_and_rotates_through_the_layers():
+    wl = [127, -1] * 4  # 4 window layers of 10 µs, 4 full layers of 30 µs: a forward of 160 µs
+    cost = [10.0 if w >= 0 else 30.0 for w in wl]
+    log: list = []
+    clock = FakeClock(log)
+    layer_fns = {m: _layers(log, cost, m) for m in ("two-call", "fused")}
+    seen = []
+
+    def timer(fns, info):
+        out = {}
+        for name, fn in fns.items():
+            start = len(log)
+            xs = []
+            for _ in range(6):
+                mark = len(log)
+                fn()
+                xs.append(sum(us for _, us in log[mark:]))
+            seen.append((name, [i for i, _ in log[start::2]]))
+            out[name] = xs
+            info[name] = {"stop_reason": "time budget", "host_samples_us": [1.0] * 6, "sm_clock_mhz_min": math.nan}
+        return out
+
+    est = time_layer_kinds(layer_fns, clock, wl, timer, {}, min_sample_us=25.0)
+    for m, e in est.items():
+        assert e.forward_us == pytest.approx([160.0] * 6)  # 4 x 10 + 4 x 30, from samples of 3 and 1 layers
+        assert e.columns == {"forward_rule": "kinds", "kind_layers_per_sample": "window 127: 3 of 4, full: 1 of 4",
+                             "window_layers_us": 40.0, "full_layers_us": 120.0}
+        assert e.stop["host_launch_us"] == pytest.approx(4 / 3 + 4)  # each kind's issue time scaled like its samples
+    window = dict(seen)["two-call|127"]
+    assert window[:6] == [0, 2, 4, 6, 0, 2]  # 3 window layers a sample, the next sample starts where it stopped
+    assert dict(seen)["fused|-1"][:4] == [1, 3, 5, 7]
+    assert [i for i, _ in log[-4::2]] == [6, 7]  # the last layer of each kind ran last (the forward's outputs)
+
+
+@pytest.mark.slow
+def test_a_cpu_sweep_estimates_the_forward_by_kind_and_all_keeps_the_whole(tmp_path, rough_charts):
+    rows = {}
+    for rule in ("kinds", "all"):
+        out = tmp_path / rule
+        r = cpbench("sweep", "--cp", "2", "--bs", "1", "--extend-len", "32", "--device", "cpu", "--layers", "4",
+                    "--timing", "breakable", "--layer-rest-us", "0", "--forward-layers", rule, "--budget-ms", "5",
+                    "--no-profile", "--out", out)
+        assert r.returncode == 0, r.stderr
+        rows[rule] = [json.loads(ln) for ln in (out / "results.jsonl").read_text().splitlines()]
+    for rule, rs in rows.items():
+        assert len(rs) == 4 and {x["status"] for x in rs} == {"ok"} and {x["forward_rule"] for x in rs} == {rule}
+        assert all(x["window_layers_us"] > 0 and x["full_layers_us"] > 0 and x["diff_vs_eager"] == 0.0 for x in rs)
+    assert {x["kind_layers_per_sample"].count(" of 2") for x in rows["kinds"]} == {2}  # 2 window + 2 full layers
+    assert "kind_layers_per_sample" not in rows["all"][0]
