@@ -145,7 +145,8 @@ def test_without_the_kernel_fa3_is_unsupported_with_how_to_get_it(monkeypatch):
     assert fa3.load_kernel() is None
     backend = fa3.FlashAttn3Backend()
     model = get_preset("gpt-oss-120b")
-    assert "needs a CUDA GPU" in backend.supports(CPU, model)
+    on_cpu = backend.supports(CPU, model)  # cpbench doctor's line on a CPU: no GPU, and how to get the kernel
+    assert "needs a CUDA GPU" in on_cpu and "hopper/" in on_cpu and "sgl-kernel" in on_cpu
     monkeypatch.setattr(fa3, "capability_refusal", lambda name, cc: None)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     reason = backend.supports(torch.device("cuda"), model)

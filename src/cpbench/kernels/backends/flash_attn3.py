@@ -168,6 +168,10 @@ class FlashAttn3Backend:
         """None, or why FlashAttention-3 cannot run here (no CUDA, not Hopper, not installed, not bf16/fp16,
         a head_dim outside :data:`HEAD_DIMS`)."""
         if device.type != "cuda":
+            if self.kernel is None:
+                return ("fa3 needs a CUDA GPU (Hopper); none is in use, and " +
+                        INSTALL_HINT.replace("FlashAttention-3", "FlashAttention-3 (the kernel)", 1).replace(
+                            "; or use --backend trtllm-fmha-v2", "; here use --backend torch"))
             return "fa3 needs a CUDA GPU (Hopper); none is in use: use --backend torch"
         refusal = capability_refusal(self.name, tuple(torch.cuda.get_device_capability(device)))
         if refusal:
