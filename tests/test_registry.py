@@ -101,9 +101,19 @@ def test_each_backend_matches_only_its_own_kernel():
         for other in own:
             assert (classify(kernel, kernel_patterns(other)) == "attention") is (other == backend), (backend, other)
     assert kernel_patterns("torch") == ()
-    assert known_attention_patterns() == ("batchprefillwithpagedkvcachekernel", "flashinfer::prefillwithkvcachekernel",
+    assert known_attention_patterns() == ("flashinfer::batchprefillwithpagedkvcachekernel",
+                                          "flashinfer::prefillwithkvcachekernel",
                                           "flash::flashattnfwdsm90", "fmha_v2_flash_attention", "fmhasm",
                                           "triton_tem_fused")
+
+
+def test_another_vendors_kernel_is_never_named_after_flashinfers():
+    """AMD ck_tile's FmhaBatchPrefillWithPagedKVCacheKernel holds FlashInfer fa2's kernel name as a substring; Dao
+    FlashAttention-3's kernel is fa3's."""
+    ck = "void ck_tile::kentry<ck_tile::FmhaBatchPrefillWithPagedKVCacheKernel<ck_tile::BlockFmhaPipeline>>(x)"
+    assert not any(classify(ck, kernel_patterns(b)) == "attention" for b in BACKEND_NAMES)
+    fa3 = "void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<cute::tuple<>, true>>>(p)"
+    assert [b for b in BACKEND_NAMES if classify(fa3, kernel_patterns(b)) == "attention"] == ["fa3"]
 
 
 def test_get_backend_builds_the_named_class():

@@ -89,7 +89,9 @@ BACKENDS: dict[str, BackendSpec] = {s.name: s for s in (
         description="pure-torch reference (CPU or CUDA): the correctness baseline, not a fast path"),
     BackendSpec(
         "flashinfer-fa2", "cpbench.kernels.backends.flashinfer_fa:FlashInferBackend", impl_args=("fa2",),
-        kernel_patterns=("batchprefillwithpagedkvcachekernel",),  # flashinfer::BatchPrefillWithPagedKVCacheKernel<...>
+        # flashinfer::BatchPrefillWithPagedKVCacheKernel<...>, with its namespace: AMD ck_tile has a
+        # FmhaBatchPrefillWithPagedKVCacheKernel of its own (ncu prints names without namespaces: profiles/ncu.py)
+        kernel_patterns=("flashinfer::batchprefillwithpagedkvcachekernel",),
         description="FlashInfer paged prefill, backend='fa2' (SGLang --attention-backend flashinfer; compute "
                     "capability >= 8.0)"),
     BackendSpec(
