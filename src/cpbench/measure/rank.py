@@ -158,10 +158,19 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         layer_fns: dict = {}  # breakable: mode -> per-layer callables (for the per-layer-kind pass)
         # the attention outputs of an eager forward, run now: what an earlier step left there may be partial (the
         # per-call kernel count runs one call of layer 0 after the profiled forward)
-        before_breakable = {m: _outputs_of_a_forward(prepared[m], job.clock) for m in runnable} \
-            if timing == "breakable" else {}
+        before_breakable, snapshot_status = {}, {}
+        for m in list(runnable) if timing == "breakable" else []:
+            def snapshot(m=m) -> None:
+                before_breakable[m] = _outputs_of_a_forward(prepared[m], job.clock)
+            ex = exchanges.get(m)
+            st = _attempt_agreed(snapshot, ex, group, job.tracebacks) if ex is not None else \
+                group.agree_status(_attempt(snapshot, job.tracebacks))
+            if st != OK:  # the mode's breakable row records why; its other timings and the other modes go on
+                snapshot_status[m] = st
+                runnable.remove(m)
         with times("capture"):
             fns, graph_status = _timed_fns(job, work, prepared, runnable, timing, group, layer_fns)
+        graph_status.update(snapshot_status)
         clk0 = sm_clock_mhz(job.device)
         samples, stop, kind_cols = {}, {}, {}
         wl = work.model.window_left_per_layer
