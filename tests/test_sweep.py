@@ -327,3 +327,32 @@ def test_fused_order_sweep_rows_equal_two_call(tmp_path):
     bad = cpbench("sweep", "--cp", "2", "--bs", "1", "--seq", "32", "--fused-order", "reverse", "--out",
                   str(tmp_path / "bad"), *QUICK)
     assert bad.returncode == 2 and "--fused-order" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_an_interrupted_sweep_prints_the_command_that_finishes_it_and_that_command_does(tmp_path, monkeypatch):
+    """Ctrl-C mid-sweep: one line naming the run directory and the exact resume command; run as printed (its
+    --out and --resume added), it finishes the run with every row once."""
+    import shlex
+
+    import cpbench.run.runner as runner
+
+    out = tmp_path / "run"
+    real, calls = runner.measure_rank, []
+
+    def interrupted_on_the_third(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(runner, "measure_rank", interrupted_on_the_third)
+    args = ["sweep", "--cp", "2", "--bs", "1,2", "--seq", "32", "--no-report", *QUICK, "--out", str(out)]
+    r = cpbench(*args)
+    assert r.returncode == 130 and str(out) in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    command = r.stderr.strip().split("to finish the run: ", 1)[1]
+    assert command.startswith("cpbench sweep ") and command.endswith(f"--out {out} --resume")
+    monkeypatch.setattr(runner, "measure_rank", real)
+    again = cpbench(*shlex.split(command)[1:])
+    assert again.returncode == 0, again.stderr[-2000:]
+    keys = [(x["bs"], x["rank"], x["mode"]) for x in read_jsonl(out / "results.jsonl")]
+    assert sorted(keys) == sorted(set(keys)) and len(keys) == 2 * 2 * 2  # bs x ranks x modes, once each

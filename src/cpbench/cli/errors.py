@@ -67,6 +67,8 @@ RULES: tuple[Rule, ...] = (
     Rule((KeyboardInterrupt,), lambda e: INTERRUPTED, 130, error=False, debug_raises=False),
     # Ctrl-C / SIGTERM of a torchrun launch: its own line (the launch was stopped), not a second one
     Rule(("LaunchInterrupted",), str, lambda e: getattr(e, "code", 130), error=False, debug_raises=False),
+    # Ctrl-C of a sweep that has a run directory: where its rows are and the command that finishes it
+    Rule(("SweepInterrupted",), str, 130, error=False, debug_raises=False),
 )
 
 

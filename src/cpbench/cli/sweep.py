@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from typing import Annotated, Optional
 
 import typer
@@ -231,12 +232,24 @@ def run_sweep(cfg, output, *, console: Console = console, group=None, cpu_affini
         bar.start()
 
     passes = cfg.passes
-    hooks = SweepHooks(opened=opened, finished=lambda sw: bar.stop(), rank=lambda: bar.advance(task),
+    run_dir = None
+
+    def opened_here(sw) -> None:
+        nonlocal run_dir
+        run_dir = sw.run_dir
+        opened(sw)
+
+    hooks = SweepHooks(opened=opened_here, finished=lambda sw: bar.stop(), rank=lambda: bar.advance(task),
                        cell=lambda c, p: bar.update(task, description=c.label() + (f" pass {p}/{passes}"
                                                                                    if passes > 1 else "")))
     try:
         run = sweep(cfg, output.out, resume=output.resume, report=output.report, allow_mismatch=output.allow_mismatch,
                     keep_going=output.keep_going, group=group, cpu_affinity=cpu_affinity, hooks=hooks)
+    except KeyboardInterrupt:
+        if run_dir is None:  # nothing written yet: the plain interrupt line
+            raise
+        raise SweepInterrupted(f"interrupted: the rows measured so far are in {run_dir}; to finish the run: "
+                               f"{resume_command(sys.argv[1:], run_dir)}") from None
     finally:
         bar.stop()
     if run.path is None:
@@ -250,6 +263,28 @@ def run_sweep(cfg, output, *, console: Console = console, group=None, cpu_affini
     elif run.exit_code == 1:
         console.print(f"[red]{escape(run.message)}[/]")
     return run.exit_code
+
+
+class SweepInterrupted(Exception):
+    """Ctrl-C (SIGINT) during a sweep that had made its run directory; the message is the one line to print: where
+    the rows are and the exact command that finishes the run (exit code 130, as an interrupt)."""
+
+
+def resume_command(argv: list[str], run_dir) -> str:
+    """The command that resumes the run in ``run_dir``: ``argv`` (the interrupted command's arguments after the
+    program name, e.g. ``["sweep", "--cp", "4"]``) without its ``--out``/``--resume``, then ``--out run_dir
+    --resume``, shell-quoted."""
+    import shlex
+
+    args, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--out":
+            skip = True
+        elif not (a.startswith("--out=") or a == "--resume"):
+            args.append(a)
+    return shlex.join(["cpbench", *args, "--out", str(run_dir), "--resume"])
 
 
 def _print_header(sweep, console: Console) -> None:
