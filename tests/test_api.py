@@ -3,6 +3,7 @@ checks and one-line errors as the CLI, and a run written by the CLI opens the sa
 
 import math
 
+import pandas as pd
 import pytest
 
 import cpbench
@@ -44,3 +45,18 @@ def test_run_open_refuses_rows_cpbench_did_not_write(tmp_path):
     (tmp_path / "results.jsonl").write_text('{"a": 1}\n')
     with pytest.raises(cpbench.CpbenchInputError, match="holds rows without cp_size, rank, mode, status"):
         cpbench.Run.open(tmp_path)
+
+
+def test_dir_repr_and_columns_say_what_is_there(tmp_path):
+    """dir(cpbench) lists the API it serves on first use; repr(Run) is one line, not the manifest; `cpbench
+    columns` names every backend of the registry (flex and fa3 included)."""
+    import json
+
+    from cpbench.kernels.backends.registry import BACKEND_NAMES
+
+    assert {"sweep", "grid", "Run", "SweepConfig", "CpbenchInputError"} <= set(dir(cpbench))
+    run = cpbench.Run(tmp_path, pd.DataFrame({"status": ["ok", "ok", "mismatch"]}), manifest={"config": {"x": 1}})
+    assert repr(run) == f"Run({str(tmp_path)!r}, 3 rows: 2 ok, 1 mismatch, exit_code=0)"
+    cols = json.loads(cli("columns", "--json").stdout)
+    backend = next(c for c in cols if c["name"] == "backend")
+    assert backend["unit"].split(" | ") == list(BACKEND_NAMES) and "flex" in BACKEND_NAMES and "fa3" in BACKEND_NAMES

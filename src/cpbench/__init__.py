@@ -15,6 +15,11 @@ _API = {"sweep": "cpbench.api", "grid": "cpbench.api", "Run": "cpbench.api", "Sw
 __all__ = sorted(_API)
 
 
+def __dir__() -> list[str]:
+    """``dir(cpbench)``: the API this module serves on first use, beside its own names."""
+    return sorted({*globals(), *_API})
+
+
 def __getattr__(name: str):
     if name not in _API:
         raise AttributeError(f"module 'cpbench' has no attribute {name!r}")

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from cpbench.run.sweep import Sweep
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Run:
     """A run directory, read: its rows, manifest and report.
 
@@ -50,6 +50,12 @@ class Run:
     report_path: Path | None = None
     exit_code: int = 0
     message: str = ""
+
+    def __repr__(self) -> str:
+        """One line: the directory, the row count and statuses, the exit code (not the whole manifest)."""
+        counts = self.rows["status"].value_counts().to_dict() if "status" in self.rows else {}
+        statuses = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no rows"
+        return f"Run({str(self.path)!r}, {len(self.rows)} rows: {statuses}, exit_code={self.exit_code})"
 
     @classmethod
     def open(cls, path: str | Path) -> "Run":

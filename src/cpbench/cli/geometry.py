@@ -128,12 +128,14 @@ def columns(
     """List every column of results.jsonl / .parquet / .csv: name, type, unit, what it holds."""
     from dataclasses import asdict
 
+    from cpbench.kernels.backends.registry import BACKEND_NAMES
     from cpbench.results.schema import COLUMNS, SCHEMA_VERSION
 
+    units = {"backend": " | ".join(BACKEND_NAMES)}  # the registry's names, whatever the schema's text says
     if as_json:
-        print(json.dumps([asdict(c) for c in COLUMNS.values()]))
+        print(json.dumps([{**asdict(c), "unit": units.get(c.name, c.unit)} for c in COLUMNS.values()]))
         return
-    rows = [[c.name, c.type, c.unit or "-", c.doc] for c in COLUMNS.values()]
+    rows = [[c.name, c.type, units.get(c.name, c.unit or "-"), c.doc] for c in COLUMNS.values()]
     print_table(console, f"results columns (schema {SCHEMA_VERSION})",
                 [Col("name", left=True), Col("type", number=False), Col("unit", number=False),
                  Col("what it holds", number=False)], rows)
