@@ -9,6 +9,7 @@ import time
 import pytest
 import torch
 
+from cpbench.report.run_report import without_out
 from cpbench.report.run_report import reproduce_lines
 from clirun import cpbench
 from runfactory import make_run
@@ -31,7 +32,9 @@ def test_the_tflop_limit_that_refused_a_cell_is_in_the_command(tmp_path, no_gpu,
     assert {x["max_extend_len"]: x["status"] for x in rows} == {16: "ok", 512: "unsupported"}
     command = json.loads((out / "manifest.json").read_text())["command"]
     assert command.startswith("CPBENCH_CPU_TFLOP_LIMIT=1e-6 cpbench sweep --cp 2")
-    assert f"```sh\n{command}\n```" in (out / "report.md").read_text()
+    shown = without_out(command)  # the report's line writes a new run directory
+    assert shown.startswith("CPBENCH_CPU_TFLOP_LIMIT=1e-6 cpbench sweep --cp 2") and "--out" not in shown
+    assert f"```sh\n{shown}\n```" in (out / "report.md").read_text()
 
 
 def test_a_resume_that_adds_cells_lists_every_command(tmp_path, no_gpu, text_reports):
@@ -70,3 +73,14 @@ def test_report_of_a_directory_of_runs_takes_the_latest(tmp_path, text_reports):
     empty.mkdir()
     r = cpbench("report", str(empty))
     assert r.returncode == 2  # no run inside: the one-line error of a missing run
+
+
+def test_the_reproduce_line_drops_its_out_so_it_runs_as_pasted():
+    from cpbench.report.run_report import reproduce_lines
+
+    cmd = "cpbench sweep --launch torchrun --nproc-per-node 2 --cp 2 --bs 1,4,16 --out runs/h200x2-fa3-torchrun"
+    assert without_out(cmd) == "cpbench sweep --launch torchrun --nproc-per-node 2 --cp 2 --bs 1,4,16"
+    assert without_out("cpbench sweep --out=r --resume --cp 4") == "cpbench sweep --cp 4"
+    assert without_out("cpbench sweep --cp 4") == "cpbench sweep --cp 4"
+    assert reproduce_lines({"command": cmd})[0] == "```sh\ncpbench sweep --launch torchrun --nproc-per-node 2 --cp 2 " \
+                                                   "--bs 1,4,16\n```"

@@ -251,6 +251,27 @@ def _list_of(v, kind: type) -> bool:
     return isinstance(v, list) and all(isinstance(x, kind) and not isinstance(x, bool) for x in v)
 
 
+def without_out(command: str) -> str:
+    """``command`` (a shell line) without its ``--out DIR``/``--out=DIR`` and ``--resume``: the directory holds this
+    run already, so the line as recorded would be refused; without them it writes a new run directory. A line that
+    does not parse as shell words is returned unchanged."""
+    import shlex
+
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    out, skip = [], False
+    for w in words:
+        if skip:
+            skip = False
+        elif w == "--out":
+            skip = True
+        elif not (w.startswith("--out=") or w == "--resume"):
+            out.append(w)
+    return shlex.join(out) if len(out) < len(words) else command
+
+
 def reproduce_lines(manifest: dict) -> list[str]:
     """The "Reproduce" section: the first command, then every ``--resume`` command that followed it (one
     that changed the options may have added cells), each with the environment variables it was run with."""
@@ -258,8 +279,8 @@ def reproduce_lines(manifest: dict) -> list[str]:
     if not cmd:
         return ["_The command line was not recorded in manifest.json._", ""]
     later = [c for c in manifest.get("resumed_by") or [] if isinstance(c, str) and c]
-    if not later:
-        return [f"```sh\n{cmd}\n```", ""]
+    if not later:  # without its --out, pasted as it stands it measures again into a new run directory
+        return [f"```sh\n{without_out(cmd)}\n```", ""]
     return [f"The run was started, then resumed {len(later)} time{'s' if len(later) > 1 else ''}; its rows come "
             "from all of these commands, in this order:", "", "```sh\n" + "\n".join([cmd, *later]) + "\n```", ""]
 
