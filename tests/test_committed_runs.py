@@ -11,7 +11,7 @@ from cpbench.results.critical_path import critical_path, flag
 from cpbench.results.store import load_run
 from cpbench.results.verdicts import ratio_text, speedup_verdict
 from cpbench.report.tables import times, times_ci
-from cpbench.report.run_report import render_report, write_report
+from cpbench.report.run_report import without_out, render_report, write_report
 
 RUNS = Path(__file__).parent.parent / "docs" / "runs"
 
@@ -31,7 +31,7 @@ def test_report_from_committed_run(name, per_rank):
     for _, r in ok.iterrows():  # every critical-path speedup appears in the report, as computed (not on CPU)
         assert (ratio_text(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]) in text) != cpu
     assert ("a functional check, not a benchmark" in text) == cpu
-    assert manifest["command"] in text
+    assert f"```sh\n{without_out(manifest['command'])}\n```" in text  # the Reproduce line, runnable as pasted
     assert f"{per_rank} per rank" in text  # the attention kernel (torch: call) counts
     assert ("## Real CP (torchrun)" in text) == ("torchrun" in name)
 
@@ -100,7 +100,8 @@ def test_a_committed_run_of_flashinfer_reads_under_its_new_name(name, old, new):
     text = render_report(df, manifest, name, RUNS / name / "plots")
     assert f" · {new} · " in text and f" · {old} · " not in text
     reproduce = text.split("## Reproduce\n\n", 1)[1].split("\n## ", 1)[0]
-    assert manifest["command"] in reproduce and f"--backend {old}" not in reproduce and f",{old} " not in reproduce
+    assert without_out(manifest["command"]) in reproduce and f"--backend {old}" not in reproduce
+    assert f",{old} " not in reproduce and not reproduce.rstrip("`\n").endswith(f",{old}")
 
 
 def test_the_charts_of_a_run_drawn_before_the_rename_are_still_embedded():

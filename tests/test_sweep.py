@@ -287,7 +287,8 @@ def test_ctrl_c_says_how_to_resume(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "Traceback" not in err, (proc.returncode, err[-1500:])
-    assert "rerun the same command with --resume to finish it" in err and len(err.strip().splitlines()) == 1
+    assert f"the rows measured so far are in {out}; to finish the run: cpbench sweep " in err, err[-1500:]
+    assert err.strip().endswith(f"--out {out} --resume") and len(err.strip().splitlines()) == 1
     assert read_jsonl(out / "results.jsonl")  # rows measured before Ctrl-C are on disk
 
 
