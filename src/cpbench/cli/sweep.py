@@ -276,15 +276,9 @@ def resume_command(argv: list[str], run_dir) -> str:
     --resume``, shell-quoted."""
     import shlex
 
-    args, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-        elif a == "--out":
-            skip = True
-        elif not (a.startswith("--out=") or a == "--resume"):
-            args.append(a)
-    return shlex.join(["cpbench", *args, "--out", str(run_dir), "--resume"])
+    from cpbench.report.run_report import without_out
+
+    return f"{without_out(shlex.join(['cpbench', *argv]))} --out {shlex.quote(str(run_dir))} --resume"
 
 
 def _print_header(sweep, console: Console) -> None:
