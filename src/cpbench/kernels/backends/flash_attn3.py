@@ -41,9 +41,10 @@ from cpbench.kernels.backends.base import (Prepared, Stopwatch, call_rows, calls
 from cpbench.kernels.backends.registry import capability_refusal, get_spec
 from cpbench.kernels.workload import RankWork
 
-INSTALL_HINT = ("FlashAttention-3 is not installed: build it from Dao-AILab/flash-attention's hopper/ "
-                "(cd hopper && python setup.py install; gives `import flash_attn_interface`) or install SGLang's "
-                "kernel package (sgl-kernel, `import sgl_kernel.flash_attn`); or use --backend trtllm-fmha-v2")
+NOT_INSTALLED = ("FlashAttention-3 is not installed: build it from Dao-AILab/flash-attention's hopper/ "
+                 "(cd hopper && python setup.py install; gives `import flash_attn_interface`) or install SGLang's "
+                 "kernel package (sgl-kernel, `import sgl_kernel.flash_attn`)")
+INSTALL_HINT = f"{NOT_INSTALLED}; or use --backend trtllm-fmha-v2"
 HEAD_DIMS = (64, 128)  # what a default hopper/ build and sgl-kernel hold for bf16 (others need their own build)
 
 
@@ -168,10 +169,8 @@ class FlashAttn3Backend:
         """None, or why FlashAttention-3 cannot run here (no CUDA, not Hopper, not installed, not bf16/fp16,
         a head_dim outside :data:`HEAD_DIMS`)."""
         if device.type != "cuda":
-            if self.kernel is None:
-                return ("fa3 needs a CUDA GPU (Hopper); none is in use, and " +
-                        INSTALL_HINT.replace("FlashAttention-3", "FlashAttention-3 (the kernel)", 1).replace(
-                            "; or use --backend trtllm-fmha-v2", "; here use --backend torch"))
+            if self.kernel is None:  # cpbench doctor on a CPU machine: both facts, and how to get the kernel
+                return f"fa3 needs a CUDA GPU (Hopper); none is in use, and {NOT_INSTALLED}; here use --backend torch"
             return "fa3 needs a CUDA GPU (Hopper); none is in use: use --backend torch"
         refusal = capability_refusal(self.name, tuple(torch.cuda.get_device_capability(device)))
         if refusal:
