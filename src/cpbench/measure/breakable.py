@@ -229,6 +229,9 @@ def time_layer_kinds(layer_fns: dict[str, list[list[Fn]]], clock: Clock, window_
         info: filled by ``timer`` per variant (``"<mode>|<window_left>"``); read here.
     Returns:
         ``mode -> KindSamples``.
+    Raises:
+        what the layers' callables or ``timer`` raise (an OOM, a failed replay); the caller turns it into the
+        rows' status. Simulated ranks only: each rank picks its own ``r``, which real ranks would have to agree on.
     """
     kinds = kind_layers(window_left_per_layer)
     per_sample: dict[int, int] = {}
