@@ -336,7 +336,7 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
     for (cp_size, backend, timing), g in groups:
         partial = not bool(g["all_ranks"].all())
         forward = timing == Timing.BREAKABLE
-        what = (("the breakable forward's structure (eager on a CPU: a functional check)" if cpu else
+        what = (("the breakable forward's structure (a CPU has no CUDA graphs: a functional check)" if cpu else
                  "the prefill forward (breakable CUDA graphs, the rest of every layer included)") if forward else
                 "attention alone" + (" (eager: host-bound cells marked)" if timing == Timing.EAGER else ""))
         title = (f"cp_size {cp_size}, {backend}, {timing}: {what}, "
