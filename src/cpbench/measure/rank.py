@@ -27,7 +27,8 @@ from cpbench.domain.modes import Mode, MODES
 from cpbench.kernels import check as checks
 from cpbench.kernels.backends.base import Backend, Prepared
 from cpbench.domain.tolerance import reference_tolerance
-from cpbench.measure.breakable import CellRest, breakable_layers, layer_kind_us, run_layers, time_layer_kinds
+from cpbench.measure.breakable import (CellRest, breakable_layers, kind_rotation, layer_kind_us, run_layers,
+                                      time_layer_kinds)
 from cpbench.measure.env import sm_clock_mhz
 from cpbench.measure.failures import Tracebacks
 from cpbench.domain.flops import forward_flops
@@ -176,11 +177,11 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         wl = work.model.window_left_per_layer
         by_kind = timing == "breakable" and job.forward_layers == "kinds"
 
-        def timer(variants: dict, info: dict) -> dict:
+        def timer(variants: dict, info: dict, leads: dict | None = None) -> dict:
             return time_interleaved(
                 variants, job.clock, warmup=job.timing.warmup, budget_ms=job.timing.pass_budget_ms,
                 min_reps=job.timing.min_reps(job.clock.cuda), agree=group.agree, barrier=group.barrier,
-                min_stop=job.timing.min_stop, rel_ci=job.timing.rel_ci, info=info, times=times)
+                min_stop=job.timing.min_stop, rel_ci=job.timing.rel_ci, info=info, times=times, leads=leads)
 
         def measure() -> None:
             if not by_kind:
@@ -315,7 +316,10 @@ def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], t
         prep = prepared[m]
         if timing == "breakable":
             holder: dict = {}
-            st = _attempt(lambda: holder.update(layers=breakable_layers(prep, job.rest)), job.tracebacks)
+            only = None  # kinds: capture only the layers its samples run
+            if job.forward_layers == "kinds":
+                only = [i for idx in kind_rotation(work.model.window_left_per_layer).values() for i in idx]
+            st = _attempt(lambda: holder.update(layers=breakable_layers(prep, job.rest, only)), job.tracebacks)
             st = _prefixed(st, "breakable segment capture failed", job.tracebacks)
             st = group.agree_status(st)
             if st == OK:
