@@ -14,6 +14,7 @@ import torch
 from cpbench.kernels.backends import get_backend
 from cpbench.kernels.check import max_abs_diff, max_diff_outputs
 from cpbench.measure.breakable import breakable_layers, build_layer_rest, run_layers
+from cpbench.measure.stream import run_chunk, spin_cycles_per_us
 from cpbench.measure.timing import Clock, release_graphs
 from cpbench.domain.geometry import all_ranks
 from cpbench.domain.models import get_preset, with_overrides
@@ -67,9 +68,9 @@ def test_breakable_outputs_equal_eager_and_fused_equals_two_call(backend, captur
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_a_lead_hides_the_hosts_issue_time_from_the_sample():
-    """With a GPU spin longer than the host's issue time before the start event, a sample is the GPU's time for
-    the work (as in a forward's steady state); without it, the host's 2 ms pause between two kernels is in it."""
+def test_a_chunk_behind_a_spin_times_each_layer_without_the_hosts_issue_time():
+    """Layers back to back behind a GPU spin longer than the host's issue time: each sample is the GPU's time for
+    the layer (a forward's steady state); without the spin the first one holds the host's 2 ms pause."""
     clock = Clock(torch.device("cuda"))
     x = torch.zeros(1024, device="cuda")
 
@@ -79,8 +80,8 @@ def test_a_lead_hides_the_hosts_issue_time_from_the_sample():
         x.add_(1)
 
     work()
-    assert 100 < clock.spin_cycles_per_us() < 10_000  # SM clock cycles per µs (MHz)
-    bare = clock.sample_us(work)
-    led = clock.sample_us(work, lead_us=20_000.0)
-    assert bare >= 2000.0 and clock.last_enqueue_us >= 2000.0
-    assert led < 500.0, f"{led:.0f} µs: the spin did not hide the host's issue time"
+    assert 100 < spin_cycles_per_us() < 10_000  # SM clock cycles per µs (MHz)
+    bare, host = run_chunk([work] * 3, clock, lead_us=0.0)
+    assert bare[0] >= 2000.0 and min(host) >= 2000.0
+    led, _ = run_chunk([work] * 3, clock, lead_us=20_000.0)
+    assert max(led) < 500.0, f"{led} µs: the spin did not hide the host's issue time"

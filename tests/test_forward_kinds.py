@@ -8,7 +8,6 @@ import math
 import pytest
 
 from cpbench.measure.breakable import kind_layers, kind_rotation, kinds_text, time_layer_kinds
-from cpbench.measure.timing import LEAD_PAD_US
 from clirun import cpbench
 
 
@@ -33,10 +32,14 @@ def test_kind_layers_group_by_window_in_model_order():
     assert kinds_text({127: [0, 2], -1: [1, 3]}, {127: 1, -1: 2}) == "window 127: 1 of 2, full: 2 of 2"
 
 
-def _timer(log, seen, host_us):
-    """A timer that runs each variant 6 times, a sample being the work it logged (µs), its issue time host_us."""
-    def timer(fns, info, leads):
-        assert set(leads) == set(fns) and min(leads.values()) >= LEAD_PAD_US  # every variant starts behind a spin
+def test_the_estimate_is_layers_times_one_layer_rotated_over_the_last_two_of_a_kind():
+    wl = [127, -1] * 4  # 4 window layers of 10 µs, 4 full layers of 30 µs: a forward of 160 µs
+    cost = [10.0 if w >= 0 else 30.0 for w in wl]
+    log: list = []
+    layer_fns = {m: _layers(log, cost, m) for m in ("two-call", "fused")}
+    seen = []
+
+    def timer(fns, info):  # runs each variant 6 times, a sample being the work it logged (µs)
         out = {}
         for name, fn in fns.items():
             start = len(log)
@@ -47,27 +50,17 @@ def _timer(log, seen, host_us):
                 xs.append(sum(us for _, us in log[mark:]))
             seen.append((name, [i for i, _ in log[start::2]]))
             out[name] = xs
-            info[name] = {"stop_reason": "time budget", "host_samples_us": [host_us] * 6, "sm_clock_mhz_min": math.nan}
+            info[name] = {"stop_reason": "time budget", "host_samples_us": [2.0] * 6, "sm_clock_mhz_min": math.nan}
         return out
-    return timer
 
-
-@pytest.mark.parametrize("host_us, forward_us", [(1.0, 160.0), (50.0, 400.0)])
-def test_the_estimate_is_layers_times_one_layer_rotated_and_the_host_bounds_it(host_us, forward_us):
-    wl = [127, -1] * 4  # 4 window layers of 10 µs, 4 full layers of 30 µs: a forward of 160 µs on the GPU
-    cost = [10.0 if w >= 0 else 30.0 for w in wl]
-    log: list = []
-    layer_fns = {m: _layers(log, cost, m) for m in ("two-call", "fused")}
-    seen: list = []
-    est = time_layer_kinds(layer_fns, FakeClock(), wl, _timer(log, seen, host_us), {})
+    est = time_layer_kinds(layer_fns, FakeClock(), wl, timer, {})
     for m, e in est.items():
-        # GPU: 4 x 10 + 4 x 30 = 160 µs; host: 8 layers x host_us, the longer of the two is the forward
-        assert e.forward_us == pytest.approx([forward_us] * 6)
+        assert e.forward_us == pytest.approx([160.0] * 6)  # 4 x 10 + 4 x 30, from one-layer samples
         assert e.columns == {"forward_rule": "kinds", "kind_layers_per_sample": "window 127: 1 of 4, full: 1 of 4",
                              "window_layers_us": 40.0, "full_layers_us": 120.0}
-        assert e.stop["host_launch_us"] == pytest.approx(8 * host_us)  # each kind's issue time scaled like its samples
-    assert dict(seen)["two-call|127"][:6] == [4, 6, 4, 6, 4, 6]  # one layer a sample, rotating over the last two
-    assert dict(seen)["fused|-1"][:4] == [5, 7, 5, 7]  # (two warm calls came first: back at the first layer)
+        assert e.stop["host_launch_us"] == pytest.approx(8 * 2.0)  # each kind's issue time scaled like its samples
+    assert dict(seen)["two-call|127"] == [4, 6, 4, 6, 4, 6]  # one layer a sample, rotating over the last two
+    assert dict(seen)["fused|-1"] == [5, 7, 5, 7, 5, 7]
     assert [i for i, _ in log[-4::2]] == [6, 7]  # the last layer of each kind ran last (the forward's outputs)
 
 

@@ -6,7 +6,7 @@ import random
 
 import torch
 
-from cpbench.measure.timing import LEAD_WINDOW, Clock, repeats_for_budget, summarize, time_interleaved
+from cpbench.measure.timing import Clock, repeats_for_budget, summarize, time_interleaved
 
 
 def test_summarize_values():
@@ -123,24 +123,3 @@ def test_sm_clock_read_after_each_sample_reaches_info():
     a, b = info["a"], info["b"]
     assert (a["sm_clock_mhz_min"], a["sm_clock_mhz_max"]) == (1890.0, 1980.0)
     assert (b["sm_clock_mhz_min"], b["sm_clock_mhz_max"]) == (1900.0, 1950.0)
-
-
-def test_a_lead_covers_the_recent_issue_times_and_forgets_a_slow_first_call():
-    class LeadClock(FakeClock):
-        cuda = True
-
-        def __init__(self, issue):
-            self.issue, self.leads = iter(issue), []
-
-        def sample_us(self, fn, barrier=None, lead_us=0.0):
-            fn()
-            self.leads.append(lead_us)
-            self.last_enqueue_us = next(self.issue)
-            return 1000.0
-
-    clock = LeadClock([5000.0] + [100.0] * 20)  # a slow first call (lazy init), then 100 µs to enqueue a layer
-    leads = {"a": 7.0}
-    time_interleaved({"a": lambda: None}, clock, warmup=1, budget_ms=8, min_reps=8, leads=leads)
-    assert clock.leads[:2] == [7.0, 1.5 * 5000.0 + 30.0]  # the given lead, then 1.5 x the slowest issue + 30 µs
-    assert clock.leads[LEAD_WINDOW + 1:] == [1.5 * 100.0 + 30.0] * (len(clock.leads) - LEAD_WINDOW - 1)
-    assert leads["a"] == 1.5 * 100.0 + 30.0

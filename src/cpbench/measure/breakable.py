@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Callable, Collection, Sequence
 
@@ -28,7 +27,7 @@ from cpbench.kernels.backends.base import Prepared, Step
 from cpbench.kernels.layer_rest import AllToAll, LayerRest, SpinRest
 from cpbench.measure.layer_kinds import has_both_kinds, layer_kind_sums
 from cpbench.measure.phases import span_times_us
-from cpbench.measure.timing import LEAD_MARGIN, LEAD_PAD_US, Clock, capture_segments
+from cpbench.measure.timing import Clock, capture_segments
 from cpbench.domain.layer_rest import graph_bucket, rest_shape
 from cpbench.domain.models import ModelSpec
 
@@ -199,8 +198,7 @@ class KindSamples:
     """What :func:`time_layer_kinds` measured for one mode.
 
     Attributes:
-        forward_us: per sample i, the forward it estimates, µs: ``max(sum over kinds of n_kind x GPU sample i of
-            that kind, sum over kinds of n_kind x host issue time of sample i)``.
+        forward_us: per sample i, the forward it estimates, µs: ``sum over kinds of n_kind x`` sample i of that kind.
         columns: ``window_layers_us``/``full_layers_us`` (their share of the estimate, from the kinds' medians; a
             model with both kinds), ``forward_rule`` ("kinds"), ``kind_layers_per_sample`` (e.g.
             ``"window 127: 1 of 18, full: 1 of 18"``).
@@ -226,18 +224,12 @@ def time_layer_kinds(layer_fns: dict[str, list[list[Fn]]], clock: Clock, window_
 
     Every layer of a kind is the same work, so per mode and kind a variant runs one layer of that kind (its own
     segments and eager attention), rotating over the kind's last ``rotation`` layers (:func:`kind_rotation`: other
-    weights and KV caches from sample to sample), and the forward is ``sum over kinds of n_kind x t_kind``. A
-    whole forward hides each layer's host issue time behind the GPU work of the layers before it (when the host
-    is the faster of the two); a lone layer started on an idle GPU cannot, so each sample starts behind a GPU
-    spin as long as the host needs to enqueue the layer (``timer``'s ``leads``, :mod:`cpbench.measure.timing`):
-    the sample is the layer's GPU time in the steady state of a forward. The host's issue time of each sample is
-    kept too, and sample i of the forward is the longer of the two sums, GPU (``n_kind x`` GPU sample i of each
-    kind) and host (``n_kind x`` its issue time): a forward whose host issues slower than the GPU runs takes the
-    host's time. Left out: the first layer's issue, which no forward hides (about 0.1 ms, docs/design.md §11).
-    The variants (mode x kind) are timed together by ``timer`` (ABBA-interleaved, as
-    :func:`cpbench.measure.timing.time_interleaved`, called as ``timer(fns, info=..., leads=...)``), so the samples
-    of each kind pair up by index. Finally the last layer of each kind runs once more, so the outputs hold what a
-    whole forward leaves there.
+    weights and KV caches from sample to sample), and the forward is ``sum over kinds of n_kind x t_kind``.
+    ``timer`` times the variants (mode x kind) the way a forward runs its layers, back to back without a sync
+    (:func:`cpbench.measure.stream.time_stream`, called as ``timer(fns, info=...)``), so a sample is a layer's time
+    in a forward's steady state, host issue hidden or not as it would be there; samples of each kind pair up by
+    index: sample i of the forward is the scaled sum of sample i of each kind. Finally the last layer of each kind
+    runs once more, so the outputs hold what a whole forward leaves there.
 
     Args:
         layer_fns: ``mode -> per layer, its callables`` (:func:`breakable_layers`; only the layers of
@@ -252,15 +244,7 @@ def time_layer_kinds(layer_fns: dict[str, list[list[Fn]]], clock: Clock, window_
     kinds = kind_layers(window_left_per_layer)
     rot = kind_rotation(window_left_per_layer, rotation)
     fns = {f"{m}|{w}": _rotating(layers, rot[w]) for m, layers in layer_fns.items() for w in kinds}
-    leads = {}
-    for name, fn in fns.items():  # a first lead from one warm call's issue time (the timer refines it)
-        fn()
-        clock.sync()
-        t0 = time.perf_counter()
-        fn()
-        leads[name] = LEAD_MARGIN * (time.perf_counter() - t0) * 1e6 + LEAD_PAD_US
-        clock.sync()
-    samples = timer(fns, info=info, leads=leads)
+    samples = timer(fns, info=info)
     for layers in layer_fns.values():  # the outputs a whole forward leaves: each kind's last layer ran last
         for idx in kinds.values():
             for f in layers[idx[-1]]:
@@ -270,15 +254,13 @@ def time_layer_kinds(layer_fns: dict[str, list[list[Fn]]], clock: Clock, window_
     scale = {w: float(len(kinds[w])) for w in kinds}
     for m in layer_fns:
         n = min(len(samples[f"{m}|{w}"]) for w in kinds)
-        gpu = [sum(scale[w] * samples[f"{m}|{w}"][i] for w in kinds) for i in range(n)]
-        host = _kind_host(info, m, kinds, scale)
-        forward = [max(g, host[i]) if i < len(host) else g for i, g in enumerate(gpu)]
+        forward = [sum(scale[w] * samples[f"{m}|{w}"][i] for w in kinds) for i in range(n)]
         per_kind = {w: scale[w] * statistics.median(samples[f"{m}|{w}"]) for w in kinds}
         cols: dict = {"forward_rule": "kinds", "kind_layers_per_sample": kinds_text(kinds, dict.fromkeys(kinds, 1))}
         if has_both_kinds(window_left_per_layer):
             cols["window_layers_us"] = sum(v for w, v in per_kind.items() if w >= 0)
             cols["full_layers_us"] = sum(v for w, v in per_kind.items() if w < 0)
-        out[m] = KindSamples(forward, cols, _kind_stop(info, m, kinds, host, forward))
+        out[m] = KindSamples(forward, cols, _kind_stop(info, m, kinds, _kind_host(info, m, kinds, scale), forward))
     return out
 
 

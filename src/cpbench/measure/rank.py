@@ -39,6 +39,7 @@ from cpbench.measure.phases import phase_times_us
 from cpbench.results.policy import TimingPolicy
 from cpbench.results.rows import make_row
 from cpbench.ranks.group import Exchange, PeerFailure, RankGroup, Status
+from cpbench.measure.stream import time_stream
 from cpbench.measure.timing import (Clock, capture_graph, release_graphs, summarize,
                                    time_interleaved)
 from cpbench.measure.walltime import PhaseTimes
@@ -177,17 +178,22 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         wl = work.model.window_left_per_layer
         by_kind = timing == "breakable" and job.forward_layers == "kinds"
 
-        def timer(variants: dict, info: dict, leads: dict | None = None) -> dict:
+        def timer(variants: dict, info: dict) -> dict:
             return time_interleaved(
                 variants, job.clock, warmup=job.timing.warmup, budget_ms=job.timing.pass_budget_ms,
                 min_reps=job.timing.min_reps(job.clock.cuda), agree=group.agree, barrier=group.barrier,
-                min_stop=job.timing.min_stop, rel_ci=job.timing.rel_ci, info=info, times=times, leads=leads)
+                min_stop=job.timing.min_stop, rel_ci=job.timing.rel_ci, info=info, times=times)
+
+        def layer_timer(variants: dict, info: dict) -> dict:  # one layer at a time, as a forward runs them
+            return time_stream(variants, job.clock, warmup=job.timing.warmup, budget_ms=job.timing.pass_budget_ms,
+                               min_reps=job.timing.min_reps(job.clock.cuda), min_stop=job.timing.min_stop,
+                               rel_ci=job.timing.rel_ci, info=info, times=times)
 
         def measure() -> None:
             if not by_kind:
                 samples.update(timer(fns, stop))
                 return
-            est = time_layer_kinds({m: layer_fns[m] for m in fns}, job.clock, wl, timer, {})
+            est = time_layer_kinds({m: layer_fns[m] for m in fns}, job.clock, wl, layer_timer, {})
             for m, e in est.items():
                 samples[m], stop[m], kind_cols[m] = e.forward_us, e.stop, e.columns
 

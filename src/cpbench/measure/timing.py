@@ -7,10 +7,6 @@ What a sample includes (after flashinfer's bench_gpu_time, documented so numbers
   includes any idle gap while the host is still launching (launch overhead is visible).
 * CUDA, graph: ``fn`` is captured once into a CUDA graph; a sample brackets one ``graph.replay()``.
   Host launch cost is gone; what remains is kernel time plus inter-kernel gaps inside the graph.
-* CUDA, with a lead (``lead_us``, the breakable forward's one-layer samples): as eager, but the GPU first spins
-  for ``lead_us`` (``torch.cuda._sleep``) before the start event, while the host enqueues the sample (nvbench's
-  blocking kernel): the sample is the GPU's time for the work with the host's issue time hidden behind the spin,
-  as it is in the steady state of a whole forward, where the GPU still runs the layers before.
 * CPU: ``time.perf_counter`` around one call of ``fn``.
 
 Interleaving: :func:`time_interleaved` runs the variants in ABBA order (A B B A A B ...) on identical
@@ -38,8 +34,6 @@ from cpbench.results.policy import FLOORS
 
 Fn = Callable[[], None]
 MIN_STOP_SAMPLES = FLOORS.stop  # fewer samples give too wide a median CI for the stopping rule to mean anything
-LEAD_MARGIN, LEAD_PAD_US, LEAD_WINDOW = 1.5, 30.0, 5  # a lead: 1.5x the longest issue time of the last 5 samples, + 30 µs
-SPIN_CALIBRATION_CYCLES = 2_000_000  # about 1 ms of torch.cuda._sleep at H200 clocks
 
 
 class Clock:
@@ -51,12 +45,10 @@ class Clock:
         # SM clock read after each CUDA sample, outside the timed region (NVML, measure.env.sm_clock_mhz)
         self.read_clock_mhz = read_clock_mhz
         self.last_clock_mhz = math.nan
-        self._cycles_per_us = math.nan  # torch.cuda._sleep cycles per µs, measured at the first lead
 
-    def sample_us(self, fn: Fn, barrier: Fn | None = None, lead_us: float = 0.0) -> float:
+    def sample_us(self, fn: Fn, barrier: Fn | None = None) -> float:
         """Time one call of ``fn``, µs (see the module docstring for what it includes); ``barrier``
-        (ranks of a launch) runs after the device sync, before the clock starts; ``lead_us`` > 0 (CUDA): the GPU
-        spins that long before the start event while the host enqueues ``fn`` (ignored on a CPU)."""
+        (ranks of a launch) runs after the device sync, before the clock starts."""
         if not self.cuda:
             if barrier is not None:
                 barrier()
@@ -67,8 +59,6 @@ class Clock:
         if barrier is not None:
             barrier()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if lead_us > 0:
-            torch.cuda._sleep(int(lead_us * self.spin_cycles_per_us()))
         start.record()
         t0 = time.perf_counter()
         fn()
@@ -82,18 +72,6 @@ class Clock:
     def sync(self) -> None:
         if self.cuda:
             torch.cuda.synchronize()
-
-    def spin_cycles_per_us(self) -> float:
-        """``torch.cuda._sleep`` cycles per µs on this device, measured once with CUDA events (the SM clock)."""
-        if math.isnan(self._cycles_per_us):
-            torch.cuda._sleep(1000)  # load the kernel
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            torch.cuda._sleep(SPIN_CALIBRATION_CYCLES)
-            end.record()
-            end.synchronize()
-            self._cycles_per_us = SPIN_CALIBRATION_CYCLES / max(start.elapsed_time(end) * 1e3, 1e-3)
-        return self._cycles_per_us
 
 
 _GRAPHS: list = []  # graphs captured and not yet released
@@ -160,8 +138,7 @@ def repeats_for_budget(estimate_us: float, budget_ms: float, min_reps: int = FLO
 def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms: float,
                      min_reps: int = FLOORS.cuda, max_reps: int = 2000, agree: Callable[[float], float] = lambda x: x,
                      barrier: Fn | None = None, rel_ci: float | None = None,
-                     info: dict | None = None, times=None, min_stop: int = MIN_STOP_SAMPLES,
-                     leads: dict[str, float] | None = None) -> dict[str, list[float]]:
+                     info: dict | None = None, times=None, min_stop: int = MIN_STOP_SAMPLES) -> dict[str, list[float]]:
     """Time each variant in ABBA order; return ``name -> raw samples (µs)``.
 
     ``warmup`` untimed calls of each variant run first (only one when the rest would overrun
@@ -180,13 +157,10 @@ def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms
     the achieved CI width, the median host time to enqueue one call inside the timed samples and each such
     time (µs; NaN and [] on CPU, where enqueueing is executing), and the range of the SM clock read after each sample (MHz, NaN unknown).
     ``times`` (optional, measure/walltime.PhaseTimes) receives the wall time of the warm-up and the samples.
-    ``leads`` (optional, CUDA): ``name -> lead_us`` the GPU spins before each sample of that variant (see the
-    module docstring), the given value at first, then after every sample ``LEAD_MARGIN`` x the longest host issue
-    time of the variant's last ``LEAD_WINDOW`` samples + ``LEAD_PAD_US`` (a slow first call does not stay in it).
     """
     with _gc_paused():
         return _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, barrier, rel_ci, info,
-                                 times, min_stop, leads)
+                                 times, min_stop)
 
 
 @contextlib.contextmanager
@@ -203,24 +177,12 @@ def _gc_paused():
 
 
 def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, barrier, rel_ci,
-                      info, times, min_stop=MIN_STOP_SAMPLES, leads=None) -> dict[str, list[float]]:
+                      info, times, min_stop=MIN_STOP_SAMPLES) -> dict[str, list[float]]:
     t0 = time.perf_counter()
     names = list(fns)
-
-    issued: dict[str, list[float]] = {n: [] for n in names}  # host issue times of the samples with a lead
-
-    def sample(n: str) -> float:
-        if leads is None:
-            return clock.sample_us(fns[n], barrier)
-        us = clock.sample_us(fns[n], barrier, lead_us=leads[n])
-        if clock.last_enqueue_us == clock.last_enqueue_us:  # NaN on a CPU: no lead there
-            issued[n] = (issued[n] + [clock.last_enqueue_us])[-LEAD_WINDOW:]
-            leads[n] = LEAD_MARGIN * max(issued[n]) + LEAD_PAD_US
-        return us
-
     for name in names:  # one untimed call each, then the rest of the warm-up if it fits the budget
         if warmup:
-            first = sample(name)
+            first = clock.sample_us(fns[name], barrier)
             more = int(agree(warmup - 1 if first * (warmup - 1) < budget_ms * 1e3 else 0))
             for _ in range(more):
                 fns[name]()
@@ -231,7 +193,7 @@ def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, 
     clocks: dict[str, list[float]] = {n: [] for n in names}
 
     def take(n: str) -> None:
-        samples[n].append(sample(n))
+        samples[n].append(clock.sample_us(fns[n], barrier))
         enqueue[n].append(clock.last_enqueue_us)
         clocks[n].append(getattr(clock, "last_clock_mhz", math.nan))
 
