@@ -39,7 +39,8 @@ def test_the_estimate_is_layers_times_one_layer_rotated_over_the_last_two_of_a_k
     layer_fns = {m: _layers(log, cost, m) for m in ("two-call", "fused")}
     seen = []
 
-    def timer(fns, info):  # runs each variant 6 times, a sample being the work it logged (µs)
+    def timer(fns, info, budget_share, forward_ci):  # runs each variant 6 times, a sample the work it logged (µs)
+        assert budget_share == 0.5  # two kinds: one forward sample costs a layer of each
         out = {}
         for name, fn in fns.items():
             start = len(log)
@@ -51,6 +52,9 @@ def test_the_estimate_is_layers_times_one_layer_rotated_over_the_last_two_of_a_k
             seen.append((name, [i for i, _ in log[start::2]]))
             out[name] = xs
             info[name] = {"stop_reason": "time budget", "host_samples_us": [2.0] * 6, "sm_clock_mhz_min": math.nan}
+        assert forward_ci(out) == 0.0  # the precision stop reads the forward estimate (identical samples: no width)
+        noisy = {n: [x * (1 + 0.1 * (i % 2)) for i, x in enumerate(v)] for n, v in out.items()}
+        assert forward_ci(noisy) > 0.05
         return out
 
     est = time_layer_kinds(layer_fns, FakeClock(), wl, timer, {})

@@ -64,3 +64,19 @@ def test_a_quiet_stream_stops_at_precision(monkeypatch):
                       rel_ci=0.01, min_stop=10, info=info, chunk_ms=1.0)
     assert info["a"]["stop_reason"] == "precision" and 10 <= len(out["a"]) < 1000 * 1e3 / 100.0
     assert chunks[0] == 4 and all(c == 4 * 2 for c in chunks[1:])  # one round first, then 1 ms chunks of 2 rounds
+
+
+def test_a_precise_predicate_replaces_the_per_variant_stop(monkeypatch):
+    import cpbench.measure.stream as stream
+
+    monkeypatch.setattr(stream, "run_chunk", lambda fns, clock, lead_us: ([100.0] * len(fns), [math.nan] * len(fns)))
+    seen = []
+
+    def precise(samples):  # what the samples estimate is precise once it holds 12 of each
+        seen.append(len(samples["a"]))
+        return len(samples["a"]) >= 12
+
+    info: dict = {}
+    out = time_stream({"a": lambda: None, "b": lambda: None}, ChunkClock(), warmup=0, budget_ms=1000, min_reps=4,
+                      rel_ci=0.5, min_stop=4, info=info, chunk_ms=0.4, precise=precise)
+    assert info["a"]["stop_reason"] == "precision" and len(out["a"]) == 12 and seen[-1] == 12

@@ -27,7 +27,7 @@ from cpbench.kernels.backends.base import Prepared, Step
 from cpbench.kernels.layer_rest import AllToAll, LayerRest, SpinRest
 from cpbench.measure.layer_kinds import has_both_kinds, layer_kind_sums
 from cpbench.measure.phases import span_times_us
-from cpbench.measure.timing import Clock, capture_segments
+from cpbench.measure.timing import Clock, capture_segments, ci_rel_width
 from cpbench.domain.layer_rest import graph_bucket, rest_shape
 from cpbench.domain.models import ModelSpec
 
@@ -226,7 +226,9 @@ def time_layer_kinds(layer_fns: dict[str, list[list[Fn]]], clock: Clock, window_
     segments and eager attention), rotating over the kind's last ``rotation`` layers (:func:`kind_rotation`: other
     weights and KV caches from sample to sample), and the forward is ``sum over kinds of n_kind x t_kind``.
     ``timer`` times the variants (mode x kind) the way a forward runs its layers, back to back without a sync
-    (:func:`cpbench.measure.stream.time_stream`, called as ``timer(fns, info=...)``), so a sample is a layer's time
+    (:func:`cpbench.measure.stream.time_stream`, called as ``timer(fns, info=..., budget_share=..., forward_ci=...)``:
+    each kind gets its share of a variant's budget, as one forward sample costs one layer of each kind, and the
+    precision stop reads the widest relative CI of the modes' forward estimates), so a sample is a layer's time
     in a forward's steady state, host issue hidden or not as it would be there; samples of each kind pair up by
     index: sample i of the forward is the scaled sum of sample i of each kind. Finally the last layer of each kind
     runs once more, so the outputs hold what a whole forward leaves there.
@@ -244,17 +246,22 @@ def time_layer_kinds(layer_fns: dict[str, list[list[Fn]]], clock: Clock, window_
     kinds = kind_layers(window_left_per_layer)
     rot = kind_rotation(window_left_per_layer, rotation)
     fns = {f"{m}|{w}": _rotating(layers, rot[w]) for m, layers in layer_fns.items() for w in kinds}
-    samples = timer(fns, info=info)
+    scale = {w: float(len(kinds[w])) for w in kinds}
+
+    def forwards(samples: dict[str, list[float]], m: str) -> list[float]:  # sample i: the scaled sum of the kinds'
+        n = min(len(samples[f"{m}|{w}"]) for w in kinds)
+        return [sum(scale[w] * samples[f"{m}|{w}"][i] for w in kinds) for i in range(n)]
+
+    samples = timer(fns, info=info, budget_share=1 / len(kinds),
+                    forward_ci=lambda s: max(ci_rel_width(forwards(s, m)) for m in layer_fns))
     for layers in layer_fns.values():  # the outputs a whole forward leaves: each kind's last layer ran last
         for idx in kinds.values():
             for f in layers[idx[-1]]:
                 f()
     clock.sync()
     out = {}
-    scale = {w: float(len(kinds[w])) for w in kinds}
     for m in layer_fns:
-        n = min(len(samples[f"{m}|{w}"]) for w in kinds)
-        forward = [sum(scale[w] * samples[f"{m}|{w}"][i] for w in kinds) for i in range(n)]
+        forward = forwards(samples, m)
         per_kind = {w: scale[w] * statistics.median(samples[f"{m}|{w}"]) for w in kinds}
         cols: dict = {"forward_rule": "kinds", "kind_layers_per_sample": kinds_text(kinds, dict.fromkeys(kinds, 1))}
         if has_both_kinds(window_left_per_layer):
@@ -277,8 +284,6 @@ def _kind_stop(info: dict, mode: str, kinds: dict[int, list[int]], host_fwd: lis
     """The timing info of a mode's row from its kinds' variants: the host's issue time of each forward sample
     (:func:`_kind_host`; the host-hidden test compares it with the forward, i.e. each layer's issue time with its
     GPU time)."""
-    from cpbench.measure.timing import ci_rel_width
-
     parts = [info.get(f"{mode}|{w}", {}) for w in kinds]
     out = {"stop_reason": next((p["stop_reason"] for p in parts if "stop_reason" in p), ""),
            "ci_rel_width": ci_rel_width(forward),

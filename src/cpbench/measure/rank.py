@@ -184,10 +184,13 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                 min_reps=job.timing.min_reps(job.clock.cuda), agree=group.agree, barrier=group.barrier,
                 min_stop=job.timing.min_stop, rel_ci=job.timing.rel_ci, info=info, times=times)
 
-        def layer_timer(variants: dict, info: dict) -> dict:  # one layer at a time, as a forward runs them
-            return time_stream(variants, job.clock, warmup=job.timing.warmup, budget_ms=job.timing.pass_budget_ms,
+        def layer_timer(variants: dict, info: dict, budget_share: float, forward_ci: Callable) -> dict:
+            rel_ci = job.timing.rel_ci  # one layer at a time, as a forward runs them (time_layer_kinds)
+            return time_stream(variants, job.clock, warmup=job.timing.warmup,
+                               budget_ms=job.timing.pass_budget_ms * budget_share,
                                min_reps=job.timing.min_reps(job.clock.cuda), min_stop=job.timing.min_stop,
-                               rel_ci=job.timing.rel_ci, info=info, times=times)
+                               rel_ci=rel_ci, info=info, times=times,
+                               precise=lambda s: forward_ci(s) <= rel_ci if rel_ci else False)
 
         def measure() -> None:
             if not by_kind:

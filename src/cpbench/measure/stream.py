@@ -73,7 +73,8 @@ def run_chunk(fns: list[Fn], clock: Clock, lead_us: float) -> tuple[list[float],
 
 def time_stream(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms: float, min_reps: int,
                 max_reps: int = 2000, rel_ci: float | None = None, min_stop: int = 1, info: dict | None = None,
-                times=None, chunk_ms: float = STREAM_CHUNK_MS) -> dict[str, list[float]]:
+                times=None, chunk_ms: float = STREAM_CHUNK_MS,
+                precise: Callable[[dict[str, list[float]]], bool] | None = None) -> dict[str, list[float]]:
     """Time each variant (one layer per call) in a forward's steady state; return ``name -> raw samples (µs)``.
 
     ``warmup`` untimed rounds first (a round: every variant once). Then rounds in ABBA order (A B ... B A: two
@@ -81,7 +82,8 @@ def time_stream(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms: flo
     estimates the cost and the sample count is chosen so each variant gets about ``budget_ms`` of samples (at least
     ``min_reps``, at most ``max_reps``, even). Sample i of every variant comes from the same round, so samples pair
     up by index. Stopping by noise as :func:`cpbench.measure.timing.time_interleaved` (at a chunk's end, once every
-    variant holds ``max(min_reps, min_stop)`` samples and its median's 95 % CI is within ``rel_ci``).
+    variant holds ``max(min_reps, min_stop)`` samples and its median's 95 % CI is within ``rel_ci``; ``precise``, when
+    given, replaces that last test: ``precise(samples)`` says whether what the samples estimate is precise enough).
     ``info`` receives per variant ``stop_reason``, ``ci_rel_width``, ``host_launch_us`` (median host issue time of
     one call), ``host_samples_us`` (each; [] on a CPU) and the SM clock range read after each chunk;
     ``times`` (measure/walltime.PhaseTimes) the wall time of the warm-up and the samples. Simulated ranks only
@@ -89,11 +91,11 @@ def time_stream(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms: flo
     """
     with _gc_paused():
         return _time_stream(fns, clock, warmup, budget_ms, min_reps, max_reps, rel_ci, min_stop, info, times,
-                            chunk_ms)
+                            chunk_ms, precise)
 
 
 def _time_stream(fns, clock, warmup, budget_ms, min_reps, max_reps, rel_ci, min_stop, info, times,
-                 chunk_ms) -> dict[str, list[float]]:
+                 chunk_ms, precise) -> dict[str, list[float]]:
     t0 = time.perf_counter()
     names = list(fns)
     order = names + names[::-1]
@@ -130,7 +132,7 @@ def _time_stream(fns, clock, warmup, budget_ms, min_reps, max_reps, rel_ci, min_
     reason = "max samples" if reps >= max_reps else "time budget"
     while rounds_left > 0:
         if rel_ci and len(samples[names[0]]) >= max(min_reps, min_stop) and \
-                all(ci_rel_width(samples[n]) <= rel_ci for n in names):
+                (precise(samples) if precise else all(ci_rel_width(samples[n]) <= rel_ci for n in names)):
             reason = "precision"
             break
         k = min(per_chunk, rounds_left)
