@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from cpbench.kernels.backends import get_backend
+from cpbench.kernels.backends.registry import get_backend, get_spec
 from cpbench.domain.cells import CellSpec
 from cpbench.measure.env import sm_clock_mhz
 from cpbench.domain.flops import forward_flops
@@ -314,7 +314,7 @@ class Runner:
                        check=c.check and self.pass_no == 1, profile=c.profile and self.pass_no == 1,
                        nvtx=c.nvtx, trace_dir=self.trace_dir, tracebacks=self.tracebacks,
                        per_call_cache=self._kernels_per_call.setdefault((cell, backend), {}),
-                       rest=rest, times=self.times,
+                       rest=rest, times=self.times, modes=get_spec(backend).modes,
                        # real ranks time the whole forward together (each sample's maximum over ranks)
                        forward_layers=c.forward_layers if self.group.launch == "simulated" else "all")
 
