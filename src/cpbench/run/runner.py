@@ -140,9 +140,12 @@ class Runner:
         self._sink(rows)
 
     def base(self, cell: CellSpec, backend: str) -> dict:
-        """Columns shared by every row of ``cell`` on ``backend`` (the key without rank, mode and timing)."""
+        """Columns shared by every row of ``cell`` on ``backend`` (the key without rank, mode and timing, and
+        the distribution that declared the backend)."""
         c, g = self.cfg, self.group
-        return dict(model=c.model.name, backend=backend, dtype=c.dtype,
+        spec = get_spec(backend)
+        return dict(model=c.model.name, backend=backend, backend_dist=spec.dist, backend_version=spec.version,
+                    dtype=c.dtype,
                     launch=g.launch, world_size=g.world_size, seed=c.seed, gather=c.gather, tp_size=c.tp_size,
                     fused_order=c.fused_order,
                     **cell.key().row_columns(), page_size=c.model.page_size,
