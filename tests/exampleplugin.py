@@ -5,6 +5,7 @@ pip's build files out of the checkout."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import shutil
 import subprocess
@@ -18,16 +19,23 @@ from cpbench.kernels.backends import registry
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "cpbench-plugin-example"
 
 
-@pytest.fixture(scope="session")
-def example_site(tmp_path_factory) -> Path:
-    """The directory the example plugin is installed into (its package and its .dist-info)."""
-    root = tmp_path_factory.mktemp("plugin")
+@functools.cache
+def install(base: Path) -> Path:
+    """Install the example plugin under ``base`` once per process; the directory that holds its package and its
+    .dist-info."""
+    root = base / "example-plugin"
     shutil.copytree(EXAMPLE, root / "src", ignore=shutil.ignore_patterns("build", "*.egg-info"))
     site = root / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                     "--disable-pip-version-check", "--target", str(site), str(root / "src")],
                    check=True, capture_output=True, timeout=300)
     return site
+
+
+@pytest.fixture(scope="module")
+def example_site(tmp_path_factory) -> Path:
+    """The directory the example plugin is installed into (pip runs once per test process)."""
+    return install(tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture
