@@ -121,6 +121,20 @@ def test_the_cli_names_left_out_plugins_in_one_line_each_and_the_sweep_runs(fake
         ("fake-good", "", "", "ok")}  # an entry point of no installed distribution
 
 
+def test_doctor_lists_the_plugins_left_out_with_their_reasons_instead_of_warning(fakes):
+    r = run_cli("doctor", "--json")
+    info = json.loads(r.stdout)
+    assert [x["name"] for x in info["plugins"]] == ["fake-good", "fake-one"]
+    starts = {"gone = no_such_module_xyz:SPEC (no distribution)": "cannot be imported (ModuleNotFoundError",
+              "clash = pluginfakes:CLASH (no distribution)": f"name 'torch' is taken by cpbench {cpbench.__version__}",
+              "nofused = pluginfakes:NO_FUSED (no distribution)": "modes ('two-call',) must be a tuple holding two-call",
+              "dict = pluginfakes:NOT_A_SPEC (no distribution)": "declares a dict, not a cpbench BackendSpec",
+              "several = pluginfakes:SEVERAL (no distribution)": "name 'Fake Two' is not a backend name"}
+    assert [x["plugin"] for x in info["left_out"]] == list(starts)
+    assert all(x["reason"].startswith(starts[x["plugin"]]) for x in info["left_out"]), info["left_out"]
+    assert "warning:" not in r.stderr and info["backends"]["fake-good"] is None
+
+
 def test_a_class_named_by_module_and_class_runs_unregistered():
     spec = registry.get_spec("pluginfakes:PatternsAndModes")
     assert (spec.name, spec.kernel_patterns, spec.modes, spec.dist, spec.auto) == (
