@@ -250,8 +250,9 @@ def test_append_after_a_torn_last_line_keeps_every_row(tmp_path):
     assert after.startswith(text) and after.endswith(b"\n")
     lines = after.decode().splitlines()
     assert [json.loads(x)["rank"] for x in lines] == [0, 1, 2, 3]  # every line parses, no row lost
-    # rows come back as written, with the columns added within schema 2 filled in
-    assert run.rows() == [{**_row(i), "prefix_lens": "0"} for i in range(4)]
+    # rows come back as written, with the columns added within schema 2 and 3 filled in
+    assert run.rows() == [{**_row(i), "prefix_lens": "0", "backend_dist": "cpbench", "backend_version": ""}
+                          for i in range(4)]
 
 
 def test_append_after_a_torn_first_line_and_nan(tmp_path):

@@ -15,13 +15,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from cpbench.domain.modes import ALL_MODES, Timing
 from cpbench.ranks.launch import under_torchrun
+from cpbench.kernels.backends.registry import names_with_mode
 from cpbench.cli.cells import batches_of, cells_record, check_out, parse_cells, workload_batches
 from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch,
                               LaunchOpt, NprocOpt, launch_torchrun, run_as_rank)
 from cpbench.cli.options import (BACKEND_CHOICES, CpMinExtendOpt, CpMinTokensOpt, DeviceOpt, DType, ExtendLensOpt,
                                  FusedOrderOpt, HeadDimOpt, HeadsOpt, KvHeadsOpt, LayersOpt, ModelConfigOpt,
                                  ModelOpt, PageSizeOpt, PrefixLenOpt, SeqAliasOpt, SeqLensAliasOpt, SinksOpt,
-                                 WindowOpt, renamed,
+                                 WindowOpt, backend_list, renamed,
                                  choice_list, console, err_console, int_list, resolve_device, resolve_model)
 from cpbench.errors import CpbenchInputError
 from cpbench.results.policy import host_bound_text
@@ -66,13 +67,14 @@ def sweep(
                                   "critical path).")] = "all",
     mode: Annotated[str, typer.Option(
         "--mode", "--modes", help="Modes, comma-separated: two-call, fused, cp-native (one call that duplicates "
-                                  "nothing: fa3 and flex only; others record it unsupported), or both "
-                                  "(two-call,fused).")
+                                  f"nothing: {' and '.join(names_with_mode('cp-native'))} only; others record it "
+                                  "unsupported), or both (two-call,fused).")
                     ] = "two-call,fused",
     backend: Annotated[str, typer.Option(
         "--backend", help=f"Attention backend(s), one or a list measured on the same cells, e.g. "
                           f"trtllm-fmha-v2,flashinfer-fa3: {', '.join(BACKEND_CHOICES)} (auto: the TRT-LLM kernel SGLang "
-                          "PR #33137 fuses where one runs, flashinfer-fa2 on other GPUs, torch on CPU).")] = "auto",
+                          "PR #33137 fuses where one runs, flashinfer-fa2 on other GPUs, torch on CPU), or "
+                          "pkg.module:ClassName for a backend class that is not registered (docs/backends.md).")] = "auto",
     timing: Annotated[Optional[str], typer.Option(
         "--timing", help="eager, graph, breakable, or a list (default: breakable,graph,eager on CUDA; "
                          "breakable,eager on CPU, the rest of the layer left out there). breakable: the prefill "
@@ -176,7 +178,7 @@ def sweep(
     dist.check(cells.ranks, cells.cp_sizes)
     from cpbench.run.sweep import SweepOutput, make_config
 
-    cfg = make_config(",".join(choice_list(backend, BACKEND_CHOICES, "--backend", both=False)),
+    cfg = make_config(",".join(backend_list(backend)),
                       model=spec, cp_sizes=tuple(cells.cp_sizes), batches=batches_of(cells, mix),
                       cells_from=cells_record(cells, mix, lengths=lengths, trace=trace, prefix_hit=prefix_hit),
                       device=dev, ranks=None if cells.ranks is None else tuple(cells.ranks),

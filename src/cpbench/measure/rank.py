@@ -26,6 +26,7 @@ from cpbench.domain.cells import CellKey
 from cpbench.domain.modes import Mode, MODES
 from cpbench.kernels import check as checks
 from cpbench.kernels.backends.base import Backend, Prepared
+from cpbench.kernels.backends.registry import names_with_mode
 from cpbench.domain.tolerance import reference_tolerance
 from cpbench.measure.breakable import (CellRest, breakable_layers, kind_rotation, layer_kind_us, run_layers,
                                       time_layer_kinds)
@@ -83,6 +84,7 @@ class RankJob:
     forward_layers: str = "kinds"
     times: PhaseTimes = field(default_factory=PhaseTimes)  # harness wall time by phase (measure/walltime.py)
     tracebacks: Tracebacks = field(default_factory=Tracebacks)  # of the failures that became error rows
+    modes: tuple[str, ...] = tuple(MODES)  # the modes the backend has a call for (its BackendSpec's)
 
 
 def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
@@ -95,9 +97,10 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
     modes = list(dict.fromkeys(m for m, _ in job.todo))
     rows: list[dict] = []
     status = {m: OK for m in modes}
-    for m in modes:  # a mode the backend has no call for (cp-native outside flex and fa3) is a fact, not a failure
-        if m not in getattr(job.backend, "modes", MODES):
-            status[m] = ("unsupported", f"{job.backend.name} has no {m} call (the fa3 and flex backends have one)")
+    for m in modes:  # a mode the backend has no call for (its spec's modes) is a fact, not a failure
+        if m not in job.modes:
+            status[m] = ("unsupported", f"{job.base.get('backend', job.backend.name)} has no {m} call (backends "
+                                        f"with one: {', '.join(names_with_mode(m)) or 'none'})")
 
     def fail_open(run: Callable[[str], None], agreeing: bool = False) -> None:
         """run(mode) for every mode still ok, then agree. ``agreeing``: the run holds collectives (the

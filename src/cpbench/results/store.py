@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING
 
 from cpbench.results.bad_rows import drop_bad_rows
 from cpbench.results.planned import valid_planned_cells
-from cpbench.results.schema import (CPU_MEM_REASON, SCHEMA_VERSION, V2_DEFAULTS, V2_RENAMED, check_row, migrate_row,
-                                    non_numeric, renamed_backend, renamed_backends, renamed_command, row_key)
+from cpbench.results.schema import (CPU_MEM_REASON, SCHEMA_VERSION, V2_DEFAULTS, V2_RENAMED, V3_DEFAULTS, check_row,
+                                    migrate_row, non_numeric, renamed_backend, renamed_backends, renamed_command,
+                                    row_key)
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 
 if TYPE_CHECKING:  # pandas (and scipy, through derive) are imported where a table is built: a rank process
@@ -382,7 +383,8 @@ def migrate_frame(df: pd.DataFrame, manifest: dict, source: str = "results.parqu
     """A results frame read from parquet (``source``: its path, for messages), migrated to the current schema
     (:func:`~cpbench.results.schema.migrate_row`). A frame with every column added within schema 2
     (:data:`~cpbench.results.schema.V2_DEFAULTS`) is migrated as a whole: its renamed columns
-    (:data:`~cpbench.results.schema.V2_RENAMED`) read under their new names and, when every row is schema 2,
+    (:data:`~cpbench.results.schema.V2_RENAMED`) read under their new names, the columns added within schema 3
+    it lacks at their defaults (:data:`~cpbench.results.schema.V3_DEFAULTS`) and, when every row is schema 2,
     its backends renamed (:data:`~cpbench.results.schema.V3_BACKENDS`); any other frame row by row. Rows without
     a ``schema_version`` have the manifest's (1 when it has none).
 
@@ -401,10 +403,17 @@ def migrate_frame(df: pd.DataFrame, manifest: dict, source: str = "results.parqu
     versions = pd.to_numeric(raw, errors="coerce")
     if {*V2_DEFAULTS, "prefix_lens"} <= set(df):
         if (versions == SCHEMA_VERSION).all():
-            return df.rename(columns=V2_RENAMED)
+            return _v3_defaults(df.rename(columns=V2_RENAMED))
         if (versions == 2).all():
-            return _v2_frame_to_v3(df.rename(columns=V2_RENAMED))
+            return _v3_defaults(_v2_frame_to_v3(df.rename(columns=V2_RENAMED)))
     return pd.DataFrame([migrate_row(r) for r in df.to_dict("records")])
+
+
+def _v3_defaults(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with each column added within schema 3 that it lacks (:data:`~cpbench.results.schema.V3_DEFAULTS`)
+    at its default; ``df`` itself when it has them all."""
+    missing = {k: v for k, v in V3_DEFAULTS.items() if k not in df}
+    return df.assign(**missing) if missing else df
 
 
 def _v2_frame_to_v3(df: pd.DataFrame) -> pd.DataFrame:

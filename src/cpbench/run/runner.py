@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from cpbench.kernels.backends import get_backend
+from cpbench.kernels.backends.registry import get_backend, get_spec
 from cpbench.domain.cells import CellSpec
 from cpbench.measure.env import sm_clock_mhz
 from cpbench.domain.flops import forward_flops
@@ -140,9 +140,12 @@ class Runner:
         self._sink(rows)
 
     def base(self, cell: CellSpec, backend: str) -> dict:
-        """Columns shared by every row of ``cell`` on ``backend`` (the key without rank, mode and timing)."""
+        """Columns shared by every row of ``cell`` on ``backend`` (the key without rank, mode and timing, and
+        the distribution that declared the backend)."""
         c, g = self.cfg, self.group
-        return dict(model=c.model.name, backend=backend, dtype=c.dtype,
+        spec = get_spec(backend)
+        return dict(model=c.model.name, backend=backend, backend_dist=spec.dist, backend_version=spec.version,
+                    dtype=c.dtype,
                     launch=g.launch, world_size=g.world_size, seed=c.seed, gather=c.gather, tp_size=c.tp_size,
                     fused_order=c.fused_order,
                     **cell.key().row_columns(), page_size=c.model.page_size,
@@ -314,7 +317,7 @@ class Runner:
                        check=c.check and self.pass_no == 1, profile=c.profile and self.pass_no == 1,
                        nvtx=c.nvtx, trace_dir=self.trace_dir, tracebacks=self.tracebacks,
                        per_call_cache=self._kernels_per_call.setdefault((cell, backend), {}),
-                       rest=rest, times=self.times,
+                       rest=rest, times=self.times, modes=get_spec(backend).modes,
                        # real ranks time the whole forward together (each sample's maximum over ranks)
                        forward_layers=c.forward_layers if self.group.launch == "simulated" else "all")
 
