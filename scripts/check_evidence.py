@@ -23,6 +23,7 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "docs" / "runs"
+README = ROOT / "README.md"
 RESULTS_MD = ROOT / "docs" / "results.md"  # the result tables the README sums up
 USAGE_MD = ROOT / "docs" / "usage.md"  # the engine read-back table
 sys.path.insert(0, str(ROOT / "src"))  # this checkout's code, whatever cpbench is installed
@@ -366,6 +367,106 @@ def results_headline_tables_come_from_the_runs() -> None:
                         f"{missing[0] if missing else ''} (python3 scripts/check_evidence.py --print shows them)")
 
 
+def _saved_text(speedup, low, high) -> str:
+    """A speedup two-call / fused and its 95 % interval as the README writes them: the signed share of the two-call
+    time the fused path saves, ``+0.7 % [+0.5, +1.0]`` (a true minus sign where it costs)."""
+    from cpbench.report.forward import saved_fraction
+
+    s = [f"{100 * saved_fraction(float(x)):+.1f}".replace("-", "−") for x in (speedup, low, high)]
+    return f"{s[0]} % [{s[1]}, {s[2]}]"
+
+
+def readme_answer_comes_from_the_runs() -> None:
+    """The README's answer on an H200: every figure and count in its bullets is what the cited runs give. Of the
+    forward (h200-forward, h200-fa3-breakable-all): a measurable saving in 3 of 20 cells (trtllm-fmha-v2 at bs 1
+    and 4 x 2K, fa3 at bs 1 x 2K), ties elsewhere, flashinfer-fa3 a tie in every cell, attention 4-21 % of the
+    forward, the host hidden in every cell. Attention alone (graph timing): trtllm-fmha-v2's largest saving and
+    flashinfer-fa3's largest cost (h200-forward), fa3's largest saving and its 6 of 8 cells faster, none slower,
+    and fa3's cp-native call a tie with the fused call in every cell (h200-fa3-modes-graph)."""
+    from cpbench.report.data import cells
+    from cpbench.report.forward import attention_share, forward_cells
+    from cpbench.results.line import line_view
+    from cpbench.results.verdicts import side_of_one
+
+    readme = " ".join(README.read_text(encoding="utf-8").split())  # a figure may wrap a line
+
+    def key(c) -> tuple[int, int]:
+        return int(c["bs"]), int(c["max_extend_len"])
+
+    def side(c) -> int | None:
+        return side_of_one(c["speedup"], c["speedup_ci_low"], c["speedup_ci_high"])
+
+    def quoted(c, what: str) -> None:
+        text = _saved_text(c["speedup"], c["speedup_ci_low"], c["speedup_ci_high"])
+        expect(text in readme, f"README lacks {what} {text}")
+
+    view = cells(load_run(RUNS / "h200-forward")[0])
+    fw = forward_cells(view)
+    fw = fw[fw["status"] == "ok"]
+    fa3_fw = forward_cells(cells(load_run(RUNS / "h200-fa3-breakable-all")[0]))
+    fa3_fw = fa3_fw[(fa3_fw["status"] == "ok") & (fa3_fw["backend"] == "fa3")]
+    measurable = {}
+    for frame in (fw, fa3_fw):
+        for _, c in frame.iterrows():
+            expect(side(c) in (0, 1), f"{c['backend']} forward {key(c)}: fused costs time")
+            if side(c) == 1:
+                measurable[(c["backend"], *key(c))] = c
+    expect(set(measurable) == {("trtllm-fmha-v2", 1, 2048), ("trtllm-fmha-v2", 4, 2048), ("fa3", 1, 2048)}
+           and len(fw) + len(fa3_fw) == 20, f"measurable forward savings {sorted(measurable)} of {len(fw) + len(fa3_fw)}")
+    expect("a measurable share in only 3 of 20 cells" in readme, "README lacks the forward's count (3 of 20 cells)")
+    for (backend, bs, ext), c in measurable.items():
+        quoted(c, f"{backend} forward bs {bs} x {ext}")
+    top = max(100 * (1 - 1 / float(c["speedup"])) for c in measurable.values())
+    expect(f"at most +{top:.1f} %" in readme, f"README lacks the forward's largest saving (+{top:.1f} %)")
+    shares = sorted(round(100 * attention_share(view, c)) for _, c in fw.iterrows())
+    expect(f"attention is {shares[0]}–{shares[-1]} % of this forward" in readme,
+           f"README lacks attention's share of the forward ({shares[0]}–{shares[-1]} %)")
+    expect(bool(fw["host_hidden"].astype(bool).all()), "the host was not hidden in every forward cell")
+
+    graph = view[(view["timing"] == "graph") & (view["status"] == "ok")]
+    quoted(graph[graph["backend"] == "trtllm-fmha-v2"].sort_values("speedup").iloc[-1], "trtllm-fmha-v2's largest saving")
+    quoted(graph[graph["backend"] == "flashinfer-fa3"].sort_values("speedup").iloc[0], "flashinfer-fa3's largest cost")
+    modes = load_run(RUNS / "h200-fa3-modes-graph")[0]
+    mv = cells(modes)
+    fa3 = mv[(mv["timing"] == "graph") & (mv["status"] == "ok") & (mv["backend"] == "fa3")]
+    sides = [side(c) for _, c in fa3.iterrows()]
+    expect(len(fa3) == 8 and sides.count(1) == 6 and sides.count(-1) == 0, f"fa3 attention sides {sides}")
+    expect("saves time in 6 of 8 cells, costing in none" in readme, "README lacks fa3's 6 of 8 cells")
+    quoted(fa3.sort_values("speedup").iloc[-1], "fa3's largest saving")
+    line = line_view(modes)
+    line = line[(line["backend"] == "fa3") & (line["timing"] == "graph")]
+    ties = [side_of_one(r["native_vs_fused"], r["native_vs_fused_ci_low"], r["native_vs_fused_ci_high"]) == 0
+            for _, r in line.iterrows()]
+    expect(len(ties) == 8 and all(ties), f"fa3 cp-native vs fused: ties {ties}")
+
+
+def readme_quickstart_output_is_the_committed_run() -> None:
+    """The README's CPU quickstart excerpt is the terminal output of the committed run docs/runs/cpu-quickstart:
+    every pasted breakable row's two-call and fused ms are the run's critical path, and the check's counts the
+    README gives (96 of 96 rows matched, 72 → 36 attention calls per rank) are its report's."""
+    from cpbench.report.data import cells
+
+    readme = README.read_text(encoding="utf-8")
+    df, manifest = load_run(RUNS / "cpu-quickstart")
+    expect(manifest["command"] == "cpbench sweep --cp 4 --bs 1,4,16", f"command {manifest['command']!r}")
+    view = cells(df)
+    br = {key: c for key, c in ((((int(c["bs"]), int(c["max_extend_len"])), c)
+                                for _, c in view[view["timing"] == "breakable"].iterrows()))}
+    rows = [[x.strip() for x in line.strip("│").split("│")] for line in readme.splitlines()
+            if line.startswith("│") and line.count("│") == 7]
+    expect(len(rows) >= 3, f"{len(rows)} pasted rows in the README's quickstart")
+    for bs, ext, two, fused, *_ in rows:
+        c = br[(int(bs), int(ext))]
+        got = (f"{c['two_call_us'] / 1e3:.3f}", f"{c['fused_us'] / 1e3:.3f}")
+        expect((two, fused) == got, f"README's bs {bs} x {ext}: {two} / {fused} ms, the run's {got[0]} / {got[1]}")
+    report = (RUNS / "cpu-quickstart" / "report.md").read_text(encoding="utf-8")
+    for text in ("96 of 96 rank × mode rows matched", "72 → 36 per rank"):
+        expect(text in report, f"cpu-quickstart's report lacks {text!r}")
+    flat = " ".join(readme.split())  # a phrase may wrap a line
+    for text in ("96 of 96 rank × mode rows matched", "72 → 36 attention calls per rank"):
+        expect(text in flat, f"README lacks {text!r}")
+
+
 def charts_regenerate(name: str, charts: int) -> Callable[[], None]:
     def check() -> None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -419,6 +520,8 @@ CHECKS: list[Callable[[], None]] = [
     committed_runs_name_their_commit,
     committed_reports_are_current,
     results_headline_tables_come_from_the_runs,
+    readme_answer_comes_from_the_runs,
+    readme_quickstart_output_is_the_committed_run,
     back_to_back_runs_overlap,
     charts_regenerate("h200-fa3-cp2-cp8", len(CHARTS)),  # two batch sizes: no segments chart
     charts_regenerate("h200x2-fa3-torchrun", len(CHARTS) + len(DIST_CHARTS) + 1),  # bs 1, 4, 16: + segments
