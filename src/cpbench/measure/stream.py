@@ -99,7 +99,7 @@ def _time_stream(fns, clock, warmup, budget_ms, min_reps, max_reps, rel_ci, min_
     t0 = time.perf_counter()
     names = list(fns)
     order = names + names[::-1]
-    warm_us: list[float] = []  # the host's issue time of the last warm-up round's calls
+    warm_us: list[float] = []  # the host's issue time of each call in the last warm-up round
     for _ in range(warmup):
         warm_us = []
         for n in names:
