@@ -140,7 +140,7 @@ def test_a_huge_trace_is_streamed(tmp_path):
 def test_traces_from_another_project(tmp_path):
     files = [HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz"]
     r = cpbench("profile", "--from", *files, "--json")
-    assert r.returncode == 1 and "no attention kernel cpbench knows was found in 2 trace(s)" in r.stderr
+    assert r.returncode == 1 and "no attention kernel cpbench recognises was found in 2 trace(s)" in r.stderr
     ranks = json.loads(r.stdout)["ranks"]
     assert [x["rank"] for x in ranks] == [0, 1]
     assert sum(ranks[0]["unknown_kernels"].values()) == ranks[0]["kernel_kinds"]["other"] > 500

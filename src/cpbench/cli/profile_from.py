@@ -32,16 +32,18 @@ def parse_cell(text: str) -> tuple[int, int, int]:
 def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None, run: str | None,
                  as_json: bool, device: str | None = None) -> int:
     """Read the traces, print (or ``--json``) per rank, and compare with a cpbench cell. Returns the exit
-    code: 0, or 1 when no rank has an attention kernel cpbench knows. Raises CpbenchInputError (exit 2) for
+    code: 0, or 1 when no rank has an attention kernel cpbench recognises (a backend's, or one of
+    :data:`cpbench.profiles.kernels.ENGINE_ATTENTION`). Raises CpbenchInputError (exit 2) for
     bad input: unreadable or mixed traces, a bad ``--cell`` or ``--forward-range``, a run without the cell."""
     from cpbench.kernels.backends.registry import BACKEND_NAMES, kernel_patterns
     from cpbench.profiles.engine_forwards import find_forwards, layer_times, verdict
     from cpbench.profiles.engine_trace import read_traces
+    from cpbench.profiles.kernels import ENGINE_ATTENTION
     from cpbench.profiles.nsys import find_nsys
 
     target = parse_cell(cell) if cell else None
     traces = read_traces(paths, nsys=find_nsys())
-    patterns = {b: kernel_patterns(b) for b in BACKEND_NAMES if kernel_patterns(b)}
+    patterns = {**{b: kernel_patterns(b) for b in BACKEND_NAMES if kernel_patterns(b)}, **ENGINE_ATTENTION}
     try:
         ranks = [find_forwards(t, patterns, spec.num_layers, forward_range) for t in traces]
     except ValueError as e:
@@ -52,7 +54,8 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
         per = r.per_forward()
         report["ranks"].append({
             "rank": r.trace.rank, "rank_source": r.trace.rank_source, "file": r.trace.path, "source": r.trace.source,
-            "backend": r.backend, "backends": r.backends,
+            "backend": r.backend, "cpbench_backend": r.backend if r.backend in BACKEND_NAMES else None,
+            "backends": r.backends,
             "forwards": len(r.forwards), "bound": r.forwards[0].bound if r.forwards else None,
             "ranges_without_attention": r.ranges_without_attention, "malformed_kernel_events": r.trace.malformed,
             "attention_kernels_per_forward": per, "verdict": verdict(per, spec.num_layers),
@@ -72,7 +75,7 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
     elif target:
         _print_cell(report["cell"])
     if not any(r.backend for r in ranks):
-        c.err_console.print(f"no attention kernel cpbench knows was found in {len(traces)} trace(s): the "
+        c.err_console.print(f"no attention kernel cpbench recognises was found in {len(traces)} trace(s): the "
                             "unknown kernels are listed above; is this a prefill of a backend cpbench covers "
                             "(cpbench doctor lists them)?", highlight=False, soft_wrap=True)
         return 1
@@ -84,8 +87,12 @@ def _compare(ranks, target: tuple[int, int, int], spec, run: str | None, device:
     from cpbench.profiles.engine_forwards import layer_times
     from cpbench.report.engine_cell import compare_layers, cpbench_layer_us
 
+    from cpbench.kernels.backends.registry import BACKEND_NAMES
+
     cp_size, bs, extend_len = target
     backend = next((r.backend for r in ranks if r.backend), None)
+    if backend is not None and backend not in BACKEND_NAMES:
+        return {"status": "not compared", "reason": f"the attention kernels are {backend}'s, which cpbench does not run"}
     counts = {n for r in ranks for n in r.per_forward()}
     mode = "fused" if counts == {spec.num_layers} else "two-call" if counts == {2 * spec.num_layers} else None
     if backend is None or mode is None:
@@ -146,7 +153,7 @@ def _print_ranks(report: dict) -> None:
             t = times["all"]
             cells = [f"all layers: {_ms(t['median'])} [{_ms(t['p10'])}-{_ms(t['p90'])}]", "-"]
         per = r["attention_kernels_per_forward"]
-        rows.append([str(r["rank"]), "+".join(r["backends"]) or "-", f"{r['forwards']} ({r['bound'] or '-'})",
+        rows.append([str(r["rank"]), "+".join(r["backends"]) or "unknown", f"{r['forwards']} ({r['bound'] or '-'})",
                      ",".join(map(str, sorted(set(per)))) or "-", *cells, r["verdict"]])
     print_table(con, f"{report['model']} ({report['num_layers']} layers): attention kernels per prefill forward",
                 [Col("rank"), Col("backend", False, True), Col("forwards (bounded by)", False),

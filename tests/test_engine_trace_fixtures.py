@@ -1,0 +1,66 @@
+"""``cpbench profile --from`` on engine traces other projects recorded (tests/fixtures/engine_traces): each is read
+as what it is, the attention kernels named after the library that wrote them, never after another vendor's."""
+
+import json
+
+import pytest
+
+import engine_fixtures as ef
+from clirun import cpbench
+from cpbench.kernels.backends.registry import BACKEND_NAMES, kernel_patterns
+from cpbench.profiles.engine_forwards import classify_backend
+from cpbench.profiles.kernels import ENGINE_ATTENTION
+
+PATTERNS = {**{b: kernel_patterns(b) for b in BACKEND_NAMES if kernel_patterns(b)}, **ENGINE_ATTENTION}
+
+
+def from_json(*args, code=0):
+    r = cpbench("profile", "--from", *args, "--json")
+    assert r.returncode == code, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("name,family", [
+    ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t>>"
+     "(flash::Flash_fwd_params)", "flash-attn-2 (Dao)"),
+    ("void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<64, 64, 256, 4>, true>(flash::Flash_fwd_params)",
+     "flash-attn-2 (Dao)"),
+    ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, "
+     "cutlass::bfloat16_t>>(pytorch_flash::Flash_fwd_params)", "sdpa-flash (PyTorch)"),
+    ("void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<cute::tuple<>>>>(T1::Params)",
+     "fa3"),
+    ("_ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernelINS_40BlockFmhaBatchPrefillPipelineQRKSVS",
+     "ck_tile-fmha (AMD)"),
+    ("void ck_tile::kentry<2, ck_tile::FmhaBatchPrefillWithPagedKVCacheKernel<ck_tile::BlockFmhaPipeline>>()",
+     "ck_tile-fmha (AMD)"),
+    ("void flashinfer::BatchPrefillWithPagedKVCacheKernel<KernelTraits<(MaskMode)1, 128u>, Params>(Params)",
+     "flashinfer-fa2"),
+    ("kernel_unified_attention_2d", "triton-unified-attention (vLLM)"),
+    ("void flash::flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits<64, 64, 256, 4>, 4>(flash::Params)", None),
+])
+def test_attention_kernels_are_named_after_their_own_library(name, family):
+    assert classify_backend(name, PATTERNS) == family
+
+
+@pytest.mark.parametrize("fixture,args,family,attention", [
+    (ef.SGLANG_MI300X, ["--layers", "36"], "ck_tile-fmha (AMD)", 36),
+    (ef.HF_SDPA_H100, ["--layers", "24"], "sdpa-flash (PyTorch)", 34),
+    (ef.VLLM_AMD_GRAPHS, ["--layers", "24"], "triton-unified-attention (vLLM)", 24),
+    (ef.NSYS_2GPU, ["--layers", "30"], "flash-attn-2 (Dao)", 30),
+])
+def test_each_engine_trace_names_its_attention_kernels(tmp_path, fixture, args, family, attention):
+    out = from_json(ef.unpack(fixture, tmp_path), *args)
+    for r in out["ranks"]:
+        assert r["backend"] == family and r["backends"] == {family: attention}
+        assert r["cpbench_backend"] is None  # none of them is a kernel cpbench runs
+        assert r["kernel_kinds"]["attention"] == attention
+
+
+def test_a_pattern_matches_where_a_word_starts():
+    from cpbench.profiles.kernels import classify
+
+    dao = ("flash::flash_fwd_kernel",)
+    assert classify("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Traits>(Params)", dao) == "other"
+    assert classify("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128>>(flash::Flash_fwd_params)", dao) == "attention"
+    assert classify("_ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernel",
+                    ("flashinfer::batchprefillwithpagedkvcachekernel",)) == "other"
