@@ -10,8 +10,9 @@ import pytest
 import tracefactory as tf
 from clirun import cpbench
 from runfactory import make_rows, write_run
-from cpbench.profiles.engine_forwards import find_forwards, layer_times, matching_ranges, range_members, verdict
+from cpbench.profiles.engine_forwards import find_forwards, layer_times, matching_ranges, range_members
 from cpbench.profiles.engine_trace import read_torch_trace, read_traces
+from cpbench.profiles.engine_verdict import CpEvidence, verdict
 
 HTA = Path(__file__).parent / "fixtures" / "hta"
 FMHA = {"trtllm-fmha-v2": ("fmha_v2_flash_attention",)}
@@ -26,12 +27,12 @@ def from_json(*args):
 @pytest.mark.parametrize("per_layer,count,path", [(1, 36, "fused path taken"), (2, 72, "two-call")])
 def test_verdict_and_layer_times_per_rank(tmp_path, per_layer, count, path):
     tf.write_run(tmp_path, world_size=4, layers=36, per_layer=per_layer, forwards=3, window_us=12.0, full_us=40.0)
-    out = from_json(tmp_path, "--model", "gpt-oss-120b")
+    out = from_json(tmp_path, "--model", "gpt-oss-120b", "--cp", "4")
     assert [r["rank"] for r in out["ranks"]] == [0, 1, 2, 3]
     for r in out["ranks"]:
         assert r["backend"] == "trtllm-fmha-v2" and r["bound"] == "annotation" and r["forwards"] == 3
         assert r["attention_kernels_per_forward"] == [count] * 3
-        assert r["verdict"].startswith(f"{path}: {count} attention kernels per forward ({per_layer} per layer)")
+        assert r["verdict"] == f"{path}: {count} attention kernels per forward ({per_layer} per layer; CP: --cp 4)"
         times = {t["kind"]: t for t in r["layer_times_us"]}
         assert times["window"]["median"] == pytest.approx(12.0) and times["window"]["layers"] == 18 * 3
         assert times["full"]["median"] == pytest.approx(40.0) and times["full"]["p90"] == pytest.approx(40.0)
@@ -41,7 +42,7 @@ def test_verdict_and_layer_times_per_rank(tmp_path, per_layer, count, path):
 def test_forwards_from_the_layer_count_without_annotations(tmp_path):
     tf.write(tmp_path / "r0.json", gz=False, layers=4, per_layer=2, forwards=3, annotate=False,
              extra=[tf.ATTN.format(""), tf.GEMM, tf.ATTN.format("")])
-    out = from_json(tmp_path / "r0.json", "--layers", "4")
+    out = from_json(tmp_path / "r0.json", "--layers", "4", "--cp", "2")
     (r,) = out["ranks"]
     assert r["bound"] == "layer count" and r["attention_kernels_per_forward"] == [8, 8, 8]
     assert r["leftover_layers"] == 2  # the two extra attention kernels after the last forward, apart
@@ -65,7 +66,8 @@ def test_a_forward_range_of_the_users_choice(tmp_path):
     rf = find_forwards(t, FMHA, 2, r"ProfilerStep#2")
     assert [f.name for f in rf.forwards] == ["ProfilerStep#2"] and rf.per_forward() == [2]
     assert rf.forwards[0].kernels == 2 * 4  # GEMM, attention, memset, GEMM per layer
-    assert verdict(rf.per_forward(), 2) == "fused path taken: 2 attention kernels per forward (1 per layer)"
+    assert verdict(rf.per_forward(), 2, CpEvidence(True, "--cp 2")) == ("fused path taken: 2 attention kernels per "
+                                                                     "forward (1 per layer; CP: --cp 2)")
     assert verdict([2, 4], 2).startswith("forwards differ: 2, 4")
     assert "neither path's count" in verdict([3], 2)
     assert [t.kind for t in layer_times(rf.forwards, [1, 1, -1])] == ["all"]  # 3 kinds for 2 layers: not known
@@ -205,7 +207,10 @@ def test_a_cell_that_cannot_run_here_keeps_the_ranks_table(tmp_path, monkeypatch
 @pytest.mark.parametrize("args,message", [
     (["--cell", "cp4 bs1 ext8192"], "--cell, --run and --forward-range go with --from"),
     (["--forward-range", "prefill"], "--cell, --run and --forward-range go with --from"),
-    (["--from", "x.json", "--cp", "8"], "--cp measures cpbench's own cells; --from only reads traces"),
+    (["--from", "x.json", "--bs", "8"], "--bs measures cpbench's own cells; --from only reads traces"),
+    (["--from", "x.json", "--cp", "0"], "give the CP size the engine ran, one integer >= 1"),
+    (["--from", "x.json", "--cp", "2,4"], "give the CP size the engine ran, one integer >= 1"),
+    (["--from", "x.json", "--cp", "2", "--cell", "cp4 bs1 ext8192"], "--cp 2 and --cell cp4 disagree"),
     (["--from", "x.json", "--nsys"], "--nsys measures cpbench's own cells"),
     (["--from", "x.json", "--launch", "torchrun"], "--launch measures cpbench's own cells"),
     (["--from", "x.json", "--cell", "cp4 bs1"], "give it as 'cp4 bs1 ext8192'"),
@@ -248,7 +253,7 @@ def test_cpbench_own_h200_traces(mode, count):
 
 def test_an_nsys_export_one_rank_per_process(tmp_path):
     db = tf.write_nsys_sqlite(tmp_path / "server.sqlite", layers=4, per_layer=2, forwards=3)
-    out = from_json(db, "--layers", "4", "--forward-range", "prefill_forward")
+    out = from_json(db, "--layers", "4", "--forward-range", "prefill_forward", "--cp", "2")
     assert [(r["rank"], r["source"]) for r in out["ranks"]] == [(0, "nsys"), (1, "nsys")]
     for r in out["ranks"]:
         assert r["bound"] == "annotation" and r["attention_kernels_per_forward"] == [8, 8, 8]

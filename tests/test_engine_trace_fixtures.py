@@ -64,3 +64,19 @@ def test_a_pattern_matches_where_a_word_starts():
     assert classify("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128>>(flash::Flash_fwd_params)", dao) == "attention"
     assert classify("_ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernel",
                     ("flashinfer::batchprefillwithpagedkvcachekernel",)) == "other"
+
+
+NO_EVIDENCE = "consistent with one call per layer; no evidence of CP in this trace, pass --cp to judge fusion"
+
+
+@pytest.mark.parametrize("fixture,layers,verdict", [
+    (ef.SGLANG_MI300X, 36, "no CP (world size 1 in distributedInfo): 36 attention kernels per forward, one call per layer"),
+    (ef.HF_SDPA_H100, 24, f"24 attention kernels per forward: {NO_EVIDENCE}"),
+    (ef.VLLM_AMD_GRAPHS, 24, "no CP (world size 1 in distributedInfo): 24 attention kernels per forward, one call per layer"),
+    (ef.NSYS_2GPU, 30, f"30 attention kernels per forward: {NO_EVIDENCE}"),
+])
+def test_no_engine_trace_is_called_fused_without_cp_evidence(tmp_path, fixture, layers, verdict):
+    """None of them ran CP (world size 1, or no distributedInfo and no all-gather): one call per layer, not "fused"."""
+    out = from_json(ef.unpack(fixture, tmp_path), "--layers", str(layers))
+    for r in out["ranks"]:
+        assert r["attention_kernels_per_forward"] == [layers] and r["verdict"] == verdict

@@ -27,7 +27,9 @@ PROFILE_EPILOG = ("Examples:  cpbench profile --cp 4 --bs 1 --extend-len 8192  |
 
 
 def profile(
-    cp: Annotated[str, typer.Option("--cp", help="cp_size values.")] = "4",
+    cp: Annotated[Optional[str], typer.Option(
+        "--cp", help="cp_size values (default 4). With --from: the CP size the engine ran, which the fused/two-call "
+                     "verdict needs where the trace shows no CP collectives.", show_default=False)] = None,
     bs: Annotated[Optional[str], typer.Option("--bs", help="Batch sizes. Default: 1.")] = None,
     extend_len: Annotated[Optional[str], typer.Option(
         "--extend-len", help="Extend (new) tokens per request, one cell per value. Default: 8192 on a "
@@ -80,7 +82,7 @@ def profile(
 
         from_ = [*from_, *(more_traces or [])]
         given = [name for name, value, default in (
-            ("--cp", cp, "4"), ("--bs", bs, None), ("--extend-len", extend_len, None), ("--extend-lens", extend_lens, None),
+            ("--bs", bs, None), ("--extend-len", extend_len, None), ("--extend-lens", extend_lens, None),
             ("--seq", seq, None), ("--seq-lens", seq_lens, None), ("--prefix-len", prefix, 0), ("--ranks", ranks, "all"),
             ("--backend", backend, "auto"), ("--out", out, None), ("--nsys", nsys, False), ("--tp", tp, 1),
             ("--launch", launch, Launch.simulated), ("--nproc-per-node", nproc_per_node, None), ("--gather", gather, None),
@@ -90,10 +92,11 @@ def profile(
                                     f"{given[0]} (the cell to compare with is --cell)")
         spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
         raise typer.Exit(profile_from(from_, spec, forward_range=forward_range, cell=cell, run=run, as_json=as_json,
-                                      device=device))
+                                      device=device, cp=cp))
     if cell or run or forward_range != FORWARD_RANGE:
         raise CpbenchInputError("--cell, --run and --forward-range go with --from (an engine's traces): add --from "
                                 "TRACE, or use --cp/--bs/--extend-len to profile cpbench's own cells")
+    cp = "4" if cp is None else cp
     extend_len = c.renamed(extend_len, seq, "--extend-len", "--seq")
     extend_lens = c.renamed(extend_lens, seq_lens, "--extend-lens", "--seq-lens")
     from cpbench.kernels.backends import get_backend

@@ -29,19 +29,37 @@ def parse_cell(text: str) -> tuple[int, int, int]:
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
+def user_cp(cp: str | None, target: tuple[int, int, int] | None) -> tuple[int | None, str]:
+    """The CP size the user says the engine ran (``--cp N``, else ``--cell``'s) and how it was given, or
+    ``(None, "")``. Raises CpbenchInputError: ``--cp`` not one integer >= 1, or a ``--cell`` of another cp size."""
+    if cp is None:
+        return (target[0], f"--cell cp{target[0]}") if target else (None, "")
+    text = cp.strip()
+    if not text.isdigit() or int(text) < 1:
+        raise CpbenchInputError(f"--cp {cp!r} with --from: give the CP size the engine ran, one integer >= 1 (e.g. "
+                                "--cp 4; 1 for a run without CP)")
+    if target and target[0] != int(text):
+        raise CpbenchInputError(f"--cp {int(text)} and --cell cp{target[0]} disagree on the engine's CP size: give one")
+    return int(text), f"--cp {int(text)}"
+
+
 def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None, run: str | None,
-                 as_json: bool, device: str | None = None) -> int:
-    """Read the traces, print (or ``--json``) per rank, and compare with a cpbench cell. Returns the exit
+                 as_json: bool, device: str | None = None, cp: str | None = None) -> int:
+    """Read the traces, print (or ``--json``) per rank, and compare with a cpbench cell. ``cp``: the engine's CP
+    size as the user gives it (``--cp``), the evidence of CP the fused/two-call verdict needs besides what the
+    trace shows (:mod:`cpbench.profiles.engine_verdict`). Returns the exit
     code: 0, or 1 when no rank has an attention kernel cpbench recognises (a backend's, or one of
     :data:`cpbench.profiles.kernels.ENGINE_ATTENTION`). Raises CpbenchInputError (exit 2) for
     bad input: unreadable or mixed traces, a bad ``--cell`` or ``--forward-range``, a run without the cell."""
     from cpbench.kernels.backends.registry import BACKEND_NAMES, kernel_patterns
-    from cpbench.profiles.engine_forwards import find_forwards, layer_times, verdict
+    from cpbench.profiles.engine_forwards import find_forwards, layer_times
     from cpbench.profiles.engine_trace import read_traces
+    from cpbench.profiles.engine_verdict import cp_evidence, verdict
     from cpbench.profiles.kernels import ENGINE_ATTENTION
     from cpbench.profiles.nsys import find_nsys
 
     target = parse_cell(cell) if cell else None
+    cp_size, cp_given = user_cp(cp, target)
     traces = read_traces(paths, nsys=find_nsys())
     patterns = {**{b: kernel_patterns(b) for b in BACKEND_NAMES if kernel_patterns(b)}, **ENGINE_ATTENTION}
     try:
@@ -49,8 +67,9 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
     except ValueError as e:
         raise CpbenchInputError(f"--forward-range: {e}") from None  # an empty glob
     windows = list(spec.window_left_per_layer)
-    report = {"model": spec.name, "num_layers": spec.num_layers, "ranks": []}
-    for r in ranks:
+    report = {"model": spec.name, "num_layers": spec.num_layers, "cp_size": cp_size, "ranks": []}
+    evidence = [cp_evidence(r, spec.num_layers, cp_size, cp_given) for r in ranks]
+    for r, ev in zip(ranks, evidence):
         per = r.per_forward()
         report["ranks"].append({
             "rank": r.trace.rank, "rank_source": r.trace.rank_source, "file": r.trace.path, "source": r.trace.source,
@@ -58,14 +77,15 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
             "backends": r.backends,
             "forwards": len(r.forwards), "bound": r.forwards[0].bound if r.forwards else None,
             "ranges_without_attention": r.ranges_without_attention, "malformed_kernel_events": r.trace.malformed,
-            "attention_kernels_per_forward": per, "verdict": verdict(per, spec.num_layers),
+            "attention_kernels_per_forward": per, "all_gathers_per_forward": [f.all_gathers for f in r.forwards],
+            "cp": ev.cp, "cp_evidence": ev.why, "verdict": verdict(per, spec.num_layers, ev),
             "layer_times_us": [vars(t) for t in layer_times(r.forwards, windows)],
             "kernel_kinds": r.kernel_kinds, "unknown_kernels": r.unknown, "leftover_layers": r.leftover_layers})
     if not as_json:
         _print_ranks(report)  # before the cell: a cell that cannot be read or measured loses nothing shown here
     if target:
         try:
-            report["cell"] = _compare(ranks, target, spec, run, device)
+            report["cell"] = _compare(ranks, evidence, target, spec, run, device)
         except CpbenchInputError as e:
             if as_json:
                 print(json.dumps({**report, "cell": {"status": "error", "reason": str(e)}}, default=str))
@@ -82,8 +102,9 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
     return 0
 
 
-def _compare(ranks, target: tuple[int, int, int], spec, run: str | None, device: str | None) -> dict:
-    """cpbench's cell beside the engine's layer times (from ``run``, else measured here)."""
+def _compare(ranks, evidence, target: tuple[int, int, int], spec, run: str | None, device: str | None) -> dict:
+    """cpbench's cell beside the engine's layer times (from ``run``, else measured here); only where every rank
+    ran CP (``evidence``), so that its count names a mode."""
     from cpbench.profiles.engine_forwards import layer_times
     from cpbench.report.engine_cell import compare_layers, cpbench_layer_us
 
@@ -95,6 +116,8 @@ def _compare(ranks, target: tuple[int, int, int], spec, run: str | None, device:
         return {"status": "not compared", "reason": f"the attention kernels are {backend}'s, which cpbench does not run"}
     counts = {n for r in ranks for n in r.per_forward()}
     mode = "fused" if counts == {spec.num_layers} else "two-call" if counts == {2 * spec.num_layers} else None
+    if not all(ev.cp for ev in evidence):
+        return {"status": "not compared", "reason": "a rank shows no CP, so its count names no fused or two-call mode"}
     if backend is None or mode is None:
         return {"status": "not compared", "reason": "the trace shows no single fused or two-call path to compare"}
     rows, source = _cell_rows(run, spec, backend, cp_size, bs, extend_len, device)

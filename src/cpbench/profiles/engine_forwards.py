@@ -13,9 +13,10 @@ Forwards are bounded, in this order of preference:
    layer is a run of attention kernels that no other compute kernel interrupts; fills, copies, merges
    and collectives do not interrupt it), and every ``num_layers`` consecutive layers make one forward.
 
-A forward's attention kernels per layer decide the verdict: 1 per layer is the fused path, 2 the
-two-call path (SGLang PR #33137: 36 against 72 for a 36-layer model). Kernels are classified with
-cpbench's own patterns (:func:`cpbench.profiles.kernels.classify`), given by the caller per backend.
+A forward's attention kernels per layer, with evidence that the rank ran context parallelism, decide the
+verdict (:mod:`cpbench.profiles.engine_verdict`): 1 per layer is the fused path, 2 the two-call path (SGLang PR
+#33137: 36 against 72 for a 36-layer model). Kernels are classified with cpbench's own patterns
+(:func:`cpbench.profiles.kernels.classify`), given by the caller per backend.
 """
 
 from __future__ import annotations
@@ -41,12 +42,15 @@ class EngineForward:
         name: the range's name, or ``"forward <i>"``.
         layers: per layer, its attention kernels (a layer = a run of attention kernels, see the module).
         kernels: every kernel of the forward, attention or not (0 when bounded by the layer count).
+        all_gathers: its all-gather collective kernels (NCCL/RCCL ``AllGather``): one per layer is what CP's K|V
+            all-gather launches. Bounded by the layer count, those after the previous forward's last attention kernel.
     """
 
     bound: str
     name: str
     layers: list[list[Kernel]]
     kernels: int = 0
+    all_gathers: int = 0
 
     @property
     def attention_kernels(self) -> int:
@@ -127,8 +131,24 @@ def find_forwards(trace: RankTrace, patterns: dict[str, tuple[str, ...]], num_la
         out.forwards = _by_ranges(trace, kinds, ranges, num_layers)
     if not out.forwards:  # no range, or ranges that hold no attention kernel: the model's layer count
         out.forwards, out.leftover_layers = _by_layer_count(_layers(trace.kernels, kinds), num_layers)
+        _count_all_gathers(out.forwards, [k.ts for k, kind in zip(trace.kernels, kinds) if is_all_gather(k.name, kind)])
         out.ranges_without_attention = len(ranges)
     return out
+
+
+def is_all_gather(name: str, kind: str) -> bool:
+    """A collective kernel that all-gathers: ``ncclDevKernel_AllGather_RING_LL(...)``, ``ncclKernel_AllGather_...``."""
+    return kind == "comm" and "allgather" in name.lower()
+
+
+def _count_all_gathers(forwards: list[EngineForward], starts: list[float]) -> None:
+    """Set each layer-count forward's ``all_gathers``: those starting after the previous forward's last attention
+    kernel and before its own last one (CP gathers a layer's K|V before the layer's attention)."""
+    lo = float("-inf")
+    for f in forwards:
+        hi = f.layers[-1][-1].ts
+        f.all_gathers = sum(lo < t <= hi for t in starts)
+        lo = hi
 
 
 def _layers(kernels: list[Kernel], kinds: list[str]) -> list[list[Kernel]]:
@@ -192,7 +212,8 @@ def _by_ranges(trace: RankTrace, kinds: list[str], ranges: list[Span], num_layer
     for r, idx in zip(ranges, range_members(trace, ranges)):
         layers = _split_layers(_layers([trace.kernels[i] for i in idx], [kinds[i] for i in idx]), num_layers)
         if layers:
-            forwards.append(EngineForward("annotation", r.name, layers, len(idx)))
+            gathers = sum(is_all_gather(trace.kernels[i].name, kinds[i]) for i in idx)
+            forwards.append(EngineForward("annotation", r.name, layers, len(idx), gathers))
     return forwards
 
 
@@ -256,21 +277,3 @@ def layer_times(forwards: list[EngineForward], window_left_per_layer: list[int] 
             q = statistics.quantiles(xs, n=10, method="inclusive") if len(xs) > 1 else [xs[0]] * 9
             out.append(LayerTimes(kind, len(xs), statistics.median(xs), q[0], q[-1]))
     return out
-
-
-def verdict(per_forward: list[int], num_layers: int) -> str:
-    """The one-line verdict on a rank's forwards, e.g. ``"fused path taken: 36 attention kernels per forward
-    (1 per layer)"``, ``"two-call: 72 attention kernels per forward (2 per layer)"``; forwards that
-    disagree, or a count that is neither, are said as such."""
-    if not per_forward:
-        return "no prefill forward found"
-    counts = sorted(set(per_forward))
-    if len(counts) > 1:
-        return f"forwards differ: {', '.join(map(str, counts))} attention kernels per forward"
-    n = counts[0]
-    per_layer = n / num_layers
-    if n == num_layers:
-        return f"fused path taken: {n} attention kernels per forward (1 per layer)"
-    if n == 2 * num_layers:
-        return f"two-call: {n} attention kernels per forward (2 per layer)"
-    return f"{n} attention kernels per forward ({per_layer:g} per layer over {num_layers} layers): neither path's count"
