@@ -80,3 +80,22 @@ def test_no_engine_trace_is_called_fused_without_cp_evidence(tmp_path, fixture, 
     out = from_json(ef.unpack(fixture, tmp_path), "--layers", str(layers))
     for r in out["ranks"]:
         assert r["attention_kernels_per_forward"] == [layers] and r["verdict"] == verdict
+
+
+def test_layers_are_split_by_kind_only_for_a_named_model_with_sliding_windows(tmp_path):
+    """Qwen3 has no sliding window: its layers are one kind. The vLLM step is of a GPT-OSS-style model (24 layers,
+    mxfp4 experts); read as gpt-oss-20b, its window layers take less than half the full layers' attention time."""
+    sglang = ef.unpack(ef.SGLANG_MI300X, tmp_path)
+    out = from_json(sglang, "--layers", "36")  # no model named: the default model's windows say nothing here
+    assert out["layer_kinds"] == "all" and out["layer_kinds_reason"].startswith("no model named")
+    assert [t["kind"] for t in out["ranks"][0]["layer_times_us"]] == ["all"]
+    console = cpbench("profile", "--from", sglang, "--layers", "36").stdout
+    assert "window layer" not in console and "layers not split into window and full: no model named" in console
+    out = from_json(sglang, "--model", "qwen3-30b-a3b", "--layers", "36")
+    assert out["layer_kinds"] == "all" and "has no sliding-window layer" in out["layer_kinds_reason"]
+    out = from_json(ef.unpack(ef.VLLM_AMD_GRAPHS, tmp_path), "--model", "gpt-oss-20b")
+    assert out["layer_kinds"] == "window/full" and out["layer_kinds_reason"] == ("gpt-oss-20b has a sliding window on "
+                                                                                 "12 of 24 layers")
+    window, full = out["ranks"][0]["layer_times_us"]
+    assert (window["kind"], window["layers"], full["kind"], full["layers"]) == ("window", 12, "full", 12)
+    assert 100 < window["median"] < full["median"] / 2 and full["median"] < 400

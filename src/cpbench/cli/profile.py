@@ -92,7 +92,8 @@ def profile(
                                     f"{given[0]} (the cell to compare with is --cell)")
         spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
         raise typer.Exit(profile_from(from_, spec, forward_range=forward_range, cell=cell, run=run, as_json=as_json,
-                                      device=device, cp=cp))
+                                      device=device, cp=cp,
+                                      model_named=model is not None or model_config is not None or window is not None))
     if cell or run or forward_range != FORWARD_RANGE:
         raise CpbenchInputError("--cell, --run and --forward-range go with --from (an engine's traces): add --from "
                                 "TRACE, or use --cp/--bs/--extend-len to profile cpbench's own cells")

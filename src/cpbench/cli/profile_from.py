@@ -5,14 +5,12 @@ verdict per rank, and, with ``--cell``, the engine's per-layer kernel time besid
 from __future__ import annotations
 
 import json
-import math
 import re
 
 from cpbench.cli import options as c
-from cpbench.cli.tables import Col, print_table
+from cpbench.cli.profile_from_out import print_cell, print_ranks
 from cpbench.errors import CpbenchInputError
 
-UNKNOWN_SHOWN = 8  # unknown kernel names printed on the console (--json lists every one)
 _CELL = re.compile(r"\s*cp(\d+)\s+bs(\d+)\s+(?:ext|extend|seq)(\d+)\s*")  # seq: the labels of older runs
 
 
@@ -43,11 +41,24 @@ def user_cp(cp: str | None, target: tuple[int, int, int] | None) -> tuple[int | 
     return int(text), f"--cp {int(text)}"
 
 
+def layer_split(spec, named: bool) -> tuple[bool, str]:
+    """Whether per-layer times are split into window and full layers, and why (a phrase): only for a model the
+    user named that has sliding-window layers; the default model's windows say nothing of the engine's."""
+    windowed = sum(w >= 0 for w in spec.window_left_per_layer)
+    if not named:
+        return False, "no model named: give --model (or --model-config) to split window and full layers"
+    if not windowed:
+        return False, f"{spec.name} has no sliding-window layer"
+    return True, f"{spec.name} has a sliding window on {windowed} of {spec.num_layers} layers"
+
+
 def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None, run: str | None,
-                 as_json: bool, device: str | None = None, cp: str | None = None) -> int:
+                 as_json: bool, device: str | None = None, cp: str | None = None, model_named: bool = True) -> int:
     """Read the traces, print (or ``--json``) per rank, and compare with a cpbench cell. ``cp``: the engine's CP
     size as the user gives it (``--cp``), the evidence of CP the fused/two-call verdict needs besides what the
-    trace shows (:mod:`cpbench.profiles.engine_verdict`). Returns the exit
+    trace shows (:mod:`cpbench.profiles.engine_verdict`). ``model_named``: the user named ``spec``'s model
+    (``--model``, ``--model-config``, ``--window``); only then, or beside a ``--cell`` of it, are the layers split
+    into window and full ones (where the model has sliding windows). Returns the exit
     code: 0, or 1 when no rank has an attention kernel cpbench recognises (a backend's, or one of
     :data:`cpbench.profiles.kernels.ENGINE_ATTENTION`). Raises CpbenchInputError (exit 2) for
     bad input: unreadable or mixed traces, a bad ``--cell`` or ``--forward-range``, a run without the cell."""
@@ -66,8 +77,10 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
         ranks = [find_forwards(t, patterns, spec.num_layers, forward_range) for t in traces]
     except ValueError as e:
         raise CpbenchInputError(f"--forward-range: {e}") from None  # an empty glob
-    windows = list(spec.window_left_per_layer)
-    report = {"model": spec.name, "num_layers": spec.num_layers, "cp_size": cp_size, "ranks": []}
+    split, why = layer_split(spec, model_named or target is not None)
+    windows = list(spec.window_left_per_layer) if split else None
+    report = {"model": spec.name, "num_layers": spec.num_layers, "cp_size": cp_size,
+              "layer_kinds": "window/full" if split else "all", "layer_kinds_reason": why, "ranks": []}
     evidence = [cp_evidence(r, spec.num_layers, cp_size, cp_given) for r in ranks]
     for r, ev in zip(ranks, evidence):
         per = r.per_forward()
@@ -82,7 +95,7 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
             "layer_times_us": [vars(t) for t in layer_times(r.forwards, windows)],
             "kernel_kinds": r.kernel_kinds, "unknown_kernels": r.unknown, "leftover_layers": r.leftover_layers})
     if not as_json:
-        _print_ranks(report)  # before the cell: a cell that cannot be read or measured loses nothing shown here
+        print_ranks(report)  # before the cell: a cell that cannot be read or measured loses nothing shown here
     if target:
         try:
             report["cell"] = _compare(ranks, evidence, target, spec, run, device)
@@ -93,7 +106,7 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
     if as_json:
         print(json.dumps(report, default=str))
     elif target:
-        _print_cell(report["cell"])
+        print_cell(report["cell"])
     if not any(r.backend for r in ranks):
         c.err_console.print(f"no attention kernel cpbench recognises was found in {len(traces)} trace(s): the "
                             "unknown kernels are listed above; is this a prefill of a backend cpbench covers "
@@ -159,69 +172,6 @@ def _cell_rows(run: str | None, spec, backend: str, cp_size: int, bs: int, exten
         raise CpbenchInputError(f"cannot measure cp{cp_size} bs{bs} extend{extend_len} on {backend} here ({str(e)[:160]}): "
                                 "pass --run with a run of that cell made where it runs") from None
     return result.rows, f"the cell measured now ({result.path})"
-
-
-def _ms(us: float) -> str:
-    return "-" if us is None or (isinstance(us, float) and math.isnan(us)) else f"{us:.1f}"
-
-
-def _print_ranks(report: dict) -> None:
-    con = c.console
-    rows = []
-    for r in report["ranks"]:
-        times = {t["kind"]: t for t in r["layer_times_us"]}
-        cells = [f"{_ms(t['median'])} [{_ms(t['p10'])}-{_ms(t['p90'])}]" if t else "-"
-                 for t in (times.get("window"), times.get("full"))]
-        if "all" in times:  # layer kinds unknown (the forward's layer count is not the model's)
-            t = times["all"]
-            cells = [f"all layers: {_ms(t['median'])} [{_ms(t['p10'])}-{_ms(t['p90'])}]", "-"]
-        per = r["attention_kernels_per_forward"]
-        rows.append([str(r["rank"]), "+".join(r["backends"]) or "unknown", f"{r['forwards']} ({r['bound'] or '-'})",
-                     ",".join(map(str, sorted(set(per)))) or "-", *cells, r["verdict"]])
-    print_table(con, f"{report['model']} ({report['num_layers']} layers): attention kernels per prefill forward",
-                [Col("rank"), Col("backend", False, True), Col("forwards (bounded by)", False),
-                 Col("attention kernels / forward"), Col("window layer µs median [p10-p90]"),
-                 Col("full layer µs median [p10-p90]"), Col("verdict", False, True)], rows)
-    notes = []
-    if report["ranks"] and report["ranks"][0]["rank_source"] != "distributedInfo":
-        notes.append(f"ranks are numbered in {report['ranks'][0]['rank_source']}: the traces name none "
-                     "(no distributedInfo); give one run's files, one per rank")
-    for r in report["ranks"]:
-        if len(r["backends"]) > 1:
-            notes.append(f"rank {r['rank']}: attention kernels of {len(r['backends'])} backends: "
-                         + ", ".join(f"{b} x{n}" for b, n in r["backends"].items()))
-        if r["malformed_kernel_events"]:
-            notes.append(f"rank {r['rank']}: {r['malformed_kernel_events']} kernel events without a name, start or "
-                         "duration (or a negative one) were left out")
-        if r["ranges_without_attention"]:
-            notes.append(f"rank {r['rank']}: {r['ranges_without_attention']} forward ranges matched but held no "
-                         "attention kernel (kernels not tied to their launch calls?): forwards found by the layer count")
-    for line in notes:
-        con.print(line, highlight=False, soft_wrap=True, markup=False)
-    for r in report["ranks"]:
-        unknown = sorted(r["unknown_kernels"].items(), key=lambda kv: -kv[1])
-        if unknown:
-            shown = ", ".join(f"{n[:80]} x{k}" for n, k in unknown[:UNKNOWN_SHOWN])
-            more = f", and {len(unknown) - UNKNOWN_SHOWN} more names (--json lists all)" if len(unknown) > UNKNOWN_SHOWN else ""
-            con.print(f"rank {r['rank']}: other kernels (not attention): {shown}{more}", highlight=False,
-                      soft_wrap=True, markup=False)
-        if r["leftover_layers"]:
-            con.print(f"rank {r['rank']}: {r['leftover_layers']} attention layers after the last whole forward "
-                      "were not counted", highlight=False)
-
-
-def _print_cell(cell: dict) -> None:
-    con = c.console
-    if cell["status"] == "ok":
-        print_table(con, f"engine vs cpbench, {cell['cell']} {cell['backend']} {cell['mode']} ({cell['source']}): "
-                         "attention time per layer, µs",
-                    [Col("rank"), Col("layer kind", False), Col("engine median [p10-p90]"), Col("cpbench"),
-                     Col("engine / cpbench")],
-                    [[str(x["rank"]), x["kind"], f"{_ms(x['engine_median_us'])} [{_ms(x['engine_p10_us'])}-"
-                      f"{_ms(x['engine_p90_us'])}]", _ms(x["cpbench_us"]),
-                      "-" if math.isnan(x["ratio"]) else f"{x['ratio']:.2f}"] for x in cell["layers"]])
-    else:
-        con.print(f"cell not compared: {cell['reason']}", highlight=False)
 
 
 __all__ = ["parse_cell", "profile_from"]
