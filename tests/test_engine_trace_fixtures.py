@@ -99,3 +99,20 @@ def test_layers_are_split_by_kind_only_for_a_named_model_with_sliding_windows(tm
     window, full = out["ranks"][0]["layer_times_us"]
     assert (window["kind"], window["layers"], full["kind"], full["layers"]) == ("window", 12, "full", 12)
     assert 100 < window["median"] < full["median"] / 2 and full["median"] < 400
+
+
+def test_unknown_kernels_are_listed_by_gpu_time_and_written_to_profile_json(tmp_path):
+    """vLLM's step on an AMD GPU: its MoE and norm kernels are not cpbench's; each is listed with its count and
+    time, the costliest first, on the console and in --out's profile.json."""
+    trace = ef.unpack(ef.VLLM_AMD_GRAPHS, tmp_path)
+    r = cpbench("profile", "--from", trace, "--layers", "24", "--out", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    (rank,) = json.loads((tmp_path / "out" / "profile.json").read_text())["ranks"]
+    count, us = rank["unknown_kernels"], rank["unknown_kernels_us"]
+    assert rank["kernel_kinds"] == {"attention": 24, "fill": 24, "copy": 1, "other": 364}  # 413 kernels
+    assert set(count) == set(us) and sum(count.values()) == 364
+    assert count["_matmul_ogs_NNT_bf16xbf16xmxfp4_128x128x128x1_swiglu"] == 24
+    top = max(us, key=us.get)
+    assert us[top] > 0 and f"kernels cpbench does not know, by GPU time: {top[:80]} x{count[top]} (" in r.stdout
+    again = cpbench("profile", "--from", trace, "--layers", "24", "--out", tmp_path / "out")
+    assert again.returncode == 2 and "holds an earlier result" in again.stderr

@@ -43,7 +43,9 @@ def profile(
     backend: Annotated[str, typer.Option("--backend", help="Attention backend (one).",
                                          metavar=c.backend_metavar())] = "auto",
     dtype: Annotated[c.DType, typer.Option("--dtype")] = c.DType.bf16,
-    out: Annotated[Optional[str], typer.Option("--out", help="Directory for traces (default runs/profile-<time>).")] = None,
+    out: Annotated[Optional[str], typer.Option("--out", help="Directory for traces (default runs/profile-<time>). "
+                                                             "With --from: where to write profile.json (the --json "
+                                                             "report); none by default.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
     nsys: Annotated[bool, typer.Option("--nsys", help="Also run under Nsight Systems and cross-check the counts.")] = False,
     nsys_child: Annotated[bool, typer.Option("--nsys-child", hidden=True)] = False,
@@ -84,7 +86,7 @@ def profile(
         given = [name for name, value, default in (
             ("--bs", bs, None), ("--extend-len", extend_len, None), ("--extend-lens", extend_lens, None),
             ("--seq", seq, None), ("--seq-lens", seq_lens, None), ("--prefix-len", prefix, 0), ("--ranks", ranks, "all"),
-            ("--backend", backend, "auto"), ("--out", out, None), ("--nsys", nsys, False), ("--tp", tp, 1),
+            ("--backend", backend, "auto"), ("--nsys", nsys, False), ("--tp", tp, 1),
             ("--launch", launch, Launch.simulated), ("--nproc-per-node", nproc_per_node, None), ("--gather", gather, None),
             ("--dist-backend", dist_backend, DistBackend.auto), ("--dtype", dtype, c.DType.bf16)) if value != default]
         if given:
@@ -92,7 +94,7 @@ def profile(
                                     f"{given[0]} (the cell to compare with is --cell)")
         spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
         raise typer.Exit(profile_from(from_, spec, forward_range=forward_range, cell=cell, run=run, as_json=as_json,
-                                      device=device, cp=cp,
+                                      device=device, cp=cp, out=out,
                                       model_named=model is not None or model_config is not None or window is not None))
     if cell or run or forward_range != FORWARD_RANGE:
         raise CpbenchInputError("--cell, --run and --forward-range go with --from (an engine's traces): add --from "

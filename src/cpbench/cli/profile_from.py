@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 import re
 
+from pathlib import Path
+
 from cpbench.cli import options as c
+from cpbench.cli.cells import check_not_written, check_out
+from cpbench.cli.profile_out import write_profile
 from cpbench.cli.profile_from_out import print_cell, print_ranks
 from cpbench.errors import CpbenchInputError
 
@@ -53,12 +57,14 @@ def layer_split(spec, named: bool) -> tuple[bool, str]:
 
 
 def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None, run: str | None,
-                 as_json: bool, device: str | None = None, cp: str | None = None, model_named: bool = True) -> int:
+                 as_json: bool, device: str | None = None, cp: str | None = None, model_named: bool = True,
+                 out: str | None = None) -> int:
     """Read the traces, print (or ``--json``) per rank, and compare with a cpbench cell. ``cp``: the engine's CP
     size as the user gives it (``--cp``), the evidence of CP the fused/two-call verdict needs besides what the
     trace shows (:mod:`cpbench.profiles.engine_verdict`). ``model_named``: the user named ``spec``'s model
     (``--model``, ``--model-config``, ``--window``); only then, or beside a ``--cell`` of it, are the layers split
-    into window and full ones (where the model has sliding windows). Returns the exit
+    into window and full ones (where the model has sliding windows). ``out``: a directory to write the report to, as
+    ``profile.json`` (refused where one is already). Returns the exit
     code: 0, or 1 when no rank has an attention kernel cpbench recognises (a backend's, or one of
     :data:`cpbench.profiles.kernels.ENGINE_ATTENTION`). Raises CpbenchInputError (exit 2) for
     bad input: unreadable or mixed traces, a bad ``--cell`` or ``--forward-range``, a run without the cell."""
@@ -71,6 +77,9 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
 
     target = parse_cell(cell) if cell else None
     cp_size, cp_given = user_cp(cp, target)
+    if out is not None:
+        check_out(out, "no file")
+        check_not_written(Path(out), "profile.json")
     traces = read_traces(paths, nsys=find_nsys())
     patterns = {**{b: kernel_patterns(b) for b in BACKEND_NAMES if kernel_patterns(b)}, **ENGINE_ATTENTION}
     try:
@@ -93,16 +102,20 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
             "attention_kernels_per_forward": per, "all_gathers_per_forward": [f.all_gathers for f in r.forwards],
             "cp": ev.cp, "cp_evidence": ev.why, "verdict": verdict(per, spec.num_layers, ev),
             "layer_times_us": [vars(t) for t in layer_times(r.forwards, windows)],
-            "kernel_kinds": r.kernel_kinds, "unknown_kernels": r.unknown, "leftover_layers": r.leftover_layers})
+            "kernel_kinds": r.kernel_kinds, "unknown_kernels": r.unknown,
+            "unknown_kernels_us": {n: round(us, 3) for n, us in r.unknown_us.items()}, "leftover_layers": r.leftover_layers})
     if not as_json:
         print_ranks(report)  # before the cell: a cell that cannot be read or measured loses nothing shown here
     if target:
         try:
             report["cell"] = _compare(ranks, evidence, target, spec, run, device)
         except CpbenchInputError as e:
+            failed = {**report, "cell": {"status": "error", "reason": str(e)}}
+            _write(out, failed)
             if as_json:
-                print(json.dumps({**report, "cell": {"status": "error", "reason": str(e)}}, default=str))
+                print(json.dumps(failed, default=str))
             raise
+    _write(out, report)
     if as_json:
         print(json.dumps(report, default=str))
     elif target:
@@ -113,6 +126,13 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
                             "(cpbench doctor lists them)?", highlight=False, soft_wrap=True)
         return 1
     return 0
+
+
+def _write(out: str | None, report: dict) -> None:
+    """``report`` as ``out/profile.json`` (the directory made if need be); nothing without ``out``."""
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        write_profile(Path(out), report)
 
 
 def _compare(ranks, evidence, target: tuple[int, int, int], spec, run: str | None, device: str | None) -> dict:

@@ -62,11 +62,12 @@ def print_ranks(report: dict) -> None:
     for line in notes:
         con.print(line, highlight=False, soft_wrap=True, markup=False)
     for r in report["ranks"]:
-        unknown = sorted(r["unknown_kernels"].items(), key=lambda kv: -kv[1])
+        us = r["unknown_kernels_us"]
+        unknown = sorted(r["unknown_kernels"].items(), key=lambda kv: (-us.get(kv[0], 0.0), -kv[1], kv[0]))
         if unknown:
-            shown = ", ".join(f"{n[:80]} x{k}" for n, k in unknown[:UNKNOWN_SHOWN])
+            shown = ", ".join(f"{n[:80]} x{k} ({us.get(n, 0.0) / 1e3:.2f} ms)" for n, k in unknown[:UNKNOWN_SHOWN])
             more = f", and {len(unknown) - UNKNOWN_SHOWN} more names (--json lists all)" if len(unknown) > UNKNOWN_SHOWN else ""
-            con.print(f"rank {r['rank']}: other kernels (not attention): {shown}{more}", highlight=False,
+            con.print(f"rank {r['rank']}: kernels cpbench does not know, by GPU time: {shown}{more}", highlight=False,
                       soft_wrap=True, markup=False)
         if r["leftover_layers"]:
             con.print(f"rank {r['rank']}: {r['leftover_layers']} attention layers after the last whole forward "

@@ -68,7 +68,8 @@ class RankForwards:
         forwards: the prefill forwards found.
         kernel_kinds: kernels of the whole trace per class (:data:`cpbench.profiles.kernels.KINDS`).
         unknown: the kernels of class ``other`` (not attention, merge, collective, fill or copy: GEMMs,
-            norms, the engine's own kernels), name -> count, so nothing is dropped silently.
+            norms, the engine's own kernels), name -> count, so nothing is dropped silently; ``unknown_us`` their
+            summed durations, name -> µs.
         leftover_layers: attention layers after the last whole forward (layer-count bounding only).
         ranges_without_attention: forward ranges matched but holding no attention kernel, when the forwards
             fell back to the layer count for that reason (0 otherwise).
@@ -82,6 +83,7 @@ class RankForwards:
     leftover_layers: int = 0
     backends: dict[str, int] = field(default_factory=dict)
     ranges_without_attention: int = 0
+    unknown_us: dict[str, float] = field(default_factory=dict)
 
     def per_forward(self) -> list[int]:
         """Attention kernels in each forward."""
@@ -125,6 +127,7 @@ def find_forwards(trace: RankTrace, patterns: dict[str, tuple[str, ...]], num_la
             by_backend[b] = by_backend.get(b, 0) + 1
         elif kind == "other":
             out.unknown[k.name] = out.unknown.get(k.name, 0) + 1
+            out.unknown_us[k.name] = out.unknown_us.get(k.name, 0.0) + k.dur
     out.backends = dict(sorted(by_backend.items(), key=lambda kv: -kv[1]))
     out.backend = next(iter(out.backends), None)
     if ranges:
