@@ -52,12 +52,17 @@ def events(*, layers=4, per_layer=1, forwards=2, annotate=True, window_us=10.0, 
     return out
 
 
-def write(path: Path, rank=0, world_size=2, *, base_ns=1_790_000_000_000_000_000, backend="nccl", gz=True, **kw) -> Path:
+def write(path: Path, rank=0, world_size=2, *, base_ns=1_790_000_000_000_000_000, backend="nccl", gz=True,
+          subgroups=(), **kw) -> Path:
     """A kineto-shaped trace file (``distributedInfo`` and ``baseTimeNanoseconds`` before ``traceEvents``, as
-    kineto writes them); ``**kw`` go to :func:`events`."""
+    kineto writes them); ``subgroups``: ``(pg_name, ranks)`` of the groups besides the default one that this rank
+    is in (kineto lists only a rank's own groups); ``**kw`` go to :func:`events`."""
+    groups = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": world_size, "ranks": list(range(world_size))}]
+    groups += [{"pg_name": name, "pg_desc": "undefined", "pg_size": len(ranks), "ranks": list(ranks)}
+               for name, ranks in subgroups]
     doc = {"schemaVersion": 1, "deviceProperties": [],
-           "distributedInfo": {"backend": backend, "rank": rank, "world_size": world_size,
-                               "pg_config": [{"pg_name": "0", "pg_size": world_size, "ranks": list(range(world_size))}]},
+           "distributedInfo": {"backend": backend, "rank": rank, "world_size": world_size, "pg_count": len(groups),
+                               "pg_config": groups},
            "baseTimeNanoseconds": base_ns, "traceEvents": events(**kw), "traceName": str(path)}
     data = json.dumps(doc).encode()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,9 @@ class RankTrace:
     Attributes:
         path: the file read; label: how messages name this rank (``rank 0 (file.trace.json.gz)``).
         rank, world_size: from ``distributedInfo`` (torch.profiler) or the PID order (nsys); None unknown.
-        group: the process-group description the ranks of one run share (backend, world size, groups).
+        group: what the ranks of one run share: ``(backend, world size)`` of the default group.
+        process_groups: the rank's own process groups, ``pg_name -> ranks`` (kineto lists only the groups a rank is
+            in, so two ranks of one run may list different ones; a group both list must hold the same ranks).
         start_us: absolute start of the trace, µs since the epoch (None when the trace does not say).
         kernels: GPU kernels in start order; launches: correlation id -> host µs of the launch call.
         host_ranges, gpu_ranges: annotation ranges (``ProfilerStep#N``, record_function, NVTX).
@@ -60,6 +62,7 @@ class RankTrace:
     rank: int | None = None
     world_size: int | None = None
     group: tuple = ()
+    process_groups: dict[str, tuple] = field(default_factory=dict)
     start_us: float | None = None
     kernels: list[Kernel] = field(default_factory=list)
     launches: dict[int, float] = field(default_factory=dict)

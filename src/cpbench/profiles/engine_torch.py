@@ -42,7 +42,8 @@ def read_torch_trace(f: str | Path) -> RankTrace:
     meta = _torch_meta(f)
     info = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
     t.rank, t.world_size = nonneg_int(info.get("rank")), nonneg_int(info.get("world_size"))
-    t.group = (info.get("backend"), t.world_size, repr(info.get("pg_config")))
+    t.group = (info.get("backend"), t.world_size)
+    t.process_groups = _process_groups(info.get("pg_config"))
     base = meta.get("baseTimeNanoseconds")
     first = float("inf")
     seen_events = False
@@ -87,6 +88,16 @@ def read_torch_trace(f: str | Path) -> RankTrace:
     if t.rank is not None:
         t.label = f"rank {t.rank} ({f.name})"
     return t
+
+
+def _process_groups(pg_config) -> dict[str, tuple]:
+    """``distributedInfo.pg_config`` (a list of ``{pg_name, ranks, ...}``) as ``pg_name -> ranks``; entries without
+    a name or a list of ranks are left out (kineto of some versions writes none)."""
+    out = {}
+    for pg in pg_config if isinstance(pg_config, list) else ():
+        if isinstance(pg, dict) and pg.get("pg_name") is not None and isinstance(pg.get("ranks"), list):
+            out[str(pg["pg_name"])] = tuple(pg["ranks"])
+    return out
 
 
 def _torch_meta(f: Path) -> dict:

@@ -103,7 +103,7 @@ def check_one_run(traces: list[RankTrace]) -> None:
 
     Raises:
         TraceInputError: two files claim the same rank; the files disagree on the process groups
-            (``distributedInfo``: backend, world size, groups); or their start times lie more than
+            (``distributedInfo``: the default group's backend or world size, or the ranks of a group both list); or their start times lie more than
             :data:`MAX_START_SKEW_S` apart. The message names the files.
     """
     by_rank: dict[int, RankTrace] = {}
@@ -114,18 +114,38 @@ def check_one_run(traces: list[RankTrace]) -> None:
         if t.rank is not None:
             by_rank.setdefault(t.rank, t)
     torch_traces = [t for t in traces if t.source == "torch.profiler"]
-    groups = {t.group for t in torch_traces}
-    if len(groups) > 1:
-        a = torch_traces[0]
-        b = next(t for t in torch_traces if t.group != a.group)
-        raise TraceInputError(f"{a.path!r} and {b.path!r} come from different process groups (distributedInfo "
-                              "differs): traces of different runs are mixed; give one run's files")
+    _check_groups(torch_traces)
     starts = [(t.start_us, t) for t in torch_traces if t.start_us]
     if len(starts) > 1:
         (lo, a), (hi, b) = min(starts, key=lambda s: s[0]), max(starts, key=lambda s: s[0])
         if (hi - lo) / 1e6 > MAX_START_SKEW_S:
             raise TraceInputError(f"{a.path!r} and {b.path!r} start {(hi - lo) / 1e6:.0f} s apart (more than "
                                   f"{MAX_START_SKEW_S:.0f} s): traces of different runs are mixed; give one run's files")
+
+
+
+def _check_groups(traces: list[RankTrace]) -> None:
+    """Refuse torch traces whose default groups differ (backend, world size) or that list one process group (by
+    ``pg_name``) with different ranks. A group only one of them lists is no conflict: kineto records a rank's own
+    groups, and ranks of one run sit in different subgroups."""
+    for b in traces[1:]:
+        a = traces[0]
+        if a.group != b.group:
+            raise TraceInputError(f"{a.path!r} and {b.path!r} come from different process groups ({_group(a)} against "
+                                  f"{_group(b)}): traces of different runs are mixed; give one run's files")
+    seen: dict[str, tuple[tuple, RankTrace]] = {}
+    for t in traces:
+        for name, ranks in t.process_groups.items():
+            first = seen.setdefault(name, (ranks, t))
+            if first[0] != ranks:
+                raise TraceInputError(f"{first[1].path!r} and {t.path!r} disagree on process group {name!r} (ranks "
+                                      f"{list(first[0])} against {list(ranks)}): traces of different runs are mixed; "
+                                      "give one run's files")
+
+
+def _group(t: RankTrace) -> str:
+    backend, world = (tuple(t.group) + (None, None))[:2]
+    return f"{backend or 'no backend'} with {world if world is not None else '?'} ranks"
 
 
 __all__ = ["MAX_START_SKEW_S", "Kernel", "RankTrace", "Span", "TraceInputError", "check_one_run", "export_sqlite",
