@@ -225,8 +225,8 @@ def test_options_of_from(tmp_path, args, message):
 def test_the_forward_range_is_a_glob_that_cannot_stall(tmp_path):
     evs = tf.events(layers=2) + [{"ph": "X", "cat": "user_annotation", "name": "a" * 40, "ts": 0, "dur": 1}]
     (tmp_path / "r.json").write_text(json.dumps({"traceEvents": evs}))
-    r = cpbench("profile", "--from", tmp_path / "r.json", "--layers", "2", "--forward-range", "(a+)+b", "--json")
-    assert r.returncode == 0 and json.loads(r.stdout)["ranks"][0]["bound"] == "layer count"  # matched nothing
+    r = cpbench("profile", "--from", tmp_path / "r.json", "--layers", "2", "--forward-range", "(a+)+b")
+    assert r.returncode == 2 and "--forward-range '(a+)+b' matched no range in 1 trace(s)" in r.stderr
     r = cpbench("profile", "--from", tmp_path / "r.json", "--layers", "2", "--forward-range", "ProfilerStep#[12]",
                 "--json")
     assert json.loads(r.stdout)["ranks"][0]["forwards"] == 2

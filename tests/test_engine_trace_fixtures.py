@@ -116,3 +116,18 @@ def test_unknown_kernels_are_listed_by_gpu_time_and_written_to_profile_json(tmp_
     assert us[top] > 0 and f"kernels cpbench does not know, by GPU time: {top[:80]} x{count[top]} (" in r.stdout
     again = cpbench("profile", "--from", trace, "--layers", "24", "--out", tmp_path / "out")
     assert again.returncode == 2 and "holds an earlier result" in again.stderr
+
+
+def test_sglangs_own_ranges_bound_its_forward(tmp_path):
+    """SGLang's trace holds a 'step[EXTEND ...]' range inside an 'execute_...' one: '*' keeps the outer, 'step*'
+    the inner; both hold the step's 36 attention kernels. A range it does not have is refused, naming those it has."""
+    trace = ef.unpack(ef.SGLANG_MI300X, tmp_path)
+    (r,) = from_json(trace, "--layers", "36", "--forward-range", "*")["ranks"]
+    assert r["bound"] == "annotation" and r["nested_ranges"] == 1 and r["attention_kernels_per_forward"] == [36]
+    (r,) = from_json(trace, "--layers", "36", "--forward-range", "step*")["ranks"]
+    assert r["ranges_matched"] == 1 and r["attention_kernels_per_forward"] == [36]
+    bad = cpbench("profile", "--from", trace, "--forward-range", "ProfilerStep#*")
+    seen = "'execute_*_context_*(sq*sk*sqsq*sqsk*)_generation_*(sq*sk*sqsq*sqsk*)' x1, 'step[[]EXTEND bs=* toks=*]' x1"
+    assert bad.returncode == 2 and f"ranges seen: {seen}" in bad.stderr
+    (r,) = from_json(trace, "--layers", "36", "--forward-range", "step[[]EXTEND bs=* toks=*]")["ranks"]  # as said
+    assert r["ranges_matched"] == 1 and r["attention_kernels_per_forward"] == [36]

@@ -18,7 +18,6 @@ from cpbench.cli.profile_out import (CPU_DEFAULT_EXTEND_LEN, GPU_ONLY, counted_a
 from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch,
                               LaunchOpt, NprocOpt, launch_torchrun, run_as_rank)
 from cpbench.errors import CpbenchInputError, one_line
-from cpbench.profiles.engine_forwards import STEP_RANGE as FORWARD_RANGE
 
 PROFILE_EPILOG = ("Examples:  cpbench profile --cp 4 --bs 1 --extend-len 8192  |  cpbench profile --backend torch "
                   "--cp 4 --bs 1 --extend-len 256 --json  |  cpbench profile --cp 4 --ranks 0  |  "
@@ -60,10 +59,10 @@ def profile(
         "--from", help="Read an engine's own traces instead of profiling: torch.profiler traces (one per rank, "
                        "plain or .gz), a directory of them, or an nsys report (.nsys-rep, .sqlite). No GPU needed.",
         show_default=False)] = None,
-    forward_range: Annotated[str, typer.Option(
+    forward_range: Annotated[Optional[str], typer.Option(
         "--forward-range", help="With --from: the annotation range that bounds a forward (a name or a glob, e.g. "
                                 "'ProfilerStep#*', 'prefill_forward'); without one in the trace, forwards are the "
-                                "model's layer count of attention launches.")] = FORWARD_RANGE,
+                                "model's layer count of attention launches. Default: 'ProfilerStep#*'.", show_default=False)] = None,
     cell: Annotated[Optional[str], typer.Option(
         "--cell", help="With --from: the cpbench cell to set beside the engine, e.g. 'cp4 bs1 ext8192'.")] = None,
     more_traces: Annotated[Optional[list[str]], typer.Argument(
@@ -96,7 +95,7 @@ def profile(
         raise typer.Exit(profile_from(from_, spec, forward_range=forward_range, cell=cell, run=run, as_json=as_json,
                                       device=device, cp=cp, out=out,
                                       model_named=model is not None or model_config is not None or window is not None))
-    if cell or run or forward_range != FORWARD_RANGE:
+    if cell or run or forward_range is not None:
         raise CpbenchInputError("--cell, --run and --forward-range go with --from (an engine's traces): add --from "
                                 "TRACE, or use --cp/--bs/--extend-len to profile cpbench's own cells")
     cp = "4" if cp is None else cp

@@ -56,7 +56,7 @@ def layer_split(spec, named: bool) -> tuple[bool, str]:
     return True, f"{spec.name} has a sliding window on {windowed} of {spec.num_layers} layers"
 
 
-def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None, run: str | None,
+def profile_from(paths: list[str], spec, *, forward_range: str | None, cell: str | None, run: str | None,
                  as_json: bool, device: str | None = None, cp: str | None = None, model_named: bool = True,
                  out: str | None = None) -> int:
     """Read the traces, print (or ``--json``) per rank, and compare with a cpbench cell. ``cp``: the engine's CP
@@ -69,7 +69,8 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
     :data:`cpbench.profiles.kernels.ENGINE_ATTENTION`). Raises CpbenchInputError (exit 2) for
     bad input: unreadable or mixed traces, a bad ``--cell`` or ``--forward-range``, a run without the cell."""
     from cpbench.kernels.backends.registry import BACKEND_NAMES, kernel_patterns
-    from cpbench.profiles.engine_forwards import find_forwards, layer_times
+    from cpbench.profiles.engine_forwards import STEP_RANGE, find_forwards, layer_times
+    from cpbench.profiles.engine_range_check import check_forward_range
     from cpbench.profiles.engine_trace import read_traces
     from cpbench.profiles.engine_verdict import cp_evidence, verdict
     from cpbench.profiles.kernels import ENGINE_ATTENTION
@@ -83,9 +84,12 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
     traces = read_traces(paths, nsys=find_nsys())
     patterns = {**{b: kernel_patterns(b) for b in BACKEND_NAMES if kernel_patterns(b)}, **ENGINE_ATTENTION}
     try:
-        ranks = [find_forwards(t, patterns, spec.num_layers, forward_range) for t in traces]
-    except ValueError as e:
-        raise CpbenchInputError(f"--forward-range: {e}") from None  # an empty glob
+        glob = STEP_RANGE if forward_range is None else forward_range
+        ranks = [find_forwards(t, patterns, spec.num_layers, glob) for t in traces]
+        check_forward_range(ranks, glob, spec.num_layers, given=forward_range is not None)
+    except ValueError as e:  # an empty glob, a range that matches nothing or per-layer ranges
+        text = str(e)
+        raise CpbenchInputError(text if text.startswith("--forward-range") else f"--forward-range: {text}") from None
     split, why = layer_split(spec, model_named or target is not None)
     windows = list(spec.window_left_per_layer) if split else None
     report = {"model": spec.name, "num_layers": spec.num_layers, "cp_size": cp_size,
@@ -98,7 +102,8 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
             "backend": r.backend, "cpbench_backend": r.backend if r.backend in BACKEND_NAMES else None,
             "backends": r.backends,
             "forwards": len(r.forwards), "bound": r.forwards[0].bound if r.forwards else None,
-            "ranges_without_attention": r.ranges_without_attention, "malformed_kernel_events": r.trace.malformed,
+            "ranges_without_attention": r.ranges_without_attention, "ranges_matched": r.ranges_matched,
+            "nested_ranges": r.nested_ranges, "malformed_kernel_events": r.trace.malformed,
             "attention_kernels_per_forward": per, "all_gathers_per_forward": [f.all_gathers for f in r.forwards],
             "cp": ev.cp, "cp_evidence": ev.why, "verdict": verdict(per, spec.num_layers, ev),
             "layer_times_us": [vars(t) for t in layer_times(r.forwards, windows)],

@@ -56,6 +56,9 @@ def print_ranks(report: dict) -> None:
         if r["malformed_kernel_events"]:
             notes.append(f"rank {r['rank']}: {r['malformed_kernel_events']} kernel events without a name, start or "
                          "duration (or a negative one) were left out")
+        if r["nested_ranges"]:
+            notes.append(f"rank {r['rank']}: {r['nested_ranges']} matched ranges lie inside other matched ranges: the "
+                         "outermost are the forwards")
         if r["ranges_without_attention"]:
             notes.append(f"rank {r['rank']}: {r['ranges_without_attention']} forward ranges matched but held no "
                          "attention kernel (kernels not tied to their launch calls?): forwards found by the layer count")

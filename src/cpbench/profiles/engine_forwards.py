@@ -4,7 +4,8 @@
 Forwards are bounded, in this order of preference:
 
 1. **annotations**: host ranges whose name matches ``forward_range`` (default ``ProfilerStep#N``, the
-   range ``prof.step()`` writes); a kernel belongs to the range whose host interval holds its launch call
+   range ``prof.step()`` writes), the outermost where matches nest (a glob such as ``*`` also matches the ranges
+   inside a forward); a kernel belongs to the range whose host interval holds its launch call
    (matched by correlation id), or, in a trace without launch calls, whose GPU-side copy holds the kernel.
    Ranges with no attention kernel (decode steps, idle steps) are not prefill forwards and are left out.
    Within a forward, layers are the runs of attention kernels (below); when there are not ``num_layers``
@@ -73,6 +74,8 @@ class RankForwards:
         leftover_layers: attention layers after the last whole forward (layer-count bounding only).
         ranges_without_attention: forward ranges matched but holding no attention kernel, when the forwards
             fell back to the layer count for that reason (0 otherwise).
+        ranges_matched: host ranges ``forward_range`` matched; nested_ranges: those of them inside another match,
+            left out (the outermost are the forwards).
     """
 
     trace: RankTrace
@@ -84,6 +87,8 @@ class RankForwards:
     backends: dict[str, int] = field(default_factory=dict)
     ranges_without_attention: int = 0
     unknown_us: dict[str, float] = field(default_factory=dict)
+    ranges_matched: int = 0
+    nested_ranges: int = 0
 
     def per_forward(self) -> list[int]:
         """Attention kernels in each forward."""
@@ -116,9 +121,11 @@ def find_forwards(trace: RankTrace, patterns: dict[str, tuple[str, ...]], num_la
     if num_layers < 1:
         raise ValueError(f"num_layers must be >= 1, got {num_layers}")
     ranges = matching_ranges(trace, forward_range)
+    matched = len(ranges)
+    ranges = outermost(ranges)
     all_pats = tuple(p for pats in patterns.values() for p in pats)
     kinds = [classify(k.name, all_pats) for k in trace.kernels]
-    out = RankForwards(trace, None, [])
+    out = RankForwards(trace, None, [], ranges_matched=matched, nested_ranges=matched - len(ranges))
     by_backend: dict[str, int] = {}
     for k, kind in zip(trace.kernels, kinds):
         out.kernel_kinds[kind] = out.kernel_kinds.get(kind, 0) + 1
@@ -198,6 +205,19 @@ def range_members(trace: RankTrace, ranges: list[Span]) -> list[list[int]]:
             if j >= 0 and k.ts <= gpu[j].end and gpu_index[j] is not None:
                 members[gpu_index[j]].append(i)
     return members
+
+
+def outermost(ranges: list[Span]) -> list[Span]:
+    """``ranges`` (sorted by start) without those that lie inside another of them: a glob that matches a forward and
+    the ranges within it (``*``) keeps the forward."""
+    out: list[Span] = []
+    reach = float("-inf")  # the latest end of a kept range: every kept range starts at or before the next one
+    for r in sorted(ranges, key=lambda r: (r.ts, -r.end)):
+        if r.end <= reach:
+            continue
+        out.append(r)
+        reach = r.end
+    return out
 
 
 def matching_ranges(trace: RankTrace, forward_range: str = STEP_RANGE) -> list[Span]:
