@@ -29,3 +29,50 @@ def test_ranks_that_disagree_on_a_group_are_refused(tmp_path):
     c = tf.write(tmp_path / "c.json.gz", 1, 4, backend="gloo")
     r = cpbench("profile", "--from", a, c)
     assert r.returncode == 2 and "different process groups (nccl with 4 ranks against gloo with 4 ranks)" in r.stderr
+
+
+def _two_device_events():
+    """One process's trace: per layer a GEMM and one attention kernel on device 0, and two attention kernels (and a
+    GEMM) on device 1, as one process driving two GPUs records them (kineto's ``args.device``)."""
+    evs = tf.events(layers=2, per_layer=1, forwards=2)
+    more, corr = [], 10_000
+    for e in evs:
+        if e["cat"] == "kernel":
+            e["args"]["device"] = 0
+            copies = 2 if "fmha" in e["name"] else 1
+            for i in range(copies):
+                corr += 1
+                more.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": e["ts"] - 4, "dur": 1,
+                             "args": {"correlation": corr}})
+                more.append({**e, "ts": e["ts"] + 0.1 * (i + 1), "args": {"correlation": corr, "device": 1}})
+    return evs + more
+
+
+def test_a_trace_of_two_devices_is_read_as_two_ranks(tmp_path):
+    path = tmp_path / "one-process.json"
+    path.write_text(json.dumps({"distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
+                                "traceEvents": _two_device_events()}))
+    out = ranks(path, "--layers", "2")
+    assert [(r["rank"], r["rank_source"], r["attention_kernels_per_forward"]) for r in out] == [
+        (0, "device order", [2, 2]), (1, "device order", [4, 4])]
+    assert "device 1" in cpbench("profile", "--from", path, "--layers", "2").stdout
+    other = tf.write(tmp_path / "other.json.gz", rank=1, world_size=2)
+    r = cpbench("profile", "--from", path, other)
+    assert r.returncode == 2 and "holds kernels of 2 devices (0, 1): give it alone" in r.stderr
+
+
+def test_an_nsys_process_on_two_devices_is_two_ranks(tmp_path):
+    import sqlite3
+
+    db = tf.write_nsys_sqlite(tmp_path / "n.sqlite", pids=(7, 8), layers=2, per_layer=1, forwards=2)
+    con = sqlite3.connect(db)  # process 8's kernels and calls become process 7's second GPU
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 1, globalPid = ? WHERE globalPid = ?", (7 << 24, 8 << 24))
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = correlationId + 1000 WHERE deviceId = 1")
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = ?, correlationId = correlationId + 1000 "
+                "WHERE globalTid = ?", ((7 << 24) | 7, (8 << 24) | 8))
+    con.execute("DELETE FROM NVTX_EVENTS WHERE globalTid = ?", ((8 << 24) | 8,))
+    con.commit()
+    con.close()
+    out = ranks(db, "--layers", "2", "--forward-range", "prefill_forward")
+    assert [(r["rank"], r["rank_source"], r["attention_kernels_per_forward"]) for r in out] == [
+        (0, "process and device order", [2, 2]), (1, "process and device order", [2, 2])]

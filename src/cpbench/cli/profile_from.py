@@ -98,7 +98,7 @@ def profile_from(paths: list[str], spec, *, forward_range: str | None, cell: str
     for r, ev in zip(ranks, evidence):
         per = r.per_forward()
         report["ranks"].append({
-            "rank": r.trace.rank, "rank_source": r.trace.rank_source, "file": r.trace.path, "source": r.trace.source,
+            "rank": r.trace.rank, "rank_source": r.trace.rank_source, "label": r.trace.label, "file": r.trace.path, "source": r.trace.source,
             "backend": r.backend, "cpbench_backend": r.backend if r.backend in BACKEND_NAMES else None,
             "backends": r.backends,
             "forwards": len(r.forwards), "bound": r.forwards[0].bound if r.forwards else None,

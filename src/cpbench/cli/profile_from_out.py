@@ -42,9 +42,13 @@ def print_ranks(report: dict) -> None:
                  Col("attention kernels / forward"), *times, Col("verdict", False, True)], rows)
     notes = [] if named else [
         f"layers not split into window and full: {report['layer_kinds_reason']}"]
-    if report["ranks"] and report["ranks"][0]["rank_source"] != "distributedInfo":
-        notes.append(f"ranks are numbered in {report['ranks'][0]['rank_source']}: the traces name none "
-                     "(no distributedInfo); give one run's files, one per rank")
+    source = report["ranks"][0]["rank_source"] if report["ranks"] else "distributedInfo"
+    if "device" in source:
+        notes.append(f"ranks are numbered in {source} (a process ran kernels on several GPUs): "
+                     + ", ".join(f"rank {r['rank']} = {r['label']}" for r in report["ranks"]))
+    elif source != "distributedInfo":
+        notes.append(f"ranks are numbered in {source}: the traces name none (no distributedInfo); give one run's "
+                     "files, one per rank")
     foreign = sorted({r["backend"] for r in report["ranks"] if r["backend"] and not r["cpbench_backend"]})
     if foreign:
         notes.append(f"attention kernels of {', '.join(foreign)}: a library cpbench does not run; counted as attention, "

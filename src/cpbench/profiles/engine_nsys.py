@@ -2,7 +2,8 @@
 exported ``.sqlite`` with the standard library's sqlite3 (tables ``CUPTI_ACTIVITY_KIND_KERNEL``,
 ``CUPTI_ACTIVITY_KIND_RUNTIME``, ``NVTX_EVENTS``, ``StringIds``; times in ns); a ``.nsys-rep`` is first exported
 with ``nsys export --type sqlite`` (nsys needed, no GPU). Each process that ran kernels is one rank, in PID order
-(an nsys report holds no CP rank).
+(an nsys report holds no CP rank); a process that ran kernels on several GPUs is one rank per GPU, in process
+then device order.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ NVTX_RANGE_TYPES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange (nsys's NVTX_
 
 def read_nsys(f: str | Path, nsys: str | None = None) -> list[RankTrace]:
     """An Nsight Systems report: ``.sqlite`` read directly, ``.nsys-rep`` exported to a ``.sqlite`` beside
-    it first (``nsys export --type sqlite``). One RankTrace per process that ran kernels.
+    it first (``nsys export --type sqlite``). One RankTrace per process and GPU that ran kernels.
 
     Raises:
         TraceInputError: not an nsys database, no kernel table (profiled without CUDA tracing), or a
@@ -68,41 +69,47 @@ def _read_nsys_db(con: sqlite3.Connection, f: Path) -> list[RankTrace]:
     if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
         raise TraceInputError(f"{str(f)!r} holds no GPU kernel: a report of a CPU-only program, or recorded "
                               "without CUDA tracing (nsys profile --trace cuda)")
-    by_pid: dict[int, RankTrace] = {}
-
-    def trace(pid: int) -> RankTrace:
-        if pid not in by_pid:
-            by_pid[pid] = RankTrace(path=str(f), label=f"pid {pid} ({f.name})", source="nsys")
-        return by_pid[pid]
-
-    rows = con.execute("SELECT k.start, k.end, k.correlationId, k.globalPid, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-                       "LEFT JOIN StringIds s ON s.id = k.demangledName ORDER BY k.start")
-    for start, end, corr, gpid, name in rows:
+    cols = {r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")}
+    device = "k.deviceId" if "deviceId" in cols else "NULL"
+    by_key: dict[tuple, RankTrace] = {}  # (pid, device) -> its trace
+    rows = con.execute(f"SELECT k.start, k.end, k.correlationId, k.globalPid, {device}, s.value FROM "
+                       "CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN StringIds s ON s.id = k.demangledName ORDER BY k.start")
+    for start, end, corr, gpid, dev, name in rows:
         if gpid is None:
             continue
-        t = trace(_pid(gpid))
+        key = (_pid(gpid), nonneg_int(dev))
+        t = by_key.get(key) or by_key.setdefault(key, RankTrace(path=str(f), label="", source="nsys"))
         if finite_number(start) and finite_number(end) and end >= start and isinstance(name, str) and name:
-            t.kernels.append(Kernel(name, start / 1e3, (end - start) / 1e3, nonneg_int(corr)))
+            t.kernels.append(Kernel(name, start / 1e3, (end - start) / 1e3, nonneg_int(corr), key[1]))
         else:
             t.malformed += 1
+    by_pid: dict[int, list[RankTrace]] = {}  # a process's launch calls and ranges belong to each of its devices
+    for (pid, _), t in sorted(by_key.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
+        by_pid.setdefault(pid, []).append(t)
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         for start, corr, gtid in con.execute("SELECT start, correlationId, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME "
                                              "WHERE start IS NOT NULL AND correlationId IS NOT NULL AND globalTid IS NOT NULL"):
-            if _pid(gtid) in by_pid:
-                by_pid[_pid(gtid)].launches[corr] = start / 1e3
-                by_pid[_pid(gtid)].host_events += 1
+            for t in by_pid.get(_pid(gtid), ()):
+                t.launches[corr] = start / 1e3
+                t.host_events += 1
     if "NVTX_EVENTS" in tables:
         q = ("SELECT n.start, n.end, COALESCE(n.text, s.value), n.globalTid FROM NVTX_EVENTS n LEFT JOIN StringIds s "
              f"ON s.id = n.textId WHERE n.eventType IN {NVTX_RANGE_TYPES} AND n.start IS NOT NULL AND n.end IS NOT NULL "
              "AND n.globalTid IS NOT NULL")
         for start, end, text, gtid in con.execute(q):
-            if _pid(gtid) in by_pid and text:
-                by_pid[_pid(gtid)].host_ranges.append(Span(text, start / 1e3, end / 1e3))
-    if not by_pid:
+            for t in by_pid.get(_pid(gtid), ()) if text else ():
+                t.host_ranges.append(Span(text, start / 1e3, end / 1e3))
+    if not by_key:
         raise TraceInputError(f"{str(f)!r} holds no GPU kernel: a report of a CPU-only program")
-    out = [by_pid[p] for p in sorted(by_pid) if by_pid[p].kernels]
+    out = [t for ts in by_pid.values() for t in ts if t.kernels]
     if not out:
         raise TraceInputError(f"{str(f)!r} holds no readable GPU kernel (every kernel row lacks a start, end or name)")
+    several = any(len(ts) > 1 for ts in by_pid.values())
+    for pid, ts in by_pid.items():
+        for t in ts:
+            dev = t.kernels[0].device if t.kernels else None
+            t.label = f"pid {pid}{f' device {dev}' if several else ''} ({f.name})"
+            t.rank_source = "process and device order" if several else "process order"
     for t in out:
         t.start_us = t.kernels[0].ts  # relative to the report's start: one report is one run
         t.rank = None

@@ -18,12 +18,14 @@ class TraceInputError(CpbenchInputError):
 
 @dataclass(frozen=True)
 class Kernel:
-    """One GPU kernel execution: ``ts``/``dur`` in µs, ``correlation`` the launch call's id (or None)."""
+    """One GPU kernel execution: ``ts``/``dur`` in µs, ``correlation`` the launch call's id (or None), ``device``
+    the GPU it ran on (kineto's ``args.device``, nsys's ``deviceId``; None where the trace does not say)."""
 
     name: str
     ts: float
     dur: float
     correlation: int | None = None
+    device: int | None = None
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ class RankTrace:
         malformed: kernel events left out for a missing or malformed name, start or duration (a negative or
             non-numeric one), counted so that none is dropped silently.
         rank_source: where ``rank`` came from: ``distributedInfo``, or ``file order`` / ``process order`` for
-            traces that carry no rank.
+            traces that carry no rank, ``device order`` for the devices of one process's trace.
     """
 
     path: str

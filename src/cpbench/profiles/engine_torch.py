@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 from cpbench.profiles.engine_rank import (Kernel, RankTrace, Span, TraceInputError, finite_number, first_line,
@@ -59,7 +60,7 @@ def read_torch_trace(f: str | Path) -> RankTrace:
                 if cat == KERNEL_CAT:
                     if good and finite_number(dur) and dur >= 0:
                         first = min(first, ts)
-                        t.kernels.append(Kernel(name, float(ts), float(dur), _correlation(ev)))
+                        t.kernels.append(Kernel(name, float(ts), float(dur), _correlation(ev), _device(ev)))
                     else:
                         t.malformed += 1
                     continue
@@ -88,6 +89,24 @@ def read_torch_trace(f: str | Path) -> RankTrace:
     if t.rank is not None:
         t.label = f"rank {t.rank} ({f.name})"
     return t
+
+
+def split_by_device(t: RankTrace) -> list[RankTrace]:
+    """``t`` as one trace per GPU its kernels ran on (kineto's ``args.device``), when there are several: a process
+    that drove several GPUs. Each part keeps the process's launch calls and ranges, is labelled ``device D (file)``,
+    numbered in device order (``rank_source`` ``device order``), with no world size (the process's is not the
+    parts'). ``[t]`` for a trace of one device."""
+    devices = sorted({k.device for k in t.kernels if k.device is not None})
+    if len(devices) < 2:
+        return [t]
+    name = Path(t.path).name
+    return [replace(t, label=f"device {d} ({name})", rank=i, rank_source="device order", world_size=None,
+                    kernels=[k for k in t.kernels if k.device == d]) for i, d in enumerate(devices)]
+
+
+def _device(ev: dict) -> int | None:
+    args = ev.get("args")
+    return nonneg_int(args.get("device")) if isinstance(args, dict) else None
 
 
 def _process_groups(pg_config) -> dict[str, tuple]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cpbench.profiles.engine_nsys import export_sqlite, read_nsys
 from cpbench.profiles.engine_rank import MAX_START_SKEW_S, Kernel, RankTrace, Span, TraceInputError
-from cpbench.profiles.engine_torch import read_torch_trace
+from cpbench.profiles.engine_torch import read_torch_trace, split_by_device
 
 
 def read_traces(paths: list[str | Path], nsys: str | None = None) -> list[RankTrace]:
@@ -27,8 +27,8 @@ def read_traces(paths: list[str | Path], nsys: str | None = None) -> list[RankTr
         paths: files or directories.
         nsys: the ``nsys`` executable, needed only for ``.nsys-rep`` files.
     Raises:
-        TraceInputError: a path is missing, a directory holds no trace, a file is not a trace, two files
-            claim one rank, or the files come from different runs (see :func:`check_one_run`).
+        TraceInputError: a path is missing, a directory holds no trace, a file is not a trace, a trace of
+            several devices is given beside others (alone, each device is a rank), two files claim one rank, or the files come from different runs (see :func:`check_one_run`).
     """
     files: list[Path] = []
     for p in map(Path, paths):
@@ -63,7 +63,12 @@ def read_traces(paths: list[str | Path], nsys: str | None = None) -> list[RankTr
     for f in files:
         kind = _kind(f) or _sniff(f)
         if kind == "torch":
-            traces.append(read_torch_trace(f))
+            parts = split_by_device(read_torch_trace(f))
+            if len(parts) > 1 and len(files) > 1:
+                devices = ", ".join(str(p.kernels[0].device) for p in parts)
+                raise TraceInputError(f"{str(f)!r} holds kernels of {len(parts)} devices ({devices}): give it alone "
+                                      "(one process drove several GPUs; its devices are then read as its ranks)")
+            traces += parts
         else:
             traces += read_nsys(f, nsys)
     if any(t.rank is None for t in traces):
@@ -72,7 +77,8 @@ def read_traces(paths: list[str | Path], nsys: str | None = None) -> list[RankTr
             raise TraceInputError(f"{a.path!r} names no rank (no distributedInfo) while others do: traces of different "
                                   "runs are mixed; give one run's files")
         for i, t in enumerate(traces):
-            t.rank, t.rank_source = i, ("process order" if t.source == "nsys" else "file order")
+            t.rank = i
+            t.rank_source = t.rank_source if t.source == "nsys" else "file order"
     check_one_run(traces)
     return sorted(traces, key=lambda t: (t.rank is None, t.rank))
 
