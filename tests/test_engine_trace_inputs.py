@@ -76,3 +76,17 @@ def test_an_nsys_process_on_two_devices_is_two_ranks(tmp_path):
     out = ranks(db, "--layers", "2", "--forward-range", "prefill_forward")
     assert [(r["rank"], r["rank_source"], r["attention_kernels_per_forward"]) for r in out] == [
         (0, "process and device order", [2, 2]), (1, "process and device order", [2, 2])]
+
+
+def test_ranks_without_distributed_info_follow_the_number_in_the_file_name(tmp_path):
+    """12 traces that name no rank, r0 ... r11: rank 2 is r2 (not r10, as sorted text would have it)."""
+    for i in range(12):
+        (tmp_path / f"engine-r{i}.trace.json").write_text(json.dumps({"traceEvents": tf.events(layers=2, forwards=1 + i % 5)}))
+    out = ranks(tmp_path, "--layers", "2")
+    assert [(r["rank"], r["forwards"], r["file"].rsplit("/", 1)[-1]) for r in out][:3] == [
+        (0, 1, "engine-r0.trace.json"), (1, 2, "engine-r1.trace.json"), (2, 3, "engine-r2.trace.json")]
+    assert [r["forwards"] for r in out] == [1 + i % 5 for i in range(12)] and {r["rank_source"] for r in out} == {"file name"}
+    console = cpbench("profile", "--from", tmp_path, "--layers", "2").stdout
+    assert "ranks are inferred from the number in each file name (the traces name none: no distributedInfo)" in console
+    (tmp_path / "engine-extra.trace.json").write_text(json.dumps({"traceEvents": tf.events(layers=2)}))
+    assert {r["rank_source"] for r in ranks(tmp_path, "--layers", "2")} == {"file order"}  # a name without a number

@@ -46,6 +46,9 @@ def print_ranks(report: dict) -> None:
     if "device" in source:
         notes.append(f"ranks are numbered in {source} (a process ran kernels on several GPUs): "
                      + ", ".join(f"rank {r['rank']} = {r['label']}" for r in report["ranks"]))
+    elif source == "file name":
+        notes.append("ranks are inferred from the number in each file name (the traces name none: no distributedInfo); "
+                     "give one run's files, one per rank")
     elif source != "distributedInfo":
         notes.append(f"ranks are numbered in {source}: the traces name none (no distributedInfo); give one run's "
                      "files, one per rank")

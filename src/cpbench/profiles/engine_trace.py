@@ -11,6 +11,7 @@ not a trace of its kind, a truncated gz, or a trace without GPU activity (a CPU-
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from cpbench.profiles.engine_nsys import export_sqlite, read_nsys
@@ -76,11 +77,33 @@ def read_traces(paths: list[str | Path], nsys: str | None = None) -> list[RankTr
             a = next(t for t in traces if t.rank is None)
             raise TraceInputError(f"{a.path!r} names no rank (no distributedInfo) while others do: traces of different "
                                   "runs are mixed; give one run's files")
-        for i, t in enumerate(traces):
-            t.rank = i
-            t.rank_source = t.rank_source if t.source == "nsys" else "file order"
+        _number_ranks(traces)
     check_one_run(traces)
     return sorted(traces, key=lambda t: (t.rank is None, t.rank))
+
+
+def _number_ranks(traces: list[RankTrace]) -> None:
+    """Ranks for traces that name none: an nsys report's in process (and device) order; torch traces by the last
+    number in each file name (``...-TP-10.trace.json.gz`` is 10th, after 2: numbers, not text, are sorted) where every
+    name has a different one (``rank_source`` ``file name``), else in file order."""
+    if all(t.source == "nsys" for t in traces):
+        for i, t in enumerate(traces):
+            t.rank = i
+        return
+    numbers = [_name_number(t.path) for t in traces]
+    by_name = None not in numbers and len(set(numbers)) == len(numbers)
+    order = sorted(range(len(traces)), key=lambda i: numbers[i]) if by_name else range(len(traces))
+    for rank, i in enumerate(order):
+        traces[i].rank, traces[i].rank_source = rank, ("file name" if by_name else "file order")
+
+
+def _name_number(path: str) -> int | None:
+    """The last run of digits in a trace's file name without its extensions (``engine-r10.trace.json.gz`` -> 10)."""
+    stem = Path(path).name
+    for ext in (".gz", ".json", ".trace", ".pt"):
+        stem = stem[:-len(ext)] if stem.lower().endswith(ext) else stem
+    digits = re.findall(r"\d+", stem)
+    return int(digits[-1]) if digits else None
 
 
 def _kind(f: Path) -> str | None:
