@@ -3,6 +3,8 @@ file names), and nsys inputs that are damaged or stale: each accepted as what it
 
 import json
 
+import pytest
+
 import tracefactory as tf
 from clirun import cpbench
 
@@ -90,3 +92,21 @@ def test_ranks_without_distributed_info_follow_the_number_in_the_file_name(tmp_p
     assert "ranks are inferred from the number in each file name (the traces name none: no distributedInfo)" in console
     (tmp_path / "engine-extra.trace.json").write_text(json.dumps({"traceEvents": tf.events(layers=2)}))
     assert {r["rank_source"] for r in ranks(tmp_path, "--layers", "2")} == {"file order"}  # a name without a number
+
+
+@pytest.mark.parametrize("table,column", [("CUPTI_ACTIVITY_KIND_KERNEL", "globalPid"),
+                                          ("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId"),
+                                          ("CUPTI_ACTIVITY_KIND_RUNTIME", "start"),
+                                          ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid"),
+                                          ("NVTX_EVENTS", "end")])
+def test_text_in_an_integer_column_of_an_nsys_export_is_one_line(tmp_path, table, column):
+    import sqlite3
+
+    db = tf.write_nsys_sqlite(tmp_path / "n.sqlite", pids=(7,), layers=2)
+    con = sqlite3.connect(db)
+    con.execute(f"UPDATE {table} SET {column} = 'not a number' WHERE rowid = 2")
+    con.commit()
+    con.close()
+    r = cpbench("profile", "--from", db, "--layers", "2")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert f"has text ('not a number') in {table}.{column}, an integer column" in r.stderr, r.stderr

@@ -15,6 +15,20 @@ from cpbench.profiles.engine_rank import (Kernel, RankTrace, Span, TraceInputErr
                                           nonneg_int)
 
 NVTX_RANGE_TYPES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange (nsys's NVTX_EVENTS.eventType)
+# the integer columns each query reads, in its column order (None: a text column)
+KERNEL_INTS = ("start", "end", "correlationId", "globalPid", "deviceId", None)
+RUNTIME_INTS = ("start", "correlationId", "globalTid")
+NVTX_INTS = ("start", "end", None, "globalTid")
+
+
+def _numbers(f: Path, table: str, columns: tuple, row: tuple) -> tuple:
+    """``row`` unchanged when each of its integer ``columns`` holds a number or NULL. SQLite stores any type in any
+    column, so a damaged or hand-made export may hold text there. Raises TraceInputError naming the column."""
+    for col, v in zip(columns, row):
+        if col is not None and v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
+            raise TraceInputError(f"{str(f)!r} has text ({str(v)[:40]!r}) in {table}.{col}, an integer column: not an "
+                                  "nsys export as nsys writes it; export the report again (nsys export --type sqlite)")
+    return row
 
 
 def read_nsys(f: str | Path, nsys: str | None = None) -> list[RankTrace]:
@@ -74,7 +88,8 @@ def _read_nsys_db(con: sqlite3.Connection, f: Path) -> list[RankTrace]:
     by_key: dict[tuple, RankTrace] = {}  # (pid, device) -> its trace
     rows = con.execute(f"SELECT k.start, k.end, k.correlationId, k.globalPid, {device}, s.value FROM "
                        "CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN StringIds s ON s.id = k.demangledName ORDER BY k.start")
-    for start, end, corr, gpid, dev, name in rows:
+    for row in rows:
+        start, end, corr, gpid, dev, name = _numbers(f, "CUPTI_ACTIVITY_KIND_KERNEL", KERNEL_INTS, row)
         if gpid is None:
             continue
         key = (_pid(gpid), nonneg_int(dev))
@@ -87,8 +102,9 @@ def _read_nsys_db(con: sqlite3.Connection, f: Path) -> list[RankTrace]:
     for (pid, _), t in sorted(by_key.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
         by_pid.setdefault(pid, []).append(t)
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-        for start, corr, gtid in con.execute("SELECT start, correlationId, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME "
-                                             "WHERE start IS NOT NULL AND correlationId IS NOT NULL AND globalTid IS NOT NULL"):
+        for row in con.execute("SELECT start, correlationId, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+                               "WHERE start IS NOT NULL AND correlationId IS NOT NULL AND globalTid IS NOT NULL"):
+            start, corr, gtid = _numbers(f, "CUPTI_ACTIVITY_KIND_RUNTIME", RUNTIME_INTS, row)
             for t in by_pid.get(_pid(gtid), ()):
                 t.launches[corr] = start / 1e3
                 t.host_events += 1
@@ -96,8 +112,9 @@ def _read_nsys_db(con: sqlite3.Connection, f: Path) -> list[RankTrace]:
         q = ("SELECT n.start, n.end, COALESCE(n.text, s.value), n.globalTid FROM NVTX_EVENTS n LEFT JOIN StringIds s "
              f"ON s.id = n.textId WHERE n.eventType IN {NVTX_RANGE_TYPES} AND n.start IS NOT NULL AND n.end IS NOT NULL "
              "AND n.globalTid IS NOT NULL")
-        for start, end, text, gtid in con.execute(q):
-            for t in by_pid.get(_pid(gtid), ()) if text else ():
+        for row in con.execute(q):
+            start, end, text, gtid = _numbers(f, "NVTX_EVENTS", NVTX_INTS, row)
+            for t in by_pid.get(_pid(gtid), ()) if isinstance(text, str) and text else ():
                 t.host_ranges.append(Span(text, start / 1e3, end / 1e3))
     if not by_key:
         raise TraceInputError(f"{str(f)!r} holds no GPU kernel: a report of a CPU-only program")
