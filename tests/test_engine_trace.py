@@ -275,8 +275,11 @@ def test_nsys_inputs_that_are_not_reports(tmp_path):
 
 
 def test_a_report_and_its_export_in_one_directory_count_once(tmp_path):
-    tf.write_nsys_sqlite(tmp_path / "server.sqlite", layers=2)
+    import os
+
     (tmp_path / "server.nsys-rep").write_bytes(b"the report the export came from")
+    tf.write_nsys_sqlite(tmp_path / "server.sqlite", layers=2)
+    os.utime(tmp_path / "server.nsys-rep", (1_700_000_000, 1_700_000_000))  # exported after it was recorded
     assert [t.path for t in read_traces([tmp_path])] == [str(tmp_path / "server.sqlite")] * 2
 
 

@@ -110,3 +110,21 @@ def test_text_in_an_integer_column_of_an_nsys_export_is_one_line(tmp_path, table
     r = cpbench("profile", "--from", db, "--layers", "2")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert f"has text ('not a number') in {table}.{column}, an integer column" in r.stderr, r.stderr
+
+
+def test_a_stale_export_beside_its_report_is_refused_as_a_file_or_in_a_directory(tmp_path):
+    """A report recorded again after its .sqlite was exported: read from the directory as from the file, the export is
+    out of date; without nsys to export it again, refused saying so."""
+    import os
+
+    db = tf.write_nsys_sqlite(tmp_path / "server.sqlite", layers=2)
+    rep = tmp_path / "server.nsys-rep"
+    rep.write_bytes(b"a report recorded after the export")
+    os.utime(db, (1_700_000_000, 1_700_000_000))
+    os.utime(rep, (1_700_000_100, 1_700_000_100))
+    for given in (rep, tmp_path):
+        r = cpbench("profile", "--from", given, "--layers", "2", env={"PATH": str(tmp_path / "no-tools")})
+        assert r.returncode == 2 and "'server.sqlite' is older than 'server.nsys-rep'" in r.stderr, r.stderr
+        assert "nsys is not installed here" in r.stderr
+    os.utime(db, (1_700_000_200, 1_700_000_200))  # exported after the report: read once, from the export
+    assert [r["file"] for r in ranks(tmp_path, "--layers", "2")] == [str(db)] * 2

@@ -53,13 +53,27 @@ def read_nsys(f: str | Path, nsys: str | None = None) -> list[RankTrace]:
                               "`nsys export --type sqlite`") from None
 
 
+def is_current_export(sqlite: Path, rep: Path) -> bool:
+    """True when ``sqlite`` exists and was written no earlier than the report ``rep`` (an export of it as it is)."""
+    return sqlite.exists() and sqlite.stat().st_mtime >= rep.stat().st_mtime
+
+
 def export_sqlite(rep: Path, nsys: str | None) -> Path:
-    """``rep``'s SQLite export (made beside it, or reused when newer than ``rep``)."""
+    """``rep``'s SQLite export (made beside it, or reused when no older than ``rep``).
+
+    Raises:
+        TraceInputError: no nsys to export with (saying so when an older export lies beside ``rep``), or nsys
+            failed.
+    """
     import subprocess
 
     out = rep.with_suffix(".sqlite")
-    if out.exists() and out.stat().st_mtime >= rep.stat().st_mtime:
+    if is_current_export(out, rep):
         return out
+    if not nsys and out.exists():
+        raise TraceInputError(f"{out.name!r} is older than {rep.name!r} (an export of an earlier recording) and nsys is "
+                              f"not installed here to export it again: export it where nsys is (`nsys export --type "
+                              f"sqlite --force-overwrite true {rep.name}`), or pass {str(out)!r} itself to read it as it is")
     if not nsys:
         raise TraceInputError(f"{str(rep)!r} is an nsys report and nsys is not installed here: install Nsight "
                               "Systems, or export it where nsys is (`nsys export --type sqlite`) and pass the .sqlite")

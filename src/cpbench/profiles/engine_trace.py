@@ -14,15 +14,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from cpbench.profiles.engine_nsys import export_sqlite, read_nsys
+from cpbench.profiles.engine_nsys import export_sqlite, is_current_export, read_nsys
 from cpbench.profiles.engine_rank import MAX_START_SKEW_S, Kernel, RankTrace, Span, TraceInputError
 from cpbench.profiles.engine_torch import read_torch_trace, split_by_device
 
 
 def read_traces(paths: list[str | Path], nsys: str | None = None) -> list[RankTrace]:
     """Read every ``--from`` path (a file, or a directory of ``*.json``/``*.json.gz``/``*.sqlite``/
-    ``*.nsys-rep`` files; a report whose ``.sqlite`` export lies beside it is read once) into rank traces,
-    ordered by rank.
+    ``*.nsys-rep`` files; a report whose ``.sqlite`` export lies beside it is read once: from the export when it is
+    no older than the report, else from the report) into rank traces, ordered by rank.
 
     Args:
         paths: files or directories.
@@ -35,8 +35,12 @@ def read_traces(paths: list[str | Path], nsys: str | None = None) -> list[RankTr
     for p in map(Path, paths):
         if p.is_dir():
             found = sorted(f for f in p.iterdir() if f.is_file() and _kind(f))
-            exported = {f.with_suffix("") for f in found if f.suffix.lower() == ".sqlite"}
-            found = [f for f in found if f.suffix.lower() not in (".nsys-rep", ".qdrep") or f.with_suffix("") not in exported]
+            reports = {f.with_suffix(""): f for f in found if f.suffix.lower() in (".nsys-rep", ".qdrep")}
+            # a report and its export: read once, from the export where it is current, else from the report
+            # (exported again, or refused as out of date, as when the report is given as a file)
+            found = [f for f in found if not (f.suffix.lower() == ".sqlite" and f.with_suffix("") in reports and not
+                                              is_current_export(f, reports[f.with_suffix("")]))
+                     and not (f in reports.values() and is_current_export(f.with_suffix(".sqlite"), f))]
             if not found:
                 raise TraceInputError(f"{str(p)!r} holds no trace (*.trace.json[.gz], *.sqlite, *.nsys-rep): "
                                       "give the directory the profiler wrote")
