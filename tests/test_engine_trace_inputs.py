@@ -128,3 +128,20 @@ def test_a_stale_export_beside_its_report_is_refused_as_a_file_or_in_a_directory
         assert "nsys is not installed here" in r.stderr
     os.utime(db, (1_700_000_200, 1_700_000_200))  # exported after the report: read once, from the export
     assert [r["file"] for r in ranks(tmp_path, "--layers", "2")] == [str(db)] * 2
+
+
+def test_ctrl_c_of_profile_says_interrupted_without_a_sweeps_resume_advice(tmp_path, monkeypatch):
+    import cpbench.profiles.engine_trace as engine_trace
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    tf.write(tmp_path / "r0.json.gz")
+    monkeypatch.setattr(engine_trace, "read_torch_trace", interrupted)
+    r = cpbench("profile", "--from", tmp_path / "r0.json.gz")
+    assert r.returncode == 130 and r.stderr == "interrupted\n"
+    import cpbench.run.profiling as profiling
+
+    monkeypatch.setattr(profiling, "profile_cell", interrupted)
+    r = cpbench("profile", "--cp", "2", "--extend-len", "64", "--layers", "2", "--device", "cpu", "--out", tmp_path / "p")
+    assert r.returncode == 130 and "--resume" not in r.stderr and r.stderr.startswith("interrupted")
