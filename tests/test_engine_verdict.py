@@ -55,3 +55,19 @@ def test_no_cell_is_compared_without_cp(tmp_path):
     tf.write(tmp_path / "r0.json.gz", rank=0, world_size=1, layers=36, per_layer=1)
     out = json.loads(cpbench("profile", "--from", tmp_path / "r0.json.gz", "--cell", "cp1 bs1 ext64", "--json").stdout)
     assert out["cell"]["status"] == "not compared" and "shows no CP" in out["cell"]["reason"]
+
+
+def test_cpbench_profile_on_a_cpu_writes_traces_that_from_counts_by_calls(tmp_path):
+    """A CPU has no kernels: cpbench's CPU traces are read back by their attention-call ranges (prev/next/combined),
+    one mode's files at a time, ranks from the file names."""
+    r = cpbench("profile", "--cp", "2", "--extend-len", "64", "--layers", "2", "--device", "cpu", "--out", tmp_path)
+    assert r.returncode == 0 and "`cpbench profile --from` reads these traces back by the same calls" in r.stdout
+    for mode, per_forward, path in (("two-call", 4, "two-call"), ("fused", 2, "fused path taken")):
+        out = ranks(*sorted((tmp_path / "profiles").glob(f"*_{mode}.json.gz")), "--layers", "2", "--cp", "2")
+        assert [(x["rank"], x["rank_source"], x["counted"]) for x in out] == [(0, "file name", "attention calls"),
+                                                                            (1, "file name", "attention calls")]
+        for x in out:
+            assert x["attention_kernels_per_forward"] == [per_forward] and x["verdict"].startswith(path)
+            assert x["backend"] == "attention calls (cpbench's record_function ranges)"
+    console = cpbench("profile", "--from", *sorted((tmp_path / "profiles").glob("*_fused.json.gz")), "--layers", "2")
+    assert "no GPU kernel (a CPU run): its attention calls are counted" in console.stdout

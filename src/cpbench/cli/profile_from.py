@@ -73,7 +73,7 @@ def profile_from(paths: list[str], spec, *, forward_range: str | None, cell: str
     from cpbench.profiles.engine_range_check import check_forward_range
     from cpbench.profiles.engine_trace import read_traces
     from cpbench.profiles.engine_verdict import cp_evidence, verdict
-    from cpbench.profiles.kernels import ENGINE_ATTENTION
+    from cpbench.profiles.kernels import CALL_ATTENTION, ENGINE_ATTENTION
     from cpbench.profiles.nsys import find_nsys
 
     target = parse_cell(cell) if cell else None
@@ -82,7 +82,8 @@ def profile_from(paths: list[str], spec, *, forward_range: str | None, cell: str
         check_out(out, "no file")
         check_not_written(Path(out), "profile.json")
     traces = read_traces(paths, nsys=find_nsys())
-    patterns = {**{b: kernel_patterns(b) for b in BACKEND_NAMES if kernel_patterns(b)}, **ENGINE_ATTENTION}
+    patterns = {**{b: kernel_patterns(b) for b in BACKEND_NAMES if kernel_patterns(b)}, **ENGINE_ATTENTION,
+                **CALL_ATTENTION}
     try:
         glob = STEP_RANGE if forward_range is None else forward_range
         ranks = [find_forwards(t, patterns, spec.num_layers, glob) for t in traces]
@@ -98,7 +99,8 @@ def profile_from(paths: list[str], spec, *, forward_range: str | None, cell: str
     for r, ev in zip(ranks, evidence):
         per = r.per_forward()
         report["ranks"].append({
-            "rank": r.trace.rank, "rank_source": r.trace.rank_source, "label": r.trace.label, "file": r.trace.path, "source": r.trace.source,
+            "rank": r.trace.rank, "rank_source": r.trace.rank_source, "label": r.trace.label, "file": r.trace.path,
+            "counted": r.trace.counted, "source": r.trace.source,
             "backend": r.backend, "cpbench_backend": r.backend if r.backend in BACKEND_NAMES else None,
             "backends": r.backends,
             "forwards": len(r.forwards), "bound": r.forwards[0].bound if r.forwards else None,

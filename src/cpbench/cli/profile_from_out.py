@@ -52,7 +52,12 @@ def print_ranks(report: dict) -> None:
     elif source != "distributedInfo":
         notes.append(f"ranks are numbered in {source}: the traces name none (no distributedInfo); give one run's "
                      "files, one per rank")
-    foreign = sorted({r["backend"] for r in report["ranks"] if r["backend"] and not r["cpbench_backend"]})
+    calls = [str(r["rank"]) for r in report["ranks"] if r["counted"] != "kernels"]
+    if calls:
+        notes.append(f"rank {', '.join(calls)}: no GPU kernel (a CPU run): its attention calls are counted, one per "
+                     "prev/next/combined range of cpbench's profile")
+    foreign = sorted({r["backend"] for r in report["ranks"]
+                      if r["backend"] and not r["cpbench_backend"] and r["counted"] == "kernels"})
     if foreign:
         notes.append(f"attention kernels of {', '.join(foreign)}: a library cpbench does not run; counted as attention, "
                      "and no cpbench cell can be set beside them (--cell)")

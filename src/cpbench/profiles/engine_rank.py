@@ -56,6 +56,8 @@ class RankTrace:
             non-numeric one), counted so that none is dropped silently.
         rank_source: where ``rank`` came from: ``distributedInfo``, or ``file order`` / ``process order`` for
             traces that carry no rank, ``device order`` for the devices of one process's trace.
+        counted: ``"kernels"``, or ``"attention calls"`` for a trace without GPU kernels whose attention-call
+            ranges were made its kernels (cpbench's own profile on a CPU; ``engine_torch``).
     """
 
     path: str
@@ -73,6 +75,7 @@ class RankTrace:
     host_events: int = 0
     malformed: int = 0
     rank_source: str = "distributedInfo"
+    counted: str = "kernels"
 
 
 def first_line(e: BaseException) -> str:

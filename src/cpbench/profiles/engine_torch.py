@@ -13,6 +13,7 @@ import zlib
 from dataclasses import replace
 from pathlib import Path
 
+from cpbench.profiles.kernels import CALL_KERNEL, CALL_NAMES
 from cpbench.profiles.engine_rank import (Kernel, RankTrace, Span, TraceInputError, finite_number, first_line,
                                           nonneg_int)
 
@@ -20,6 +21,7 @@ KERNEL_CAT = "kernel"
 HOST_RANGE_CATS = ("user_annotation",)  # record_function ranges and ProfilerStep#N (host side)
 GPU_RANGE_CATS = ("gpu_user_annotation",)  # their GPU-side copies
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+CALL_CORRELATION = 1 << 48  # the first pseudo-correlation id of an attention-call range (see _calls_as_kernels)
 
 
 def _open(f: Path):
@@ -33,8 +35,12 @@ def read_torch_trace(f: str | Path) -> RankTrace:
 
     Kept: ``kernel`` events (name, ts, dur µs, ``args.correlation``), launch calls (``cuda_runtime`` /
     ``cuda_driver``: correlation -> ts), ``user_annotation`` and ``gpu_user_annotation`` ranges.
+    A trace without GPU kernels that holds cpbench's attention-call ranges (its own profile on a CPU) is counted by
+    those calls instead (``counted`` ``"attention calls"``).
+
     Raises:
-        TraceInputError: not JSON, a truncated gz, no ``traceEvents``, or no GPU kernel (CPU-only program).
+        TraceInputError: not JSON, a truncated gz, no ``traceEvents``, or no GPU kernel and no attention-call range
+            (a CPU-only program).
     """
     import ijson
 
@@ -79,6 +85,8 @@ def read_torch_trace(f: str | Path) -> RankTrace:
         raise _unreadable(f, e) from None
     if not seen_events:
         raise TraceInputError(f"{str(f)!r} has no traceEvents: it is not a torch.profiler trace")
+    if not t.kernels and not t.malformed:
+        _calls_as_kernels(t)
     if not t.kernels:
         bad = f", {t.malformed} kernel events without a name, start or duration" if t.malformed else ""
         raise TraceInputError(f"{str(f)!r} holds no GPU kernel ({t.host_events} CPU events{bad}): a trace of a "
@@ -89,6 +97,19 @@ def read_torch_trace(f: str | Path) -> RankTrace:
     if t.rank is not None:
         t.label = f"rank {t.rank} ({f.name})"
     return t
+
+
+def _calls_as_kernels(t: RankTrace) -> None:
+    """A trace without GPU kernels that holds cpbench's attention-call ranges (``prev``/``next``/``combined``, as
+    ``cpbench profile`` writes them on a CPU) is counted by those: each range becomes a pseudo-kernel (name
+    ``CALL_KERNEL + range``, its host interval, launched where it starts), and ``t.counted`` says so."""
+    calls = sorted((r for r in t.host_ranges if r.name in CALL_NAMES), key=lambda r: r.ts)
+    for i, r in enumerate(calls):
+        corr = CALL_CORRELATION + i  # far above any CUPTI correlation id: no real launch call shares it
+        t.kernels.append(Kernel(CALL_KERNEL + r.name, r.ts, r.end - r.ts, corr))
+        t.launches[corr] = r.ts
+    if calls:
+        t.counted = "attention calls"
 
 
 def split_by_device(t: RankTrace) -> list[RankTrace]:

@@ -60,6 +60,11 @@ ENGINE_ATTENTION: dict[str, tuple[str, ...]] = {
     "triton-unified-attention (vLLM)": ("kernel_unified_attention_2d", "kernel_unified_attention_3d"),
 }
 
+# A trace without GPU kernels (cpbench's own profile on a CPU) is counted by its attention calls: each
+# prev/next/combined record_function range becomes a pseudo-kernel named CALL_KERNEL + the range's name
+CALL_KERNEL = "cpbench attention call: "
+CALL_ATTENTION = {"attention calls (cpbench's record_function ranges)": (CALL_KERNEL.lower(),)}
+
 KINDS = ("attention", "merge", "comm", "fill", "copy", "other")
 
 # CPU-side API calls that launch GPU work, as they appear in torch.profiler (cat cuda_runtime /
