@@ -403,6 +403,10 @@ def test_the_stand_in_engines_h200_traces(name, bound, per_forward):
     for r in out["ranks"]:
         assert r["backend"] == "flashinfer-fa3" and r["bound"] == bound and r["attention_kernels_per_forward"] == [per_forward] * 3
         assert r["kernel_kinds"]["other"] >= 3 * 36 * 2  # the two projection GEMMs of every layer, listed by name
+        assert r["verdict"].endswith("no evidence of CP in this trace, pass --cp to judge fusion")  # gloo: no kernel
+    path = "fused path taken" if per_forward == 36 else "two-call"
+    assert {r["verdict"] for r in from_json(ENGINE / name, "--cp", "4")["ranks"]} == {
+        f"{path}: {per_forward} attention kernels per forward ({per_forward // 36} per layer; CP: --cp 4)"}
 
 
 def test_the_stand_in_engine_under_nsys():
