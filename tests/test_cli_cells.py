@@ -77,8 +77,7 @@ def test_cpbench_debug_shows_the_traceback(monkeypatch):
                                         "use realistic sizes"),
     (IsADirectoryError(21, "Is a directory"), 2, "error: IsADirectoryError: [Errno 21] Is a directory: check that "
                                                  "path"),
-    (KeyboardInterrupt(), 130, "interrupted: a sweep keeps every row measured so far in results.jsonl; rerun the "
-                               "same command with --resume"),
+    (KeyboardInterrupt(), 130, "interrupted\n"),  # not a sweep: no advice to resume one
 ])
 def test_exception_table(monkeypatch, exc, code, line):
     import cpbench.cli.geometry as g

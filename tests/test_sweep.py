@@ -357,3 +357,15 @@ def test_an_interrupted_sweep_prints_the_command_that_finishes_it_and_that_comma
     assert again.returncode == 0, again.stderr[-2000:]
     keys = [(x["bs"], x["rank"], x["mode"]) for x in read_jsonl(out / "results.jsonl")]
     assert sorted(keys) == sorted(set(keys)) and len(keys) == 2 * 2 * 2  # bs x ranks x modes, once each
+
+
+def test_a_sweep_interrupted_before_its_run_directory_says_nothing_was_written(tmp_path, monkeypatch):
+    import cpbench.api as api
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "sweep", interrupted)
+    r = cpbench("sweep", "--cp", "2", "--bs", "1", "--seq", "32", "--no-report", *QUICK, "--out", str(tmp_path / "run"))
+    assert r.returncode == 130 and r.stderr == ("interrupted: the sweep had not made its run directory yet, nothing "
+                                                "was written; rerun the same command\n")

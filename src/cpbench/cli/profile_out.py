@@ -93,7 +93,8 @@ def print_counts(console, report: dict, run_dir: Path) -> None:
         print_table(console, f"{name}: attention {unit} per forward", cols, rows, footer)
     if cpu:
         console.print(f"on CPU the backend's attention calls are counted: a CPU has no GPU kernels or "
-                      f"launches{'; gloo runs its collectives on the CPU' if 'launch' in report else ''}")
+                      f"launches{'; gloo runs its collectives on the CPU' if 'launch' in report else ''}; "
+                      "`cpbench profile --from` reads these traces back by the same calls (one mode's files at a time)")
     if "nsys" in report:
         n = report["nsys"]
         console.print(escape(f"nsys: {n.get('status')} {n.get('report', '')} {n.get('reason', '')}"))

@@ -248,8 +248,9 @@ def run_sweep(cfg, output, *, console: Console = console, group=None, cpu_affini
         run = sweep(cfg, output.out, resume=output.resume, report=output.report, allow_mismatch=output.allow_mismatch,
                     keep_going=output.keep_going, group=group, cpu_affinity=cpu_affinity, hooks=hooks)
     except KeyboardInterrupt:
-        if run_dir is None:  # nothing written yet: the plain interrupt line
-            raise
+        if run_dir is None:  # nothing written yet
+            raise SweepInterrupted("interrupted: the sweep had not made its run directory yet, nothing was written; "
+                                   "rerun the same command") from None
         raise SweepInterrupted(f"interrupted: the rows measured so far are in {run_dir}; to finish the run: "
                                f"{resume_command(sys.argv[1:], run_dir)}") from None
     finally:
@@ -268,8 +269,8 @@ def run_sweep(cfg, output, *, console: Console = console, group=None, cpu_affini
 
 
 class SweepInterrupted(Exception):
-    """Ctrl-C (SIGINT) during a sweep that had made its run directory; the message is the one line to print: where
-    the rows are and the exact command that finishes the run (exit code 130, as an interrupt)."""
+    """Ctrl-C (SIGINT) during a sweep; the message is the one line to print: where the rows are and the exact command
+    that finishes the run, or that nothing was written yet (exit code 130, as an interrupt)."""
 
 
 def resume_command(argv: list[str], run_dir) -> str:
