@@ -22,7 +22,9 @@ from cpbench.results.schema import SCHEMA_VERSION
 from cpbench.results.store import RunDir
 
 MANIFEST_VERSION = 2  # 2: planned_cells (the report diffs keys instead of re-planning); 1 (absent): before
-GROWING = ("cp_sizes", "bs_list", "extend_len_list", "timings", "modes")  # config lists a resume may extend
+# config lists kept as the sorted union of every invocation's (a resume now refuses another grid, but an older
+# cpbench's resumes could add cells to a run; run/sweep.py compares these lists as sets)
+GROWING = ("cp_sizes", "bs_list", "extend_len_list", "timings", "modes")
 # what each invocation planned, kept per invocation in ``planned`` (the config's GROWING lists are unions: a
 # --bs x --extend-len grid and a later --extend-lens batch would plan cells neither asked for)
 PLANNED = ("cp_sizes", "timings", "bs_list", "extend_len_list", "extend_lens")

@@ -23,11 +23,11 @@ from cpbench.domain.geometry import eligibility
 from cpbench.measure.peak import gemm_peak
 from cpbench.ranks.group import LocalGroup, RankGroup
 from cpbench.run.resume_options import FLAGS, difference
-from cpbench.run.manifest import SweepManifest, planned_cells, record_wall_time
+from cpbench.run.manifest import GROWING, SweepManifest, planned_cells, record_wall_time
 from cpbench.run.runner import (DTYPES, Runner, SweepConfig, cpu_sweep_threads, omp_threads, cpu_tflop_limit,
                                 over_token_budget)
 from cpbench.domain.cells import CellSpec
-from cpbench.results.schema import FIXED_ON_RESUME, row_key
+from cpbench.results.schema import FIXED_ON_RESUME, GRID_OPTIONS, row_key
 from cpbench.results.store import RunDir
 from cpbench.errors import CpbenchInputError
 
@@ -231,11 +231,16 @@ def check_resume_config(run: RunDir, cfg: SweepConfig, group: RankGroup) -> None
     defaults = {f.name: f.default for f in dataclasses.fields(SweepConfig) if f.default is not dataclasses.MISSING}
     defaults.update(prefix=0, batches=None, prefix_hit=None)  # cells_from's options, when not given
     if old:  # (a lost manifest says nothing: the rows are checked below)
-        old = {**{k: v for k, v in defaults.items() if k in new and k not in ("model", "backend")}, **old}
+        old = {**{k: v for k, v in defaults.items() if k in new and k not in ("model", "backend", *GRID_OPTIONS)},
+               **old}  # a grid list is compared only where the manifest records it
+    if any(c.get(k) is not None for c in (old, now) for k in ("extend_lens", "batches")):
+        new.pop("bs_list", None)  # the batches were given whole: the --bs/--extend-len lists beside them are
+        new.pop("extend_len_list", None)  # defaults (or, for --lengths, compared as the batches)
     for key in new:
-        if key in old and json.loads(json.dumps(old[key])) != json.loads(json.dumps(new[key])):
+        if key in old and _as_compared(key, old[key]) != _as_compared(key, new[key]):
             raise CpbenchInputError(f"--resume: {run} {difference(key, old[key], new[key])}: resume with the "
                                     "same options or pick another --out")
+    _check_planned_cells(run, cfg)
     # The rows themselves, in case the manifest was lost or edited: model (its name carries overrides),
     # backend and dtype must match.
     rows = run.rows()
@@ -244,6 +249,34 @@ def check_resume_config(run: RunDir, cfg: SweepConfig, group: RankGroup) -> None
         if other:
             raise CpbenchInputError(f"--resume: {run} holds rows measured with {FLAGS.get(key, key)} {other[0]!r}, not "
                                     f"{', '.join(sorted(values))!r}: resume with the same options or pick another --out")
+
+
+def _as_compared(key: str, value):
+    """A config value as a resume compares it: as JSON reads it back, and a list a manifest keeps as a sorted
+    union (run/manifest.GROWING: --cp, --bs, --extend-len, --timing, --mode) as a set."""
+    value = json.loads(json.dumps(value))
+    if key in GROWING and isinstance(value, list):
+        return {json.dumps(v) for v in value}
+    return value
+
+
+def _check_planned_cells(run: RunDir, cfg: SweepConfig) -> None:
+    """Raise CpbenchInputError when this sweep plans other cells than the manifest's ``planned_cells`` (a config
+    built in Python without ``cells_from`` records no --bs/--extend-len list to compare)."""
+    planned = run.read_manifest().get("planned_cells")
+    if not isinstance(planned, list) or not planned:
+        return
+    label = lambda c: f"cp{c['cp_size']} bs{c['bs']} extend{c['max_extend_len']}" + (  # noqa: E731
+        f" b{c['batch']}" if c["batch"] else "")
+    old = dict.fromkeys(label(c) for c in planned)
+    new = dict.fromkeys(label(c) for c in planned_cells(cfg.cells(), cfg.timings))
+    if old.keys() == new.keys():
+        return
+    extra = next((c for c in new if c not in old), None)
+    where = (f"{extra} is not in the run's plan" if extra is not None else
+             f"the run's {next(c for c in old if c not in new)} is not in this sweep's")
+    raise CpbenchInputError(f"--resume: {run} planned {len(old)} cell{'' if len(old) == 1 else 's'}, this sweep plans "
+                            f"{len(new)} ({where}): resume with the same cells or pick another --out")
 
 
 def check_resume_host(run: RunDir, cpu_threads: int | None, cpu_affinity: dict | None) -> None:
