@@ -11,7 +11,8 @@ from cpbench.errors import CpbenchInputError
 from cpbench.results.schema import FIXED_ON_RESUME
 from cpbench.results.store import RunDir
 from cpbench.run.resume_options import FLAGS, phrase
-from cpbench.run.sweep import check_resume_config, config_dict
+from cpbench.run.manifest import config_dict
+from cpbench.run.resume import check_resume_config
 from cpbench.domain.models import with_overrides
 from sweepcfg import TINY_MODEL, grid_config
 
@@ -134,4 +135,4 @@ def test_a_config_built_without_its_options_is_checked_by_the_cells_it_plans(tmp
     with pytest.raises(CpbenchInputError) as e:
         check_resume_config(RunDir(tmp_path), new, SIM)
     assert str(e.value) == (f"--resume: {tmp_path} planned 1 cell, this sweep plans 2 (cp2 bs2 extend64 is not in the "
-                            "run's plan): resume with the same cells or pick another --out")
+                            "run's plan): resume with the same options or pick another --out")

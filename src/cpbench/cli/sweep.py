@@ -199,7 +199,7 @@ def sweep(
         raise typer.Exit(run_sweep(cfg, output, cpu_affinity=cpu_affinity))
     if not under_torchrun():
         from cpbench.results.store import out_dir
-        from cpbench.run.sweep import precheck_resume
+        from cpbench.run.resume import precheck_resume
 
         if out is not None:
             out_dir(out)  # a file: refused before torchrun starts
