@@ -99,7 +99,8 @@ def sweep(config: SweepConfig, out: str | Path | None = None, *, resume: bool = 
     """Measure every cell of ``config`` into the run directory ``out`` (None: ``runs/<timestamp>``).
 
     Args:
-        resume: continue the run in ``out``, skipping rows on disk (the options must match).
+        resume: continue the run in ``out``, skipping rows on disk (the options must match); with ``out``
+            None, the newest unfinished run of this configuration in ``runs/`` (``Run.path`` names it).
         report: write ``report.md`` and the charts at the end.
         allow_mismatch / keep_going: a mismatch / an error row does not make ``exit_code`` 1.
         group: where the ranks run (default: every rank in this process, one after another).
@@ -109,7 +110,7 @@ def sweep(config: SweepConfig, out: str | Path | None = None, *, resume: bool = 
         the :class:`Run`; a cell that could not run is a row with its status and reason.
     Raises:
         CpbenchInputError: bad input found before anything is measured (no cell can run, a bad ``out``, a
-            resume with other options); a one-line message.
+            resume with other options, or with no ``out`` and no run to resume); a one-line message.
     """
     from cpbench.run.sweep import Sweep
 

@@ -121,7 +121,9 @@ def sweep(
     context_len: Annotated[Optional[int], typer.Option(
         "--context-len", help="Tokens the page table is sized for (W = ceil(context_len/page_size)); default: longest sequence.")] = None,
     out: Annotated[Optional[str], typer.Option("--out", help="Run directory (default runs/<timestamp>).")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out, skipping measured rows.")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out (without --out: the newest "
+                                         "unfinished run of this command in runs/), skipping measured rows; the "
+                                         "options must be the run's.")] = False,
     check: Annotated[bool, typer.Option("--check/--no-check", help="Compare outputs with the fp32 torch reference.")] = True,
     allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Exit 0 even if a check fails.")] = False,
     keep_going: Annotated[bool, typer.Option(
@@ -287,6 +289,9 @@ def _print_header(sweep, console: Console) -> None:
     """The sweep's first line (model, device, backends, launch, run directory) and the backends' first-use
     notes (a JIT build ahead)."""
     cfg, run_dir = sweep.cfg, sweep.run_dir
+    if sweep.found:
+        console.print(f"--resume without --out: resuming {run_dir}, the newest unfinished run of this command",
+                      highlight=False, soft_wrap=True)
     env = run_dir.read_manifest()
     launch = sweep.runner.group
     console.print(f"[bold]cpbench sweep[/] {cfg.model.name} on {env.get('gpu_name') or env.get('cpu')} "

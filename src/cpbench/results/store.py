@@ -38,11 +38,14 @@ _WARNED: set[tuple[str, tuple[int, ...]]] = set()
 
 
 
+RUNS_ROOT = Path("runs")  # where a command writes without --out (relative to the working directory)
+
+
 def default_run_dir(kind: str = "") -> Path:
     """Where a command writes without --out: ``runs/<YYYYmmdd-HHMMSS>`` for a sweep, ``runs/<kind>-<...>``
     for ``profile`` and ``explain`` (the one spelling of the default run-directory name)."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / (f"{kind}-{stamp}" if kind else stamp)
+    return RUNS_ROOT / (f"{kind}-{stamp}" if kind else stamp)
 
 
 def out_dir(out: str | Path | None, kind: str = "") -> Path:
@@ -85,6 +88,15 @@ class RunDir:
 
     def __str__(self) -> str:
         return str(self.path)
+
+    def finished(self) -> bool:
+        """True when the last sweep into this directory ran to its end: a sweep writes ``results.parquet`` once
+        every cell is measured, so an interrupted one leaves none, or one older than the last row of
+        ``results.jsonl`` (a resume stopped in turn). A directory with only a parquet (a committed run) is
+        finished."""
+        if not self.parquet.is_file():
+            return False
+        return not self.results.exists() or self.parquet.stat().st_mtime_ns >= self.results.stat().st_mtime_ns
 
     def runs_inside(self) -> list["RunDir"]:
         """The run directories directly inside this one (e.g. ``runs/``), oldest first by the time their

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 from cpbench.errors import CpbenchInputError
 from cpbench.measure.affinity import parse_cpu_list
 from cpbench.ranks.group import RankGroup
 from cpbench.results.schema import FIXED_ON_RESUME, GRID_OPTIONS
-from cpbench.results.store import RunDir
+from cpbench.results.store import RUNS_ROOT, RunDir
 from cpbench.run.config import SweepConfig
 from cpbench.run.manifest import GROWING, config_dict, planned_cells
 from cpbench.run.resume_options import FLAGS, difference
@@ -138,3 +139,34 @@ def _cores(cpu_list) -> tuple | None:
         return tuple(parse_cpu_list(cpu_list))
     except CpbenchInputError:
         return (cpu_list,)  # a hand-edited value: compared as written
+
+
+def find_unfinished(cfg: SweepConfig, group: RankGroup, root: Path = RUNS_ROOT) -> RunDir:
+    """The run a ``--resume`` without ``--out`` continues: the newest run directory in ``root`` (by its last
+    write) that ``cfg`` may resume (:func:`resume_mismatch`), that is unfinished (:meth:`RunDir.finished`) and
+    that no other sweep is writing.
+
+    Raises:
+        CpbenchInputError: ``root`` holds no run, or none fits; the message names the newest run and why it
+            does not.
+    """
+    runs = RunDir(root).runs_inside()
+    if not runs:
+        raise CpbenchInputError(f"--resume without --out: {root} holds no run to resume: pass the --out of the "
+                                "sweep to resume, or drop --resume to start a new run")
+    newest = None
+    for run in reversed(runs):
+        try:
+            why = resume_mismatch(run, cfg, group)
+        except CpbenchInputError as e:  # a manifest or results file that cannot be read
+            why = f"cannot be read ({e})"
+        holder = None if why else run.writer()
+        why = why or ("is finished" if run.finished() else f"is being written by {holder}" if holder else None)
+        if why is None:
+            return run
+        newest = newest or f"the newest, {run}, {why}"
+    n = len(runs)
+    raise CpbenchInputError(f"--resume without --out: no unfinished run of this command in {root} ({n} run"
+                            f"{'' if n == 1 else 's'} there; {newest}): pass --out RUN to resume one, or drop "
+                            "--resume to start a new run")
+

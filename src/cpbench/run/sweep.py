@@ -19,7 +19,7 @@ from cpbench.domain.geometry import eligibility
 from cpbench.measure.peak import gemm_peak
 from cpbench.ranks.group import LocalGroup, RankGroup
 from cpbench.run.manifest import SweepManifest, config_dict, planned_cells, record_wall_time
-from cpbench.run.resume import check_resume_config, check_resume_host
+from cpbench.run.resume import check_resume_config, check_resume_host, find_unfinished
 from cpbench.run.runner import (DTYPES, Runner, SweepConfig, cpu_sweep_threads, cpu_tflop_limit,
                                 over_token_budget)
 from cpbench.domain.cells import CellSpec
@@ -82,27 +82,34 @@ class Sweep:
     """One sweep: ``Sweep.open(...)`` then :meth:`run`, :meth:`finish`, :meth:`exit_code`."""
 
     def __init__(self, cfg: SweepConfig, cells: list[CellSpec], run: RunDir | None, runner: Runner,
-                 resumed_rows: int, started: float) -> None:
+                 resumed_rows: int, started: float, found: bool = False) -> None:
         self.cfg, self.cells, self.run_dir, self.runner = cfg, cells, run, runner
         self.resumed_rows = resumed_rows
+        self.found = found  # a --resume without --out: run_dir is the newest unfinished run of this command
         self._t0 = started
 
     @classmethod
     def open(cls, cfg: SweepConfig, out, resume: bool, group: RankGroup | None = None,
              env_extra: dict | None = None) -> "Sweep":
-        """Plan the cells, open the run directory (writer only) and write its manifest.
+        """Plan the cells, open the run directory (writer only) and write its manifest. ``out`` None: a new
+        ``runs/<timestamp>``, or with ``resume`` the newest unfinished run of this sweep in ``runs/``
+        (:func:`~cpbench.run.resume.find_unfinished`).
 
         Raises:
-            CpbenchInputError: no cell can run, a bad --out, a resume with other options, or a run
-                directory another sweep holds (raised on every process of a launch).
+            CpbenchInputError: no cell can run, a bad --out, a resume with other options (or, without
+                ``out``, no run to resume), or a run directory another sweep holds (raised on every process
+                of a launch).
         """
         t0 = time.monotonic()
         group = group or LocalGroup()
         cells = cfg.cells()
-        run, done, error = None, set(), None
+        run, done, error, found = None, set(), None, False
         if group.writes_rows:
             try:
                 check_cells(cfg, cells)
+                if resume and out is None:
+                    out = find_unfinished(cfg, group).path
+                    found = True
                 run = RunDir.create(out, resume)
                 if resume:
                     check_resume_config(run, cfg, group)
@@ -131,7 +138,7 @@ class Sweep:
             SweepManifest(env, config_dict(cfg, group), planned_cells(cells, cfg.timings)).write(run)
             runner.times.add("startup", time.monotonic() - t0)
             record_wall_time(run, time.monotonic() - t0, new_entry=True, phases=runner.times.breakdown(0.0))
-        return cls(cfg, cells, run, runner, len(done), t0)
+        return cls(cfg, cells, run, runner, len(done), t0, found)
 
     def total_ranks(self) -> int:
         """Rank measurements this process makes in the plan, every pass (for a progress bar)."""
