@@ -200,6 +200,9 @@ def test_a_cell_that_cannot_run_here_keeps_the_ranks_table(tmp_path, monkeypatch
     r = cpbench("profile", "--from", tmp_path / "traces", "--cell", "cp2 bs1 ext256", "--device", "cpu")
     assert r.returncode == 2 and "cannot measure cp2 bs1 extend256 on trtllm-fmha-v2 here" in r.stderr
     assert "pass --run with a run of that cell" in r.stderr and r.stdout.count("two-call: 72") == 2
+    # the reason is whole (#49: it was cut at 160 characters, mid-word)
+    assert ("(`cpbench doctor` lists the backends this machine can run)): pass --run with a run of that cell made "
+            "where it runs") in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("args,message", [

@@ -126,7 +126,7 @@ def _cell_rows(run: str | None, spec, backend: str, cp_size: int, bs: int, exten
                    timings=("eager",), passes=1)
         result = sweep(cfg, report=False, keep_going=True)
     except CpbenchInputError as e:
-        raise CpbenchInputError(f"cannot measure cp{cp_size} bs{bs} extend{extend_len} on {backend} here ({str(e)[:160]}): "
+        raise CpbenchInputError(f"cannot measure cp{cp_size} bs{bs} extend{extend_len} on {backend} here ({e}): "
                                 "pass --run with a run of that cell made where it runs") from None
     return result.rows, f"the cell measured now ({result.path})"
 

@@ -24,7 +24,7 @@ from cpbench.cli.options import (BACKEND_CHOICES, CpMinExtendOpt, CpMinTokensOpt
                                  ModelOpt, PageSizeOpt, PrefixLenOpt, SeqAliasOpt, SeqLensAliasOpt, SinksOpt,
                                  WindowOpt, backend_list, renamed,
                                  choice_list, console, err_console, int_list, resolve_device, resolve_model)
-from cpbench.errors import CpbenchInputError
+from cpbench.errors import CpbenchInputError, shorten
 from cpbench.results.policy import host_bound_text
 
 
@@ -364,7 +364,7 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
                          "-" if sp != sp else (ratio_text(sp) if cpu else forward_text(r) if forward
                                                else ratio_text(sp, lo, hi) + mark),
                          *([] if cpu else [speedup_verdict(sp, lo, hi) if sp == sp else "-"]),
-                         r["status"] if r["status"] == "ok" else f"{r['status']}: {str(r['reason'])[:120]}"])
+                         r["status"] if r["status"] == "ok" else f"{r['status']}: {shorten(r['reason'], 120)}"])
         print_table(console, title, cols, rows)
     if marked:
         console.print(f"{HOST_MARK} host-bound eager cell: its latency exceeds {host_bound_text()} the GPU busy time, so the eager "

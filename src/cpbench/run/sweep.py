@@ -20,12 +20,12 @@ from cpbench.measure.peak import gemm_peak
 from cpbench.ranks.group import LocalGroup, RankGroup
 from cpbench.run.manifest import SweepManifest, config_dict, planned_cells, record_wall_time
 from cpbench.run.resume import check_resume_config, check_resume_host, find_unfinished
-from cpbench.run.runner import (DTYPES, Runner, SweepConfig, cpu_sweep_threads, cpu_tflop_limit,
-                                over_token_budget)
+from cpbench.run.runner import (DTYPES, Runner, SweepConfig, cpu_longest_extend, cpu_sweep_threads,
+                                cpu_tflop_limit, cpu_too_much, over_token_budget)
 from cpbench.domain.cells import CellSpec
 from cpbench.results.schema import row_key
 from cpbench.results.store import RunDir
-from cpbench.errors import CpbenchInputError
+from cpbench.errors import CpbenchInputError, shorten
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,9 @@ def make_config(backend: str, **fields) -> SweepConfig:
 
 def check_cells(cfg: SweepConfig, cells: list[CellSpec]) -> None:
     """Raise CpbenchInputError, before a run directory is made, when no cell could run: the backend cannot
-    run on this device, model and dtype (what ``cpbench doctor`` reports), or no batch is CP-eligible; or
-    when the CPU TFLOP limit is not a number."""
+    run on this device, model and dtype (what ``cpbench doctor`` reports), no batch is CP-eligible, every
+    batch is over the token cap, or on a CPU every cell left is over the reference's TFLOP limit (the message
+    names the longest --extend-len that fits); or when the CPU TFLOP limit is not a number."""
     for name in cfg.backends:
         why = get_backend(name).supports(cfg.device, cfg.model, DTYPES[cfg.dtype])
         if why:
@@ -73,6 +74,14 @@ def check_cells(cfg: SweepConfig, cells: list[CellSpec]) -> None:
         first = next(o for o in over if o)[1]
         raise CpbenchInputError(f"no cell can run: {first}" if all(over) else
                                 f"no cell can run: each is not CP-eligible or over the token cap ({first})")
+    if cfg.device.type == "cpu":
+        left = [c for o, c in zip(over, cells) if not o and eligibility(c.extend_lens, c.cp_size, rule)[0]]
+        if all(cpu_too_much(cfg.model, c) for c in left):
+            c = min(left, key=lambda x: (sum(x.extend_lens), x.cp_size))  # the one nearest the limit
+            fits = cpu_longest_extend(cfg.model, c.cp_size, c.bs, c.prefix_len)
+            what = (f"shorter requests: at bs {c.bs} and cp_size {c.cp_size}, --extend-len {fits} or less fits"
+                    if fits else f"fewer requests than bs {c.bs} (--bs)")
+            raise CpbenchInputError(f"no cell can run on a CPU: {cpu_too_much(cfg.model, c)}: use a GPU, or {what}")
 
 
 ERRORS_DIR = "errors"  # RUN/errors/<cell>-r<rank>-<mode>.txt: the traceback of each error row
@@ -189,7 +198,7 @@ class Sweep:
                                                       f"{str(errors['reason'].iloc[0])[:160]} (tracebacks in "
                                                       f"{self.run_dir.path / ERRORS_DIR if self.run_dir else 'RUN/errors'};"
                                                       " --keep-going to exit 0)")
-            return 2, f"no cell could run: {'; '.join(map(str, reasons))[:300]}"
+            return 2, f"no cell could run: {shorten('; '.join(map(str, reasons)), 300)}"
         problems = []
         mismatches = int((df["status"] == "mismatch").sum())
         if mismatches and not allow_mismatch:
