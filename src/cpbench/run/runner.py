@@ -236,8 +236,8 @@ class Runner:
         if self.pass_no > 1:  # fold this pass into the stored rows (a failed re-timing keeps the stored row)
             rows = [merge_pass(self.prior[row_key(r)], r) for r in rows if row_key(r) in self.prior]
         self.emit(g.collect(rows))
-        for _ in range(len(ranks) - len(mine) if g.launch == "simulated" else 0):
-            on_rank()  # ranks already on disk
+        for _ in range(len(g.local_ranks(cell.cp_size, ranks)) - len(mine)):
+            on_rank()  # this process's ranks already on disk (Sweep.total_ranks counts them)
 
     def _measure_cell(self, cell: CellSpec, backend: str, mine: list[int], todo: dict, on_rank) -> list[dict]:
         g = self.group
