@@ -165,7 +165,8 @@ def grid(model: str | ModelSpec = "llama-3.1-8b", *, cp_sizes: Sequence[int] = (
     if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int) or layers < 1):
         raise CpbenchInputError(f"layers must be an integer >= 1 (or None: the model's), got {layers!r}")
     if not isinstance(model, (str, ModelSpec)):
-        raise CpbenchInputError(f"model must be a preset name (cpbench models lists them) or a ModelSpec, got {model!r}")
+        raise CpbenchInputError(f"model must be a preset name (cpbench models lists them) or a ModelSpec, "
+                                f"got {model!r}")
     if not isinstance(backends, str) and not (isinstance(backends, (list, tuple))
                                               and all(isinstance(b, str) for b in backends)):
         raise CpbenchInputError(f"backends must be a backend name or a list of them, e.g. ('torch',), got {backends!r}")

@@ -57,5 +57,5 @@ def check_plan(cp_count: int, bs_list: list[int], lengths: int, names: str) -> N
                                 "the sweep into several --out)")
     requests = sum(bs_list) * lengths
     if requests > MAX_PLANNED_REQUESTS:
-        raise CpbenchInputError(f"{names} plan {requests} requests over their batches, more than {MAX_PLANNED_REQUESTS}: "
-                                "sweep fewer or smaller batches")
+        raise CpbenchInputError(f"{names} plan {requests} requests over their batches, more than "
+                                f"{MAX_PLANNED_REQUESTS}: sweep fewer or smaller batches")
