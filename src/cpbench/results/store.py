@@ -239,13 +239,14 @@ class RunDir:
         Raises:
             ValueError: a row breaks the schema (``schema.check_row``: an unknown or derived column, a
                 wrong type, a missing key column); nothing is written.
+            OSError: the file cannot be written (a full disk), naming it.
         """
         for row in rows:
             problems = check_row(row)
             if problems:
                 raise ValueError(f"row not written, it breaks the results schema: {'; '.join(problems[:5])}")
         text = "".join(json.dumps(_jsonable(row)) + "\n" for row in rows).encode()
-        with open(self.results, "ab+") as f:
+        with naming(self.results), open(self.results, "ab+") as f:
             f.seek(0, os.SEEK_END)
             if f.tell():
                 f.seek(-1, os.SEEK_END)
@@ -311,7 +312,8 @@ class RunDir:
         if "samples_us" in csv:
             csv["samples_us"] = csv["samples_us"].map(
                 lambda s: json.dumps([float(x) for x in s]) if hasattr(s, "__len__") and not isinstance(s, str) else "")
-        csv.to_csv(self.csv, index=False)
+        with naming(self.csv):
+            csv.to_csv(self.csv, index=False)
         return df
 
     # -- manifest ------------------------------------------------------------------------------------
@@ -554,7 +556,28 @@ def _jsonable(row: dict) -> dict:
 
 
 def _write_json(path: Path, obj: dict) -> None:
-    """Write ``obj`` to ``path`` atomically (a kill leaves the old file or the new one, never half)."""
+    """Write ``obj`` to ``path`` atomically (a kill leaves the old file or the new one, never half). Raises
+    OSError naming ``path`` (a full disk); the temporary file beside it is removed."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        with naming(path):
+            tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
+
+
+@contextmanager
+def naming(path: Path):
+    """Re-raise an OSError that names no file (a write on a full disk: ENOSPC) as the same error naming
+    ``path``, so its one-line message says which file could not be written."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None or e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from None

@@ -132,21 +132,26 @@ class Sweep:
         error, done, path = group.share((error, sorted(done), str(run.path) if run is not None else None))
         if error:
             raise CpbenchInputError(error)
-        prior = {row_key(r): r for r in run.latest_rows()} if run is not None and cfg.passes > 1 else {}
-        runner = Runner(cfg, run.append_rows if run is not None else _no_writer, set(map(tuple, done)), group=group,
-                        prior=prior, error_dir=Path(path) / ERRORS_DIR)
-        if run is not None:
-            peak = gemm_peak(cfg.device, DTYPES[cfg.dtype])
-            env = environment(cfg.device)
-            env["gemm_peak"] = peak
-            env.update(getattr(group, "manifest_info", dict)())
-            env.update(env_extra or {})
-            env["timing_method"] = timing_method(cfg, runner.cpu_threads)
-            if runner.cpu_threads is not None:
-                env["cpu_threads"] = runner.cpu_threads
-            SweepManifest(env, config_dict(cfg, group), planned_cells(cells, cfg.timings)).write(run)
-            runner.times.add("startup", time.monotonic() - t0)
-            record_wall_time(run, time.monotonic() - t0, new_entry=True, phases=runner.times.breakdown(0.0))
+        try:
+            prior = {row_key(r): r for r in run.latest_rows()} if run is not None and cfg.passes > 1 else {}
+            runner = Runner(cfg, run.append_rows if run is not None else _no_writer, set(map(tuple, done)), group=group,
+                            prior=prior, error_dir=Path(path) / ERRORS_DIR)
+            if run is not None:
+                peak = gemm_peak(cfg.device, DTYPES[cfg.dtype])
+                env = environment(cfg.device)
+                env["gemm_peak"] = peak
+                env.update(getattr(group, "manifest_info", dict)())
+                env.update(env_extra or {})
+                env["timing_method"] = timing_method(cfg, runner.cpu_threads)
+                if runner.cpu_threads is not None:
+                    env["cpu_threads"] = runner.cpu_threads
+                SweepManifest(env, config_dict(cfg, group), planned_cells(cells, cfg.timings)).write(run)
+                runner.times.add("startup", time.monotonic() - t0)
+                record_wall_time(run, time.monotonic() - t0, new_entry=True, phases=runner.times.breakdown(0.0))
+        except BaseException:  # a failure before the first cell (a full disk): the directory is free again
+            if run is not None:
+                run.unlock()
+            raise
         return cls(cfg, cells, run, runner, len(done), t0, found)
 
     def total_ranks(self) -> int:
