@@ -452,8 +452,9 @@ def _check_versions(d: Path, df: pd.DataFrame) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """Rows of a ``results.jsonl`` as written (not migrated); a torn last line (killed mid-write) is
-    ignored. Other lines that are not JSON objects are skipped with a :class:`CpbenchWarning` naming them.
+    """Rows of a ``results.jsonl`` as written (not migrated). A torn last line (killed mid-write) is left
+    out, and other lines that are not JSON objects are skipped, each with a :class:`CpbenchWarning` naming the
+    file and line.
 
     Raises:
         CpbenchInputError: the file is not UTF-8 text.
@@ -472,7 +473,7 @@ def _numbered_jsonl(path: Path) -> list[tuple[int, dict]]:
         raise CpbenchInputError(f"{str(path)!r} is not UTF-8 text: it is not a cpbench results file") from None
     lines = text.splitlines()
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
-    bad = []
+    bad, torn = [], None
     for i, line in enumerate(lines):
         try:
             row = json.loads(line)
@@ -480,12 +481,18 @@ def _numbered_jsonl(path: Path) -> list[tuple[int, dict]]:
             row = None
         if isinstance(row, dict):
             rows.append((i + 1, row))
-        elif line.strip() and i != last:
+        elif line.strip() and i == last:
+            torn = i + 1  # the last line: a write cut short
+        elif line.strip():
             bad.append(i + 1)
     if bad and (str(path), tuple(bad)) not in _WARNED:  # once per file and set of lines in a process
         _WARNED.add((str(path), tuple(bad)))
         shown = ", ".join(map(str, bad[:10])) + (f" (+{len(bad) - 10} more)" if len(bad) > 10 else "")
         warnings.warn(f"{path}: line {shown} is not a result row and was skipped", CpbenchWarning, stacklevel=2)
+    if torn is not None and (str(path), ("torn", torn)) not in _WARNED:
+        _WARNED.add((str(path), ("torn", torn)))
+        warnings.warn(f"{path}: line {torn} is cut off mid-row (a sweep stopped while writing it): that row is "
+                      "left out, and a --resume measures it again", CpbenchWarning, stacklevel=2)
     return rows
 
 
