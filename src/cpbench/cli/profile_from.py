@@ -4,12 +4,12 @@ verdict per rank, and, with ``--cell``, the engine's per-layer kernel time besid
 
 from __future__ import annotations
 
-import json
 import math
 import re
 
 from cpbench.cli import options as c
 from cpbench.cli.tables import Col, print_table
+from cpbench.domain.jsonfile import dumps
 from cpbench.errors import CpbenchInputError
 
 UNKNOWN_SHOWN = 8  # unknown kernel names printed on the console (--json lists every one)
@@ -65,10 +65,10 @@ def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None
             report["cell"] = _compare(ranks, target, spec, run, device)
         except CpbenchInputError as e:
             if as_json:
-                print(json.dumps({**report, "cell": {"status": "error", "reason": str(e)}}, default=str))
+                print(dumps({**report, "cell": {"status": "error", "reason": str(e)}}))
             raise
     if as_json:
-        print(json.dumps(report, default=str))
+        print(dumps(report))
     elif target:
         _print_cell(report["cell"])
     if not any(r.backend for r in ranks):
