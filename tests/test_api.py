@@ -105,3 +105,19 @@ def test_grid_refuses_a_huge_batch_before_allocating_it():
         assert tracemalloc.get_traced_memory()[1] < 1 << 20  # peak under 1 MiB, not 8 GB of request tuples
     finally:
         tracemalloc.stop()
+
+
+@pytest.mark.parametrize("name,cpu", [("cpu-torch-default", True), ("h200-fa3-llama-3.1-8b", False)])
+def test_critical_path_says_whether_it_carries_a_claim(name, cpu):
+    """#49: Run.critical_path() of a CPU run gave speedups with nothing saying they claim nothing; its frame
+    carries the report's words (a column and ``attrs``), and a GPU run's says it is a benchmark."""
+    from pathlib import Path
+
+    run = cpbench.Run.open(Path(__file__).parent.parent / "docs" / "runs" / name)
+    cp = run.critical_path()
+    want = "functional check, not a benchmark" if cpu else "benchmark"
+    assert len(cp) > 0 and set(cp["claim"]) == {want}
+    assert cp.attrs["claim"] == want and run.rows.attrs["claim"] == want
+    if cpu:
+        assert cp.attrs["claim_note"] == ("CPU timings move by tens of percent between runs: speedup is a ratio of "
+                                          "two such timings, not a speedup, and its interval carries no verdict")

@@ -53,6 +53,17 @@ class Run:
     exit_code: int = 0
     message: str = ""
 
+    def __post_init__(self) -> None:
+        self.rows.attrs["claim"] = self.claim
+
+    @property
+    def claim(self) -> str:
+        """What the run's timings claim: ``"functional check, not a benchmark"`` for a CPU run (the report's
+        words: its ratios are not speedups), ``"benchmark"`` otherwise."""
+        from cpbench.results.verdicts import CPU_CLAIM, GPU_CLAIM, on_cpu
+
+        return CPU_CLAIM if on_cpu(self.manifest) else GPU_CLAIM
+
     def __repr__(self) -> str:
         """One line: the directory, the row count and statuses, the exit code (not the whole manifest)."""
         counts = self.rows["status"].value_counts().to_dict() if "status" in self.rows else {}
@@ -75,10 +86,19 @@ class Run:
 
     def critical_path(self) -> "pd.DataFrame":
         """One row per cell, backend and timing: the slowest rank's two-call and fused latency (µs), the
-        speedup with its 95 % interval and verdict (results.critical_path)."""
+        speedup with its 95 % interval (results.critical_path), and ``claim`` (:attr:`claim`, also in the
+        frame's ``attrs``, with ``attrs["claim_note"]`` saying why for a CPU run): a CPU run's speedups are a
+        functional check, not a benchmark."""
         from cpbench.results.critical_path import critical_path
+        from cpbench.results.verdicts import CPU_CLAIM, CPU_CLAIM_NOTE
 
-        return critical_path(self.rows)
+        cp = critical_path(self.rows)
+        if not cp.empty:
+            cp["claim"] = self.claim
+        cp.attrs["claim"] = self.claim
+        if self.claim == CPU_CLAIM:
+            cp.attrs["claim_note"] = CPU_CLAIM_NOTE
+        return cp
 
 
 @dataclass

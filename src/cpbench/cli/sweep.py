@@ -328,14 +328,14 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
     from cpbench.report.tables import HOST_MARK
     from cpbench.results.critical_path import flag
     from cpbench.report.forward import forward_text
-    from cpbench.results.verdicts import ratio_text, speedup_verdict
+    from cpbench.results.verdicts import CPU_CLAIM, ratio_text, speedup_verdict
 
     cp = critical_path(df)
     if cp.empty:
         return
     if cpu:  # the caveat before the ratios it qualifies
-        console.print("CPU: a functional check, not a benchmark (CPU timings move by tens of percent between "
-                      "runs; the ratios below are not speedups)")
+        console.print(f"CPU: a {CPU_CLAIM} (CPU timings move by tens of percent between runs; the ratios below "
+                      "are not speedups)")
     marked = False
     order = {t: i for i, t in enumerate(TIMING_ORDER)}  # the forward's answer first, then attention alone
     groups = sorted(cp.groupby(["cp_size", "backend", "timing"], sort=True),
