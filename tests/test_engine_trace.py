@@ -211,6 +211,14 @@ def test_json_holds_null_where_a_number_is_missing(tmp_path):
     assert (layer["engine_median_us"], layer["cpbench_us"], layer["ratio"]) == (12.0, None, None)
 
 
+def test_dumps_writes_null_for_every_number_not_measured():
+    """The one writer of --json output and profile.json/explain.json (domain/jsonfile.dumps)."""
+    from cpbench.domain.jsonfile import dumps
+
+    obj = {"a": float("nan"), "b": [1.5, float("inf"), (float("-inf"), 2)], "c": {"d": float("nan")}, "e": "NaN"}
+    assert dumps(obj) == '{"a": null, "b": [1.5, null, [null, 2]], "c": {"d": null}, "e": "NaN"}'
+
+
 def test_a_cell_that_cannot_run_here_keeps_the_ranks_table(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     tf.write_run(tmp_path / "traces", world_size=2, layers=36, per_layer=2)
