@@ -196,12 +196,40 @@ def test_the_engine_beside_cpbenchs_cell(tmp_path):
     assert r.returncode == 2 and "has no ok eager row of cp2 bs4 extend8192 on trtllm-fmha-v2 fused" in r.stderr
 
 
+def test_json_holds_null_where_a_number_is_missing(tmp_path):
+    """#49: --json printed bare NaN (not JSON) where cpbench's row has no per-layer time (a CPU run's rows)."""
+    rows = make_rows(cp_sizes=(2,), bss=(1,), seqs=(8192,), timings=("eager",), backends=("trtllm-fmha-v2",))
+    run = write_run(tmp_path / "run", rows)  # no window_layers_us / full_layers_us
+    tf.write_run(tmp_path / "traces", world_size=2, layers=36, per_layer=1, forwards=2, window_us=12.0, full_us=40.0)
+    r = cpbench("profile", "--from", tmp_path / "traces", "--model", "gpt-oss-120b", "--cell", "cp2 bs1 ext8192",
+                "--run", run, "--json")
+    assert r.returncode == 0, r.stderr
+
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+
+    out = json.loads(r.stdout, parse_constant=refuse)  # NaN, Infinity: not JSON
+    layer = out["cell"]["layers"][0]
+    assert (layer["engine_median_us"], layer["cpbench_us"], layer["ratio"]) == (12.0, None, None)
+
+
+def test_dumps_writes_null_for_every_number_not_measured():
+    """The one writer of --json output and profile.json/explain.json (domain/jsonfile.dumps)."""
+    from cpbench.domain.jsonfile import dumps
+
+    obj = {"a": float("nan"), "b": [1.5, float("inf"), (float("-inf"), 2)], "c": {"d": float("nan")}, "e": "NaN"}
+    assert dumps(obj) == '{"a": null, "b": [1.5, null, [null, 2]], "c": {"d": null}, "e": "NaN"}'
+
+
 def test_a_cell_that_cannot_run_here_keeps_the_ranks_table(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     tf.write_run(tmp_path / "traces", world_size=2, layers=36, per_layer=2)
     r = cpbench("profile", "--from", tmp_path / "traces", "--cell", "cp2 bs1 ext256", "--device", "cpu")
     assert r.returncode == 2 and "cannot measure cp2 bs1 extend256 on trtllm-fmha-v2 here" in r.stderr
     assert "pass --run with a run of that cell" in r.stderr and r.stdout.count("two-call: 72") == 2
+    # the reason is whole (#49: it was cut at 160 characters, mid-word)
+    assert ("(`cpbench doctor` lists the backends this machine can run)): pass --run with a run of that cell made "
+            "where it runs") in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("args,message", [

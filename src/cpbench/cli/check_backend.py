@@ -5,13 +5,13 @@ Exit codes: 0 every part passed (or was skipped where it cannot run), 1 a part f
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 
 from cpbench.cli.options import DeviceOpt, DType, console, resolve_device
 from cpbench.cli.tables import Col, print_table
+from cpbench.domain.jsonfile import dumps
 
 CHECK_BACKEND_EPILOG = ("Examples:  cpbench check-backend torch  |  cpbench check-backend example --json  |  "
                         "cpbench check-backend my_pkg.backend:MyBackend --device cuda")
@@ -38,7 +38,7 @@ def check_backend(
         raise CpbenchInputError(f"--budget-ms must be > 0, got {budget_ms:g}")
     report = run_check(name.strip(), resolve_device(device), dtype.value, budget_ms)
     if as_json:
-        print(json.dumps(report.as_json()))
+        print(dumps(report.as_json()))
         raise typer.Exit(report.exit_code)
     rows = [[v.part, v.result.upper() if v.result == FAIL else v.result, v.detail] for v in report.verdicts]
     print_table(console, f"check-backend {report.backend} on {report.device}, {report.dtype}",

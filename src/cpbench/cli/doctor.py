@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -10,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cpbench.cli.options import console
+from cpbench.domain.jsonfile import dumps
 
 DOCTOR_EPILOG = "Examples:  cpbench doctor  |  cpbench doctor --json"
 
@@ -24,7 +24,7 @@ def doctor(
 
     info = diagnose()
     if as_json:
-        print(json.dumps(info, default=str))
+        print(dumps(info))
         return
     t = Table(title="cpbench doctor", show_header=False)
     t.add_column("what")

@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from cpbench.domain.limits import LIMITS, MAX_TOKENS, check_ints  # list options' bounds, cpbench.grid's too
 from cpbench.kernels.backends import registry
 from cpbench.kernels.backends.registry import CHOICES as BACKEND_CHOICES  # for --help texts
 from cpbench.errors import CpbenchInputError
@@ -116,12 +117,6 @@ if not console.is_terminal and not os.environ.get("COLUMNS"):  # piped or captur
 err_console = Console(file=PipeSafe("stderr"))
 
 
-# Upper bounds of list options: far above real prefill batches, low enough that a typo cannot make
-# cpbench build billions of Python objects (or overflow the kernels' int32 token indices).
-MAX_TOKENS = 1 << 24
-LIMITS = {"--cp": 1024, "--bs": 65536, "--seq": MAX_TOKENS, "--seq-lens": MAX_TOKENS, "--extend": MAX_TOKENS,
-          "--extend-len": MAX_TOKENS, "--extend-lens": MAX_TOKENS, "--prefix": MAX_TOKENS,
-          "--prefix-lens": MAX_TOKENS, "--ranks": 1023, "--graph-buckets": MAX_TOKENS}
 
 
 def typed(*names: str) -> str:
@@ -195,16 +190,7 @@ def int_list(text: str, what: str, minimum: int = 1) -> list[int]:
         vals = [int(t) for t in items]
     except ValueError:
         raise CpbenchInputError(f"{what} must be comma-separated integers, got {text!r}") from None
-    bad = [v for v in vals if v < minimum]
-    if bad:
-        raise CpbenchInputError(f"{what} values must be >= {minimum}, got {bad[0]}")
-    top = LIMITS.get(what, 2**31 - 1)
-    big = [v for v in vals if v > top]
-    if big:
-        raise CpbenchInputError(f"{what} values must be <= {top}, got {big[0]}")
-    if len(vals) > 65536:
-        raise CpbenchInputError(f"{what} takes at most 65536 values, got {len(vals)}")
-    return vals
+    return check_ints(vals, what, minimum, LIMITS.get(what, 2**31 - 1))
 
 
 # ------------------------------------------------------------------------------------------------

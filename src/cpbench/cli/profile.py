@@ -17,6 +17,7 @@ from cpbench.cli.profile_out import (CPU_DEFAULT_EXTEND_LEN, GPU_ONLY, counted_a
                                      skipped_cell, write_profile)
 from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch,
                               LaunchOpt, NprocOpt, launch_torchrun, run_as_rank)
+from cpbench.domain.jsonfile import dumps
 from cpbench.errors import CpbenchInputError, one_line
 
 PROFILE_EPILOG = ("Examples:  cpbench profile --cp 4 --bs 1 --extend-len 8192  |  cpbench profile --backend torch "
@@ -235,7 +236,7 @@ def _finish(report: dict, run_dir: Path, as_json: bool) -> None:
     """Write profile.json whole (no longer partial) and print the counts (``as_json``: the report as JSON)."""
     write_profile(run_dir, report)
     if as_json:
-        print(json.dumps(report, default=str))
+        print(dumps(report))
     else:
         print_counts(c.console, report, run_dir)
 

@@ -4,7 +4,6 @@ verdict per rank, and, with ``--cell``, the engine's per-layer kernel time besid
 
 from __future__ import annotations
 
-import json
 import re
 
 from pathlib import Path
@@ -13,6 +12,7 @@ from cpbench.cli import options as c
 from cpbench.cli.cells import check_not_written, check_out
 from cpbench.cli.profile_out import write_profile
 from cpbench.cli.profile_from_out import print_cell, print_ranks
+from cpbench.domain.jsonfile import dumps
 from cpbench.errors import CpbenchInputError
 
 _CELL = re.compile(r"\s*cp(\d+)\s+bs(\d+)\s+(?:ext|extend|seq)(\d+)\s*")  # seq: the labels of older runs
@@ -120,11 +120,11 @@ def profile_from(paths: list[str], spec, *, forward_range: str | None, cell: str
             failed = {**report, "cell": {"status": "error", "reason": str(e)}}
             _write(out, failed)
             if as_json:
-                print(json.dumps(failed, default=str))
+                print(dumps(failed))
             raise
     _write(out, report)
     if as_json:
-        print(json.dumps(report, default=str))
+        print(dumps(report))
     elif target:
         print_cell(report["cell"])
     if not any(r.backend for r in ranks):
@@ -196,7 +196,7 @@ def _cell_rows(run: str | None, spec, backend: str, cp_size: int, bs: int, exten
                    timings=("eager",), passes=1)
         result = sweep(cfg, report=False, keep_going=True)
     except CpbenchInputError as e:
-        raise CpbenchInputError(f"cannot measure cp{cp_size} bs{bs} extend{extend_len} on {backend} here ({str(e)[:160]}): "
+        raise CpbenchInputError(f"cannot measure cp{cp_size} bs{bs} extend{extend_len} on {backend} here ({e}): "
                                 "pass --run with a run of that cell made where it runs") from None
     return result.rows, f"the cell measured now ({result.path})"
 

@@ -24,7 +24,7 @@ from cpbench.cli.options import (BACKEND_CHOICES, CpMinExtendOpt, CpMinTokensOpt
                                  ModelOpt, PageSizeOpt, PrefixLenOpt, SeqAliasOpt, SeqLensAliasOpt, SinksOpt,
                                  WindowOpt, backend_list, renamed,
                                  choice_list, console, err_console, int_list, resolve_device, resolve_model)
-from cpbench.errors import CpbenchInputError
+from cpbench.errors import CpbenchInputError, shorten
 from cpbench.results.policy import host_bound_text
 
 
@@ -121,7 +121,9 @@ def sweep(
     context_len: Annotated[Optional[int], typer.Option(
         "--context-len", help="Tokens the page table is sized for (W = ceil(context_len/page_size)); default: longest sequence.")] = None,
     out: Annotated[Optional[str], typer.Option("--out", help="Run directory (default runs/<timestamp>).")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out, skipping measured rows.")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out (without --out: the newest "
+                                         "unfinished run of this command in runs/), skipping measured rows; the "
+                                         "options must be the run's.")] = False,
     check: Annotated[bool, typer.Option("--check/--no-check", help="Compare outputs with the fp32 torch reference.")] = True,
     allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Exit 0 even if a check fails.")] = False,
     keep_going: Annotated[bool, typer.Option(
@@ -199,7 +201,7 @@ def sweep(
         raise typer.Exit(run_sweep(cfg, output, cpu_affinity=cpu_affinity))
     if not under_torchrun():
         from cpbench.results.store import out_dir
-        from cpbench.run.sweep import precheck_resume
+        from cpbench.run.resume import precheck_resume
 
         if out is not None:
             out_dir(out)  # a file: refused before torchrun starts
@@ -288,6 +290,9 @@ def _print_header(sweep, console: Console) -> None:
     """The sweep's first line (model, device, backends, launch, run directory) and the backends' first-use
     notes (a JIT build ahead)."""
     cfg, run_dir = sweep.cfg, sweep.run_dir
+    if sweep.found:
+        console.print(f"--resume without --out: resuming {run_dir}, the newest unfinished run of this command",
+                      highlight=False, soft_wrap=True)
     env = run_dir.read_manifest()
     launch = sweep.runner.group
     console.print(f"[bold]cpbench sweep[/] {cfg.model.name} on {env.get('gpu_name') or env.get('cpu')} "
@@ -324,14 +329,14 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
     from cpbench.report.tables import HOST_MARK
     from cpbench.results.critical_path import flag
     from cpbench.report.forward import forward_text
-    from cpbench.results.verdicts import ratio_text, speedup_verdict
+    from cpbench.results.verdicts import CPU_CLAIM, ratio_text, speedup_verdict
 
     cp = critical_path(df)
     if cp.empty:
         return
     if cpu:  # the caveat before the ratios it qualifies
-        console.print("CPU: a functional check, not a benchmark (CPU timings move by tens of percent between "
-                      "runs; the ratios below are not speedups)")
+        console.print(f"CPU: a {CPU_CLAIM} (CPU timings move by tens of percent between runs; the ratios below "
+                      "are not speedups)")
     marked = False
     order = {t: i for i, t in enumerate(TIMING_ORDER)}  # the forward's answer first, then attention alone
     groups = sorted(cp.groupby(["cp_size", "backend", "timing"], sort=True),
@@ -360,7 +365,7 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
                          "-" if sp != sp else (ratio_text(sp) if cpu else forward_text(r) if forward
                                                else ratio_text(sp, lo, hi) + mark),
                          *([] if cpu else [speedup_verdict(sp, lo, hi) if sp == sp else "-"]),
-                         r["status"] if r["status"] == "ok" else f"{r['status']}: {str(r['reason'])[:120]}"])
+                         r["status"] if r["status"] == "ok" else f"{r['status']}: {shorten(r['reason'], 120)}"])
         print_table(console, title, cols, rows)
     if marked:
         console.print(f"{HOST_MARK} host-bound eager cell: its latency exceeds {host_bound_text()} the GPU busy time, so the eager "

@@ -229,11 +229,14 @@ RUN_COLUMNS = tuple(c.name for c in _COLUMNS if c.role == "run")
 CELL_COLUMNS = RUN_COLUMNS + tuple(c.name for c in _COLUMNS if c.role == "cell")
 KEY_COLUMNS = CELL_COLUMNS + tuple(c.name for c in _COLUMNS if c.role == "row")
 DERIVED_COLUMNS = tuple(c.name for c in _COLUMNS if c.role == "derived")  # computed on read (results.derived)
-# sweep options a resumed sweep must keep: the run columns' options, plus options that change every
-# row's meaning without being a column of their own
+# the manifest config lists that name a sweep's cells (a --resume finishes the run's own cells, never others)
+GRID_OPTIONS = ("cp_sizes", "bs_list", "extend_len_list", "extend_lens", "timings", "modes")
+# sweep options a resumed sweep must keep: the run columns' options, options that change every row's meaning
+# without being a column of their own, and the grid
 FIXED_ON_RESUME = tuple(c.option for c in _COLUMNS if c.option) + ("prefix", "context_len", "check", "batches",
                                                                   "prefix_hit", "cp_min_extend", "cp_min_tokens",
-                                                                  "swa_pool", "ep", "layer_rest_us", "graph_buckets", "passes")
+                                                                  "swa_pool", "ep", "layer_rest_us", "graph_buckets",
+                                                                  "passes") + GRID_OPTIONS
 
 
 def row_key(row: dict) -> tuple:
