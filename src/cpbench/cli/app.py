@@ -18,6 +18,7 @@ import typer
 from typer.core import TyperArgument, TyperCommand
 
 from cpbench.cli.options import refuse_repeated
+from cpbench.cli.panels import CONFIG_OPTIONS, PANELS, defaults_from
 from cpbench.cli import (check_backend as cli_check_backend, doctor as cli_doctor, errors as cli_errors,
                          explain as cli_explain, geometry as cli_geometry, profile as cli_profile,
                          report as cli_report, sweep as cli_sweep)
@@ -69,7 +70,25 @@ class Command(TyperCommand):
     def parse_args(self, ctx, args: list[str]) -> list[str]:
         if not any(a in ctx.help_option_names for a in args):  # --help shows the help whatever else is given
             refuse_repeated(self.get_params(ctx), args, self.name)
+            if any(a.split("=", 1)[0] in CONFIG_OPTIONS for a in args):
+                params = {p.name: p for p in self.get_params(ctx)}
+                ctx.default_map = {**(ctx.default_map or {}), **defaults_from(args, params, self.name)}
         return super().parse_args(ctx, args)
+
+    def format_options(self, ctx, formatter) -> None:
+        """The options in the titled sections of :data:`cpbench.cli.panels.PANELS` (a first run's first), the
+        rest under "Other options"; a command without panels as click lists them."""
+        panels = PANELS.get(self.name)
+        if not panels:
+            return super().format_options(ctx, formatter)
+        records = {p.name: p.get_help_record(ctx) for p in self.get_params(ctx)}
+        placed: set[str] = set()
+        for title, names in panels + (("Other options", tuple(records)),):
+            rows = [records[n] for n in names if records.get(n) and n not in placed]
+            placed.update(names)
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
 
     def collect_usage_pieces(self, ctx) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []

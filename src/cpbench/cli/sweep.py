@@ -139,6 +139,11 @@ def sweep(
     sinks: SinksOpt = None, page_size: PageSizeOpt = None, device: DeviceOpt = None,
     launch: LaunchOpt = Launch.simulated, nproc_per_node: NprocOpt = None, gather: GatherOpt = None,
     dist_backend: DistBackendOpt = DistBackend.auto, dist_timeout: DistTimeoutOpt = 300.0,
+    config: Annotated[Optional[str], typer.Option(
+        "--config", metavar="FILE", help="A TOML file of options (their long names, e.g. bs = [1, 4, 16], budget-ms = 400); the "
+                         "command line wins over it.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option(
+        "--set", metavar="NAME=VALUE", help="name=value for any option, repeatable (e.g. --set rel-ci=0.005); wins over --config.")] = None,
 ) -> None:
     """Measure fused vs two-call zigzag CP attention for every cell and rank; write a run directory."""
     extend_len = renamed(extend_len, seq, "--extend-len", "--seq")
