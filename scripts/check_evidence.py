@@ -125,7 +125,7 @@ def h200_flex_line_is_what_the_readme_says() -> None:
     import json
 
     from cpbench.results.line import line_view
-    from cpbench.results.verdicts import ratio_text
+    from cpbench.results.verdicts import effect_text
 
     df, _ = load_run(RUNS / "h200-flex-line")
     flex = df[df["backend"] == "flex"]
@@ -137,7 +137,7 @@ def h200_flex_line_is_what_the_readme_says() -> None:
     for bs in (4, 16):
         r = line.loc[bs]
         for name in ("native_vs_fused", "fused_vs_two_call"):
-            text = ratio_text(r[name], r[f"{name}_ci_low"], r[f"{name}_ci_high"])
+            text = effect_text(r[name], r[f"{name}_ci_low"], r[f"{name}_ci_high"])
             expect(text in readme, f"README lacks bs {bs} {name} {text}")
     rank0 = flex[flex["rank"] == 0].set_index(["bs", "mode"])["latency_us_median"]
     for rec in map(json.loads, (RUNS / "h200-flex-line" / "harness.jsonl").read_text().splitlines()):
@@ -158,7 +158,7 @@ def h200_flex_line_at_2k_and_16k() -> None:
 
     from cpbench.domain.tolerance import REFERENCE_TOLERANCE
     from cpbench.results.line import line_view
-    from cpbench.results.verdicts import ratio_text
+    from cpbench.results.verdicts import effect_text
 
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     for name, timing, ok_bs in (("h200-flex-line-16k", "eager", (1, 4)), ("h200-flex-line-2k", "graph", (1, 4, 16))):
@@ -179,7 +179,7 @@ def h200_flex_line_at_2k_and_16k() -> None:
         line = line[line["timing"] == timing].set_index("bs")
         for bs in ok_bs:
             r = line.loc[bs]
-            text = ratio_text(r["native_vs_fused"], r["native_vs_fused_ci_low"], r["native_vs_fused_ci_high"])
+            text = effect_text(r["native_vs_fused"], r["native_vs_fused_ci_low"], r["native_vs_fused_ci_high"])
             expect(text in readme, f"README lacks {name} bs {bs} {timing} native_vs_fused {text}")
     for name, compared in (("h200-flex-line-16k", [1, 4]), ("h200-flex-line-2k", [16])):
         df, _ = load_run(RUNS / name)
@@ -329,10 +329,10 @@ def readme_headline_rows() -> list[str]:
     from cpbench.report.data import cells
     from cpbench.report.forward import forward_cells, forward_text
     from cpbench.report.style import human_tokens
-    from cpbench.report.tables import ms, times_ci, verdict
+    from cpbench.report.tables import answer as verdict_effect, ms
 
     def answer(c) -> str:
-        return f"{verdict(c)} {times_ci(c)}" if c["status"] == "ok" else str(c["status"])
+        return verdict_effect(c) if c["status"] == "ok" else str(c["status"])
 
     rows = []
     view = cells(load_run(RUNS / "h200-forward")[0])

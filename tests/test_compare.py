@@ -44,7 +44,7 @@ def test_new_20pct_slower_fails(tmp_path, base):
     r = cpbench("compare", base, new, "--out", out)
     assert r.returncode == 1, r.stderr
     md = out.read_text()
-    assert md == r.stdout and "## Regressions" in md and "⚠ regression" in md and "+20." in md
+    assert md == r.stdout and "## Regressions" in md and "⚠ regression" in md and "−20.0 % [" in md  # costs 20 %
 
 
 def test_equal_within_noise_is_a_tie(tmp_path, base):

@@ -307,9 +307,9 @@ TIMING_ORDER = (Timing.BREAKABLE, Timing.GRAPH, Timing.EAGER)  # the order the s
 
 
 def show_summary(console: Console, df, cpu: bool = False) -> None:
-    """Table per (cp_size, backend, timing): critical-path two-call ms, fused ms, speedup with its 95% CI and
-    verdict (not on a CPU, whose ratios carry no claim: its caveat comes first), status; a host-bound eager cell
-    carries the report's mark (†).
+    """Table per (cp_size, backend, timing): critical-path two-call ms, fused ms, the share of the two-call time
+    fused saves with its 95% CI (``verdicts.effect_text``, the report's notation) and verdict (not on a CPU, whose
+    effects carry no claim: its caveat comes first), status; a host-bound eager cell carries the report's mark (†).
 
     A cell measured on some ranks only (``--ranks``) shows its measured ranks (``rank 0 only (1 of 4)``)
     and the slowest *measured* rank's latencies, never a speedup: it has no critical path. ``cpu``: the
@@ -321,14 +321,15 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
     from cpbench.report.tables import HOST_MARK
     from cpbench.results.critical_path import flag
     from cpbench.report.forward import forward_text
-    from cpbench.results.verdicts import ratio_text, speedup_verdict
+    from cpbench.report.units import EFFECT_UNIT
+    from cpbench.results.verdicts import effect_text, speedup_verdict
 
     cp = critical_path(df)
     if cp.empty:
         return
     if cpu:  # the caveat before the ratios it qualifies
         console.print("CPU: a functional check, not a benchmark (CPU timings move by tens of percent between "
-                      "runs; the ratios below are not speedups)")
+                      "runs; the effects below are no speedup claim)")
     marked = False
     order = {t: i for i, t in enumerate(TIMING_ORDER)}  # the forward's answer first, then attention alone
     groups = sorted(cp.groupby(["cp_size", "backend", "timing"], sort=True),
@@ -344,8 +345,7 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
                     else "critical path (slowest rank)"))
         cols = [Col("bs"), Col("extend"), *([Col("ranks measured", number=False)] if partial else []),
                 Col("two-call ms"), Col("fused ms"),
-                Col("two-call / fused" if cpu else "fused saves (+) or costs (−) of the forward [95% CI]" if forward
-                    else "speedup [95% CI]"),
+                Col(EFFECT_UNIT if cpu else f"{EFFECT_UNIT} [95% CI]"),
                 *([] if cpu else [Col("fuse?", number=False)]), Col("status", number=False)]
         rows = []
         for _, r in g.sort_values(["bs", "max_extend_len"]).iterrows():
@@ -354,35 +354,36 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
             marked |= bool(mark)
             rows.append([str(r["bs"]), str(r["max_extend_len"]), *([r["ranks_label"]] if partial else []),
                          _ms(r["two_call_us"]), _ms(r["fused_us"]),
-                         "-" if sp != sp else (ratio_text(sp) if cpu else forward_text(r) if forward
-                                               else ratio_text(sp, lo, hi) + mark),
+                         "-" if sp != sp else (effect_text(sp) if cpu else forward_text(r) if forward
+                                               else effect_text(sp, lo, hi) + mark),
                          *([] if cpu else [speedup_verdict(sp, lo, hi) if sp == sp else "-"]),
                          r["status"] if r["status"] == "ok" else f"{r['status']}: {str(r['reason'])[:120]}"])
         print_table(console, title, cols, rows)
     if marked:
         console.print(f"{HOST_MARK} host-bound eager cell: its latency exceeds {host_bound_text()} the GPU busy time, so the eager "
-                      "ratio measures how fast the CPU launches (the report gives its GPU-time ratio)")
+                      "effect measures how fast the CPU launches (the report gives its GPU-time effect)")
     show_line(console, df, cpu)
 
 
 def show_line(console: Console, df, cpu: bool = False) -> None:
     """Table per (cp_size, backend, timing) of a run with cp-native rows (``--modes two-call,fused,cp-native``):
-    the three points on the critical path (ms) and cp-native / fused with its 95 % interval (a plain ratio on a
-    CPU). Prints nothing for a run without cp-native rows. The report's "Three points" section has the rest."""
+    the three points on the critical path (ms) and the share of the fused time cp-native saves with its 95 %
+    interval (without one on a CPU). Prints nothing for a run without cp-native rows. The report's "Three points"
+    section has the rest."""
     from cpbench.cli.tables import Col, print_table
     from cpbench.results.line import line_view
-    from cpbench.results.verdicts import ratio_text
+    from cpbench.results.verdicts import effect_text
 
     line = line_view(df)
     if line.empty:
         return
     for (cp_size, backend, timing), g in line.groupby(["cp_size", "backend", "timing"], sort=True):
         cols = [Col("bs"), Col("extend"), Col("two-call ms"), Col("fused ms"), Col("cp-native ms"),
-                Col("fused / cp-native" if cpu else "cp-native vs fused [95% CI]")]
+                Col("cp-native saves, % of fused" + ("" if cpu else " [95% CI]"))]
         rows = []
         for _, r in g.sort_values(["bs", "max_extend_len"]).iterrows():
             sp = r["native_vs_fused"]
             rows.append([str(r["bs"]), str(r["max_extend_len"]), _ms(r["two_call_us"]), _ms(r["fused_us"]),
-                         _ms(r["cp_native_us"]), "-" if sp != sp else ratio_text(sp) if cpu else
-                         ratio_text(sp, r["native_vs_fused_ci_low"], r["native_vs_fused_ci_high"])])
+                         _ms(r["cp_native_us"]), "-" if sp != sp else effect_text(sp) if cpu else
+                         effect_text(sp, r["native_vs_fused_ci_low"], r["native_vs_fused_ci_high"])])
         print_table(console, f"cp_size {cp_size}, {backend}, {timing}: three points, critical path", cols, rows)

@@ -27,8 +27,9 @@ from cpbench.report.segments import has_segment_axis, segments_chart
 CHARTS = (
     ("latency", latency_chart, "critical-path latency (slowest rank), median with p10–p90",
      "Forward latency on the slowest rank per mode (ms, log scale), two-call solid, fused dashed."),
-    ("speedup", speedup_heatmap, "fused speedup on the critical path",
-     "two-call / fused latency of the slowest rank; blue: fused faster, red: fused slower, grey: did not run."),
+    ("speedup", speedup_heatmap, "fused vs two-call on the critical path",
+     "The share of the two-call time fused saves (+) or costs (−) on the critical path (slowest rank); blue: fused "
+     "faster, red: fused slower, neutral with ≈: a tie (95 % interval contains 0), grey: did not run."),
     ("throughput", throughput_chart, "attention TFLOP/s per GPU on the critical path",
      "All ranks' attention FLOPs / (cp_size × slowest rank's latency), two-call solid, fused dashed; right axis: "
      "% of the matmul peak measured at the start of the run."),
@@ -65,17 +66,17 @@ DIST_CHARTS = (
 # the run holds the axis they need
 LINE_CHARTS = (  # a group with cp-native rows (the flex backend)
     ("line", line_chart, "two-call, fused and cp-native on one kernel family",
-     "Speedup over two-call on the critical path (two-call = 1) of the PR's fused call (squares) and the CP-native "
-     "call (triangles), 95 % intervals; under each cell the fused call's duplicated page-table bytes, against 0 "
-     "for cp-native."),
+     "The share of the two-call time (two-call = 0) the PR's fused call (squares) and the CP-native call "
+     "(triangles) save on the critical path, whiskers: 95 % interval; under each cell the fused call's duplicated "
+     "page-table bytes, against 0 for cp-native."),
 )
 
 RUN_CHARTS = (
     ("segments", segments_chart, "fusion vs the fused call's segment count",
-     "Two-call / fused speedup (95 % interval) and the fused forward's latency per segment against the fused "
-     "call's segments (2·bs), a colour per backend, graph solid / eager dotted with open markers: where fusion "
-     "stops paying. A host-bound eager ratio (it measures the CPU) is a cross off the line, drawn at the axis "
-     "edge with its value when it lies outside the others' range."),
+     "The share of the two-call time fused saves (whiskers: 95 % interval) and the fused forward's latency per "
+     "segment against the fused call's segments (2·bs), a colour per backend, graph solid / eager dotted with open "
+     "markers: where fusion stops paying. A host-bound eager effect (it measures the CPU) is a cross off the line, "
+     "drawn at the axis edge with its value when it lies outside the others' range."),
 )
 
 
@@ -90,9 +91,9 @@ CPU_CHARTS = {
                 "Forward latency on the slowest rank per mode (ms, log scale); CPU timings move by tens of percent "
                 "between runs: a functional check, not a benchmark."),
     "speedup": (partial(speedup_heatmap, neutral=True),
-                "two-call / fused latency ratio (CPU: a functional check, not a speedup)",
-                "two-call / fused latency of the slowest rank on a CPU, uncoloured: CPU timings move by tens of "
-                "percent, so this is no speedup claim; grey hatched: did not run."),
+                "fused vs two-call latency (CPU: a functional check, not a speedup)",
+                "The share of the two-call time fused saves (+) or costs (−), slowest rank, on a CPU, uncoloured: CPU "
+                "timings move by tens of percent, so this is no speedup claim; grey hatched: did not run."),
     "kernels": (partial(kernels_chart, calls=True), "attention calls per forward, per rank",
                 "Attention calls of the backend per rank (a CPU runs no GPU kernels), with totals over all "
                 "ranks."),
@@ -107,10 +108,11 @@ CPU_CHARTS = {
                      "gather_us / forward latency per rank vs tokens, on a CPU (gloo): which share the gather takes "
                      "there says nothing of NCCL on GPUs; a functional check, not a benchmark."),
     "line": (partial(line_chart, cpu=True),
-             "two-call, fused and cp-native latency ratios on one kernel family "
+             "two-call, fused and cp-native latency on one kernel family "
              "(CPU: a functional check, not a speedup)",
-             "two-call / fused and two-call / cp-native latency on the critical path per cell on a CPU, uncoloured and "
-             "without interval: CPU timings move by tens of percent, so this is no speedup claim."),
+             "The share of the two-call time fused and cp-native save (+) or cost (−) on the critical path per cell on "
+             "a CPU, uncoloured and without interval: CPU timings move by tens of percent, so this is no speedup "
+             "claim."),
     "overhead": (partial(overhead_chart, cpu=True), "forward vs host time per forward",
                  "Forward latency (eager) against host setup (metadata, page tables), per mode (on a CPU the "
                  "forward runs on the host: there is no separate launch time)."),
@@ -124,8 +126,9 @@ CPU_SKIP = ("throughput", "setup_memory", "balance")
 
 FORWARD_CHARTS = (
     ("forward", forward_chart, "fusion's effect on the prefill forward (breakable CUDA graphs)",
-     "% of the two-call prefill forward the fusion saves (> 0) or costs (< 0) on the layer-synchronised critical "
-     "path, 95 % interval, a line per bs; a ring marks a cell whose host issued the forward slower than the GPU ran it."),
+     "The share of the two-call prefill forward the fusion saves (+) or costs (−) on the layer-synchronised "
+     "critical path, whiskers: 95 % interval, a line per bs; a ring marks a cell whose host issued the forward "
+     "slower than the GPU ran it."),
 )
 
 

@@ -1,4 +1,5 @@
-"""Critical-path latency vs sequence length, and the fused speedup heatmap (bs x extend length per cp_size)."""
+"""Critical-path latency vs sequence length, and the fused effect heatmap (bs x extend length per cp_size): the
+share of the two-call time fused saves, in the report's notation (:func:`cpbench.results.verdicts.effect_text`)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.lines import Line2D
 
 from cpbench.domain.modes import Mode, MODES
-from cpbench.results.verdicts import is_tie, ratio_text
+from cpbench.results.verdicts import effect_text, is_tie
 from cpbench.report import style
 from cpbench.report.data import cells, uniform
 from cpbench.report.style import MODE_LINE, MODE_MARKER, no_data, positive
+from cpbench.report.units import EFFECT_UNIT
 from cpbench.results.schema import MODES
 
 MODE_COLUMNS = tuple((m, m.replace("-", "_")) for m in MODES)  # the mode and its tag in column names
@@ -101,10 +103,10 @@ def _norm(values: np.ndarray) -> TwoSlopeNorm:
 
 @style.styled
 def speedup_heatmap(df: pd.DataFrame, out_dir: Path, name: str, title: str,
-                    bar_label: str = "speedup two-call / fused (>1: fused faster)", neutral: bool = False) -> list[Path]:
-    """Speedup = two-call / fused on the critical path, bs (rows) x extend length (columns), a panel per cp_size
-    (rows) x timing (columns). Diverging colours centred on 1.0 (blue: fused faster), value in each cell
-    (font scaled to the cell width); a tie (:mod:`cpbench.results.verdicts`: the speedup's 95 % interval
+                    bar_label: str = f"{EFFECT_UNIT} (blue: fused faster)", neutral: bool = False) -> list[Path]:
+    """The share of the two-call time fused saves on the critical path (from the speedup two-call / fused), bs
+    (rows) x extend length (columns), a panel per cp_size (rows) x timing (columns). Diverging colours centred on
+    no effect (speedup 1.0; blue: fused faster), the effect in each cell (:func:`heat_text`); a tie (:mod:`cpbench.results.verdicts`: the speedup's 95 % interval
     contains 1) is marked "≈" after the value and drawn in the neutral colour of 1.0 (noise is not coloured
     as a win or a loss); cells that did not run are grey, hatched and labelled with their status, and cells
     measured on some ranks only (no critical path) with the ranks measured ("1/4 ranks"). ``bar_label``:
@@ -132,7 +134,29 @@ def speedup_heatmap(df: pd.DataFrame, out_dir: Path, name: str, title: str,
     if image is not None and not neutral and np.isfinite(view["speedup"].to_numpy(float)).any():
         cb = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, pad=0.02)
         cb.set_label(bar_label)
+        effect_ticks(cb, norm)
     return style.save(fig, out_dir, name)
+
+
+EFFECT_TICKS = (-90, -75, -50, -30, -20, -10, -5, -2, 0, 2, 5, 10, 20, 30, 50, 75, 90)  # % of two-call time
+
+
+def effect_ticks(cb, norm: TwoSlopeNorm) -> None:
+    """Label a speedup colour bar in the effect's unit: ticks at round shares of the two-call time fused saves
+    (``+10 %``: speedup ``1 / 0.9``), those inside the bar's range (at most seven, 0 always)."""
+    inside = [p for p in EFFECT_TICKS if norm.vmin <= 1 / (1 - p / 100) <= norm.vmax]
+    while len(inside) > 7:
+        inside = [p for i, p in enumerate(inside) if p == 0 or i % 2 == inside.index(0) % 2]
+    cb.set_ticks([1 / (1 - p / 100) for p in inside], labels=[f"{p:+d} %".replace("-", "−") if p else "0"
+                                                                 for p in inside])
+    cb.minorticks_off()
+
+
+def heat_text(speedup: float, cell_pt: float) -> str:
+    """A heatmap cell's text: the effect as the tables print it (:func:`effect_text`), without the space before
+    ``%`` in a narrow cell (under 40 pt)."""
+    text = effect_text(speedup)
+    return text if cell_pt >= 40 else text.replace(" %", "%")
 
 
 def heat_shade(grid: np.ndarray, tie: dict, neutral: bool = False) -> np.ndarray:
@@ -162,14 +186,12 @@ def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0, neutra
     shade = heat_shade(grid, tie, neutral)
     image = ax.imshow(np.ma.masked_invalid(shade), cmap="RdBu", norm=norm, aspect="auto", origin="lower")
     cell_pt = panel_in / len(cols) * 72
-    size = float(np.clip(cell_pt / 3.6, 6.0, 9.0))  # "1.23×" is ~3.3 em wide
+    size = float(np.clip(cell_pt / 4.2, 6.0, 9.0))  # "+12.3%" is ~3.9 em wide
     for (r, k), st in status.items():
         val = grid[r, k]
         if st == "ok" and math.isfinite(val):
             dark = abs(norm(shade[r, k]) - 0.5) > 0.3
-            text = ratio_text(val)  # as the tables print it: within 5 % of 1 the change in percent
-            text = text.replace(" %", "%") if "%" in text else (text if cell_pt > 32 else text.rstrip("×"))
-            ax.text(k, r, text + ("≈" if tie[(r, k)] and not neutral else ""),
+            ax.text(k, r, heat_text(val, cell_pt) + ("≈" if tie[(r, k)] and not neutral else ""),
                     ha="center", va="center", fontsize=size, color="white" if dark else "black")
         else:
             ax.add_patch(_fail_patch(k, r))

@@ -118,6 +118,16 @@ def _short(v, key: str | None = None) -> str:
     return f"`{key}` in `manifest.json`" if key and not isinstance(v, str) else s[: limit - 1] + "…"
 
 
+READING_GUIDE = (
+    "Speedup = two-call / fused on that path, printed everywhere (tables, charts, the console, `cpbench compare`) in "
+    "one unit: the share of the two-call time fused saves, signed, in percent (1 − 1 / speedup: 1.25× is +20.0 %), "
+    "with its 95 % interval in brackets in the same unit: `+0.7 % [+0.1, +1.4]` (+ saves, − costs; a column that "
+    "names other modes reads the same way, e.g. the share of the fused time cp-native saves). The interval is a "
+    "bootstrap that resamples each rank's raw samples and recomputes the critical path; where a verdict is shown, "
+    "faster when the interval lies above 0, slower when below, a tie when it contains 0 (without raw samples: a "
+    "speedup within ±{band}). × marks only ratios that are no such effect (kernel counts, real / simulated).")
+"""The report's reading guide to its effects (docs/design.md §4, "One unit for every effect")."""
+
 ALL_RAN = "- Every cell ran on every rank in both modes."
 ALL_RAN_THREE = "- Every cell ran on every rank in all three modes."  # a run with cp-native rows
 
@@ -305,9 +315,7 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
                + "attention layers), median of the timed samples, on the **critical path**: the slowest rank of "
                "each mode, since every CP rank waits for the slowest.")
     parts += [latency if cpu else  # a CPU report defines no speedup: it makes no claim with one
-              latency + " Speedup = two-call / fused (> 1: fused faster), with a 95 % bootstrap interval that "
-              "resamples each rank's raw samples and recomputes the critical path; a cell whose interval contains 1 "
-              f"is a tie (without raw samples: within ±{TIE_BAND:.0%}).", ""]
+              latency + " " + READING_GUIDE.format(band=f"{TIE_BAND:.0%}"), ""]
     counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
     unit = "calls" if cpu else "kernels"
     three = "mode" in d and (d["mode"] == Mode.CP_NATIVE).any()
