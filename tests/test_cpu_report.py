@@ -144,8 +144,8 @@ def test_a_cpu_line_chart_draws_grey_ratios_without_interval(tmp_path, monkeypat
 
 
 def test_a_three_mode_cpu_report_does_not_say_both_modes(tmp_path):
-    """The committed CPU flex run ran two-call, fused and cp-native: its summary names the pair it counts and its
-    notes say all three modes ran; a two-mode CPU run keeps "both modes"."""
+    """The committed CPU flex run ran two-call, fused and cp-native: its summary and its notes say all three modes
+    ran; a two-mode CPU run keeps "both modes"."""
     import shutil
     from pathlib import Path
 
@@ -155,7 +155,7 @@ def test_a_three_mode_cpu_report_does_not_say_both_modes(tmp_path):
     shutil.copytree(Path(__file__).parents[1] / "docs" / "runs" / "cpu-flex-line", run,
                     ignore=shutil.ignore_patterns("plots", "report.md"))
     text = write_report(run, charts=False).read_text()
-    assert "(cp 4): 2 of 2 cells ran on every rank in two-call and fused." in text
+    assert "(cp 4): 2 of 2 cells ran on every rank in all three modes." in text
     assert ALL_RAN_THREE in text and ALL_RAN not in text and "both modes" not in text
     two = write_report(write_run(tmp_path / "two", cpu_rows(), manifest_over=CPU), charts=False).read_text()
     assert "ran on every rank in both modes." in two and ALL_RAN in two and ALL_RAN_THREE not in two

@@ -321,11 +321,14 @@ def test_merge_bullet_survives_odd_values():
 
 
 def test_notes_do_not_claim_every_cell_ran_when_modes_or_ranks_were_limited(tmp_path):
-    rows = [r for r in make_rows(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",)) if r["mode"] == "fused"]
-    text = write_report(write_run(tmp_path / "run", rows), charts=False).read_text()
+    rows = make_rows(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",))
+    text = write_report(write_run(tmp_path / "fused", [r for r in rows if r["mode"] == "fused"]), charts=False).read_text()
+    assert "Every cell ran" not in text  # the run's one mode is said once, not as a cell lacking a mode
+    assert "- The run measured fused only (`--modes`): no cell has a fused-vs-two-call effect." in text
+    text = write_report(write_run(tmp_path / "ranks", [r for r in rows if r["rank"] < 3]), charts=False).read_text()
     assert "Every cell ran" not in text
     assert "1 cell(s) measured only some ranks or modes (`--ranks`/`--mode`)" in text
-    assert "e.g. cp 4 · bs 1 · 1K tokens · eager: fused on ranks 0–3." in text
+    assert "e.g. cp 4 · bs 1 · 1K tokens · eager: two-call, fused on ranks 0–2." in text
 
 
 @pytest.mark.slow

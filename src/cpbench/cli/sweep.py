@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from cpbench.domain.modes import ALL_MODES, Timing
+from cpbench.domain.modes import ALL_MODES, MODES, Mode, Timing
 from cpbench.ranks.launch import under_torchrun
 from cpbench.cli.cells import batches_of, cells_record, check_out, parse_cells, workload_batches
 from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch,
@@ -313,7 +313,9 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
 
     A cell measured on some ranks only (``--ranks``) shows its measured ranks (``rank 0 only (1 of 4)``)
     and the slowest *measured* rank's latencies, never a speedup: it has no critical path. ``cpu``: the
-    ratio is labelled as such, and a line says CPU timings are a functional check, not a benchmark.
+    ratio is labelled as such, and a line says CPU timings are a functional check, not a benchmark. A run
+    without two-call or fused (``--modes``) shows the latencies of the mode it measured, without an effect; the
+    cp-native rows follow in :func:`show_line` (a cp-native-only run: its one table).
     """
     from cpbench.results.critical_path import critical_path
     from cpbench.cli.tables import Col, print_table
@@ -325,15 +327,15 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
     from cpbench.results.verdicts import effect_text, speedup_verdict
 
     cp = critical_path(df)
-    if cp.empty:
-        return
-    if cpu:  # the caveat before the ratios it qualifies
+    if cpu and len(df):  # the caveat before the ratios it qualifies
         console.print("CPU: a functional check, not a benchmark (CPU timings move by tens of percent between "
                       "runs; the effects below are no speedup claim)")
     marked = False
+    ran = [m for m in MODES if "mode" in df and (df["mode"] == m).any()]  # a mode not measured gets no column
+    pair = len(ran) == len(MODES)
     order = {t: i for i, t in enumerate(TIMING_ORDER)}  # the forward's answer first, then attention alone
     groups = sorted(cp.groupby(["cp_size", "backend", "timing"], sort=True),
-                    key=lambda kv: (kv[0][0], order.get(kv[0][2], len(order)), kv[0][1]))
+                    key=lambda kv: (kv[0][0], order.get(kv[0][2], len(order)), kv[0][1])) if len(cp) else []
     for (cp_size, backend, timing), g in groups:
         partial = not bool(g["all_ranks"].all())
         forward = timing == Timing.BREAKABLE
@@ -344,19 +346,18 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
                  + ("slowest measured rank (not the critical path: some ranks were not measured)" if partial
                     else "critical path (slowest rank)"))
         cols = [Col("bs"), Col("extend"), *([Col("ranks measured", number=False)] if partial else []),
-                Col("two-call ms"), Col("fused ms"),
-                Col(EFFECT_UNIT if cpu else f"{EFFECT_UNIT} [95% CI]"),
-                *([] if cpu else [Col("fuse?", number=False)]), Col("status", number=False)]
+                *[Col(f"{m} ms") for m in ran], *([Col(EFFECT_UNIT if cpu else f"{EFFECT_UNIT} [95% CI]")] if pair else []),
+                *([] if cpu or not pair else [Col("fuse?", number=False)]), Col("status", number=False)]
         rows = []
         for _, r in g.sort_values(["bs", "max_extend_len"]).iterrows():
             sp, lo, hi = r["speedup"], r.get("speedup_ci_low", math.nan), r.get("speedup_ci_high", math.nan)
             mark = f" {HOST_MARK}" if timing == "eager" and flag(r.get("host_bound")) else ""
             marked |= bool(mark)
             rows.append([str(r["bs"]), str(r["max_extend_len"]), *([r["ranks_label"]] if partial else []),
-                         _ms(r["two_call_us"]), _ms(r["fused_us"]),
-                         "-" if sp != sp else (effect_text(sp) if cpu else forward_text(r) if forward
-                                               else effect_text(sp, lo, hi) + mark),
-                         *([] if cpu else [speedup_verdict(sp, lo, hi) if sp == sp else "-"]),
+                         *[_ms(r[f"{m.tag}_us"]) for m in ran],
+                         *(["-" if sp != sp else (effect_text(sp) if cpu else forward_text(r) if forward
+                                                  else effect_text(sp, lo, hi) + mark)] if pair else []),
+                         *([] if cpu or not pair else [speedup_verdict(sp, lo, hi) if sp == sp else "-"]),
                          r["status"] if r["status"] == "ok" else f"{r['status']}: {str(r['reason'])[:120]}"])
         print_table(console, title, cols, rows)
     if marked:
@@ -367,23 +368,28 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
 
 def show_line(console: Console, df, cpu: bool = False) -> None:
     """Table per (cp_size, backend, timing) of a run with cp-native rows (``--modes two-call,fused,cp-native``):
-    the three points on the critical path (ms) and the share of the fused time cp-native saves with its 95 %
-    interval (without one on a CPU). Prints nothing for a run without cp-native rows. The report's "Three points"
-    section has the rest."""
+    the latency of each mode the run measured on the critical path (ms) and, with fused, the share of the fused
+    time cp-native saves with its 95 % interval (without one on a CPU). Prints nothing for a run without cp-native
+    rows. The report's "Three points" section has the rest."""
     from cpbench.cli.tables import Col, print_table
+    from cpbench.report.tables import modes_text
     from cpbench.results.line import line_view
     from cpbench.results.verdicts import effect_text
 
     line = line_view(df)
     if line.empty:
         return
+    ran = [m for m in ALL_MODES if (df["mode"] == m).any()]  # a mode the run did not measure gets no column
+    effect = Mode.FUSED in ran
+    what = "three points" if len(ran) == len(ALL_MODES) else modes_text(ran)
     for (cp_size, backend, timing), g in line.groupby(["cp_size", "backend", "timing"], sort=True):
-        cols = [Col("bs"), Col("extend"), Col("two-call ms"), Col("fused ms"), Col("cp-native ms"),
-                Col("cp-native saves, % of fused" + ("" if cpu else " [95% CI]"))]
+        cols = [Col("bs"), Col("extend"), *[Col(f"{m} ms") for m in ran],
+                *([Col("cp-native saves, % of fused" + ("" if cpu else " [95% CI]"))] if effect else [])]
         rows = []
         for _, r in g.sort_values(["bs", "max_extend_len"]).iterrows():
             sp = r["native_vs_fused"]
-            rows.append([str(r["bs"]), str(r["max_extend_len"]), _ms(r["two_call_us"]), _ms(r["fused_us"]),
-                         _ms(r["cp_native_us"]), "-" if sp != sp else effect_text(sp) if cpu else
-                         effect_text(sp, r["native_vs_fused_ci_low"], r["native_vs_fused_ci_high"])])
-        print_table(console, f"cp_size {cp_size}, {backend}, {timing}: three points, critical path", cols, rows)
+            rows.append([str(r["bs"]), str(r["max_extend_len"]), *[_ms(r[f"{m.tag}_us"]) for m in ran],
+                         *(["-" if sp != sp else effect_text(sp) if cpu else
+                            effect_text(sp, r["native_vs_fused_ci_low"], r["native_vs_fused_ci_high"])] if effect
+                           else [])])
+        print_table(console, f"cp_size {cp_size}, {backend}, {timing}: {what}, critical path", cols, rows)

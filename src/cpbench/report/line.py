@@ -9,6 +9,8 @@ import math
 
 import pandas as pd
 
+from cpbench.domain.modes import ALL_MODES, Mode
+
 from cpbench.report.units import human_bytes, human_tokens
 from cpbench.report.tables import HOST_MARK, md_table, ms
 from cpbench.results.critical_path import flag
@@ -61,25 +63,30 @@ def todo_table(bs_values, swa: bool) -> list[str]:
             md_table(["page size", "bs", "table [bs, W]", "fused: [2·bs, W]", "cp-native saves"], rows), ""]
 
 
+# each effect column of the table: its column in results.line.line_view, its head, and the two modes it needs
+EFFECTS = (("fused_vs_two_call", "fused saves, % of two-call", (Mode.TWO_CALL, Mode.FUSED)),
+           ("native_vs_two_call", "cp-native saves, % of two-call", (Mode.TWO_CALL, Mode.CP_NATIVE)),
+           ("native_vs_fused", "cp-native saves, % of fused", (Mode.FUSED, Mode.CP_NATIVE)))
+
+
 def line_section(d: pd.DataFrame, view: pd.DataFrame, cpu: bool = False) -> list[str]:
-    """Markdown lines; empty when the run holds no cp-native row. ``view``: the run's critical-path view
-    (results.critical_path), to set flex's fused-vs-two-call ratio beside the other backends' on the same cells."""
+    """Markdown lines; empty when the run holds no cp-native row. A mode the run did not measure (``--modes``) has no
+    latency column and no effect column. ``view``: the run's critical-path view (results.critical_path), to set flex's
+    fused-vs-two-call effect beside the other backends' on the same cells."""
     line = line_view(d)
     if line.empty:
         return []
-    heads = ["backend", "cp", "bs", "extend", "timing", "two-call ms", "fused ms", "cp-native ms",
-             "fused saves, % of two-call", "cp-native saves, % of two-call", "cp-native saves, % of fused",
-             "page table: fused / cp-native"]
+    ran = [m for m in ALL_MODES if (d["mode"] == m).any()]  # a mode the run did not measure gets no column
+    pairs = [(name, head) for name, head, (first, second) in EFFECTS if first in ran and second in ran]
+    heads = (["backend", "cp", "bs", "extend", "timing"] + [f"{m} ms" for m in ran] + [h for _, h in pairs]
+             + ["page table: fused / cp-native"])
     rows = []
     for _, r in line.sort_values(["backend", "timing", "cp_size", "bs", "max_extend_len"]).iterrows():
         mem = "not measured (CPU)" if cpu or not math.isfinite(float(r.get("page_table_fused_bytes", math.nan))) else \
             f"{human_bytes(r['page_table_fused_bytes'])} / {human_bytes(r['page_table_cp_native_bytes'])}"
         rows.append([r["backend"], int(r["cp_size"]), int(r["bs"]), human_tokens(r["max_extend_len"]), r["timing"],
-                     ms(r.get("two_call_us")), ms(r.get("fused_us")), ms(r.get("cp_native_us")),
-                     *([_ratio(r, n) for n in ("fused_vs_two_call", "native_vs_two_call", "native_vs_fused")]
-                       if not cpu else [effect_text(r.get(n)) for n in ("fused_vs_two_call", "native_vs_two_call",
-                                                                         "native_vs_fused")]),
-                     mem])
+                     *[ms(r.get(f"{m.tag}_us")) for m in ran],
+                     *[effect_text(r.get(n)) if cpu else _ratio(r, n) for n, _ in pairs], mem])
     natives = "; ".join(CP_NATIVE_CALL.get(b, f"{b}'s cp-native call") for b in sorted(set(line["backend"])))
     out = ["## Three points on one kernel family", "",
            "Two calls per layer, the PR's fused call over 2·bs segments with the row-duplicated page table, and a "

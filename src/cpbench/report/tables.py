@@ -13,8 +13,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from cpbench.domain.modes import Mode, MODES
+from cpbench.domain.modes import ALL_MODES, Mode, MODES
 from cpbench.results.critical_path import flags
+from cpbench.results.schema import CELL_COLUMNS
 from cpbench.results.verdicts import effect_text, speedup_verdict, verdict_text
 from cpbench.report.data import ranks_text, uniform
 from cpbench.report.units import EFFECT_UNIT, human_tokens
@@ -132,25 +133,48 @@ def summary_lines(view: pd.DataFrame) -> list[str]:
     return out
 
 
-def cpu_summary_lines(view: pd.DataFrame, three_modes: bool = False) -> list[str]:
-    """Summary bullets of a CPU run, one per (model, backend, timing): which cells ran on every rank in both
-    modes of ``view`` (the critical-path view: two-call and fused, named so when ``three_modes``, a run with
-    cp-native rows, whose third point has its own section), which did not. No speedup: CPU timings are a
-    functional check, not a benchmark."""
-    out = []
-    if view.empty:
+def modes_text(modes) -> str:
+    """How the report names the modes a run (or a group of it) measured: ``both modes`` for two-call and fused,
+    ``all three modes``, else their names (``two-call``, ``fused and cp-native``)."""
+    names = [str(m) for m in ALL_MODES if m in {str(x) for x in modes}]
+    if names == [str(m) for m in MODES]:
+        return "both modes"
+    if len(names) == len(ALL_MODES):
+        return "all three modes"
+    return " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + f" and {names[-1]}"
+
+
+def ran_lines(d: pd.DataFrame) -> list[str]:
+    """Summary bullets from the rows themselves, one per (model, backend, timing) of ``d`` (prepared rows of every
+    mode): how many cells ran on every rank in the modes the group measured (:func:`modes_text`; a mode every row
+    of which is ``unsupported`` is named as such and not counted), on some ranks only, or did not run. No speedup:
+    the summary of a CPU run (a functional check) and of a run without both two-call and fused."""
+    if d.empty:
         return ["- No cells in this run."]
-    for (model, backend, timing), v in view.groupby(["model", "backend", "timing"], sort=True):
-        every = v["all_ranks"].map(lambda x: x is True or x == 1)
-        ran = int(((v["status"] == "ok") & every).sum())
-        some = int(((v["status"] == "ok") & ~every).sum())
-        s = (f"- **{model} · {backend} · {timing}** (cp {', '.join(str(c) for c in sorted(set(v['cp_size'])))}): "
-             f"{ran} of {plural(len(v), 'cell')} ran on every rank in "
-             f"{'two-call and fused' if three_modes else 'both modes'}")
+    keys = [c for c in CELL_COLUMNS if c in d]
+    out = []
+    for (model, backend, timing), g in d.groupby(["model", "backend", "timing"], sort=True):
+        modes = [m for m in ALL_MODES if (g["mode"] == m).any()]
+        lacking = [str(m) for m in modes if (g.loc[g["mode"] == m, "status"] == "unsupported").all()]
+        counted = [m for m in modes if str(m) not in lacking]
+        head = f"- **{model} · {backend} · {timing}** (cp {', '.join(str(c) for c in sorted(set(g['cp_size'])))}): "
+        lack = f"{' and '.join(lacking)} {'is' if len(lacking) == 1 else 'are'} not supported by {backend}"
+        if not counted:
+            out.append(f"{head}{lack}: no cell ran.")
+            continue
+        ran = some = failed = 0
+        for _, c in g[g["mode"].isin(counted)].groupby(keys, sort=False, dropna=False):
+            ranks = set(range(int(c["cp_size"].iloc[0])))
+            if (c["status"] != "ok").any():
+                failed += 1
+            elif all(set(c.loc[c["mode"] == m, "rank"]) == ranks for m in counted):
+                ran += 1
+            else:
+                some += 1
+        s = f"{head}{ran} of {plural(ran + some + failed, 'cell')} ran on every rank in {modes_text(counted)}"
         s += f"; {plural(some, 'cell')} on some ranks only" if some else ""
-        failed = len(v) - ran - some
         s += f"; {plural(failed, 'cell')} did not run (see Notes)." if failed else "."
-        out.append(s)
+        out.append(s + (f" {lack[0].upper()}{lack[1:]}." if lacking else ""))
     return out
 
 
