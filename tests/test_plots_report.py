@@ -15,7 +15,7 @@ from cpbench.results.critical_path import critical_path
 from cpbench.results.store import load_run
 from cpbench.results.verdicts import effect_text
 from cpbench.report import latency, style
-from cpbench.report.charts import CHARTS, render_frame
+from cpbench.report.charts import CHARTS, not_drawn, render_frame
 from cpbench.report.data import cells, prepare
 from cpbench.report.run_report import write_report
 from clirun import cpbench
@@ -141,7 +141,10 @@ def _drawn(monkeypatch, rows) -> dict:
 @pytest.mark.slow
 def test_charts_survive_edge_cases_and_say_why_nothing_is_drawn(monkeypatch, case):
     drawn = _drawn(monkeypatch, EDGE[case]())
-    assert sorted(drawn) == sorted(STEMS)  # every chart is drawn, whatever the rows
+    left_out = dict(not_drawn(prepare(pd.DataFrame(EDGE[case]()))))  # nothing of the rows to draw: the report says why
+    assert sorted(drawn) == sorted(s for s in STEMS if s not in left_out)  # every other chart, whatever the rows
+    assert set(left_out) == ({"kernels"} if case == "zeros" else {"kernels", "speedup"}
+                             if case in ("single_rank_row", "sparse_columns") else set())
     if case in ("empty", "all_failed", "zeros", "nan_latencies"):  # no latency to draw: said, never a line at 0
         texts, points = drawn["latency"]
         assert points == [] and texts and all(t.endswith(("no rows in this run", "no successful cells"))
@@ -160,8 +163,9 @@ def test_charts_survive_edge_cases_and_say_why_nothing_is_drawn(monkeypatch, cas
         assert drawn["speedup"][0] == [effect_text(speedup)]
         finite = [y for y in drawn["latency"][1] if np.isfinite(y)]
         assert len(finite) >= 2 and all(y > 0 for y in finite)  # two-call and fused, in ms
-    if case == "single_rank_row":  # a cell measured on some ranks only has no speedup: it says so
-        assert drawn["speedup"][0] == ["1/2 ranks"] and drawn["throughput"][0] == ["no cell ran on all its ranks"]
+    if case == "single_rank_row":  # one two-call row: no effect to draw, and no critical path
+        assert left_out["speedup"] == "the run measured two-call only: no fused-vs-two-call effect to draw"
+        assert drawn["throughput"][0] == ["no cell ran on all its ranks"]
 
 
 def test_failures_never_drawn_as_zero():

@@ -9,7 +9,7 @@ import pandas as pd
 
 from cpbench.domain.modes import Mode
 from cpbench.results.store import RunDir, load_run
-from cpbench.report.costs import kernels_chart, memory_chart
+from cpbench.report.costs import counts_missing, kernels_chart, memory_chart
 from cpbench.report import style
 from cpbench.report.data import groups, on_cpu, one_view, prepare
 from cpbench.report.dist_data import has_phases
@@ -22,6 +22,7 @@ from cpbench.report.overhead import balance_chart, overhead_chart
 from cpbench.report.phases import phases_chart, timeline_chart
 from cpbench.report.resources import throughput_chart
 from cpbench.report.segments import has_segment_axis, segments_chart
+from cpbench.report.tables import modes_text
 
 # file stem, function, title, one-line caption for the report
 CHARTS = (
@@ -41,7 +42,8 @@ CHARTS = (
      "Measured device memory (CUDA allocator) each mode's setup holds on its most loaded rank, by kind, with "
      "the first forward's transient peak hatched; fused bars give the duplicated page table's share."),
     ("overhead", overhead_chart, "GPU vs host time per forward",
-     "GPU forward latency (eager, graph) against host setup and launch time, per mode."),
+     "GPU forward latency (those of eager, graph and breakable the run timed; breakable: the whole layer) against "
+     "host setup and launch time, per mode."),
     ("balance", balance_chart, "zigzag balance across ranks",
      "Per-rank latency of the longest cell, and slowest/fastest rank ratio for every cell."),
 )
@@ -114,8 +116,9 @@ CPU_CHARTS = {
              "a CPU, uncoloured and without interval: CPU timings move by tens of percent, so this is no speedup "
              "claim."),
     "overhead": (partial(overhead_chart, cpu=True), "forward vs host time per forward",
-                 "Forward latency (eager) against host setup (metadata, page tables), per mode (on a CPU the "
-                 "forward runs on the host: there is no separate launch time)."),
+                 "Forward latency (eager, and breakable: the whole layer, those the run timed) against host setup "
+                 "(metadata, page tables), per mode (on a CPU the forward runs on the host: there is no separate "
+                 "launch time)."),
 }
 
 
@@ -132,10 +135,34 @@ FORWARD_CHARTS = (
 )
 
 
+def not_drawn(rows: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str]]:
+    """``[(chart, why)]``: the charts of one prepared (model, backend) group with nothing of its rows to draw, which
+    are left out (the report says why) rather than drawn empty: ``kernels`` without attention counts
+    (:func:`cpbench.report.costs.counts_missing`: a ``--timing breakable`` run has none), ``speedup`` without both
+    two-call and fused, ``line`` without two-call to set fused and cp-native against. A group none of whose rows
+    ran keeps every chart (each says so in its own panel)."""
+    out = []
+    why = counts_missing(rows, calls=cpu)
+    if why:
+        out.append(("kernels", why))
+    modes = set(rows["mode"]) if len(rows) and "mode" in rows else set()
+    if modes and (rows["status"] == "ok").any():
+        if not {Mode.TWO_CALL, Mode.FUSED} <= modes:
+            out.append(("speedup", f"the run measured {modes_text(modes)} only: no fused-vs-two-call effect to draw"))
+        if Mode.CP_NATIVE in modes and Mode.TWO_CALL not in modes:
+            out.append(("line", "the run measured no two-call latency to set fused and cp-native against"))
+    return out
+
+
+def omitted_charts(df: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str]]:
+    """``[(stem, why)]`` of a prepared frame: each group's :func:`not_drawn` charts, under their file stems."""
+    return [(f"{name}{suffix}", why) for _, _, suffix, rows in groups(df) for name, why in not_drawn(rows, cpu)]
+
+
 def charts_for(rows: pd.DataFrame, cpu: bool = False) -> tuple:
     """The chart table of one prepared (model, backend) group: ``FORWARD_CHARTS`` when it holds breakable rows
     (GPU only), ``CHARTS``, plus ``DIST_CHARTS`` when its torchrun rows carry phase times; with ``cpu``, the CPU
-    wording and functions of ``CPU_CHARTS``."""
+    wording and functions of ``CPU_CHARTS``; without the charts it has nothing to draw on (:func:`not_drawn`)."""
     table = CHARTS + DIST_CHARTS if len(rows) and has_phases(rows) else CHARTS
     if not cpu and len(rows) and "timing" in rows and (rows["timing"] == "breakable").any():
         table = FORWARD_CHARTS + table
@@ -144,7 +171,8 @@ def charts_for(rows: pd.DataFrame, cpu: bool = False) -> tuple:
     if cpu:  # throughput, measured memory and balance say nothing on a CPU (CPU_SKIP)
         table = tuple((name, *CPU_CHARTS[name]) if name in CPU_CHARTS else (name, fn, title, caption)
                       for name, fn, title, caption in table if name not in CPU_SKIP)
-    return table
+    empty = {name for name, _ in not_drawn(rows, cpu)}
+    return tuple(c for c in table if c[0] not in empty)
 
 
 def chart_stems(df: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str, str, str]]:

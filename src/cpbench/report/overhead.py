@@ -19,6 +19,7 @@ from cpbench.results.schema import MODES
 # (quantity, timing, line style, marker, legend text)
 # one convention in every chart: dashed is the fused mode, dotted is eager timing (README)
 QUANTITIES = (("gpu", "eager", ":", "o", "GPU forward, eager"), ("gpu", "graph", "-", "s", "GPU forward, graph"),
+              ("gpu", "breakable", (0, (6, 2)), "D", "GPU forward, breakable (the whole layer)"),
               ("setup", None, (0, (3, 1, 1, 1, 1, 1)), "^", "host setup (metadata+page table+plan)"),
               ("launch", "eager", "-.", "v", "host launch, eager"))
 
@@ -45,7 +46,8 @@ def overhead_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 @style.styled
 def overhead_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str, cpu: bool = False) -> list[Path]:
-    """GPU forward latency (eager and graph, slowest rank) vs host setup and host launch time, µs (log y)
+    """GPU forward latency (eager, graph and breakable, slowest rank: those the run timed) vs host setup and host
+    launch time, µs (log y)
     against max_extend_len, drawn in ms, a panel per bs at the largest cp_size, colour = mode. ``cpu``: CPU words (forward,
     setup without a plan). PNG + SVG paths."""
     if df.empty:

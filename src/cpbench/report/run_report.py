@@ -26,8 +26,8 @@ from cpbench.results.verdicts import TIE_BAND
 from cpbench.report.forward import cpu_forward_lines, forward_section
 from cpbench.report.line import line_section
 from cpbench.report.backend_answer import backend_answer
-from cpbench.report.charts import chart_stems, device_name, render_frame
-from cpbench.report.costs import kernel_counts
+from cpbench.report.charts import chart_stems, device_name, omitted_charts, render_frame
+from cpbench.report.costs import counts_missing, kernel_counts
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 from cpbench.report.data import cells, groups, on_cpu, one_view, prepare
 from cpbench.results.critical_path import span_text
@@ -355,11 +355,13 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
                "runs no GPU kernels), eager timing.", ""] if cpu else
               ["## Attention kernels per forward", "",
                "GPU kernel executions classified as attention (torch backend: calls), eager timing.", ""])
-    parts += [kernel_table(counts), "", "## Charts", ""]
+    why = next((w for _, _, _, rows in groups(d) if (w := counts_missing(rows, calls=cpu))), "")
+    parts += [kernel_table(counts, why, "call" if cpu else "kernel"), "", "## Charts", ""]
     for stem, model, backend, caption in chart_stems(d, cpu):
         stem = stored_stem(plot_dir, stem, model, backend)
         if plot_dir is None or (plot_dir / f"{stem}.png").exists():
             parts += [f"**{stem}** — {caption}", "", f"![{stem}](plots/{stem}.png)", ""]
+    parts += [f"**{stem}** — not drawn: {why}.\n" for stem, why in omitted_charts(d, cpu)]
     missing = missing_cells(d, manifest)
     ran = notes(d)
     if missing and ran == [all_ran(set(d["mode"]))]:

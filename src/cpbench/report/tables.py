@@ -256,9 +256,10 @@ def cell_tables(view: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str]]:
     return out
 
 
-def kernel_table(counts_by_group: list[tuple[str, str, dict]]) -> str:
+def kernel_table(counts_by_group: list[tuple[str, str, dict]], why: str = "", unit: str = "kernel") -> str:
     """Attention kernels per forward: per rank and over all ranks, two-call vs fused, one row per
-    (model, backend, cp_size). ``counts_by_group``: ``[(model, backend, costs.kernel_counts(...))]``."""
+    (model, backend, cp_size). ``counts_by_group``: ``[(model, backend, costs.kernel_counts(...))]``; without any,
+    a line with ``why`` (``costs.counts_missing``) in ``unit`` (``call`` on a CPU) when given."""
     rows = []
     for model, backend, counts in counts_by_group:
         for cp, by in counts.items():
@@ -271,7 +272,7 @@ def kernel_table(counts_by_group: list[tuple[str, str, dict]]) -> str:
                          tc["total"] if every else "—", fu["total"] if every else "—",
                          times(ratio), where_ + (" (counts vary by cell)" if tc["varies"] or fu["varies"] else "")])
     if not rows:
-        return "_No kernel counts recorded (no successful profiled cell)._"
+        return f"_No attention {unit} counts: {why}._" if why else "_No kernel counts recorded (no successful profiled cell)._"
     return md_table(["model", "backend", "cp>", "two-call / rank>", "fused / rank>", "two-call, all ranks>",
                      "fused, all ranks>", "reduction>", "measured at"], rows)
 
