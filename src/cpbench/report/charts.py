@@ -27,7 +27,8 @@ from cpbench.report.tables import modes_text
 # file stem, function, title, one-line caption for the report
 CHARTS = (
     ("latency", latency_chart, "critical-path latency (slowest rank), median with p10–p90",
-     "Forward latency on the slowest rank per mode (ms, log scale), two-call solid, fused dashed."),
+     "Forward latency on the slowest rank per mode (ms; the axis says when it is a log scale), two-call solid, "
+     "fused dashed with open markers; whiskers: p10–p90 of the slowest rank."),
     ("speedup", speedup_heatmap, "fused vs two-call on the critical path",
      "The share of the two-call time fused saves (+) or costs (−) on the critical path (slowest rank); blue: fused "
      "faster, red: fused slower, neutral with ≈: a tie (95 % interval contains 0), grey: did not run."),
@@ -90,8 +91,8 @@ def run_charts(df: pd.DataFrame, cpu: bool = False) -> tuple:
 # A CPU run (the torch reference) is a functional check, not a benchmark: its charts say so, in CPU words.
 CPU_CHARTS = {
     "latency": (latency_chart, "forward latency, slowest rank (CPU: a functional check, not a benchmark)",
-                "Forward latency on the slowest rank per mode (ms, log scale); CPU timings move by tens of percent "
-                "between runs: a functional check, not a benchmark."),
+                "Forward latency on the slowest rank per mode (ms; the axis says when it is a log scale), whiskers: "
+                "p10–p90; CPU timings move by tens of percent between runs: a functional check, not a benchmark."),
     "speedup": (partial(speedup_heatmap, neutral=True),
                 "fused vs two-call latency (CPU: a functional check, not a speedup)",
                 "The share of the two-call time fused saves (+) or costs (−), slowest rank, on a CPU, uncoloured: CPU "

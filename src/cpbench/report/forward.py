@@ -152,7 +152,7 @@ def forward_chart(df: pd.DataFrame, out_dir: Path, name: str = "forward",
         return style.empty_chart(out_dir, name, title, "no breakable forward in this run (--timing breakable)")
     cps = sorted(set(fw["cp_size"]))
     fig, axes = style.new_figure(1, len(cps), height_in=3.4, sharey=True)
-    fig.suptitle(f"{title}\n% of the two-call forward on the layer-synchronised critical path, 95 % interval")
+    fig.suptitle(f"{title}\n{EFFECT_UNIT} on the layer-synchronised critical path")
     colors = style.bs_colors(fw["bs"])
     for ax, cp in zip(axes.ravel(), cps):
         v = fw[fw["cp_size"] == cp]
@@ -171,5 +171,7 @@ def forward_chart(df: pd.DataFrame, out_dir: Path, name: str = "forward",
         ax.set_title(f"cp {cp}")
         style.log2_xaxis(ax, v["max_extend_len"])
     axes.ravel()[0].set_ylabel(EFFECT_UNIT)
-    axes.ravel()[0].legend(fontsize=7, title="ring: host exposed", title_fontsize=7)
+    handles, labels = axes.ravel()[0].get_legend_handles_labels()  # a line per bs, as drawn
+    axes.ravel()[0].legend(handles + [style.whisker_handle(style.WHISKERS_CI)], labels + [style.WHISKERS_CI],
+                           fontsize=7, title="ring: host exposed", title_fontsize=7)
     return style.save(fig, out_dir, name)

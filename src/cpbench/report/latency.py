@@ -43,15 +43,16 @@ def latency_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
     view = cells(df)
     labels = list(dict.fromkeys(view["label"])) if len(view) else []
     colors = {lab: style.PALETTE[i % len(style.PALETTE)] for i, lab in enumerate(labels)}
-    drawn = False
+    drawn: dict = {}  # mode -> its first drawn line, for the legend
     for i, timing in enumerate(timings):
         for j, cp in enumerate(cps):
             ax = axes[i, j]
             v = view[(view["timing"] == timing) & (view["cp_size"] == cp)] if len(view) else view
-            if not _panel(ax, v, colors):
+            lines = _panel(ax, v, colors)
+            if not lines:
                 no_data(ax, f"cp {cp} · {timing}: no successful cells")
                 continue
-            drawn = True
+            drawn = {**lines, **drawn}
             ax.set_title(f"cp {cp} · {timing}")
             style.log2_xaxis(ax, v["max_extend_len"])
             if j == 0:
@@ -66,16 +67,17 @@ def latency_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
     for ax in axes.ravel():
         if ax.axison:
             style.log_y(ax)
-    if drawn:
+    if drawn:  # the modes as drawn (fused's open markers), then what the whiskers are
         handles = [Line2D([], [], color=colors[lab], lw=2, label=lab) for lab in labels]
-        handles += [Line2D([], [], color="#333333", ls=MODE_LINE[m], marker=MODE_MARKER[m], label=m)
-                    for m, _ in MODE_COLUMNS]
+        handles += [style.handle_like(drawn[m], m, "#333333") for m, _ in MODE_COLUMNS if m in drawn]
+        handles.append(style.whisker_handle("whiskers: p10–p90 of the slowest rank"))
         fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), frameon=False)
     return style.save(fig, out_dir, name)
 
 
-def _panel(ax, v: pd.DataFrame, colors: dict) -> bool:
-    drawn = False
+def _panel(ax, v: pd.DataFrame, colors: dict) -> dict:
+    """Draw ``v``'s latencies on ``ax``; returns ``{mode: its first drawn line}`` (empty: nothing drawn)."""
+    drawn: dict = {}
     for lab, g in v.groupby("label", sort=False):
         g = g.sort_values("max_extend_len")
         for mode, tag in MODE_COLUMNS:
@@ -88,9 +90,9 @@ def _panel(ax, v: pd.DataFrame, colors: dict) -> bool:
             lo = g[f"p10_{tag}_us"].to_numpy(float)[keep] / 1e3
             hi = g[f"p90_{tag}_us"].to_numpy(float)[keep] / 1e3
             err = np.vstack([np.clip(np.nan_to_num(y - lo), 0, None), np.clip(np.nan_to_num(hi - y), 0, None)])
-            ax.errorbar(x, y, yerr=err, color=colors[lab], ls=MODE_LINE[mode], marker=MODE_MARKER[mode],
-                        capsize=2.5, elinewidth=1, markerfacecolor="white" if mode == Mode.FUSED else colors[lab])
-            drawn = True
+            bars = ax.errorbar(x, y, yerr=err, color=colors[lab], ls=MODE_LINE[mode], marker=MODE_MARKER[mode],
+                               capsize=2.5, elinewidth=1, markerfacecolor="white" if mode == Mode.FUSED else colors[lab])
+            drawn.setdefault(mode, bars.lines[0])
     return drawn
 
 

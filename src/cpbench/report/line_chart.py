@@ -62,7 +62,10 @@ def line_chart(rows: pd.DataFrame, out_dir: Path, name: str, title: str, cpu: bo
         ax.set_xticks(x, labels, fontsize=7)
         ax.set_title(f"{t} timing")
         ax.set_ylabel("saves, % of two-call time")
-    axes[0, 0].legend(fontsize=7, loc="best")
+    handles, labels = axes[0, 0].get_legend_handles_labels()  # the modes as drawn, then what the whiskers are
+    if not cpu:  # a CPU's points carry no interval
+        handles, labels = handles + [style.whisker_handle(style.WHISKERS_CI)], labels + [style.WHISKERS_CI]
+    axes[0, 0].legend(handles, labels, fontsize=7, loc="best")
     return style.save(fig, out_dir, name)
 
 

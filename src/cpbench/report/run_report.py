@@ -420,7 +420,7 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
         d = prepare(df)
         sim = _simulated(d, sim_df)
         if charts and sim is not None:
-            sim_vs_real_chart(d, sim, plot_dir)
+            sim_vs_real_chart(d, sim, plot_dir, device=device_name(manifest))
         sim_name = Path(simulated).resolve().name if simulated is not None else ""
         path = RunDir(run).report
         path.write_text(as_utf8(render_report(df, manifest, run.resolve().name, plot_dir, sim_df=sim_df,
