@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Check the committed evidence: what the runs in docs/runs/ measured, and that every chart of them still
 regenerates with this checkout's code. Not a unit test: the unit suite (``python3 -m pytest``) checks code
-behaviour; this script checks the committed data the README and the reports quote.
+behaviour; this script checks the committed data that the README, docs/results.md, docs/usage.md and the reports
+quote.
 
 Usage: ``python3 scripts/check_evidence.py`` from anywhere (it imports this checkout's ``src/``);
-``--print`` shows the README's headline rows as the runs give them; ``--write-reports`` rewrites every committed
+``--print`` shows the headline rows of docs/results.md as the runs give them; ``--write-reports`` rewrites every committed
 report.md from its rows (after an intended change to the report; review the diff).
 Prints one line per check; exits 1 with a message on any failure, 0 when every check holds.
 """
@@ -22,6 +23,9 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "docs" / "runs"
+README = ROOT / "README.md"
+RESULTS_MD = ROOT / "docs" / "results.md"  # the result tables the README sums up
+USAGE_MD = ROOT / "docs" / "usage.md"  # the engine read-back table
 sys.path.insert(0, str(ROOT / "src"))  # this checkout's code, whatever cpbench is installed
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -117,10 +121,10 @@ def h200_forward_agrees_with_the_independent_script() -> None:
     expect(checked == 6, f"{checked} cells compared, not 6")
 
 
-def h200_flex_line_is_what_the_readme_says() -> None:
+def h200_flex_line_is_what_results_md_says() -> None:
     """The flex line run (docs/runs/h200-flex-line): every flex row of the three modes is ok (matched the fp32
-    reference), cp-native is recorded unsupported on FMHAv2, the README's ratios are the run's (rendered as the
-    report renders them), and cpbench's rank-0 cp-native / fused ratio agrees within ±1.5 % with
+    reference), cp-native is recorded unsupported on FMHAv2, the ratios docs/results.md quotes are the run's
+    (rendered as the report renders them), and cpbench's rank-0 cp-native / fused ratio agrees within ±1.5 % with
     benchmarks/flex_line_check.py, which does not import cpbench (harness.jsonl)."""
     import json
 
@@ -133,12 +137,12 @@ def h200_flex_line_is_what_the_readme_says() -> None:
     fmha = df[(df["backend"] == "trtllm-fmha-v2") & (df["mode"] == "cp-native")]
     expect(len(fmha) == 12 and (fmha["status"] == "unsupported").all(), "FMHAv2 cp-native rows not all unsupported")
     line = line_view(df).set_index("bs")
-    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())  # a figure may wrap a line
+    results = " ".join(RESULTS_MD.read_text(encoding="utf-8").split())  # a figure may wrap a line
     for bs in (4, 16):
         r = line.loc[bs]
         for name in ("native_vs_fused", "fused_vs_two_call"):
             text = effect_text(r[name], r[f"{name}_ci_low"], r[f"{name}_ci_high"])
-            expect(text in readme, f"README lacks bs {bs} {name} {text}")
+            expect(text in results, f"docs/results.md lacks bs {bs} {name} {text}")
     rank0 = flex[flex["rank"] == 0].set_index(["bs", "mode"])["latency_us_median"]
     for rec in map(json.loads, (RUNS / "h200-flex-line" / "harness.jsonl").read_text().splitlines()):
         ours = rank0[(rec["bs"], "fused")] / rank0[(rec["bs"], "cp-native")]
@@ -150,7 +154,7 @@ def h200_flex_line_is_what_the_readme_says() -> None:
 def h200_flex_line_at_2k_and_16k() -> None:
     """The flex line at the other default lengths (docs/runs/h200-flex-line-2k, -16k), eager and graph: at 2K
     every flex row is ok (the worst error is rank 0's at bs 16, 0.0152, under the bf16 tolerance); at 16K every
-    flex row that fits is ok and bs 16 is skipped (262144 tokens > --max-prefill-tokens); the README's
+    flex row that fits is ok and bs 16 is skipped (262144 tokens > --max-prefill-tokens); the quoted (docs/results.md)
     cp-native / fused figures are the runs' (16K eager, 2K graph); cpbench's rank-0 cp-native / fused agrees
     within ±1.5 % with benchmarks/flex_line_check.py (harness.jsonl) where the eager forward is not host-bound:
     bs 1 and 4 at 16K, bs 16 at 2K."""
@@ -160,7 +164,7 @@ def h200_flex_line_at_2k_and_16k() -> None:
     from cpbench.results.line import line_view
     from cpbench.results.verdicts import effect_text
 
-    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    results = " ".join(RESULTS_MD.read_text(encoding="utf-8").split())
     for name, timing, ok_bs in (("h200-flex-line-16k", "eager", (1, 4)), ("h200-flex-line-2k", "graph", (1, 4, 16))):
         df, _ = load_run(RUNS / name)
         flex = df[df["backend"] == "flex"]
@@ -173,14 +177,14 @@ def h200_flex_line_at_2k_and_16k() -> None:
             expect(len(rest) > 0 and (rest["status"] == "skipped").all(), f"{name}: flex bs 16 rows not all skipped")
         else:
             worst = flex.loc[flex["max_abs_err"].idxmax()]
-            expect((worst["bs"], worst["rank"], round(worst["max_abs_err"], 4)) == (16, 0, 0.0152) and "0.0152" in readme,
-                   f"{name}: flex's worst error is not the README's 0.0152 (rank 0, bs 16)")
+            expect((worst["bs"], worst["rank"], round(worst["max_abs_err"], 4)) == (16, 0, 0.0152) and "0.0152" in results,
+                   f"{name}: flex's worst error is not docs/results.md's 0.0152 (rank 0, bs 16)")
         line = line_view(df)
         line = line[line["timing"] == timing].set_index("bs")
         for bs in ok_bs:
             r = line.loc[bs]
             text = effect_text(r["native_vs_fused"], r["native_vs_fused_ci_low"], r["native_vs_fused_ci_high"])
-            expect(text in readme, f"README lacks {name} bs {bs} {timing} native_vs_fused {text}")
+            expect(text in results, f"docs/results.md lacks {name} bs {bs} {timing} native_vs_fused {text}")
     for name, compared in (("h200-flex-line-16k", [1, 4]), ("h200-flex-line-2k", [16])):
         df, _ = load_run(RUNS / name)
         flex = df[(df["backend"] == "flex") & (df["timing"] == "eager")]
@@ -210,13 +214,13 @@ def _read_back(traces_dir: Path, run: str, backend: str, mode: str):
                                                    window_left_per_layer=windows))
 
 
-def engine_read_back_is_what_the_readme_says() -> None:
-    """README "Reading an engine's own traces": the per-layer table is what profile --from computes from the
+def engine_read_back_is_what_usage_md_says() -> None:
+    """docs/usage.md "Reading an engine's own traces": the per-layer table is what profile --from computes from the
     stand-in engine's H200 traces (fused) beside h200-engine-cell-fa3; every ratio of the engine (fused 0.99-1.01,
-    two-call 0.99-1.04) and of cpbench's own profile beside h200-passes-a (0.98-1.00) is as the README says; the
+    two-call 0.99-1.04) and of cpbench's own profile beside h200-passes-a (0.98-1.00) is as docs/usage.md says; the
     two-call, unannotated and nsys read-backs give 72, 36 and 36 attention kernels per forward on every rank."""
     engine = ROOT / "docs" / "evidence" / "h200-engine-traces"
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    usage = USAGE_MD.read_text(encoding="utf-8")
     by_rank: dict[int, list[str]] = {}
     for x in _read_back(engine / "cp4-bs1-ext8192-fused", "h200-engine-cell-fa3", "flashinfer-fa3", "fused"):
         expect(0.985 <= x.ratio < 1.015, f"engine fused rank {x.rank} {x.kind}: {x.ratio:.3f}")
@@ -224,7 +228,7 @@ def engine_read_back_is_what_the_readme_says() -> None:
                                               f"{x.cpbench_us:.1f} | {x.ratio:.2f}")
     for rank, parts in by_rank.items():
         line = f"| {rank} | " + " | ".join(parts) + " |"
-        expect(line in readme, f"README lacks the read-back row {line}")
+        expect(line in usage, f"docs/usage.md lacks the read-back row {line}")
     for x in _read_back(engine / "cp4-bs1-ext8192-two-call", "h200-engine-cell-fa3", "flashinfer-fa3", "two-call"):
         expect(0.985 <= x.ratio < 1.045, f"engine two-call rank {x.rank} {x.kind}: {x.ratio:.3f}")
     from cpbench.kernels.backends.registry import BACKEND_NAMES, kernel_patterns
@@ -321,8 +325,8 @@ def back_to_back_runs_overlap() -> None:
     expect(m == 16 and j >= 15, f"intervals overlap in {j} of {m} cells (need at least 15 of 16)")
 
 
-def readme_headline_rows() -> list[str]:
-    """The rows of the README's two headline tables, rendered from the runs they cite: the prefill forward
+def results_headline_rows() -> list[str]:
+    """The rows of the two headline tables of docs/results.md, rendered from the runs they cite: the prefill forward
     (``h200-forward``: per backend the breakable answer and the graph-timed attention answer) and attention
     alone (``h200-fmha-v2-vs-fa3``, graph timing). ``--print`` shows them for pasting."""
     from cpbench.report.backend_answer import best_of
@@ -354,12 +358,104 @@ def readme_headline_rows() -> list[str]:
     return rows
 
 
-def readme_headline_tables_come_from_the_runs() -> None:
-    """Every row of the README's headline tables is what the cited run gives (:func:`readme_headline_rows`)."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    missing = [r for r in readme_headline_rows() if r not in readme]
-    expect(not missing, f"{len(missing)} README headline row(s) differ from the runs, e.g. {missing[0] if missing else ''} "
-                        "(python3 scripts/check_evidence.py --print shows them)")
+def results_headline_tables_come_from_the_runs() -> None:
+    """Every row of the headline tables of docs/results.md is what the cited run gives
+    (:func:`results_headline_rows`)."""
+    results = RESULTS_MD.read_text(encoding="utf-8")
+    missing = [r for r in results_headline_rows() if r not in results]
+    expect(not missing, f"{len(missing)} docs/results.md headline row(s) differ from the runs, e.g. "
+                        f"{missing[0] if missing else ''} (python3 scripts/check_evidence.py --print shows them)")
+
+
+def readme_answer_comes_from_the_runs() -> None:
+    """The README's answer on an H200: every figure and count in its bullets is what the cited runs give. Of the
+    forward (h200-forward, h200-fa3-breakable-all): a measurable saving in 3 of 20 cells (trtllm-fmha-v2 at bs 1
+    and 4 x 2K, fa3 at bs 1 x 2K), ties elsewhere, flashinfer-fa3 a tie in every cell, attention 4-21 % of the
+    forward, the host hidden in every cell. Attention alone (graph timing): trtllm-fmha-v2's largest saving and
+    flashinfer-fa3's largest cost (h200-forward), fa3's largest saving and its 6 of 8 cells faster, none slower,
+    and fa3's cp-native call a tie with the fused call in every cell (h200-fa3-modes-graph)."""
+    from cpbench.report.data import cells
+    from cpbench.report.forward import attention_share, forward_cells
+    from cpbench.results.line import line_view
+    from cpbench.results.verdicts import effect_text, side_of_one
+
+    readme = " ".join(README.read_text(encoding="utf-8").split())  # a figure may wrap a line
+
+    def key(c) -> tuple[int, int]:
+        return int(c["bs"]), int(c["max_extend_len"])
+
+    def side(c) -> int | None:
+        return side_of_one(c["speedup"], c["speedup_ci_low"], c["speedup_ci_high"])
+
+    def quoted(c, what: str) -> None:
+        text = effect_text(c["speedup"], c["speedup_ci_low"], c["speedup_ci_high"])
+        expect(text in readme, f"README lacks {what} {text}")
+
+    view = cells(load_run(RUNS / "h200-forward")[0])
+    fw = forward_cells(view)
+    fw = fw[fw["status"] == "ok"]
+    fa3_fw = forward_cells(cells(load_run(RUNS / "h200-fa3-breakable-all")[0]))
+    fa3_fw = fa3_fw[(fa3_fw["status"] == "ok") & (fa3_fw["backend"] == "fa3")]
+    measurable = {}
+    for frame in (fw, fa3_fw):
+        for _, c in frame.iterrows():
+            expect(side(c) in (0, 1), f"{c['backend']} forward {key(c)}: fused costs time")
+            if side(c) == 1:
+                measurable[(c["backend"], *key(c))] = c
+    expect(set(measurable) == {("trtllm-fmha-v2", 1, 2048), ("trtllm-fmha-v2", 4, 2048), ("fa3", 1, 2048)}
+           and len(fw) + len(fa3_fw) == 20, f"measurable forward savings {sorted(measurable)} of {len(fw) + len(fa3_fw)}")
+    expect("a measurable share in only 3 of 20 cells" in readme, "README lacks the forward's count (3 of 20 cells)")
+    for (backend, bs, ext), c in measurable.items():
+        quoted(c, f"{backend} forward bs {bs} x {ext}")
+    top = max(100 * (1 - 1 / float(c["speedup"])) for c in measurable.values())
+    expect(f"at most +{top:.1f} %" in readme, f"README lacks the forward's largest saving (+{top:.1f} %)")
+    shares = sorted(round(100 * attention_share(view, c)) for _, c in fw.iterrows())
+    expect(f"attention is {shares[0]}–{shares[-1]} % of this forward" in readme,
+           f"README lacks attention's share of the forward ({shares[0]}–{shares[-1]} %)")
+    expect(bool(fw["host_hidden"].astype(bool).all()), "the host was not hidden in every forward cell")
+
+    graph = view[(view["timing"] == "graph") & (view["status"] == "ok")]
+    quoted(graph[graph["backend"] == "trtllm-fmha-v2"].sort_values("speedup").iloc[-1], "trtllm-fmha-v2's largest saving")
+    quoted(graph[graph["backend"] == "flashinfer-fa3"].sort_values("speedup").iloc[0], "flashinfer-fa3's largest cost")
+    modes = load_run(RUNS / "h200-fa3-modes-graph")[0]
+    mv = cells(modes)
+    fa3 = mv[(mv["timing"] == "graph") & (mv["status"] == "ok") & (mv["backend"] == "fa3")]
+    sides = [side(c) for _, c in fa3.iterrows()]
+    expect(len(fa3) == 8 and sides.count(1) == 6 and sides.count(-1) == 0, f"fa3 attention sides {sides}")
+    expect("saves time in 6 of 8 cells, costing in none" in readme, "README lacks fa3's 6 of 8 cells")
+    quoted(fa3.sort_values("speedup").iloc[-1], "fa3's largest saving")
+    line = line_view(modes)
+    line = line[(line["backend"] == "fa3") & (line["timing"] == "graph")]
+    ties = [side_of_one(r["native_vs_fused"], r["native_vs_fused_ci_low"], r["native_vs_fused_ci_high"]) == 0
+            for _, r in line.iterrows()]
+    expect(len(ties) == 8 and all(ties), f"fa3 cp-native vs fused: ties {ties}")
+
+
+def readme_quickstart_output_is_the_committed_run() -> None:
+    """The README's CPU quickstart excerpt is the terminal output of the committed run docs/runs/cpu-quickstart:
+    every pasted breakable row's two-call and fused ms are the run's critical path, and the check's counts the
+    README gives (96 of 96 rows matched, 72 → 36 attention calls per rank) are its report's."""
+    from cpbench.report.data import cells
+
+    readme = README.read_text(encoding="utf-8")
+    df, manifest = load_run(RUNS / "cpu-quickstart")
+    expect(manifest["command"] == "cpbench sweep --cp 4 --bs 1,4,16", f"command {manifest['command']!r}")
+    view = cells(df)
+    br = {key: c for key, c in ((((int(c["bs"]), int(c["max_extend_len"])), c)
+                                for _, c in view[view["timing"] == "breakable"].iterrows()))}
+    rows = [[x.strip() for x in line.strip("│").split("│")] for line in readme.splitlines()
+            if line.startswith("│") and line.count("│") == 7]
+    expect(len(rows) >= 3, f"{len(rows)} pasted rows in the README's quickstart")
+    for bs, ext, two, fused, *_ in rows:
+        c = br[(int(bs), int(ext))]
+        got = (f"{c['two_call_us'] / 1e3:.3f}", f"{c['fused_us'] / 1e3:.3f}")
+        expect((two, fused) == got, f"README's bs {bs} x {ext}: {two} / {fused} ms, the run's {got[0]} / {got[1]}")
+    report = (RUNS / "cpu-quickstart" / "report.md").read_text(encoding="utf-8")
+    for text in ("96 of 96 rank × mode rows matched", "72 → 36 per rank"):
+        expect(text in report, f"cpu-quickstart's report lacks {text!r}")
+    flat = " ".join(readme.split())  # a phrase may wrap a line
+    for text in ("96 of 96 rank × mode rows matched", "72 → 36 attention calls per rank"):
+        expect(text in flat, f"README lacks {text!r}")
 
 
 def charts_regenerate(name: str, charts: int) -> Callable[[], None]:
@@ -378,17 +474,30 @@ def charts_regenerate(name: str, charts: int) -> Callable[[], None]:
     return check
 
 
+def _anchors(md: Path) -> set[str]:
+    """The anchors GitHub gives the headings of ``md``: lower case, punctuation dropped, spaces as hyphens."""
+    import re
+
+    return {re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            for m in re.finditer(r"^#{1,6}\s+(.+)$", md.read_text(encoding="utf-8"), re.MULTILINE)}
+
+
 def every_link_resolves() -> None:
     """Every relative link and image in README.md and docs/ (a committed report's charts too) names a file
-    that is committed."""
+    that is committed, and every ``#anchor`` a link gives into a Markdown file names one of its headings."""
     import re
 
     missing = []
     for md in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
-        for target in re.findall(r"\]\(([^)#\s]+)", md.read_text(encoding="utf-8")):
+        text = md.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)#\s]+)", text):
             if "://" not in target and not (md.parent / target).exists():
                 missing.append(f"{md.relative_to(ROOT)} -> {target}")
-    expect(not missing, f"{len(missing)} links to missing files: {', '.join(missing[:5])}")
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", text):
+            page = md.parent / target if target else md
+            if "://" not in target and page.suffix == ".md" and page.exists() and anchor not in _anchors(page):
+                missing.append(f"{md.relative_to(ROOT)} -> {target}#{anchor}")
+    expect(not missing, f"{len(missing)} links to missing files or headings: {', '.join(missing[:5])}")
 
 
 CHECKS: list[Callable[[], None]] = [
@@ -396,12 +505,14 @@ CHECKS: list[Callable[[], None]] = [
     h200_default_sweep_is_complete_and_timed,
     h200_fa2_two_call_splits_kv_at_small_batch,
     h200_forward_agrees_with_the_independent_script,
-    h200_flex_line_is_what_the_readme_says,
+    h200_flex_line_is_what_results_md_says,
     h200_flex_line_at_2k_and_16k,
-    engine_read_back_is_what_the_readme_says,
+    engine_read_back_is_what_usage_md_says,
     committed_runs_name_their_commit,
     committed_reports_are_current,
-    readme_headline_tables_come_from_the_runs,
+    results_headline_tables_come_from_the_runs,
+    readme_answer_comes_from_the_runs,
+    readme_quickstart_output_is_the_committed_run,
     back_to_back_runs_overlap,
     charts_regenerate("h200-fa3-cp2-cp8", len(CHARTS)),  # two batch sizes: no segments chart
     charts_regenerate("h200x2-fa3-torchrun", len(CHARTS) + len(DIST_CHARTS) + 1),  # bs 1, 4, 16: + segments
@@ -411,7 +522,7 @@ CHECKS: list[Callable[[], None]] = [
 
 def main() -> int:
     if sys.argv[1:] == ["--print"]:
-        print("\n".join(readme_headline_rows()))
+        print("\n".join(results_headline_rows()))
         return 0
     if sys.argv[1:] == ["--write-reports"]:  # after an intended change to the report: rewrite every committed one
         for run in sorted(p for p in RUNS.iterdir() if (p / "report.md").exists()):

@@ -21,7 +21,7 @@ import time
 
 PERIOD_S = 10.0
 # the loop as a script runs it at module level (``s=0`` then ``for i in range(10**7): s+=i``, global names): the
-# figure the README's host speeds quote; 10^6 steps here, scaled to 10^7
+# figure docs/testing.md's host speeds quote; 10^6 steps here, scaled to 10^7
 LOOP = compile("s = 0\nfor i in range(10**6):\n    s += i\n", "<loop>", "exec")
 
 

@@ -6,13 +6,16 @@ rank per layer kind.
 `python -m pytest -q -n 0 -m gpu tests/test_breakable_gpu.py` (skipped without CUDA and flashinfer).
 """
 
+import time
+
 import pytest
 import torch
 
 from cpbench.kernels.backends import get_backend
 from cpbench.kernels.check import max_abs_diff, max_diff_outputs
 from cpbench.measure.breakable import breakable_layers, build_layer_rest, run_layers
-from cpbench.measure.timing import release_graphs
+from cpbench.measure.stream import run_chunk, spin_cycles_per_us
+from cpbench.measure.timing import Clock, release_graphs
 from cpbench.domain.geometry import all_ranks
 from cpbench.domain.models import get_preset, with_overrides
 from cpbench.kernels.workload import build_cell, rank_work
@@ -30,7 +33,8 @@ def _backends() -> list[str]:
 
 @pytest.mark.skipif(not _backends(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("backend", ["trtllm-fmha-v2", "flashinfer-fa3", "torch"])
-def test_breakable_outputs_equal_eager_and_fused_equals_two_call(backend):
+@pytest.mark.parametrize("capture", [None, (2, 3)])  # (2, 3): --forward-layers kinds captures its rotation only
+def test_breakable_outputs_equal_eager_and_fused_equals_two_call(backend, capture):
     if backend not in _backends():
         pytest.skip(f"{backend} cannot run here")
     spec = with_overrides(get_preset("gpt-oss-120b"), layers=4)
@@ -52,7 +56,7 @@ def test_breakable_outputs_equal_eager_and_fused_equals_two_call(backend):
                 eager = {w: o.clone() for w, o in prep.local_outputs().items()}
                 for o in prep.outputs.values():
                     o.fill_(float("nan"))  # the breakable forward must write every output row again
-                layers = breakable_layers(prep, rest)
+                layers = breakable_layers(prep, rest, capture)
                 assert len(layers) == 4 and all(len(x) == (2 if mode == "fused" else 3) + 1 for x in layers)
                 run_layers(layers)
                 torch.cuda.synchronize()
@@ -61,3 +65,23 @@ def test_breakable_outputs_equal_eager_and_fused_equals_two_call(backend):
             assert max_abs_diff(out["fused"], out["two-call"]) <= (0.0 if backend != "torch" else 1e-2)
     finally:
         release_graphs()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_chunk_behind_a_spin_times_each_layer_without_the_hosts_issue_time():
+    """Layers back to back behind a GPU spin longer than the host's issue time: each sample is the GPU's time for
+    the layer (a forward's steady state); without the spin the first one holds the host's 2 ms pause."""
+    clock = Clock(torch.device("cuda"))
+    x = torch.zeros(1024, device="cuda")
+
+    def work() -> None:  # two tiny kernels with 2 ms of host work between them
+        x.add_(1)
+        time.sleep(0.002)
+        x.add_(1)
+
+    work()
+    assert 100 < spin_cycles_per_us() < 10_000  # SM clock cycles per µs (MHz)
+    bare, host = run_chunk([work] * 3, clock, lead_us=0.0)
+    assert bare[0] >= 2000.0 and min(host) >= 2000.0
+    led, _ = run_chunk([work] * 3, clock, lead_us=20_000.0)
+    assert max(led) < 500.0, f"{led} µs: the spin did not hide the host's issue time"

@@ -77,8 +77,7 @@ def test_cpbench_debug_shows_the_traceback(monkeypatch):
                                         "use realistic sizes"),
     (IsADirectoryError(21, "Is a directory"), 2, "error: IsADirectoryError: [Errno 21] Is a directory: check that "
                                                  "path"),
-    (KeyboardInterrupt(), 130, "interrupted: a sweep keeps every row measured so far in results.jsonl; rerun the "
-                               "same command with --resume"),
+    (KeyboardInterrupt(), 130, "interrupted\n"),  # not a sweep: no advice to resume one
 ])
 def test_exception_table(monkeypatch, exc, code, line):
     import cpbench.cli.geometry as g
@@ -133,7 +132,7 @@ def test_profile_and_explain_take_one_backend(cmd, choices):
 
 
 def test_repeated_values_are_one_cell_and_a_plan_too_large_is_refused():
-    from cpbench.cli.cells import MAX_CELLS
+    from cpbench.domain.limits import MAX_CELLS
 
     c = parse_cells(cp="2,2,4", bs="1,1", extend_len="32,32,64", extend_lens=None, prefix=0, ranks="all",
                     default_bs="1", default_extend_len="32")
@@ -142,6 +141,16 @@ def test_repeated_values_are_one_cell_and_a_plan_too_large_is_refused():
     with pytest.raises(CpbenchInputError, match=f"make 1000000 cells, more than {MAX_CELLS}"):
         parse_cells(cp="2,4,6,8,10,12,14,16,18,20", bs=many, extend_len=",".join(str(32 * i) for i in range(1, 1001)),
                     extend_lens=None, prefix=0, ranks="all", default_bs="1", default_extend_len="32")
+
+
+def test_a_grid_of_millions_of_requests_is_refused_as_cpbench_grid_refuses_it():
+    """The CLI and cpbench.grid share the limits (domain/limits.py): --bs 65536 at 300 extend lengths is 300
+    cells but 19.7M requests over their batches, which were built before anything was checked."""
+    ext = ",".join(str(64 + i) for i in range(300))
+    with pytest.raises(CpbenchInputError, match=r"^--cp x --bs x --extend-len plan 19660800 requests over their "
+                                                r"batches, more than 16777216: sweep fewer or smaller batches$"):
+        parse_cells(cp="2", bs="65536", extend_len=ext, extend_lens=None, prefix=0, ranks="all", default_bs="1",
+                    default_extend_len="32")
 
 
 def test_a_length_draw_of_billions_of_requests_is_refused():

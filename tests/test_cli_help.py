@@ -6,7 +6,7 @@ import pytest
 
 from clirun import cpbench
 
-COMMANDS = ["geometry", "models", "sweep", "profile", "doctor", "plot", "report", "compare"]
+COMMANDS = ["geometry", "models", "sweep", "profile", "doctor", "check-backend", "plot", "report", "compare"]
 
 
 @pytest.mark.parametrize("columns", ["40", "80"])
@@ -44,7 +44,8 @@ def test_old_option_names_still_read(tmp_path):
 @pytest.mark.parametrize("command, usage", [
     ("geometry", "geometry [OPTIONS]"), ("models", "models [OPTIONS]"), ("columns", "columns [OPTIONS]"),
     ("sweep", "sweep [OPTIONS]"), ("profile", "profile [OPTIONS] [TRACE]..."), ("explain", "explain [OPTIONS]"),
-    ("doctor", "doctor [OPTIONS]"), ("plot", "plot [OPTIONS] RUN"), ("report", "report [OPTIONS] RUN"),
+    ("doctor", "doctor [OPTIONS]"), ("check-backend", "check-backend [OPTIONS] NAME"), ("plot", "plot [OPTIONS] RUN"),
+    ("report", "report [OPTIONS] RUN"),
     ("compare", "compare [OPTIONS] BASE NEW"),
 ])
 def test_usage_line_names_arguments_without_braces(command, usage):

@@ -114,3 +114,26 @@ def test_the_console_marks_a_host_bound_cell_and_prints_ratios_with_their_digits
         if m:
             lo, hi = (float(x.replace("−", "-")) for x in m.group(2, 3))
             assert (lo > 0) if m.group(4) == "faster" else (hi < 0), ln
+
+
+def test_a_long_status_reason_is_shortened_at_a_word():
+    """#49: the summary's status cell cut its reason at 120 characters, mid-word ("... or a sm")."""
+    reason = ("about 4.1e+05 TFLOP per forward is too much for the CPU reference (limit 2 TFLOP, "
+              "CPBENCH_CPU_TFLOP_LIMIT): use a GPU, or shorter requests: at bs 1 and cp_size 2, --extend-len 12345 "
+              "or less fits")
+    rows = make_rows(cp_sizes=(2,), bss=(1,), seqs=(10000000,), timings=("eager",),
+                     status=lambda *a: ("unsupported", reason))
+    console = Console(width=400, record=True)
+    show_summary(console, pd.DataFrame(rows))
+    cell = next(x for x in console.export_text().splitlines() if "unsupported" in x)
+    assert ("unsupported: about 4.1e+05 TFLOP per forward is too much for the CPU reference (limit 2 TFLOP, "
+            "CPBENCH_CPU_TFLOP_LIMIT): use a GPU…") in cell, cell
+
+
+def test_shorten_cuts_at_a_word_and_keeps_short_text():
+    from cpbench.errors import shorten
+
+    assert shorten("use a GPU, or a smaller --extend-len", 200) == "use a GPU, or a smaller --extend-len"
+    assert shorten("use a GPU, or a smaller --extend-len", 20) == "use a GPU, or a…"
+    assert shorten("x" * 50, 10) == "x" * 9 + "…"  # one long word: cut, as nothing else can be
+    assert shorten("  two   words ", 80) == "two words"

@@ -110,7 +110,7 @@ def test_torchrun_sweep_matches_the_simulated_sweep_and_resumes_on_its_thread_co
     assert m["config"]["launch"] == "torchrun" and m["config"]["world_size"] == 4 and m["config"]["gather"] == "packed"
     assert m["cpu_threads"] == 1
     # refused by the launcher before any rank starts (in this process: no torchrun is run)
-    again = cpbench("sweep", *launch, *replacing(common, "--bs", "1,2"), "--resume", env={"OMP_NUM_THREADS": "2"})
+    again = cpbench("sweep", *launch, *common, "--resume", env={"OMP_NUM_THREADS": "2"})
     assert again.returncode == 2, again.stderr[-2000:]
     assert again.stderr.strip() == (f"error: --resume: {tmp_path / 'd'} was measured on 1 CPU thread(s), this sweep "
                                     "would use 2: set OMP_NUM_THREADS=1 or pick another --out")

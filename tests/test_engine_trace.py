@@ -10,8 +10,9 @@ import pytest
 import tracefactory as tf
 from clirun import cpbench
 from runfactory import make_rows, write_run
-from cpbench.profiles.engine_forwards import find_forwards, layer_times, matching_ranges, range_members, verdict
+from cpbench.profiles.engine_forwards import find_forwards, layer_times, matching_ranges, range_members
 from cpbench.profiles.engine_trace import read_torch_trace, read_traces
+from cpbench.profiles.engine_verdict import CpEvidence, verdict
 
 HTA = Path(__file__).parent / "fixtures" / "hta"
 FMHA = {"trtllm-fmha-v2": ("fmha_v2_flash_attention",)}
@@ -26,12 +27,12 @@ def from_json(*args):
 @pytest.mark.parametrize("per_layer,count,path", [(1, 36, "fused path taken"), (2, 72, "two-call")])
 def test_verdict_and_layer_times_per_rank(tmp_path, per_layer, count, path):
     tf.write_run(tmp_path, world_size=4, layers=36, per_layer=per_layer, forwards=3, window_us=12.0, full_us=40.0)
-    out = from_json(tmp_path, "--model", "gpt-oss-120b")
+    out = from_json(tmp_path, "--model", "gpt-oss-120b", "--cp", "4")
     assert [r["rank"] for r in out["ranks"]] == [0, 1, 2, 3]
     for r in out["ranks"]:
         assert r["backend"] == "trtllm-fmha-v2" and r["bound"] == "annotation" and r["forwards"] == 3
         assert r["attention_kernels_per_forward"] == [count] * 3
-        assert r["verdict"].startswith(f"{path}: {count} attention kernels per forward ({per_layer} per layer)")
+        assert r["verdict"] == f"{path}: {count} attention kernels per forward ({per_layer} per layer; CP: --cp 4)"
         times = {t["kind"]: t for t in r["layer_times_us"]}
         assert times["window"]["median"] == pytest.approx(12.0) and times["window"]["layers"] == 18 * 3
         assert times["full"]["median"] == pytest.approx(40.0) and times["full"]["p90"] == pytest.approx(40.0)
@@ -41,7 +42,7 @@ def test_verdict_and_layer_times_per_rank(tmp_path, per_layer, count, path):
 def test_forwards_from_the_layer_count_without_annotations(tmp_path):
     tf.write(tmp_path / "r0.json", gz=False, layers=4, per_layer=2, forwards=3, annotate=False,
              extra=[tf.ATTN.format(""), tf.GEMM, tf.ATTN.format("")])
-    out = from_json(tmp_path / "r0.json", "--layers", "4")
+    out = from_json(tmp_path / "r0.json", "--layers", "4", "--cp", "2")
     (r,) = out["ranks"]
     assert r["bound"] == "layer count" and r["attention_kernels_per_forward"] == [8, 8, 8]
     assert r["leftover_layers"] == 2  # the two extra attention kernels after the last forward, apart
@@ -65,7 +66,8 @@ def test_a_forward_range_of_the_users_choice(tmp_path):
     rf = find_forwards(t, FMHA, 2, r"ProfilerStep#2")
     assert [f.name for f in rf.forwards] == ["ProfilerStep#2"] and rf.per_forward() == [2]
     assert rf.forwards[0].kernels == 2 * 4  # GEMM, attention, memset, GEMM per layer
-    assert verdict(rf.per_forward(), 2) == "fused path taken: 2 attention kernels per forward (1 per layer)"
+    assert verdict(rf.per_forward(), 2, CpEvidence(True, "--cp 2")) == ("fused path taken: 2 attention kernels per "
+                                                                     "forward (1 per layer; CP: --cp 2)")
     assert verdict([2, 4], 2).startswith("forwards differ: 2, 4")
     assert "neither path's count" in verdict([3], 2)
     assert [t.kind for t in layer_times(rf.forwards, [1, 1, -1])] == ["all"]  # 3 kinds for 2 layers: not known
@@ -140,7 +142,7 @@ def test_a_huge_trace_is_streamed(tmp_path):
 def test_traces_from_another_project(tmp_path):
     files = [HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz"]
     r = cpbench("profile", "--from", *files, "--json")
-    assert r.returncode == 1 and "no attention kernel cpbench knows was found in 2 trace(s)" in r.stderr
+    assert r.returncode == 1 and "no attention kernel cpbench recognises was found in 2 trace(s)" in r.stderr
     ranks = json.loads(r.stdout)["ranks"]
     assert [x["rank"] for x in ranks] == [0, 1]
     assert sum(ranks[0]["unknown_kernels"].values()) == ranks[0]["kernel_kinds"]["other"] > 500
@@ -194,18 +196,49 @@ def test_the_engine_beside_cpbenchs_cell(tmp_path):
     assert r.returncode == 2 and "has no ok eager row of cp2 bs4 extend8192 on trtllm-fmha-v2 fused" in r.stderr
 
 
+def test_json_holds_null_where_a_number_is_missing(tmp_path):
+    """#49: --json printed bare NaN (not JSON) where cpbench's row has no per-layer time (a CPU run's rows)."""
+    rows = make_rows(cp_sizes=(2,), bss=(1,), seqs=(8192,), timings=("eager",), backends=("trtllm-fmha-v2",))
+    run = write_run(tmp_path / "run", rows)  # no window_layers_us / full_layers_us
+    tf.write_run(tmp_path / "traces", world_size=2, layers=36, per_layer=1, forwards=2, window_us=12.0, full_us=40.0)
+    r = cpbench("profile", "--from", tmp_path / "traces", "--model", "gpt-oss-120b", "--cell", "cp2 bs1 ext8192",
+                "--run", run, "--json")
+    assert r.returncode == 0, r.stderr
+
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+
+    out = json.loads(r.stdout, parse_constant=refuse)  # NaN, Infinity: not JSON
+    layer = out["cell"]["layers"][0]
+    assert (layer["engine_median_us"], layer["cpbench_us"], layer["ratio"]) == (12.0, None, None)
+
+
+def test_dumps_writes_null_for_every_number_not_measured():
+    """The one writer of --json output and profile.json/explain.json (domain/jsonfile.dumps)."""
+    from cpbench.domain.jsonfile import dumps
+
+    obj = {"a": float("nan"), "b": [1.5, float("inf"), (float("-inf"), 2)], "c": {"d": float("nan")}, "e": "NaN"}
+    assert dumps(obj) == '{"a": null, "b": [1.5, null, [null, 2]], "c": {"d": null}, "e": "NaN"}'
+
+
 def test_a_cell_that_cannot_run_here_keeps_the_ranks_table(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     tf.write_run(tmp_path / "traces", world_size=2, layers=36, per_layer=2)
     r = cpbench("profile", "--from", tmp_path / "traces", "--cell", "cp2 bs1 ext256", "--device", "cpu")
     assert r.returncode == 2 and "cannot measure cp2 bs1 extend256 on trtllm-fmha-v2 here" in r.stderr
     assert "pass --run with a run of that cell" in r.stderr and r.stdout.count("two-call: 72") == 2
+    # the reason is whole (#49: it was cut at 160 characters, mid-word)
+    assert ("(`cpbench doctor` lists the backends this machine can run)): pass --run with a run of that cell made "
+            "where it runs") in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("args,message", [
     (["--cell", "cp4 bs1 ext8192"], "--cell, --run and --forward-range go with --from"),
     (["--forward-range", "prefill"], "--cell, --run and --forward-range go with --from"),
-    (["--from", "x.json", "--cp", "8"], "--cp measures cpbench's own cells; --from only reads traces"),
+    (["--from", "x.json", "--bs", "8"], "--bs measures cpbench's own cells; --from only reads traces"),
+    (["--from", "x.json", "--cp", "0"], "give the CP size the engine ran, one integer >= 1"),
+    (["--from", "x.json", "--cp", "2,4"], "give the CP size the engine ran, one integer >= 1"),
+    (["--from", "x.json", "--cp", "2", "--cell", "cp4 bs1 ext8192"], "--cp 2 and --cell cp4 disagree"),
     (["--from", "x.json", "--nsys"], "--nsys measures cpbench's own cells"),
     (["--from", "x.json", "--launch", "torchrun"], "--launch measures cpbench's own cells"),
     (["--from", "x.json", "--cell", "cp4 bs1"], "give it as 'cp4 bs1 ext8192'"),
@@ -220,8 +253,8 @@ def test_options_of_from(tmp_path, args, message):
 def test_the_forward_range_is_a_glob_that_cannot_stall(tmp_path):
     evs = tf.events(layers=2) + [{"ph": "X", "cat": "user_annotation", "name": "a" * 40, "ts": 0, "dur": 1}]
     (tmp_path / "r.json").write_text(json.dumps({"traceEvents": evs}))
-    r = cpbench("profile", "--from", tmp_path / "r.json", "--layers", "2", "--forward-range", "(a+)+b", "--json")
-    assert r.returncode == 0 and json.loads(r.stdout)["ranks"][0]["bound"] == "layer count"  # matched nothing
+    r = cpbench("profile", "--from", tmp_path / "r.json", "--layers", "2", "--forward-range", "(a+)+b")
+    assert r.returncode == 2 and "--forward-range '(a+)+b' matched no range in 1 trace(s)" in r.stderr
     r = cpbench("profile", "--from", tmp_path / "r.json", "--layers", "2", "--forward-range", "ProfilerStep#[12]",
                 "--json")
     assert json.loads(r.stdout)["ranks"][0]["forwards"] == 2
@@ -248,7 +281,7 @@ def test_cpbench_own_h200_traces(mode, count):
 
 def test_an_nsys_export_one_rank_per_process(tmp_path):
     db = tf.write_nsys_sqlite(tmp_path / "server.sqlite", layers=4, per_layer=2, forwards=3)
-    out = from_json(db, "--layers", "4", "--forward-range", "prefill_forward")
+    out = from_json(db, "--layers", "4", "--forward-range", "prefill_forward", "--cp", "2")
     assert [(r["rank"], r["source"]) for r in out["ranks"]] == [(0, "nsys"), (1, "nsys")]
     for r in out["ranks"]:
         assert r["bound"] == "annotation" and r["attention_kernels_per_forward"] == [8, 8, 8]
@@ -270,8 +303,11 @@ def test_nsys_inputs_that_are_not_reports(tmp_path):
 
 
 def test_a_report_and_its_export_in_one_directory_count_once(tmp_path):
-    tf.write_nsys_sqlite(tmp_path / "server.sqlite", layers=2)
+    import os
+
     (tmp_path / "server.nsys-rep").write_bytes(b"the report the export came from")
+    tf.write_nsys_sqlite(tmp_path / "server.sqlite", layers=2)
+    os.utime(tmp_path / "server.nsys-rep", (1_700_000_000, 1_700_000_000))  # exported after it was recorded
     assert [t.path for t in read_traces([tmp_path])] == [str(tmp_path / "server.sqlite")] * 2
 
 
@@ -332,7 +368,7 @@ def test_traces_without_ranks_say_how_they_are_numbered(tmp_path):
         path = tmp_path / f"r{i}.json"
         path.write_text(json.dumps({"traceEvents": tf.events(layers=2)}))
     r = cpbench("profile", "--from", tmp_path, "--layers", "2")
-    assert r.returncode == 0 and "ranks are numbered in file order: the traces name none" in r.stdout
+    assert r.returncode == 0 and "ranks are inferred from the number in each file name (the traces name none" in r.stdout
     tf.write(tmp_path / "r2.json.gz", rank=1, world_size=3)
     r = cpbench("profile", "--from", tmp_path, "--layers", "2")
     assert r.returncode == 2 and "names no rank (no distributedInfo) while others do" in r.stderr
@@ -364,9 +400,10 @@ def test_float_correlation_ids_and_unknown_layer_kinds(tmp_path):
     (tmp_path / "r.json").write_text(json.dumps({"traceEvents": evs}))
     (r,) = from_json(tmp_path / "r.json", "--layers", "4")["ranks"]
     assert r["bound"] == "annotation" and r["attention_kernels_per_forward"] == [4, 4]
-    (r,) = from_json(tmp_path / "r.json", "--layers", "8")["ranks"]  # 4 layers found, 8 asked: kinds unknown
+    model = ("--model", "gpt-oss-120b", "--layers", "8")  # a model with sliding windows: layers split by kind
+    (r,) = from_json(tmp_path / "r.json", *model)["ranks"]  # 4 layers found, 8 asked: kinds unknown
     assert [t["kind"] for t in r["layer_times_us"]] == ["all"]
-    assert "all layers: " in cpbench("profile", "--from", tmp_path / "r.json", "--layers", "8").stdout
+    assert "all layers: " in cpbench("profile", "--from", tmp_path / "r.json", *model).stdout
 
 
 def test_an_nsys_export_with_null_rows(tmp_path):
@@ -394,6 +431,10 @@ def test_the_stand_in_engines_h200_traces(name, bound, per_forward):
     for r in out["ranks"]:
         assert r["backend"] == "flashinfer-fa3" and r["bound"] == bound and r["attention_kernels_per_forward"] == [per_forward] * 3
         assert r["kernel_kinds"]["other"] >= 3 * 36 * 2  # the two projection GEMMs of every layer, listed by name
+        assert r["verdict"].endswith("no evidence of CP in this trace, pass --cp to judge fusion")  # gloo: no kernel
+    path = "fused path taken" if per_forward == 36 else "two-call"
+    assert {r["verdict"] for r in from_json(ENGINE / name, "--cp", "4")["ranks"]} == {
+        f"{path}: {per_forward} attention kernels per forward ({per_forward // 36} per layer; CP: --cp 4)"}
 
 
 def test_the_stand_in_engine_under_nsys():

@@ -99,3 +99,26 @@ def test_compare_refuses_an_unwritable_out_before_printing(tmp_path):
     runs = Path(__file__).parent.parent / "docs" / "runs"
     r = cpbench("compare", runs / "h200-passes-a", runs / "h200-passes-b", "--out", tmp_path / "no" / "such" / "x.md")
     assert r.returncode == 2 and r.stdout == "" and "is not a writable directory" in r.stderr
+
+
+def test_a_cell_too_big_for_the_cpu_is_refused_before_any_file(tmp_path, no_gpu):
+    """#49: a cell over the CPU reference's TFLOP limit wrote a run directory of empty charts, then exited 2 naming
+    --seq (not in --help). It is refused first, in one line naming --extend-len, the limit and a length that fits."""
+    from cpbench.domain.cells import CellSpec
+    from cpbench.domain.models import get_preset, with_overrides
+    from cpbench.run.runner import cpu_refusal
+
+    out = tmp_path / "run"
+    r = cpbench("sweep", "--cp", "2", "--bs", "1", "--extend-len", "10000000", "--out", out, *TINY)
+    assert r.returncode == 2 and not out.exists(), (r.returncode, r.stderr)
+    line = r.stderr.strip()
+    assert len(line.splitlines()) == 1 and "--seq" not in line, line
+    head = "error: no cell can run on a CPU: about "
+    assert line.startswith(head) and (" TFLOP per forward is too much for the CPU reference (limit 2 TFLOP, "
+                                      "CPBENCH_CPU_TFLOP_LIMIT): use a GPU, or shorter requests: at bs 1 and "
+                                      "cp_size 2, --extend-len ") in line, line
+    fits = int(line.split("--extend-len ")[1].split()[0])
+    model = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=4, kv_heads=1, head_dim=16, page_size=16)
+    assert cpu_refusal(model, CellSpec(2, (fits,), (0,))) is None  # the length named fits, one more does not
+    assert cpu_refusal(model, CellSpec(2, (fits + 1,), (0,))) is not None
+    assert line.endswith(f"--extend-len {fits} or less fits")

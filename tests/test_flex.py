@@ -69,7 +69,7 @@ def test_a_sweep_runs_cp_native_on_flex_and_records_it_unsupported_on_the_refere
     assert all(rows[("flex", rk, m)]["status"] == "ok" for rk in (0, 1) for m in ("two-call", "fused", "cp-native"))
     assert rows[("flex", 0, "cp-native")]["calls_per_layer"] == 1 and rows[("flex", 0, "two-call")]["calls_per_layer"] == 2
     native = rows[("torch", 0, "cp-native")]
-    assert (native["status"], native["reason"]) == ("unsupported", "torch has no cp-native call (the fa3 and flex backends have one)")
+    assert (native["status"], native["reason"]) == ("unsupported", "torch has no cp-native call (backends with one: fa3, flex)")
     assert rows[("torch", 0, "fused")]["status"] == "ok"  # the pair is measured as before
     df, _ = load_run(out)
     line = line_view(df)  # the line: flex only (the torch reference has no cp-native row that ran)

@@ -7,22 +7,14 @@ import math
 
 import pytest
 
-from cpbench.measure.breakable import kind_layers, kinds_text, time_layer_kinds
+from cpbench.measure.breakable import kind_layers, kind_rotation, kinds_text, time_layer_kinds
 from clirun import cpbench
 
 
 class FakeClock:
-    """A clock whose sample is the sum of the work the callable reported (µs), no device."""
+    """No device: time_layer_kinds only syncs it (the timer takes the samples)."""
 
     cuda = False
-
-    def __init__(self, log):
-        self.log = log
-
-    def sample_us(self, fn, barrier=None):
-        start = len(self.log)
-        fn()
-        return float(sum(us for _, us in self.log[start:]))
 
     def sync(self):
         pass
@@ -36,18 +28,19 @@ def _layers(log, cost, mode):
 
 def test_kind_layers_group_by_window_in_model_order():
     assert kind_layers([127, -1, 127, -1, 4]) == {127: [0, 2], -1: [1, 3], 4: [4]}
+    assert kind_rotation([127, -1, 127, -1, 127, -1, 4]) == {127: [2, 4], -1: [3, 5], 4: [6]}
     assert kinds_text({127: [0, 2], -1: [1, 3]}, {127: 1, -1: 2}) == "window 127: 1 of 2, full: 2 of 2"
 
 
-def test_the_estimate_is_layers_times_one_layer_and_rotates_through_the_layers():
+def test_the_estimate_is_layers_times_one_layer_rotated_over_the_last_two_of_a_kind():
     wl = [127, -1] * 4  # 4 window layers of 10 µs, 4 full layers of 30 µs: a forward of 160 µs
     cost = [10.0 if w >= 0 else 30.0 for w in wl]
     log: list = []
-    clock = FakeClock(log)
     layer_fns = {m: _layers(log, cost, m) for m in ("two-call", "fused")}
     seen = []
 
-    def timer(fns, info):
+    def timer(fns, info, budget_share, forward_ci):  # runs each variant 6 times, a sample the work it logged (µs)
+        assert budget_share == 0.5  # two kinds: one forward sample costs a layer of each
         out = {}
         for name, fn in fns.items():
             start = len(log)
@@ -58,18 +51,20 @@ def test_the_estimate_is_layers_times_one_layer_and_rotates_through_the_layers()
                 xs.append(sum(us for _, us in log[mark:]))
             seen.append((name, [i for i, _ in log[start::2]]))
             out[name] = xs
-            info[name] = {"stop_reason": "time budget", "host_samples_us": [1.0] * 6, "sm_clock_mhz_min": math.nan}
+            info[name] = {"stop_reason": "time budget", "host_samples_us": [2.0] * 6, "sm_clock_mhz_min": math.nan}
+        assert forward_ci(out) == 0.0  # the precision stop reads the forward estimate (identical samples: no width)
+        noisy = {n: [x * (1 + 0.1 * (i % 2)) for i, x in enumerate(v)] for n, v in out.items()}
+        assert forward_ci(noisy) > 0.05
         return out
 
-    est = time_layer_kinds(layer_fns, clock, wl, timer, {}, min_sample_us=25.0)
+    est = time_layer_kinds(layer_fns, FakeClock(), wl, timer, {})
     for m, e in est.items():
-        assert e.forward_us == pytest.approx([160.0] * 6)  # 4 x 10 + 4 x 30, from samples of 3 and 1 layers
-        assert e.columns == {"forward_rule": "kinds", "kind_layers_per_sample": "window 127: 3 of 4, full: 1 of 4",
+        assert e.forward_us == pytest.approx([160.0] * 6)  # 4 x 10 + 4 x 30, from one-layer samples
+        assert e.columns == {"forward_rule": "kinds", "kind_layers_per_sample": "window 127: 1 of 4, full: 1 of 4",
                              "window_layers_us": 40.0, "full_layers_us": 120.0}
-        assert e.stop["host_launch_us"] == pytest.approx(4 / 3 + 4)  # each kind's issue time scaled like its samples
-    window = dict(seen)["two-call|127"]
-    assert window[:6] == [0, 2, 4, 6, 0, 2]  # 3 window layers a sample, the next sample starts where it stopped
-    assert dict(seen)["fused|-1"][:4] == [1, 3, 5, 7]
+        assert e.stop["host_launch_us"] == pytest.approx(8 * 2.0)  # each kind's issue time scaled like its samples
+    assert dict(seen)["two-call|127"] == [4, 6, 4, 6, 4, 6]  # one layer a sample, rotating over the last two
+    assert dict(seen)["fused|-1"] == [5, 7, 5, 7, 5, 7]
     assert [i for i, _ in log[-4::2]] == [6, 7]  # the last layer of each kind ran last (the forward's outputs)
 
 
@@ -86,5 +81,5 @@ def test_a_cpu_sweep_estimates_the_forward_by_kind_and_all_keeps_the_whole(tmp_p
     for rule, rs in rows.items():
         assert len(rs) == 4 and {x["status"] for x in rs} == {"ok"} and {x["forward_rule"] for x in rs} == {rule}
         assert all(x["window_layers_us"] > 0 and x["full_layers_us"] > 0 and x["diff_vs_eager"] == 0.0 for x in rs)
-    assert {x["kind_layers_per_sample"].count(" of 2") for x in rows["kinds"]} == {2}  # 2 window + 2 full layers
+    assert {x["kind_layers_per_sample"] for x in rows["kinds"]} == {"window 127: 1 of 2, full: 1 of 2"}
     assert "kind_layers_per_sample" not in rows["all"][0]

@@ -88,7 +88,14 @@ def test_a_manifest_with_cp_sizes_not_a_list_is_said_so(tmp_path):
     assert "cp 4 · bs 1 · 1K tokens · eager: **not measured**" in good.read_text(encoding="utf-8")
 
 
-def test_resumes_mixing_a_grid_and_extend_lens_list_only_planned_cells(tmp_path, text_reports):
+def test_resumes_mixing_a_grid_and_extend_lens_list_only_planned_cells(tmp_path, text_reports, monkeypatch):
+    """A run grown by resumes with other cells, as a cpbench from before #49 let them (a resume now refuses
+    another grid): the report lists only the cells some invocation planned."""
+    import cpbench.run.resume as resume
+
+    fixed = tuple(k for k in resume.FIXED_ON_RESUME if k not in resume.GRID_OPTIONS)
+    monkeypatch.setattr(resume, "FIXED_ON_RESUME", fixed)  # an older cpbench's checks: no grid among them
+    monkeypatch.setattr(resume, "_planned_mismatch", lambda run, cfg: None)
     out = tmp_path / "run"
     base = ["sweep", "--device", "cpu", "--backend", "torch", *TINY, "--budget-ms", "2", "--timing", "eager", "--no-profile", "--cp", "2",
             "--out", out, "--no-report"]

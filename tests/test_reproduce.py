@@ -37,13 +37,16 @@ def test_the_tflop_limit_that_refused_a_cell_is_in_the_command(tmp_path, no_gpu,
     assert f"```sh\n{shown}\n```" in (out / "report.md").read_text()
 
 
-def test_a_resume_that_adds_cells_lists_every_command(tmp_path, no_gpu, text_reports):
+def test_a_resumed_run_lists_every_command(tmp_path, no_gpu, text_reports):
     out = tmp_path / "run"
-    assert cpbench("sweep", "--cp", "2", "--bs", "1", "--seq", "16", "--out", str(out), *TINY).returncode == 0
-    r = cpbench("sweep", "--cp", "2", "--bs", "1", "--seq", "16,32", "--out", str(out), "--resume", *TINY)
+    args = ["sweep", "--cp", "2", "--bs", "1", "--seq", "16,32", "--out", str(out), *TINY]
+    assert cpbench(*args).returncode == 0
+    rows = (out / "results.jsonl").read_text().splitlines()  # stopped before its extend-32 cell
+    (out / "results.jsonl").write_text("".join(x + "\n" for x in rows if json.loads(x)["max_extend_len"] == 16))
+    r = cpbench(*args, "--resume")
     assert r.returncode == 0, r.stderr
     man = json.loads((out / "manifest.json").read_text())
-    assert len(man["resumed_by"]) == 1 and "--seq 16,32" in man["resumed_by"][0]
+    assert len(man["resumed_by"]) == 1 and man["resumed_by"][0].endswith("--resume")
     text = (out / "report.md").read_text()
     block = text.split("## Reproduce")[1].split("```sh\n")[1].split("\n```")[0].splitlines()
     assert block == [man["command"], man["resumed_by"][0]]

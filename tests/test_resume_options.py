@@ -11,7 +11,8 @@ from cpbench.errors import CpbenchInputError
 from cpbench.results.schema import FIXED_ON_RESUME
 from cpbench.results.store import RunDir
 from cpbench.run.resume_options import FLAGS, phrase
-from cpbench.run.sweep import check_resume_config, config_dict
+from cpbench.run.manifest import config_dict
+from cpbench.run.resume import check_resume_config
 from cpbench.domain.models import with_overrides
 from sweepcfg import TINY_MODEL, grid_config
 
@@ -85,3 +86,53 @@ def test_every_fixed_key_has_a_user_facing_name():
     for key in (*FIXED_ON_RESUME, "launch", "world_size"):
         assert key in FLAGS or key in ("model", "batches", "check", "swa_pool"), key
         assert phrase(key, 1).split()[0] != key or key == "model", key
+
+
+@pytest.mark.parametrize("old,new,needle", [
+    (dict(bs_list=(1, 4, 16)), dict(bs_list=(1, 4)), "was measured with --bs 1,4,16, not --bs 1,4"),
+    (dict(bs_list=(1,)), dict(bs_list=(1, 4)), "was measured with --bs 1, not --bs 1,4"),
+    (dict(extend_len_list=(64,)), dict(extend_len_list=(64, 128)),
+     "was measured with --extend-len 64, not --extend-len 64,128"),
+    (dict(), dict(cp_sizes=(2, 4)), "was measured with --cp 2, not --cp 2,4"),
+    (dict(timings=("breakable", "eager"), layer_rest_us=0.0), dict(timings=("breakable",), layer_rest_us=0.0),
+     "was measured with --timing breakable,eager, not --timing breakable"),
+    (dict(), dict(modes=("fused",)), "was measured with --mode two-call,fused, not --mode fused"),
+])
+def test_a_resume_with_another_grid_is_refused_naming_the_option(tmp_path, old, new, needle):
+    """#49: a --resume with other --bs/--extend-len/--cp/--timing/--mode than the run's silently added (or dropped)
+    cells; it is refused, naming the option as typed and both values."""
+    msg = _refusal(tmp_path, grid_config(**{"timings": ("eager",), **old}), grid_config(**{"timings": ("eager",), **new}))
+    assert msg == f"--resume: {tmp_path} {needle}: resume with the same options or pick another --out"
+
+
+def test_a_grid_resumed_as_one_explicit_batch_is_refused(tmp_path):
+    lens = grid_config(cells_from=(("bs_list", [1]), ("extend_len_list", [64]), ("extend_lens", [64]), ("prefix", 0)))
+    assert ("was measured with --extend-lens (none: a --bs x --extend-len grid), not --extend-lens 64:"
+            in _refusal(tmp_path, grid_config(), lens))
+    # the same explicit batch resumes, whatever default --bs/--extend-len lists it recorded beside it
+    other_defaults = grid_config(cells_from=(("bs_list", [1, 4, 16]), ("extend_len_list", [2048]),
+                                             ("extend_lens", [64]), ("prefix", 0)))
+    (tmp_path / "manifest.json").write_text(json.dumps({"config": config_dict(lens, SIM)}))
+    check_resume_config(RunDir(tmp_path), other_defaults, SIM)
+
+
+def test_a_resume_of_the_same_grid_and_of_a_manifest_without_the_lists_is_let_through(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps({"config": config_dict(grid_config(), SIM)}))
+    check_resume_config(RunDir(tmp_path), grid_config(), SIM)
+    old = {k: v for k, v in config_dict(grid_config(), SIM).items() if k not in ("extend_len_list", "extend_lens")}
+    (tmp_path / "manifest.json").write_text(json.dumps({"config": old}))  # a manifest from before those keys
+    check_resume_config(RunDir(tmp_path), grid_config(extend_len_list=(64, 128)), SIM)
+
+
+def test_a_config_built_without_its_options_is_checked_by_the_cells_it_plans(tmp_path):
+    """A SweepConfig built in Python without ``cells_from`` records no --bs list: the cells it plans are compared."""
+    from cpbench.run.manifest import planned_cells
+
+    old, new = grid_config(cells_from=()), grid_config(bs_list=(1, 2), cells_from=())
+    (tmp_path / "manifest.json").write_text(json.dumps({"config": config_dict(old, SIM),
+                                                        "planned_cells": planned_cells(old.cells(), old.timings)}))
+    check_resume_config(RunDir(tmp_path), old, SIM)  # the same cells
+    with pytest.raises(CpbenchInputError) as e:
+        check_resume_config(RunDir(tmp_path), new, SIM)
+    assert str(e.value) == (f"--resume: {tmp_path} planned 1 cell, this sweep plans 2 (cp2 bs2 extend64 is not in the "
+                            "run's plan): resume with the same options or pick another --out")

@@ -81,9 +81,11 @@ def test_migrate_v1_row():
     assert v2["fused_order"] == "prev-next"
     assert (v2["tp_size"], v2["batch"], v2["prefix_lens"]) == (1, 0, "0,0")  # bs 2, prefix_len 0
     assert "seq_len" not in v2 and v2["max_extend_len"] == 2048  # renamed within v2, read under the new name
+    assert (v2["backend_dist"], v2["backend_version"]) == ("cpbench", "")  # added within v3: no plugins before
     assert {k: v for k, v in v2.items() if k not in ("extend_lens", "launch", "world_size", "gather", "seed",
                                                         "fused_order", "schema_version", "tp_size", "batch",
-                                                        "prefix_lens", "max_extend_len", "backend")} == \
+                                                        "prefix_lens", "max_extend_len", "backend", "backend_dist",
+                                                        "backend_version")} == \
         {k: v for k, v in v1.items() if k not in ("seq_lens", "schema_version", "seq_len", "backend")}
     assert check_row(v2) == []
     # a v1 row without schema_version (the v1 writer always wrote it, but the default is v1)

@@ -18,7 +18,7 @@ import pytest
 from cpbench.results.compare import compare_runs
 from cpbench.results.schema import DERIVED_COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, check_row, migrate_row
 from cpbench.results.store import RunDir, load_run, read_jsonl
-from cpbench.errors import CpbenchInputError
+from cpbench.errors import CpbenchInputError, CpbenchWarning
 from clirun import cpbench
 
 RUNS = Path(__file__).parent.parent / "docs" / "runs"
@@ -244,14 +244,29 @@ def test_append_after_a_torn_last_line_keeps_every_row(tmp_path):
         run.append(_row(i))
     text = run.results.read_bytes()
     run.results.write_bytes(text + b'{"schema_version": 2, "rank": 99, "mo')  # killed mid-write
-    assert [r["rank"] for r in read_jsonl(run.results)] == [0, 1, 2]  # the torn line is ignored
+    with pytest.warns(CpbenchWarning, match="line 4 is cut off mid-row"):
+        assert [r["rank"] for r in read_jsonl(run.results)] == [0, 1, 2]  # the torn line is left out
     run.append(_row(3))
     after = run.results.read_bytes()
     assert after.startswith(text) and after.endswith(b"\n")
     lines = after.decode().splitlines()
     assert [json.loads(x)["rank"] for x in lines] == [0, 1, 2, 3]  # every line parses, no row lost
-    # rows come back as written, with the columns added within schema 2 filled in
-    assert run.rows() == [{**_row(i), "prefix_lens": "0"} for i in range(4)]
+    # rows come back as written, with the columns added within schema 2 and 3 filled in
+    assert run.rows() == [{**_row(i), "prefix_lens": "0", "backend_dist": "cpbench", "backend_version": ""}
+                          for i in range(4)]
+
+
+def test_a_torn_last_line_is_left_out_with_a_warning_naming_it(tmp_path):
+    """#49: a results.jsonl cut mid-line (a sweep killed mid-write) lost its last row without a word."""
+    run = RunDir(tmp_path)
+    for i in range(3):
+        run.append(_row(i))
+    run.results.write_bytes(run.results.read_bytes() + b'{"schema_version": 3, "rank": 3, "mo')
+    with pytest.warns(CpbenchWarning) as seen:
+        assert [r["rank"] for r in read_jsonl(run.results)] == [0, 1, 2]
+    assert [str(w.message) for w in seen] == [
+        f"{run.results}: line 4 is cut off mid-row (a sweep stopped while writing it): that row is left out, "
+        "and a --resume measures it again"]
 
 
 def test_append_after_a_torn_first_line_and_nan(tmp_path):
@@ -283,7 +298,8 @@ def test_a_cells_rows_are_written_at_once_or_not_at_all(tmp_path, monkeypatch):
     run.results.write_bytes(run.results.read_bytes() + b'{"rank": 9')  # killed mid-write
     with pytest.raises(ValueError, match="key column 'rank' missing"):
         run.append_rows([_row(1), {k: v for k, v in _row(2).items() if k != "rank"}])
-    assert [r["rank"] for r in run.rows()] == [0]
+    with pytest.warns(CpbenchWarning, match="line 2 is cut off mid-row"):  # nothing written: still torn
+        assert [r["rank"] for r in run.rows()] == [0]
     writes = []
     real_open = open
 

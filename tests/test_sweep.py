@@ -146,8 +146,10 @@ def test_a_resume_fails_on_the_mismatch_rows_of_earlier_invocations(tmp_path, mo
 
     monkeypatch.setattr(TorchBackend, "prepare", broken)
     run = tmp_path / "run"
-    assert run_sweep(grid_config(extend_len_list=(64,)), output(run)) == 1
+    assert run_sweep(grid_config(extend_len_list=(64, 128)), output(run)) == 1
     monkeypatch.setattr(TorchBackend, "prepare", real)
+    lines = (run / "results.jsonl").read_text().splitlines()  # the sweep stopped before its extend-128 cell
+    (run / "results.jsonl").write_text("".join(x + "\n" for x in lines if json.loads(x)["max_extend_len"] == 64))
     capsys.readouterr()
     assert run_sweep(grid_config(extend_len_list=(64, 128)), output(run, resume=True)) == 1
     assert "2 row(s) failed the correctness check, 2 of them written before this resume" in capsys.readouterr().out
@@ -233,14 +235,18 @@ def test_stale_parquet_after_an_interrupted_resume_is_not_read(tmp_path):
     assert len(df) == 8 and set(df["bs"]) == {1, 2}
 
 
-def test_resume_that_adds_cells_plans_old_and_new(tmp_path):
+def test_a_resume_with_another_grid_is_refused_and_adds_nothing(tmp_path):
+    """#49: ``--resume --bs 1,2`` of a finished ``--bs 2`` run silently measured bs 1 into it; it is refused in one
+    line naming both lists, exit 2, and the run is left as it was."""
     out = tmp_path / "run"
-    base = ["sweep", "--cp", "2", "--seq", "32", "--out", str(out), "--no-report", *QUICK]
+    base = ["sweep", "--cp", "2", "--extend-len", "32", "--out", str(out), "--no-report", *QUICK]
     assert cpbench(*base, "--bs", "2").returncode == 0
-    assert cpbench(*base, "--bs", "1", "--resume").returncode == 0
-    man = json.loads((out / "manifest.json").read_text())
-    assert man["config"]["bs_list"] == [1, 2] and len(man["sweep_wall_s"]) == 2
-    assert _union([1, 16], [4]) == [1, 4, 16] and _union([[1]], [1]) == [1, [1]]
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != ".lock"}
+    r = cpbench(*base, "--bs", "1,2", "--resume")
+    assert r.returncode == 2 and r.stderr.strip() == (f"error: --resume: {out} was measured with --bs 2, not --bs 1,2: "
+                                                      "resume with the same options or pick another --out"), r.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != ".lock"} == before
+    assert _union([1, 16], [4]) == [1, 4, 16] and _union([[1]], [1]) == [1, [1]]  # a manifest grown before the refusal
 
 
 def test_a_mode_whose_first_forward_fails_leaves_the_other_mode_measured(tmp_path, monkeypatch):
@@ -357,3 +363,15 @@ def test_an_interrupted_sweep_prints_the_command_that_finishes_it_and_that_comma
     assert again.returncode == 0, again.stderr[-2000:]
     keys = [(x["bs"], x["rank"], x["mode"]) for x in read_jsonl(out / "results.jsonl")]
     assert sorted(keys) == sorted(set(keys)) and len(keys) == 2 * 2 * 2  # bs x ranks x modes, once each
+
+
+def test_a_sweep_interrupted_before_its_run_directory_says_nothing_was_written(tmp_path, monkeypatch):
+    import cpbench.api as api
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "sweep", interrupted)
+    r = cpbench("sweep", "--cp", "2", "--bs", "1", "--seq", "32", "--no-report", *QUICK, "--out", str(tmp_path / "run"))
+    assert r.returncode == 130 and r.stderr == ("interrupted: the sweep had not made its run directory yet, nothing "
+                                                "was written; rerun the same command\n")

@@ -8,7 +8,7 @@ from cpbench.run.manifest import record_wall_time
 from cpbench.run.runner import omp_threads, over_token_budget
 from cpbench.domain.cells import CellSpec
 from cpbench.measure.walltime import PHASES, PhaseTimes
-from clirun import cpbench, replacing
+from clirun import cpbench
 
 
 def test_phase_times_sum_and_other():
@@ -118,7 +118,7 @@ def test_resume_refuses_other_cpu_threads_or_affinity(tmp_path):
     r = cpbench(*args, env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads((out / "manifest.json").read_text())["cpu_threads"] == 1
-    r = cpbench(*replacing(args, "--bs", "1,2"), "--resume", env={"OMP_NUM_THREADS": "2"})
+    r = cpbench(*args, "--resume", env={"OMP_NUM_THREADS": "2"})
     assert r.returncode == 2 and "was measured on 1 CPU thread(s), this sweep would use 2" in r.stdout + r.stderr
     r = cpbench(*args, "--resume", "--cpu-affinity", "0", env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 2 and "was measured with --cpu-affinity (none), not 0" in r.stdout + r.stderr

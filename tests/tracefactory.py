@@ -1,6 +1,7 @@
 """Hand-built torch.profiler (kineto) traces with known contents, for tests of ``cpbench profile --from``.
 
-A forward is ``layers`` layers; each layer launches a GEMM, ``per_layer`` FMHAv2 attention kernels (the window
+A forward is ``layers`` layers; each layer launches a GEMM, with ``all_gather`` an NCCL all-gather (CP's K|V
+gather), ``per_layer`` FMHAv2 attention kernels (the window
 layers' kernel name says ``sliding_or_chunked_causal``, as FMHAv2's does), one memset and a GEMM. Every
 kernel has its launch call (``cuda_runtime``, same correlation id). Attention kernels last ``window_us`` on
 window layers (even) and ``full_us`` on full layers (odd), split evenly over the layer's kernels.
@@ -13,10 +14,11 @@ import json
 from pathlib import Path
 
 ATTN = "fmha_v2_flash_attention_bf16_64_256_S_q_paged_kv_64_{}causal_output_bf16_tma_ws_sm90_kernel"
+ALL_GATHER = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel"
 
 
-def events(*, layers=4, per_layer=1, forwards=2, annotate=True, window_us=10.0, full_us=30.0, extra=()):
+def events(*, layers=4, per_layer=1, forwards=2, annotate=True, window_us=10.0, full_us=30.0, extra=(), all_gather=False):
     """The ``traceEvents`` of one rank: ``forwards`` forwards (each a ``ProfilerStep#N`` range when
     ``annotate``), then the kernels in ``extra`` (names) after the last forward."""
     out, ts, corr = [], 1000.0, 0
@@ -33,6 +35,8 @@ def events(*, layers=4, per_layer=1, forwards=2, annotate=True, window_us=10.0, 
         t0 = ts
         for i in range(layers):
             kernel(GEMM, 20.0)
+            if all_gather:
+                kernel(ALL_GATHER, 5.0)
             for _ in range(per_layer):
                 window = i % 2 == 0
                 kernel(ATTN.format("sliding_or_chunked_" if window else ""), (window_us if window else full_us) / per_layer)
@@ -48,12 +52,17 @@ def events(*, layers=4, per_layer=1, forwards=2, annotate=True, window_us=10.0, 
     return out
 
 
-def write(path: Path, rank=0, world_size=2, *, base_ns=1_790_000_000_000_000_000, backend="nccl", gz=True, **kw) -> Path:
+def write(path: Path, rank=0, world_size=2, *, base_ns=1_790_000_000_000_000_000, backend="nccl", gz=True,
+          subgroups=(), **kw) -> Path:
     """A kineto-shaped trace file (``distributedInfo`` and ``baseTimeNanoseconds`` before ``traceEvents``, as
-    kineto writes them); ``**kw`` go to :func:`events`."""
+    kineto writes them); ``subgroups``: ``(pg_name, ranks)`` of the groups besides the default one that this rank
+    is in (kineto lists only a rank's own groups); ``**kw`` go to :func:`events`."""
+    groups = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": world_size, "ranks": list(range(world_size))}]
+    groups += [{"pg_name": name, "pg_desc": "undefined", "pg_size": len(ranks), "ranks": list(ranks)}
+               for name, ranks in subgroups]
     doc = {"schemaVersion": 1, "deviceProperties": [],
-           "distributedInfo": {"backend": backend, "rank": rank, "world_size": world_size,
-                               "pg_config": [{"pg_name": "0", "pg_size": world_size, "ranks": list(range(world_size))}]},
+           "distributedInfo": {"backend": backend, "rank": rank, "world_size": world_size, "pg_count": len(groups),
+                               "pg_config": groups},
            "baseTimeNanoseconds": base_ns, "traceEvents": events(**kw), "traceName": str(path)}
     data = json.dumps(doc).encode()
     path.parent.mkdir(parents=True, exist_ok=True)

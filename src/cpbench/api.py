@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from cpbench.domain.cells import Batch, CellSpec
+from cpbench.domain.limits import MAX_BS, MAX_CP_SIZE, MAX_TOKENS, check_ints, check_plan
 from cpbench.domain.models import ModelSpec, get_preset, with_overrides
+from cpbench.errors import CpbenchInputError
 from cpbench.run.config import SweepConfig, device_defaults
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # keep torch.profiler's per-step log lines off the terminal
@@ -51,6 +53,17 @@ class Run:
     exit_code: int = 0
     message: str = ""
 
+    def __post_init__(self) -> None:
+        self.rows.attrs["claim"] = self.claim
+
+    @property
+    def claim(self) -> str:
+        """What the run's timings claim: ``"functional check, not a benchmark"`` for a CPU run (the report's
+        words: its ratios are not speedups), ``"benchmark"`` otherwise."""
+        from cpbench.results.verdicts import CPU_CLAIM, GPU_CLAIM, on_cpu
+
+        return CPU_CLAIM if on_cpu(self.manifest) else GPU_CLAIM
+
     def __repr__(self) -> str:
         """One line: the directory, the row count and statuses, the exit code (not the whole manifest)."""
         counts = self.rows["status"].value_counts().to_dict() if "status" in self.rows else {}
@@ -63,8 +76,6 @@ class Run:
         lack cpbench's key columns."""
         from cpbench.results.store import load_run
 
-        from cpbench.errors import CpbenchInputError
-
         rows, manifest = load_run(path)
         lacking = [c for c in ("cp_size", "rank", "mode", "status") if c not in rows]
         if lacking:
@@ -75,10 +86,19 @@ class Run:
 
     def critical_path(self) -> "pd.DataFrame":
         """One row per cell, backend and timing: the slowest rank's two-call and fused latency (µs), the
-        speedup with its 95 % interval and verdict (results.critical_path)."""
+        speedup with its 95 % interval (results.critical_path), and ``claim`` (:attr:`claim`, also in the
+        frame's ``attrs``, with ``attrs["claim_note"]`` saying why for a CPU run): a CPU run's speedups are a
+        functional check, not a benchmark."""
         from cpbench.results.critical_path import critical_path
+        from cpbench.results.verdicts import CPU_CLAIM, CPU_CLAIM_NOTE
 
-        return critical_path(self.rows)
+        cp = critical_path(self.rows)
+        if not cp.empty:
+            cp["claim"] = self.claim
+        cp.attrs["claim"] = self.claim
+        if self.claim == CPU_CLAIM:
+            cp.attrs["claim_note"] = CPU_CLAIM_NOTE
+        return cp
 
 
 @dataclass
@@ -99,7 +119,8 @@ def sweep(config: SweepConfig, out: str | Path | None = None, *, resume: bool = 
     """Measure every cell of ``config`` into the run directory ``out`` (None: ``runs/<timestamp>``).
 
     Args:
-        resume: continue the run in ``out``, skipping rows on disk (the options must match).
+        resume: continue the run in ``out``, skipping rows on disk (the options must match); with ``out``
+            None, the newest unfinished run of this configuration in ``runs/`` (``Run.path`` names it).
         report: write ``report.md`` and the charts at the end.
         allow_mismatch / keep_going: a mismatch / an error row does not make ``exit_code`` 1.
         group: where the ranks run (default: every rank in this process, one after another).
@@ -109,7 +130,7 @@ def sweep(config: SweepConfig, out: str | Path | None = None, *, resume: bool = 
         the :class:`Run`; a cell that could not run is a row with its status and reason.
     Raises:
         CpbenchInputError: bad input found before anything is measured (no cell can run, a bad ``out``, a
-            resume with other options); a one-line message.
+            resume with other options, or with no ``out`` and no run to resume); a one-line message.
     """
     from cpbench.run.sweep import Sweep
 
@@ -149,10 +170,30 @@ def grid(model: str | ModelSpec = "llama-3.1-8b", *, cp_sizes: Sequence[int] = (
     breakable (the rest of the layer left out) and eager in one pass with one warm-up on a CPU. ``model``: a preset name (``cpbench models``) or a ModelSpec; ``layers`` overrides its
     layer count; ``backends``: ``auto``, a name or several; ``fields``: any other SweepConfig field.
 
-    Raises CpbenchInputError as SweepConfig does, and for an unknown preset or backend."""
+    Raises CpbenchInputError, before anything is built from them, for a parameter of the wrong type or over the
+    CLI's limits (domain/limits.py: ``bs`` values <= 65536, as ``--bs``), naming the parameter; as SweepConfig
+    does for ``fields``; and for an unknown preset or backend."""
     from cpbench.measure.env import resolve_device
     from cpbench.kernels.backends import resolve_auto
 
+    cp_sizes, bs, extend_lens = (_int_list(v, name, lo, hi, example) for v, name, lo, hi, example in (
+        (cp_sizes, "cp_sizes", 1, MAX_CP_SIZE, "(2, 4)"), (bs, "bs", 1, MAX_BS, "(1, 4)"),
+        (extend_lens, "extend_lens", 1, MAX_TOKENS, "(2048, 8192)")))
+    check_plan(len(set(cp_sizes)), list(dict.fromkeys(bs)), len(set(extend_lens)), "cp_sizes x bs x extend_lens")
+    if isinstance(prefix_len, bool) or not isinstance(prefix_len, int) or not 0 <= prefix_len <= MAX_TOKENS:
+        raise CpbenchInputError(f"prefix_len must be an integer in [0, {MAX_TOKENS}], got {prefix_len!r}")
+    if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int) or layers < 1):
+        raise CpbenchInputError(f"layers must be an integer >= 1 (or None: the model's), got {layers!r}")
+    if not isinstance(model, (str, ModelSpec)):
+        raise CpbenchInputError(f"model must be a preset name (cpbench models lists them) or a ModelSpec, "
+                                f"got {model!r}")
+    if not isinstance(backends, str) and not (isinstance(backends, (list, tuple))
+                                              and all(isinstance(b, str) for b in backends)):
+        raise CpbenchInputError(f"backends must be a backend name or a list of them, e.g. ('torch',), got {backends!r}")
+    if device is not None and not isinstance(device, str):
+        if type(device).__name__ != "device":  # a torch.device reads as its text
+            raise CpbenchInputError(f"device must be 'cuda', 'cuda:N', 'cpu' or None (cuda if present), got {device!r}")
+        device = str(device)
     dev = resolve_device(device)
     spec = get_preset(model) if isinstance(model, str) else model
     if layers is not None:
@@ -167,3 +208,12 @@ def grid(model: str | ModelSpec = "llama-3.1-8b", *, cp_sizes: Sequence[int] = (
     batches = tuple(Batch.uniform((e,) * b, prefix_len) for b in bs for e in extend_lens)
     return SweepConfig(model=spec, cp_sizes=tuple(cp_sizes), batches=batches, backends=tuple(dict.fromkeys(names)),
                        device=dev, **{**defaults, **fields})
+
+
+def _int_list(values, name: str, minimum: int, maximum: int, example: str) -> list[int]:
+    """``values`` (a list or tuple) checked as the CLI checks its list options (domain/limits.check_ints), named
+    ``name``. Raises CpbenchInputError for another type, naming the parameter and an example."""
+    if not isinstance(values, (list, tuple)):
+        raise CpbenchInputError(f"{name} must be a list or tuple of integers, e.g. {name}={example}, got {values!r}")
+    return check_ints(values, name, minimum, maximum)
+

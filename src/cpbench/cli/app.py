@@ -1,7 +1,7 @@
 """cpbench command line: the typer app and its commands, wired from the modules beside this one.
 
 Each command is a plain function in its own module (geometry: geometry, models, columns; sweep: sweep;
-profile: profile; explain: explain; doctor: doctor; report: plot, report, compare); options shared by
+profile: profile; explain: explain; doctor: doctor; check_backend: check-backend; report: plot, report, compare); options shared by
 several commands live in options, the cell options of sweep and profile in cells, and how errors end the
 process (one line on stderr, exit codes) in errors. Logic lives in the layers below: run/ and report/.
 
@@ -18,9 +18,9 @@ import typer
 from typer.core import TyperArgument, TyperCommand
 
 from cpbench.cli.options import refuse_repeated
-from cpbench.cli import (doctor as cli_doctor, errors as cli_errors, explain as cli_explain,
-                         geometry as cli_geometry, profile as cli_profile, report as cli_report,
-                         sweep as cli_sweep)
+from cpbench.cli import (check_backend as cli_check_backend, doctor as cli_doctor, errors as cli_errors,
+                         explain as cli_explain, geometry as cli_geometry, profile as cli_profile,
+                         report as cli_report, sweep as cli_sweep)
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # keep torch.profiler's per-step log lines off the terminal
 
@@ -48,6 +48,7 @@ COMMANDS = (
     (cli_profile.profile, cli_profile.PROFILE_EPILOG),
     (cli_explain.explain, cli_explain.EXPLAIN_EPILOG),
     (cli_doctor.doctor, cli_doctor.DOCTOR_EPILOG),
+    (cli_check_backend.check_backend, cli_check_backend.CHECK_BACKEND_EPILOG),
     (cli_report.plot, cli_report.PLOT_EPILOG),
     (cli_report.report, cli_report.REPORT_EPILOG),
     (cli_report.compare, cli_report.COMPARE_EPILOG),

@@ -9,9 +9,8 @@ from typing import Optional
 
 from cpbench.cli.options import MAX_TOKENS, int_list, typed
 from cpbench.domain.cells import Batch
+from cpbench.domain.limits import MAX_PLANNED_REQUESTS, check_plan
 from cpbench.errors import CpbenchInputError
-
-MAX_CELLS = 100_000  # cells a sweep may plan: far above a real sweep, low enough that a typo cannot hang planning
 
 
 @dataclass(frozen=True)
@@ -68,10 +67,8 @@ def parse_cells(*, cp: str, bs: Optional[str], extend_len: Optional[str], extend
     if rank_list and max(rank_list) >= min(cps):
         raise CpbenchInputError(f"--ranks {max(rank_list)} is outside [0, cp_size) for cp_size {min(cps)}")
     cps, bs_list, extend_len_list = (list(dict.fromkeys(v)) for v in (cps, bs_list, extend_len_list))  # a repeat is one cell
-    cells = len(cps) * (1 if explicit else len(bs_list) * len(extend_len_list))
-    if cells > MAX_CELLS:
-        raise CpbenchInputError(f"--cp x --bs x {seq_opt} make {cells} cells, more than {MAX_CELLS}: sweep fewer "
-                                "values (or split the sweep into several --out)")
+    if not explicit:
+        check_plan(len(cps), bs_list, len(extend_len_list), f"--cp x --bs x {seq_opt}")
     return Cells(cps, bs_list, extend_len_list, explicit, prefix, rank_list)
 
 
@@ -119,9 +116,10 @@ def workload_batches(cells: Cells, *, lengths: Optional[str], trace: Optional[st
     if batches is not None and not 1 <= batches <= 65536:
         raise CpbenchInputError(f"--batches must be in [1, 65536], got {batches}")
     requests = (batches or 4) * sum(cells.bs_list)
-    if lengths is not None and requests > MAX_TOKENS:
+    if lengths is not None and requests > MAX_PLANNED_REQUESTS:
         raise CpbenchInputError(f"--lengths with --batches {batches or 4} x --bs {','.join(map(str, cells.bs_list))} "
-                                f"draws {requests} requests, more than {MAX_TOKENS}: use fewer --batches or smaller --bs")
+                                f"draws {requests} requests, more than {MAX_PLANNED_REQUESTS}: use fewer --batches or "
+                                "smaller --bs")
     if lengths is not None:
         mix = parse_lengths(lengths)
     elif trace is None:  # --prefix-hit on the grid (or the explicit batch): a fixed list per bs x extend length

@@ -16,8 +16,9 @@ from rich.markup import escape
 from cpbench.cli.options import degrade_console, err_console, silence
 from cpbench.errors import CpbenchInputError, CpbenchWarning, one_line
 
-INTERRUPTED = ("interrupted: a sweep keeps every row measured so far in results.jsonl; rerun the same command "
-               "with --resume to finish it (without --resume if it had not made its run directory yet)")
+# Ctrl-C of a command that says nothing more itself: a sweep says where its rows are and how to resume
+# (SweepInterrupted, cli/sweep.py), a torchrun launch that it was stopped (LaunchInterrupted)
+INTERRUPTED = "interrupted"
 
 
 # An option of another command given to this one: what this command takes instead (click's "Possible options"

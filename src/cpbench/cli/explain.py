@@ -9,13 +9,13 @@ groups the kernels into attention calls and adds the work split (domain/workspli
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Annotated, Optional
 
 import typer
 
 from cpbench.cli import options as c
+from cpbench.domain.jsonfile import dumps
 from cpbench.cli.cells import backend_name, batches_of, check_not_written, check_out, parse_cells
 from cpbench.errors import CpbenchInputError
 
@@ -122,7 +122,7 @@ def explain(
 
     with RunDir(run_dir).held():  # another explain, profile or sweep writing here is refused
         rep = build_explain(*run_under_ncu(exe, argv, run_dir, spec, cell, rank, name, timing, fused_order))
-        (run_dir / "explain.json").write_text(json.dumps(rep, indent=2, default=str) + "\n", encoding="utf-8")
+        (run_dir / "explain.json").write_text(dumps(rep, indent=2) + "\n", encoding="utf-8")
         from cpbench.report.explain_chart import explain_chart
         from cpbench.report.explain_report import explain_markdown
         from cpbench.results.store import as_utf8
@@ -131,7 +131,7 @@ def explain(
         (run_dir / "explain.md").write_text(as_utf8(md), encoding="utf-8")
         explain_chart(rep, run_dir)
     if as_json:
-        print(json.dumps(rep, default=str))
+        print(dumps(rep))
     else:
         c.console.print(md, markup=False, highlight=False, soft_wrap=True)  # no wrapping: the table stays pasteable
         c.console.print(f"report: {run_dir / 'explain.md'}, chart: {run_dir / 'explain.png'}")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,6 +11,7 @@ from rich.markup import escape
 
 from cpbench.cli.options import CpMinExtendOpt, CpMinTokensOpt, console, int_list
 from cpbench.cli.tables import Col, print_table
+from cpbench.domain.jsonfile import dumps
 from cpbench.errors import CpbenchInputError
 
 GEOMETRY_EPILOG = ("Examples:  cpbench geometry --cp 4 --extend-lens 11,13 --prefix-lens 8,14  |  "
@@ -57,7 +57,7 @@ def geometry(
         validate_batch(ext, pre, cp, r)
     geoms = [rank_geometry(ext, pre, cp, r, rule) for r in ranks]
     if as_json:
-        print(json.dumps([g.to_json() for g in geoms]))
+        print(dumps([g.to_json() for g in geoms]))
         return
     g0 = geoms[0]
     if cp == 1:
@@ -133,7 +133,7 @@ def columns(
 
     units = {"backend": " | ".join(BACKEND_NAMES)}  # the registry's names, whatever the schema's text says
     if as_json:
-        print(json.dumps([{**asdict(c), "unit": units.get(c.name, c.unit)} for c in COLUMNS.values()]))
+        print(dumps([{**asdict(c), "unit": units.get(c.name, c.unit)} for c in COLUMNS.values()]))
         return
     rows = [[c.name, c.type, units.get(c.name, c.unit or "-"), c.doc] for c in COLUMNS.values()]
     print_table(console, f"results columns (schema {SCHEMA_VERSION})",

@@ -12,7 +12,9 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from cpbench.kernels.backends.registry import CHOICES as BACKEND_CHOICES
+from cpbench.domain.limits import LIMITS, MAX_TOKENS, check_ints  # list options' bounds, cpbench.grid's too
+from cpbench.kernels.backends import registry
+from cpbench.kernels.backends.registry import CHOICES as BACKEND_CHOICES  # for --help texts
 from cpbench.errors import CpbenchInputError
 
 # What a console without the character shows instead (the rest becomes "?")
@@ -115,12 +117,6 @@ if not console.is_terminal and not os.environ.get("COLUMNS"):  # piped or captur
 err_console = Console(file=PipeSafe("stderr"))
 
 
-# Upper bounds of list options: far above real prefill batches, low enough that a typo cannot make
-# cpbench build billions of Python objects (or overflow the kernels' int32 token indices).
-MAX_TOKENS = 1 << 24
-LIMITS = {"--cp": 1024, "--bs": 65536, "--seq": MAX_TOKENS, "--seq-lens": MAX_TOKENS, "--extend": MAX_TOKENS,
-          "--extend-len": MAX_TOKENS, "--extend-lens": MAX_TOKENS, "--prefix": MAX_TOKENS,
-          "--prefix-lens": MAX_TOKENS, "--ranks": 1023, "--graph-buckets": MAX_TOKENS}
 
 
 def typed(*names: str) -> str:
@@ -194,16 +190,7 @@ def int_list(text: str, what: str, minimum: int = 1) -> list[int]:
         vals = [int(t) for t in items]
     except ValueError:
         raise CpbenchInputError(f"{what} must be comma-separated integers, got {text!r}") from None
-    bad = [v for v in vals if v < minimum]
-    if bad:
-        raise CpbenchInputError(f"{what} values must be >= {minimum}, got {bad[0]}")
-    top = LIMITS.get(what, 2**31 - 1)
-    big = [v for v in vals if v > top]
-    if big:
-        raise CpbenchInputError(f"{what} values must be <= {top}, got {big[0]}")
-    if len(vals) > 65536:
-        raise CpbenchInputError(f"{what} takes at most 65536 values, got {len(vals)}")
-    return vals
+    return check_ints(vals, what, minimum, LIMITS.get(what, 2**31 - 1))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -287,18 +274,33 @@ def backend_metavar(allowed: tuple[str, ...] = BACKEND_CHOICES) -> str:
 
 
 def one_backend(text: str, command: str, allowed: tuple[str, ...] = BACKEND_CHOICES) -> str:
-    """The ``--backend`` of a command that runs one backend (profile, explain), checked: one known name.
-    ``allowed`` are the choices the message names (the command may narrow a known name further itself).
+    """The ``--backend`` of a command that runs one backend (profile, explain), checked: one known name, or a
+    ``pkg.mod:Class`` (checked when it is looked up). ``allowed`` are the choices the message names (the command
+    may narrow a known name further itself).
 
     Raises CpbenchInputError: a list (``a,b``), or a name no backend has."""
     name = text.strip()
-    if name in BACKEND_CHOICES:
+    if name in registry.CHOICES or (":" in name and "," not in name):
         return name
     choices = ", ".join(allowed)
     if "," in name:
         raise CpbenchInputError(f"cpbench {command} takes one --backend, got {text!r}: use one of {choices} "
                                 "(run it once per backend)")
     raise CpbenchInputError(f"unknown --backend {text!r}: use one of {choices}")
+
+
+def backend_list(text: str) -> list[str]:
+    """``--backend`` of a sweep: ``"a,b"`` into names, each one of the registry's choices or a ``pkg.mod:Class``
+    (checked when it is looked up), duplicates dropped. Raises CpbenchInputError naming the choices."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    choices = registry.CHOICES  # as the registry reads them now (BACKEND_CHOICES: when --help was built)
+    if not items:
+        choice_list(text, choices, "--backend", both=False)  # raises: the option is empty
+    for t in items:
+        if t not in choices and ":" not in t:
+            raise CpbenchInputError(f"unknown --backend {t!r}: use {', '.join(choices)}, a comma-separated "
+                                    "list of them, or pkg.module:ClassName for a class that is not registered")
+    return list(dict.fromkeys(items))
 
 
 def choice_list(text: str, allowed: tuple[str, ...], what: str, both: bool = True) -> list[str]:

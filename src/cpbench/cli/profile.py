@@ -17,8 +17,8 @@ from cpbench.cli.profile_out import (CPU_DEFAULT_EXTEND_LEN, GPU_ONLY, counted_a
                                      skipped_cell, write_profile)
 from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch,
                               LaunchOpt, NprocOpt, launch_torchrun, run_as_rank)
+from cpbench.domain.jsonfile import dumps
 from cpbench.errors import CpbenchInputError, one_line
-from cpbench.profiles.engine_forwards import STEP_RANGE as FORWARD_RANGE
 
 PROFILE_EPILOG = ("Examples:  cpbench profile --cp 4 --bs 1 --extend-len 8192  |  cpbench profile --backend torch "
                   "--cp 4 --bs 1 --extend-len 256 --json  |  cpbench profile --cp 4 --ranks 0  |  "
@@ -27,7 +27,9 @@ PROFILE_EPILOG = ("Examples:  cpbench profile --cp 4 --bs 1 --extend-len 8192  |
 
 
 def profile(
-    cp: Annotated[str, typer.Option("--cp", help="cp_size values.")] = "4",
+    cp: Annotated[Optional[str], typer.Option(
+        "--cp", help="cp_size values (default 4). With --from: the CP size the engine ran, which the fused/two-call "
+                     "verdict needs where the trace shows no CP collectives.", show_default=False)] = None,
     bs: Annotated[Optional[str], typer.Option("--bs", help="Batch sizes. Default: 1.")] = None,
     extend_len: Annotated[Optional[str], typer.Option(
         "--extend-len", help="Extend (new) tokens per request, one cell per value. Default: 8192 on a "
@@ -41,7 +43,9 @@ def profile(
     backend: Annotated[str, typer.Option("--backend", help="Attention backend (one).",
                                          metavar=c.backend_metavar())] = "auto",
     dtype: Annotated[c.DType, typer.Option("--dtype")] = c.DType.bf16,
-    out: Annotated[Optional[str], typer.Option("--out", help="Directory for traces (default runs/profile-<time>).")] = None,
+    out: Annotated[Optional[str], typer.Option("--out", help="Directory for traces (default runs/profile-<time>). "
+                                                             "With --from: where to write profile.json (the --json "
+                                                             "report); none by default.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
     nsys: Annotated[bool, typer.Option("--nsys", help="Also run under Nsight Systems and cross-check the counts.")] = False,
     nsys_child: Annotated[bool, typer.Option("--nsys-child", hidden=True)] = False,
@@ -56,10 +60,10 @@ def profile(
         "--from", help="Read an engine's own traces instead of profiling: torch.profiler traces (one per rank, "
                        "plain or .gz), a directory of them, or an nsys report (.nsys-rep, .sqlite). No GPU needed.",
         show_default=False)] = None,
-    forward_range: Annotated[str, typer.Option(
+    forward_range: Annotated[Optional[str], typer.Option(
         "--forward-range", help="With --from: the annotation range that bounds a forward (a name or a glob, e.g. "
                                 "'ProfilerStep#*', 'prefill_forward'); without one in the trace, forwards are the "
-                                "model's layer count of attention launches.")] = FORWARD_RANGE,
+                                "model's layer count of attention launches. Default: 'ProfilerStep#*'.", show_default=False)] = None,
     cell: Annotated[Optional[str], typer.Option(
         "--cell", help="With --from: the cpbench cell to set beside the engine, e.g. 'cp4 bs1 ext8192'.")] = None,
     more_traces: Annotated[Optional[list[str]], typer.Argument(
@@ -80,9 +84,9 @@ def profile(
 
         from_ = [*from_, *(more_traces or [])]
         given = [name for name, value, default in (
-            ("--cp", cp, "4"), ("--bs", bs, None), ("--extend-len", extend_len, None), ("--extend-lens", extend_lens, None),
+            ("--bs", bs, None), ("--extend-len", extend_len, None), ("--extend-lens", extend_lens, None),
             ("--seq", seq, None), ("--seq-lens", seq_lens, None), ("--prefix-len", prefix, 0), ("--ranks", ranks, "all"),
-            ("--backend", backend, "auto"), ("--out", out, None), ("--nsys", nsys, False), ("--tp", tp, 1),
+            ("--backend", backend, "auto"), ("--nsys", nsys, False), ("--tp", tp, 1),
             ("--launch", launch, Launch.simulated), ("--nproc-per-node", nproc_per_node, None), ("--gather", gather, None),
             ("--dist-backend", dist_backend, DistBackend.auto), ("--dtype", dtype, c.DType.bf16)) if value != default]
         if given:
@@ -90,10 +94,12 @@ def profile(
                                     f"{given[0]} (the cell to compare with is --cell)")
         spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)
         raise typer.Exit(profile_from(from_, spec, forward_range=forward_range, cell=cell, run=run, as_json=as_json,
-                                      device=device))
-    if cell or run or forward_range != FORWARD_RANGE:
+                                      device=device, cp=cp, out=out,
+                                      model_named=model is not None or model_config is not None or window is not None))
+    if cell or run or forward_range is not None:
         raise CpbenchInputError("--cell, --run and --forward-range go with --from (an engine's traces): add --from "
                                 "TRACE, or use --cp/--bs/--extend-len to profile cpbench's own cells")
+    cp = "4" if cp is None else cp
     extend_len = c.renamed(extend_len, seq, "--extend-len", "--seq")
     extend_lens = c.renamed(extend_lens, seq_lens, "--extend-lens", "--seq-lens")
     from cpbench.kernels.backends import get_backend
@@ -230,7 +236,7 @@ def _finish(report: dict, run_dir: Path, as_json: bool) -> None:
     """Write profile.json whole (no longer partial) and print the counts (``as_json``: the report as JSON)."""
     write_profile(run_dir, report)
     if as_json:
-        print(json.dumps(report, default=str))
+        print(dumps(report))
     else:
         print_counts(c.console, report, run_dir)
 

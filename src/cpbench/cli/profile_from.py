@@ -4,15 +4,17 @@ verdict per rank, and, with ``--cell``, the engine's per-layer kernel time besid
 
 from __future__ import annotations
 
-import json
-import math
 import re
 
+from pathlib import Path
+
 from cpbench.cli import options as c
-from cpbench.cli.tables import Col, print_table
+from cpbench.cli.cells import check_not_written, check_out
+from cpbench.cli.profile_out import write_profile
+from cpbench.cli.profile_from_out import print_cell, print_ranks
+from cpbench.domain.jsonfile import dumps
 from cpbench.errors import CpbenchInputError
 
-UNKNOWN_SHOWN = 8  # unknown kernel names printed on the console (--json lists every one)
 _CELL = re.compile(r"\s*cp(\d+)\s+bs(\d+)\s+(?:ext|extend|seq)(\d+)\s*")  # seq: the labels of older runs
 
 
@@ -29,65 +31,133 @@ def parse_cell(text: str) -> tuple[int, int, int]:
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
-def profile_from(paths: list[str], spec, *, forward_range: str, cell: str | None, run: str | None,
-                 as_json: bool, device: str | None = None) -> int:
-    """Read the traces, print (or ``--json``) per rank, and compare with a cpbench cell. Returns the exit
-    code: 0, or 1 when no rank has an attention kernel cpbench knows. Raises CpbenchInputError (exit 2) for
+def user_cp(cp: str | None, target: tuple[int, int, int] | None) -> tuple[int | None, str]:
+    """The CP size the user says the engine ran (``--cp N``, else ``--cell``'s) and how it was given, or
+    ``(None, "")``. Raises CpbenchInputError: ``--cp`` not one integer >= 1, or a ``--cell`` of another cp size."""
+    if cp is None:
+        return (target[0], f"--cell cp{target[0]}") if target else (None, "")
+    text = cp.strip()
+    if not text.isdigit() or int(text) < 1:
+        raise CpbenchInputError(f"--cp {cp!r} with --from: give the CP size the engine ran, one integer >= 1 (e.g. "
+                                "--cp 4; 1 for a run without CP)")
+    if target and target[0] != int(text):
+        raise CpbenchInputError(f"--cp {int(text)} and --cell cp{target[0]} disagree on the engine's CP size: give one")
+    return int(text), f"--cp {int(text)}"
+
+
+def layer_split(spec, named: bool) -> tuple[bool, str]:
+    """Whether per-layer times are split into window and full layers, and why (a phrase): only for a model the
+    user named that has sliding-window layers; the default model's windows say nothing of the engine's."""
+    windowed = sum(w >= 0 for w in spec.window_left_per_layer)
+    if not named:
+        return False, "no model named: give --model (or --model-config) to split window and full layers"
+    if not windowed:
+        return False, f"{spec.name} has no sliding-window layer"
+    return True, f"{spec.name} has a sliding window on {windowed} of {spec.num_layers} layers"
+
+
+def profile_from(paths: list[str], spec, *, forward_range: str | None, cell: str | None, run: str | None,
+                 as_json: bool, device: str | None = None, cp: str | None = None, model_named: bool = True,
+                 out: str | None = None) -> int:
+    """Read the traces, print (or ``--json``) per rank, and compare with a cpbench cell. ``cp``: the engine's CP
+    size as the user gives it (``--cp``), the evidence of CP the fused/two-call verdict needs besides what the
+    trace shows (:mod:`cpbench.profiles.engine_verdict`). ``model_named``: the user named ``spec``'s model
+    (``--model``, ``--model-config``, ``--window``); only then, or beside a ``--cell`` of it, are the layers split
+    into window and full ones (where the model has sliding windows). ``out``: a directory to write the report to, as
+    ``profile.json`` (refused where one is already). Returns the exit
+    code: 0, or 1 when no rank has an attention kernel cpbench recognises (a backend's, or one of
+    :data:`cpbench.profiles.kernels.ENGINE_ATTENTION`). Raises CpbenchInputError (exit 2) for
     bad input: unreadable or mixed traces, a bad ``--cell`` or ``--forward-range``, a run without the cell."""
     from cpbench.kernels.backends.registry import BACKEND_NAMES, kernel_patterns
-    from cpbench.profiles.engine_forwards import find_forwards, layer_times, verdict
+    from cpbench.profiles.engine_forwards import STEP_RANGE, find_forwards, layer_times
+    from cpbench.profiles.engine_range_check import check_forward_range
     from cpbench.profiles.engine_trace import read_traces
+    from cpbench.profiles.engine_verdict import cp_evidence, verdict
+    from cpbench.profiles.kernels import CALL_ATTENTION, ENGINE_ATTENTION
     from cpbench.profiles.nsys import find_nsys
 
     target = parse_cell(cell) if cell else None
+    cp_size, cp_given = user_cp(cp, target)
+    if out is not None:
+        check_out(out, "no file")
+        check_not_written(Path(out), "profile.json")
     traces = read_traces(paths, nsys=find_nsys())
-    patterns = {b: kernel_patterns(b) for b in BACKEND_NAMES if kernel_patterns(b)}
+    patterns = {**{b: kernel_patterns(b) for b in BACKEND_NAMES if kernel_patterns(b)}, **ENGINE_ATTENTION,
+                **CALL_ATTENTION}
     try:
-        ranks = [find_forwards(t, patterns, spec.num_layers, forward_range) for t in traces]
-    except ValueError as e:
-        raise CpbenchInputError(f"--forward-range: {e}") from None  # an empty glob
-    windows = list(spec.window_left_per_layer)
-    report = {"model": spec.name, "num_layers": spec.num_layers, "ranks": []}
-    for r in ranks:
+        glob = STEP_RANGE if forward_range is None else forward_range
+        ranks = [find_forwards(t, patterns, spec.num_layers, glob) for t in traces]
+        check_forward_range(ranks, glob, spec.num_layers, given=forward_range is not None)
+    except ValueError as e:  # an empty glob, a range that matches nothing or per-layer ranges
+        text = str(e)
+        raise CpbenchInputError(text if text.startswith("--forward-range") else f"--forward-range: {text}") from None
+    split, why = layer_split(spec, model_named or target is not None)
+    windows = list(spec.window_left_per_layer) if split else None
+    report = {"model": spec.name, "num_layers": spec.num_layers, "cp_size": cp_size,
+              "layer_kinds": "window/full" if split else "all", "layer_kinds_reason": why, "ranks": []}
+    evidence = [cp_evidence(r, spec.num_layers, cp_size, cp_given) for r in ranks]
+    for r, ev in zip(ranks, evidence):
         per = r.per_forward()
         report["ranks"].append({
-            "rank": r.trace.rank, "rank_source": r.trace.rank_source, "file": r.trace.path, "source": r.trace.source,
-            "backend": r.backend, "backends": r.backends,
+            "rank": r.trace.rank, "rank_source": r.trace.rank_source, "label": r.trace.label, "file": r.trace.path,
+            "counted": r.trace.counted, "source": r.trace.source,
+            "backend": r.backend, "cpbench_backend": r.backend if r.backend in BACKEND_NAMES else None,
+            "backends": r.backends,
             "forwards": len(r.forwards), "bound": r.forwards[0].bound if r.forwards else None,
-            "ranges_without_attention": r.ranges_without_attention, "malformed_kernel_events": r.trace.malformed,
-            "attention_kernels_per_forward": per, "verdict": verdict(per, spec.num_layers),
+            "ranges_without_attention": r.ranges_without_attention, "ranges_matched": r.ranges_matched,
+            "nested_ranges": r.nested_ranges, "malformed_kernel_events": r.trace.malformed,
+            "attention_kernels_per_forward": per, "all_gathers_per_forward": [f.all_gathers for f in r.forwards],
+            "cp": ev.cp, "cp_evidence": ev.why, "verdict": verdict(per, spec.num_layers, ev),
             "layer_times_us": [vars(t) for t in layer_times(r.forwards, windows)],
-            "kernel_kinds": r.kernel_kinds, "unknown_kernels": r.unknown, "leftover_layers": r.leftover_layers})
+            "kernel_kinds": r.kernel_kinds, "unknown_kernels": r.unknown,
+            "unknown_kernels_us": {n: round(us, 3) for n, us in r.unknown_us.items()}, "leftover_layers": r.leftover_layers})
     if not as_json:
-        _print_ranks(report)  # before the cell: a cell that cannot be read or measured loses nothing shown here
+        print_ranks(report)  # before the cell: a cell that cannot be read or measured loses nothing shown here
     if target:
         try:
-            report["cell"] = _compare(ranks, target, spec, run, device)
+            report["cell"] = _compare(ranks, evidence, target, spec, run, device)
         except CpbenchInputError as e:
+            failed = {**report, "cell": {"status": "error", "reason": str(e)}}
+            _write(out, failed)
             if as_json:
-                print(json.dumps({**report, "cell": {"status": "error", "reason": str(e)}}, default=str))
+                print(dumps(failed))
             raise
+    _write(out, report)
     if as_json:
-        print(json.dumps(report, default=str))
+        print(dumps(report))
     elif target:
-        _print_cell(report["cell"])
+        print_cell(report["cell"])
     if not any(r.backend for r in ranks):
-        c.err_console.print(f"no attention kernel cpbench knows was found in {len(traces)} trace(s): the "
+        c.err_console.print(f"no attention kernel cpbench recognises was found in {len(traces)} trace(s): the "
                             "unknown kernels are listed above; is this a prefill of a backend cpbench covers "
                             "(cpbench doctor lists them)?", highlight=False, soft_wrap=True)
         return 1
     return 0
 
 
-def _compare(ranks, target: tuple[int, int, int], spec, run: str | None, device: str | None) -> dict:
-    """cpbench's cell beside the engine's layer times (from ``run``, else measured here)."""
+def _write(out: str | None, report: dict) -> None:
+    """``report`` as ``out/profile.json`` (the directory made if need be); nothing without ``out``."""
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        write_profile(Path(out), report)
+
+
+def _compare(ranks, evidence, target: tuple[int, int, int], spec, run: str | None, device: str | None) -> dict:
+    """cpbench's cell beside the engine's layer times (from ``run``, else measured here); only where every rank
+    ran CP (``evidence``), so that its count names a mode."""
     from cpbench.profiles.engine_forwards import layer_times
     from cpbench.report.engine_cell import compare_layers, cpbench_layer_us
 
+    from cpbench.kernels.backends.registry import BACKEND_NAMES
+
     cp_size, bs, extend_len = target
     backend = next((r.backend for r in ranks if r.backend), None)
+    if backend is not None and backend not in BACKEND_NAMES:
+        return {"status": "not compared", "reason": f"the attention kernels are {backend}'s, which cpbench does not run"}
     counts = {n for r in ranks for n in r.per_forward()}
     mode = "fused" if counts == {spec.num_layers} else "two-call" if counts == {2 * spec.num_layers} else None
+    if not all(ev.cp for ev in evidence):
+        return {"status": "not compared", "reason": "a rank shows no CP, so its count names no fused or two-call mode"}
     if backend is None or mode is None:
         return {"status": "not compared", "reason": "the trace shows no single fused or two-call path to compare"}
     rows, source = _cell_rows(run, spec, backend, cp_size, bs, extend_len, device)
@@ -126,72 +196,9 @@ def _cell_rows(run: str | None, spec, backend: str, cp_size: int, bs: int, exten
                    timings=("eager",), passes=1)
         result = sweep(cfg, report=False, keep_going=True)
     except CpbenchInputError as e:
-        raise CpbenchInputError(f"cannot measure cp{cp_size} bs{bs} extend{extend_len} on {backend} here ({str(e)[:160]}): "
+        raise CpbenchInputError(f"cannot measure cp{cp_size} bs{bs} extend{extend_len} on {backend} here ({e}): "
                                 "pass --run with a run of that cell made where it runs") from None
     return result.rows, f"the cell measured now ({result.path})"
-
-
-def _ms(us: float) -> str:
-    return "-" if us is None or (isinstance(us, float) and math.isnan(us)) else f"{us:.1f}"
-
-
-def _print_ranks(report: dict) -> None:
-    con = c.console
-    rows = []
-    for r in report["ranks"]:
-        times = {t["kind"]: t for t in r["layer_times_us"]}
-        cells = [f"{_ms(t['median'])} [{_ms(t['p10'])}-{_ms(t['p90'])}]" if t else "-"
-                 for t in (times.get("window"), times.get("full"))]
-        if "all" in times:  # layer kinds unknown (the forward's layer count is not the model's)
-            t = times["all"]
-            cells = [f"all layers: {_ms(t['median'])} [{_ms(t['p10'])}-{_ms(t['p90'])}]", "-"]
-        per = r["attention_kernels_per_forward"]
-        rows.append([str(r["rank"]), "+".join(r["backends"]) or "-", f"{r['forwards']} ({r['bound'] or '-'})",
-                     ",".join(map(str, sorted(set(per)))) or "-", *cells, r["verdict"]])
-    print_table(con, f"{report['model']} ({report['num_layers']} layers): attention kernels per prefill forward",
-                [Col("rank"), Col("backend", False, True), Col("forwards (bounded by)", False),
-                 Col("attention kernels / forward"), Col("window layer µs median [p10-p90]"),
-                 Col("full layer µs median [p10-p90]"), Col("verdict", False, True)], rows)
-    notes = []
-    if report["ranks"] and report["ranks"][0]["rank_source"] != "distributedInfo":
-        notes.append(f"ranks are numbered in {report['ranks'][0]['rank_source']}: the traces name none "
-                     "(no distributedInfo); give one run's files, one per rank")
-    for r in report["ranks"]:
-        if len(r["backends"]) > 1:
-            notes.append(f"rank {r['rank']}: attention kernels of {len(r['backends'])} backends: "
-                         + ", ".join(f"{b} x{n}" for b, n in r["backends"].items()))
-        if r["malformed_kernel_events"]:
-            notes.append(f"rank {r['rank']}: {r['malformed_kernel_events']} kernel events without a name, start or "
-                         "duration (or a negative one) were left out")
-        if r["ranges_without_attention"]:
-            notes.append(f"rank {r['rank']}: {r['ranges_without_attention']} forward ranges matched but held no "
-                         "attention kernel (kernels not tied to their launch calls?): forwards found by the layer count")
-    for line in notes:
-        con.print(line, highlight=False, soft_wrap=True, markup=False)
-    for r in report["ranks"]:
-        unknown = sorted(r["unknown_kernels"].items(), key=lambda kv: -kv[1])
-        if unknown:
-            shown = ", ".join(f"{n[:80]} x{k}" for n, k in unknown[:UNKNOWN_SHOWN])
-            more = f", and {len(unknown) - UNKNOWN_SHOWN} more names (--json lists all)" if len(unknown) > UNKNOWN_SHOWN else ""
-            con.print(f"rank {r['rank']}: other kernels (not attention): {shown}{more}", highlight=False,
-                      soft_wrap=True, markup=False)
-        if r["leftover_layers"]:
-            con.print(f"rank {r['rank']}: {r['leftover_layers']} attention layers after the last whole forward "
-                      "were not counted", highlight=False)
-
-
-def _print_cell(cell: dict) -> None:
-    con = c.console
-    if cell["status"] == "ok":
-        print_table(con, f"engine vs cpbench, {cell['cell']} {cell['backend']} {cell['mode']} ({cell['source']}): "
-                         "attention time per layer, µs",
-                    [Col("rank"), Col("layer kind", False), Col("engine median [p10-p90]"), Col("cpbench"),
-                     Col("engine / cpbench")],
-                    [[str(x["rank"]), x["kind"], f"{_ms(x['engine_median_us'])} [{_ms(x['engine_p10_us'])}-"
-                      f"{_ms(x['engine_p90_us'])}]", _ms(x["cpbench_us"]),
-                      "-" if math.isnan(x["ratio"]) else f"{x['ratio']:.2f}"] for x in cell["layers"]])
-    else:
-        con.print(f"cell not compared: {cell['reason']}", highlight=False)
 
 
 __all__ = ["parse_cell", "profile_from"]

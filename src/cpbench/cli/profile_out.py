@@ -3,7 +3,6 @@ them), what its counts are (GPU kernels, or attention calls of the torch referen
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from rich.markup import escape
 
 from cpbench.domain.modes import Mode
 from cpbench.cli.tables import Col, print_table
+from cpbench.domain.jsonfile import dumps
 
 CPU_DEFAULT_EXTEND_LEN = "64"  # profile's --extend-len on CPU: a size the torch reference runs in seconds (sweep: 32,64)
 # per-rank keys that count GPU work: not applicable on a CPU, where there is no kernel and no launch
@@ -25,7 +25,7 @@ def write_profile(run_dir: Path, report: dict, partial: bool = False) -> None:
     until the last write, which drops it."""
     path = Path(run_dir) / "profile.json"
     tmp = path.with_name(path.name + ".tmp")
-    text = json.dumps({**report, "partial": True} if partial else report, indent=2, default=str) + "\n"
+    text = dumps({**report, "partial": True} if partial else report, indent=2) + "\n"
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
@@ -93,7 +93,8 @@ def print_counts(console, report: dict, run_dir: Path) -> None:
         print_table(console, f"{name}: attention {unit} per forward", cols, rows, footer)
     if cpu:
         console.print(f"on CPU the backend's attention calls are counted: a CPU has no GPU kernels or "
-                      f"launches{'; gloo runs its collectives on the CPU' if 'launch' in report else ''}")
+                      f"launches{'; gloo runs its collectives on the CPU' if 'launch' in report else ''}; "
+                      "`cpbench profile --from` reads these traces back by the same calls (one mode's files at a time)")
     if "nsys" in report:
         n = report["nsys"]
         console.print(escape(f"nsys: {n.get('status')} {n.get('report', '')} {n.get('reason', '')}"))

@@ -15,15 +15,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from cpbench.domain.modes import ALL_MODES, MODES, Mode, Timing
 from cpbench.ranks.launch import under_torchrun
+from cpbench.kernels.backends.registry import names_with_mode
 from cpbench.cli.cells import batches_of, cells_record, check_out, parse_cells, workload_batches
 from cpbench.cli.dist import (DistBackend, DistBackendOpt, DistOptions, DistTimeoutOpt, GatherOpt, Launch,
                               LaunchOpt, NprocOpt, launch_torchrun, run_as_rank)
 from cpbench.cli.options import (BACKEND_CHOICES, CpMinExtendOpt, CpMinTokensOpt, DeviceOpt, DType, ExtendLensOpt,
                                  FusedOrderOpt, HeadDimOpt, HeadsOpt, KvHeadsOpt, LayersOpt, ModelConfigOpt,
                                  ModelOpt, PageSizeOpt, PrefixLenOpt, SeqAliasOpt, SeqLensAliasOpt, SinksOpt,
-                                 WindowOpt, renamed,
+                                 WindowOpt, backend_list, renamed,
                                  choice_list, console, err_console, int_list, resolve_device, resolve_model)
-from cpbench.errors import CpbenchInputError
+from cpbench.errors import CpbenchInputError, shorten
 from cpbench.results.policy import host_bound_text
 
 
@@ -66,13 +67,14 @@ def sweep(
                                   "critical path).")] = "all",
     mode: Annotated[str, typer.Option(
         "--mode", "--modes", help="Modes, comma-separated: two-call, fused, cp-native (one call that duplicates "
-                                  "nothing: fa3 and flex only; others record it unsupported), or both "
-                                  "(two-call,fused).")
+                                  f"nothing: {' and '.join(names_with_mode('cp-native'))} only; others record it "
+                                  "unsupported), or both (two-call,fused).")
                     ] = "two-call,fused",
     backend: Annotated[str, typer.Option(
         "--backend", help=f"Attention backend(s), one or a list measured on the same cells, e.g. "
                           f"trtllm-fmha-v2,flashinfer-fa3: {', '.join(BACKEND_CHOICES)} (auto: the TRT-LLM kernel SGLang "
-                          "PR #33137 fuses where one runs, flashinfer-fa2 on other GPUs, torch on CPU).")] = "auto",
+                          "PR #33137 fuses where one runs, flashinfer-fa2 on other GPUs, torch on CPU), or "
+                          "pkg.module:ClassName for a backend class that is not registered (docs/backends.md).")] = "auto",
     timing: Annotated[Optional[str], typer.Option(
         "--timing", help="eager, graph, breakable, or a list (default: breakable,graph,eager on CUDA; "
                          "breakable,eager on CPU, the rest of the layer left out there). breakable: the prefill "
@@ -119,7 +121,9 @@ def sweep(
     context_len: Annotated[Optional[int], typer.Option(
         "--context-len", help="Tokens the page table is sized for (W = ceil(context_len/page_size)); default: longest sequence.")] = None,
     out: Annotated[Optional[str], typer.Option("--out", help="Run directory (default runs/<timestamp>).")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out, skipping measured rows.")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out (without --out: the newest "
+                                         "unfinished run of this command in runs/), skipping measured rows; the "
+                                         "options must be the run's.")] = False,
     check: Annotated[bool, typer.Option("--check/--no-check", help="Compare outputs with the fp32 torch reference.")] = True,
     allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Exit 0 even if a check fails.")] = False,
     keep_going: Annotated[bool, typer.Option(
@@ -176,7 +180,7 @@ def sweep(
     dist.check(cells.ranks, cells.cp_sizes)
     from cpbench.run.sweep import SweepOutput, make_config
 
-    cfg = make_config(",".join(choice_list(backend, BACKEND_CHOICES, "--backend", both=False)),
+    cfg = make_config(",".join(backend_list(backend)),
                       model=spec, cp_sizes=tuple(cells.cp_sizes), batches=batches_of(cells, mix),
                       cells_from=cells_record(cells, mix, lengths=lengths, trace=trace, prefix_hit=prefix_hit),
                       device=dev, ranks=None if cells.ranks is None else tuple(cells.ranks),
@@ -197,7 +201,7 @@ def sweep(
         raise typer.Exit(run_sweep(cfg, output, cpu_affinity=cpu_affinity))
     if not under_torchrun():
         from cpbench.results.store import out_dir
-        from cpbench.run.sweep import precheck_resume
+        from cpbench.run.resume import precheck_resume
 
         if out is not None:
             out_dir(out)  # a file: refused before torchrun starts
@@ -246,8 +250,9 @@ def run_sweep(cfg, output, *, console: Console = console, group=None, cpu_affini
         run = sweep(cfg, output.out, resume=output.resume, report=output.report, allow_mismatch=output.allow_mismatch,
                     keep_going=output.keep_going, group=group, cpu_affinity=cpu_affinity, hooks=hooks)
     except KeyboardInterrupt:
-        if run_dir is None:  # nothing written yet: the plain interrupt line
-            raise
+        if run_dir is None:  # nothing written yet
+            raise SweepInterrupted("interrupted: the sweep had not made its run directory yet, nothing was written; "
+                                   "rerun the same command") from None
         raise SweepInterrupted(f"interrupted: the rows measured so far are in {run_dir}; to finish the run: "
                                f"{resume_command(sys.argv[1:], run_dir)}") from None
     finally:
@@ -266,8 +271,8 @@ def run_sweep(cfg, output, *, console: Console = console, group=None, cpu_affini
 
 
 class SweepInterrupted(Exception):
-    """Ctrl-C (SIGINT) during a sweep that had made its run directory; the message is the one line to print: where
-    the rows are and the exact command that finishes the run (exit code 130, as an interrupt)."""
+    """Ctrl-C (SIGINT) during a sweep; the message is the one line to print: where the rows are and the exact command
+    that finishes the run, or that nothing was written yet (exit code 130, as an interrupt)."""
 
 
 def resume_command(argv: list[str], run_dir) -> str:
@@ -285,6 +290,9 @@ def _print_header(sweep, console: Console) -> None:
     """The sweep's first line (model, device, backends, launch, run directory) and the backends' first-use
     notes (a JIT build ahead)."""
     cfg, run_dir = sweep.cfg, sweep.run_dir
+    if sweep.found:
+        console.print(f"--resume without --out: resuming {run_dir}, the newest unfinished run of this command",
+                      highlight=False, soft_wrap=True)
     env = run_dir.read_manifest()
     launch = sweep.runner.group
     console.print(f"[bold]cpbench sweep[/] {cfg.model.name} on {env.get('gpu_name') or env.get('cpu')} "
@@ -324,12 +332,12 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
     from cpbench.results.critical_path import flag
     from cpbench.report.forward import forward_text
     from cpbench.report.units import EFFECT_UNIT
-    from cpbench.results.verdicts import effect_text, speedup_verdict
+    from cpbench.results.verdicts import CPU_CLAIM, effect_text, speedup_verdict
 
     cp = critical_path(df)
     if cpu and len(df):  # the caveat before the ratios it qualifies
-        console.print("CPU: a functional check, not a benchmark (CPU timings move by tens of percent between "
-                      "runs; the effects below are no speedup claim)")
+        console.print(f"CPU: a {CPU_CLAIM} (CPU timings move by tens of percent between runs; the effects below "
+                      "are no speedup claim)")
     marked = False
     ran = [m for m in MODES if "mode" in df and (df["mode"] == m).any()]  # a mode not measured gets no column
     pair = len(ran) == len(MODES)
@@ -358,7 +366,7 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
                          *(["-" if sp != sp else (effect_text(sp) if cpu else forward_text(r) if forward
                                                   else effect_text(sp, lo, hi) + mark)] if pair else []),
                          *([] if cpu or not pair else [speedup_verdict(sp, lo, hi) if sp == sp else "-"]),
-                         r["status"] if r["status"] == "ok" else f"{r['status']}: {str(r['reason'])[:120]}"])
+                         r["status"] if r["status"] == "ok" else f"{r['status']}: {shorten(r['reason'], 120)}"])
         print_table(console, title, cols, rows)
     if marked:
         console.print(f"{HOST_MARK} host-bound eager cell: its latency exceeds {host_bound_text()} the GPU busy time, so the eager "

@@ -1,9 +1,11 @@
 """Reading a user's JSON file (a model config, an engine's metadata dump) so that no input can hang,
-exhaust memory or end in a traceback: one CpbenchInputError line for whatever is wrong with it."""
+exhaust memory or end in a traceback: one CpbenchInputError line for whatever is wrong with it; and writing
+JSON that any reader parses (:func:`dumps`: no bare NaN)."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from cpbench.errors import CpbenchInputError
@@ -50,3 +52,21 @@ def read_json(path: str | Path, what: str):
     Raises CpbenchInputError (one line) as :func:`read_user_text` and :func:`loads` do.
     """
     return loads(read_user_text(path, what), f"{what} {str(Path(path))!r}")
+
+
+def dumps(obj, **kwargs) -> str:
+    """``json.dumps(obj, default=str, **kwargs)`` as valid JSON: a NaN or infinite float (a number not measured)
+    is written as ``null``, never as the bare ``NaN`` that JSON has no word for (``--json`` output, profile.json,
+    explain.json)."""
+    return json.dumps(_finite(obj), allow_nan=False, **{"default": str, **kwargs})
+
+
+def _finite(obj):
+    """``obj`` with every non-finite float (in dicts, lists and tuples, at any depth) replaced by None."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj

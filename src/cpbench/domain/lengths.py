@@ -17,8 +17,8 @@ from typing import Sequence
 
 from cpbench.errors import CpbenchInputError
 from cpbench.domain.jsonfile import loads, read_user_text
+from cpbench.domain.limits import MAX_TOKENS  # the bound of every length option
 
-MAX_TOKENS = 1 << 24  # the bound of every length option (cli/options.MAX_TOKENS)
 MAX_REQUESTS = 1 << 20
 DEFAULT_BATCHES = 4  # batches per --bs value drawn from a distribution
 # trace columns: (request tokens, cached tokens). "extend_len" counts new tokens only (the cached prefix

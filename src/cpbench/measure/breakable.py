@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 import torch
 
@@ -27,7 +27,7 @@ from cpbench.kernels.backends.base import Prepared, Step
 from cpbench.kernels.layer_rest import AllToAll, LayerRest, SpinRest
 from cpbench.measure.layer_kinds import has_both_kinds, layer_kind_sums
 from cpbench.measure.phases import span_times_us
-from cpbench.measure.timing import Clock, capture_segments
+from cpbench.measure.timing import Clock, capture_segments, ci_rel_width
 from cpbench.domain.layer_rest import graph_bucket, rest_shape
 from cpbench.domain.models import ModelSpec
 
@@ -100,10 +100,12 @@ def build_layer_rest(model: ModelSpec, tokens_padded: int, cp_size: int, *, tp_s
     return CellRest(work, how == "graph", cols)
 
 
-def breakable_layers(prep: Prepared, rest: CellRest) -> list[list[Fn]]:
+def breakable_layers(prep: Prepared, rest: CellRest, capture: Collection[int] | None = None) -> list[list[Fn]]:
     """Per layer, the callables of one breakable forward: ``prep`` with the rest of each layer around its
     steps, consecutive ``layer`` steps captured as one CUDA graph segment (when ``rest.graphs``), every other
-    step (attention, gather, KV write) its own eager closure. Raises what capture raises."""
+    step (attention, gather, KV write) its own eager closure. ``capture``: the layers whose segments are captured
+    (None: all; ``--forward-layers kinds`` runs only :func:`kind_rotation`'s), the others' run eagerly.
+    Raises what capture raises."""
     full = prep.with_layer_work(rest.work.before_attention, rest.work.after_steps)
     plan: list[list[tuple[bool, list[Fn]]]] = []  # per layer: (is a segment, its fns)
     for steps in full.layers:
@@ -117,13 +119,14 @@ def breakable_layers(prep: Prepared, rest: CellRest) -> list[list[Fn]]:
         plan.append(groups)
     if not rest.graphs:
         return [[f for _, fns in groups for f in fns] for groups in plan]
-    segments = [_chain(fns) for groups in plan for seg, fns in groups if seg]
+    take = set(range(len(plan)) if capture is None else capture)
+    segments = [_chain(fns) for i, groups in enumerate(plan) if i in take for seg, fns in groups if seg]
     replays = iter(capture_segments(segments))
     out = []
-    for groups in plan:
+    for i, groups in enumerate(plan):
         layer: list[Fn] = []
         for seg, fns in groups:
-            layer.extend([next(replays)] if seg else fns)
+            layer.extend([next(replays)] if seg and i in take else fns)
         out.append(layer)
     return out
 
@@ -159,7 +162,7 @@ def layer_kind_us(layers: list[list[Fn]], clock: Clock, window_left_per_layer: S
                            window_left_per_layer)
 
 
-KIND_SAMPLE_MIN_US = 2000.0  # a kind sample runs enough layers of its kind to last this long (its start latency < 1 %)
+KIND_ROTATION = 2  # the layers of a kind that its one-layer samples rotate over (the last ones, in model order)
 
 
 def kind_layers(window_left_per_layer: Sequence[int]) -> dict[int, list[int]]:
@@ -170,17 +173,22 @@ def kind_layers(window_left_per_layer: Sequence[int]) -> dict[int, list[int]]:
     return out
 
 
-def _rotating(layers: list[list[Fn]], idx: list[int], per_sample: int) -> Fn:
-    """A callable that runs ``per_sample`` consecutive layers of ``idx`` (one kind, model order) and starts the
-    next call where this one stopped, wrapping: successive samples read other layers' weights and KV caches."""
+def kind_rotation(window_left_per_layer: Sequence[int], rotation: int = KIND_ROTATION) -> dict[int, list[int]]:
+    """``window_left -> the last min(rotation, n_kind) layers of that kind`` (model order): the layers
+    :func:`time_layer_kinds` runs, the only ones whose segments a ``kinds`` sweep captures. The last layer of each
+    kind is among them, so what a whole forward leaves in the outputs can be restored."""
+    return {w: idx[-rotation:] for w, idx in kind_layers(window_left_per_layer).items()}
+
+
+def _rotating(layers: list[list[Fn]], idx: list[int]) -> Fn:
+    """A callable that runs one layer of ``idx`` (one kind) and the next one of ``idx`` at its next call, wrapping:
+    successive samples read other layers' weights and KV caches."""
     at = [0]
 
     def run() -> None:
-        start = at[0]
-        for j in range(per_sample):
-            for f in layers[idx[(start + j) % len(idx)]]:
-                f()
-        at[0] = (start + per_sample) % len(idx)
+        for f in layers[idx[at[0]]]:
+            f()
+        at[0] = (at[0] + 1) % len(idx)
 
     return run
 
@@ -190,8 +198,7 @@ class KindSamples:
     """What :func:`time_layer_kinds` measured for one mode.
 
     Attributes:
-        forward_us: per sample i, the forward it estimates, µs: ``sum over kinds of n_kind / r_kind x`` sample i of
-            that kind (``r_kind`` layers of the kind per sample).
+        forward_us: per sample i, the forward it estimates, µs: ``sum over kinds of n_kind x`` sample i of that kind.
         columns: ``window_layers_us``/``full_layers_us`` (their share of the estimate, from the kinds' medians; a
             model with both kinds), ``forward_rule`` ("kinds"), ``kind_layers_per_sample`` (e.g.
             ``"window 127: 1 of 18, full: 1 of 18"``).
@@ -205,45 +212,48 @@ class KindSamples:
 
 
 def kinds_text(kinds: dict[int, list[int]], per_sample: dict[int, int]) -> str:
-    """``"window 127: 1 of 18, full: 2 of 18"``: layers per sample of each kind, of the kind's layers."""
+    """``"window 127: 1 of 18, full: 1 of 18"``: layers per sample of each kind, of the kind's layers."""
     return ", ".join(f"{'full' if w < 0 else f'window {w}'}: {per_sample[w]} of {len(kinds[w])}"
                      for w in sorted(kinds, reverse=True))
 
 
 def time_layer_kinds(layer_fns: dict[str, list[list[Fn]]], clock: Clock, window_left_per_layer: Sequence[int],
                      timer: Callable[..., dict[str, list[float]]], info: dict,
-                     min_sample_us: float = KIND_SAMPLE_MIN_US) -> dict[str, KindSamples]:
-    """The breakable forward of each mode estimated from its layer kinds (``--forward-layers kinds``).
+                     rotation: int = KIND_ROTATION) -> dict[str, KindSamples]:
+    """The breakable forward of each mode estimated from one layer of each kind (``--forward-layers kinds``).
 
-    Every layer of a kind is the same work, so per mode and kind a variant runs ``r`` consecutive layers of that
-    kind (their own segments and eager attention, weights and KV caches rotating from sample to sample) and the
-    forward is ``sum over kinds of n_kind x (one layer's time)``. ``r`` is the fewest layers whose time reaches
-    ``min_sample_us`` (one untimed and one timed call of a single layer estimate it; at most the kind's count), the
-    same for every mode. The variants (mode x kind) are timed together by ``timer`` (ABBA-interleaved, as
-    :func:`cpbench.measure.timing.time_interleaved`, called as ``timer(fns, info=...)``), so the samples of each
-    kind pair up by index: sample i of the forward is the scaled sum of sample i of each kind. Finally the last
-    layer of each kind runs once more, so the outputs hold what a whole forward leaves there.
+    Every layer of a kind is the same work, so per mode and kind a variant runs one layer of that kind (its own
+    segments and eager attention), rotating over the kind's last ``rotation`` layers (:func:`kind_rotation`: other
+    weights and KV caches from sample to sample), and the forward is ``sum over kinds of n_kind x t_kind``.
+    ``timer`` times the variants (mode x kind) the way a forward runs its layers, back to back without a sync
+    (:func:`cpbench.measure.stream.time_stream`, called as ``timer(fns, info=..., budget_share=..., forward_ci=...)``:
+    each kind gets its share of a variant's budget, as one forward sample costs one layer of each kind, and the
+    precision stop reads the widest relative CI of the modes' forward estimates), so a sample is a layer's time
+    in a forward's steady state, host issue hidden or not as it would be there; samples of each kind pair up by
+    index: sample i of the forward is the scaled sum of sample i of each kind. Finally the last layer of each kind
+    runs once more, so the outputs hold what a whole forward leaves there.
 
     Args:
-        layer_fns: ``mode -> per layer, its callables`` (:func:`breakable_layers`).
+        layer_fns: ``mode -> per layer, its callables`` (:func:`breakable_layers`; only the layers of
+            :func:`kind_rotation` are run).
         info: filled by ``timer`` per variant (``"<mode>|<window_left>"``); read here.
     Returns:
         ``mode -> KindSamples``.
     Raises:
         what the layers' callables or ``timer`` raise (an OOM, a failed replay); the caller turns it into the
-        rows' status. Simulated ranks only: each rank picks its own ``r``, which real ranks would have to agree on.
+        rows' status. Simulated ranks only: real ranks time whole forwards (their layers wait on collectives).
     """
     kinds = kind_layers(window_left_per_layer)
-    per_sample: dict[int, int] = {}
-    for w, idx in kinds.items():
-        est = []
-        for layers in layer_fns.values():
-            one = _rotating(layers, idx, 1)
-            one()
-            est.append(clock.sample_us(one))
-        per_sample[w] = max(1, min(len(idx), math.ceil(min_sample_us / max(min(est), 1e-3))))
-    fns = {f"{m}|{w}": _rotating(layers, kinds[w], per_sample[w]) for m, layers in layer_fns.items() for w in kinds}
-    samples = timer(fns, info=info)
+    rot = kind_rotation(window_left_per_layer, rotation)
+    fns = {f"{m}|{w}": _rotating(layers, rot[w]) for m, layers in layer_fns.items() for w in kinds}
+    scale = {w: float(len(kinds[w])) for w in kinds}
+
+    def forwards(samples: dict[str, list[float]], m: str) -> list[float]:  # sample i: the scaled sum of the kinds'
+        n = min(len(samples[f"{m}|{w}"]) for w in kinds)
+        return [sum(scale[w] * samples[f"{m}|{w}"][i] for w in kinds) for i in range(n)]
+
+    samples = timer(fns, info=info, budget_share=1 / len(kinds),
+                    forward_ci=lambda s: max(ci_rel_width(forwards(s, m)) for m in layer_fns))
     for layers in layer_fns.values():  # the outputs a whole forward leaves: each kind's last layer ran last
         for idx in kinds.values():
             for f in layers[idx[-1]]:
@@ -251,29 +261,30 @@ def time_layer_kinds(layer_fns: dict[str, list[list[Fn]]], clock: Clock, window_
     clock.sync()
     out = {}
     for m in layer_fns:
-        scale = {w: len(kinds[w]) / per_sample[w] for w in kinds}
-        n = min(len(samples[f"{m}|{w}"]) for w in kinds)
-        forward = [sum(scale[w] * samples[f"{m}|{w}"][i] for w in kinds) for i in range(n)]
+        forward = forwards(samples, m)
         per_kind = {w: scale[w] * statistics.median(samples[f"{m}|{w}"]) for w in kinds}
-        cols: dict = {"forward_rule": "kinds", "kind_layers_per_sample": kinds_text(kinds, per_sample)}
+        cols: dict = {"forward_rule": "kinds", "kind_layers_per_sample": kinds_text(kinds, dict.fromkeys(kinds, 1))}
         if has_both_kinds(window_left_per_layer):
             cols["window_layers_us"] = sum(v for w, v in per_kind.items() if w >= 0)
             cols["full_layers_us"] = sum(v for w, v in per_kind.items() if w < 0)
-        stop = _kind_stop(info, m, kinds, scale, forward)
-        out[m] = KindSamples(forward, cols, stop)
+        out[m] = KindSamples(forward, cols, _kind_stop(info, m, kinds, _kind_host(info, m, kinds, scale), forward))
     return out
 
 
-def _kind_stop(info: dict, mode: str, kinds: dict[int, list[int]], scale: dict[int, float],
-               forward: list[float]) -> dict:
-    """The timing info of a mode's row from its kinds' variants: host issue time scaled and summed like the
-    samples (the host-hidden test compares it with the forward, i.e. each layer's issue time with its GPU time)."""
-    from cpbench.measure.timing import ci_rel_width
-
-    parts = [info.get(f"{mode}|{w}", {}) for w in kinds]
-    host = [p.get("host_samples_us", []) for p in parts]
+def _kind_host(info: dict, mode: str, kinds: dict[int, list[int]], scale: dict[int, float]) -> list[float]:
+    """Per sample, the host's issue time of the forward: each kind's issue time scaled like its samples, summed
+    (empty on a CPU, where issuing is executing)."""
+    host = [info.get(f"{mode}|{w}", {}).get("host_samples_us", []) for w in kinds]
     n = min((len(h) for h in host), default=0)
-    host_fwd = [sum(scale[w] * h[i] for w, h in zip(kinds, host)) for i in range(n)]
+    return [sum(scale[w] * h[i] for w, h in zip(kinds, host)) for i in range(n)]
+
+
+def _kind_stop(info: dict, mode: str, kinds: dict[int, list[int]], host_fwd: list[float],
+               forward: list[float]) -> dict:
+    """The timing info of a mode's row from its kinds' variants: the host's issue time of each forward sample
+    (:func:`_kind_host`; the host-hidden test compares it with the forward, i.e. each layer's issue time with its
+    GPU time)."""
+    parts = [info.get(f"{mode}|{w}", {}) for w in kinds]
     out = {"stop_reason": next((p["stop_reason"] for p in parts if "stop_reason" in p), ""),
            "ci_rel_width": ci_rel_width(forward),
            "host_launch_us": statistics.median(host_fwd) if host_fwd else math.nan,

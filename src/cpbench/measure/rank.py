@@ -26,8 +26,10 @@ from cpbench.domain.cells import CellKey
 from cpbench.domain.modes import Mode, MODES
 from cpbench.kernels import check as checks
 from cpbench.kernels.backends.base import Backend, Prepared
+from cpbench.kernels.backends.registry import names_with_mode
 from cpbench.domain.tolerance import reference_tolerance
-from cpbench.measure.breakable import CellRest, breakable_layers, layer_kind_us, run_layers, time_layer_kinds
+from cpbench.measure.breakable import (CellRest, breakable_layers, kind_rotation, layer_kind_us, run_layers,
+                                      time_layer_kinds)
 from cpbench.measure.env import sm_clock_mhz
 from cpbench.measure.failures import Tracebacks
 from cpbench.domain.flops import forward_flops
@@ -38,6 +40,7 @@ from cpbench.measure.phases import phase_times_us
 from cpbench.results.policy import TimingPolicy
 from cpbench.results.rows import make_row
 from cpbench.ranks.group import Exchange, PeerFailure, RankGroup, Status
+from cpbench.measure.stream import time_stream
 from cpbench.measure.timing import (Clock, capture_graph, release_graphs, summarize,
                                    time_interleaved)
 from cpbench.measure.walltime import PhaseTimes
@@ -81,6 +84,7 @@ class RankJob:
     forward_layers: str = "kinds"
     times: PhaseTimes = field(default_factory=PhaseTimes)  # harness wall time by phase (measure/walltime.py)
     tracebacks: Tracebacks = field(default_factory=Tracebacks)  # of the failures that became error rows
+    modes: tuple[str, ...] = tuple(MODES)  # the modes the backend has a call for (its BackendSpec's)
 
 
 def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
@@ -93,9 +97,10 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
     modes = list(dict.fromkeys(m for m, _ in job.todo))
     rows: list[dict] = []
     status = {m: OK for m in modes}
-    for m in modes:  # a mode the backend has no call for (cp-native outside flex and fa3) is a fact, not a failure
-        if m not in getattr(job.backend, "modes", MODES):
-            status[m] = ("unsupported", f"{job.backend.name} has no {m} call (the fa3 and flex backends have one)")
+    for m in modes:  # a mode the backend has no call for (its spec's modes) is a fact, not a failure
+        if m not in job.modes:
+            status[m] = ("unsupported", f"{job.base.get('backend', job.backend.name)} has no {m} call (backends "
+                                        f"with one: {', '.join(names_with_mode(m)) or 'none'})")
 
     def fail_open(run: Callable[[str], None], agreeing: bool = False) -> None:
         """run(mode) for every mode still ok, then agree. ``agreeing``: the run holds collectives (the
@@ -182,11 +187,19 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                 min_reps=job.timing.min_reps(job.clock.cuda), agree=group.agree, barrier=group.barrier,
                 min_stop=job.timing.min_stop, rel_ci=job.timing.rel_ci, info=info, times=times)
 
+        def layer_timer(variants: dict, info: dict, budget_share: float, forward_ci: Callable) -> dict:
+            rel_ci = job.timing.rel_ci  # one layer at a time, as a forward runs them (time_layer_kinds)
+            return time_stream(variants, job.clock, warmup=job.timing.warmup,
+                               budget_ms=job.timing.pass_budget_ms * budget_share,
+                               min_reps=job.timing.min_reps(job.clock.cuda), min_stop=job.timing.min_stop,
+                               rel_ci=rel_ci, info=info, times=times,
+                               precise=lambda s: forward_ci(s) <= rel_ci if rel_ci else False)
+
         def measure() -> None:
             if not by_kind:
                 samples.update(timer(fns, stop))
                 return
-            est = time_layer_kinds({m: layer_fns[m] for m in fns}, job.clock, wl, timer, {})
+            est = time_layer_kinds({m: layer_fns[m] for m in fns}, job.clock, wl, layer_timer, {})
             for m, e in est.items():
                 samples[m], stop[m], kind_cols[m] = e.forward_us, e.stop, e.columns
 
@@ -315,7 +328,10 @@ def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], t
         prep = prepared[m]
         if timing == "breakable":
             holder: dict = {}
-            st = _attempt(lambda: holder.update(layers=breakable_layers(prep, job.rest)), job.tracebacks)
+            only = None  # kinds: capture only the layers its samples run
+            if job.forward_layers == "kinds":
+                only = [i for idx in kind_rotation(work.model.window_left_per_layer).values() for i in idx]
+            st = _attempt(lambda: holder.update(layers=breakable_layers(prep, job.rest, only)), job.tracebacks)
             st = _prefixed(st, "breakable segment capture failed", job.tracebacks)
             st = group.agree_status(st)
             if st == OK:

@@ -4,7 +4,8 @@
 Forwards are bounded, in this order of preference:
 
 1. **annotations**: host ranges whose name matches ``forward_range`` (default ``ProfilerStep#N``, the
-   range ``prof.step()`` writes); a kernel belongs to the range whose host interval holds its launch call
+   range ``prof.step()`` writes), the outermost where matches nest (a glob such as ``*`` also matches the ranges
+   inside a forward); a kernel belongs to the range whose host interval holds its launch call
    (matched by correlation id), or, in a trace without launch calls, whose GPU-side copy holds the kernel.
    Ranges with no attention kernel (decode steps, idle steps) are not prefill forwards and are left out.
    Within a forward, layers are the runs of attention kernels (below); when there are not ``num_layers``
@@ -13,9 +14,10 @@ Forwards are bounded, in this order of preference:
    layer is a run of attention kernels that no other compute kernel interrupts; fills, copies, merges
    and collectives do not interrupt it), and every ``num_layers`` consecutive layers make one forward.
 
-A forward's attention kernels per layer decide the verdict: 1 per layer is the fused path, 2 the
-two-call path (SGLang PR #33137: 36 against 72 for a 36-layer model). Kernels are classified with
-cpbench's own patterns (:func:`cpbench.profiles.kernels.classify`), given by the caller per backend.
+A forward's attention kernels per layer, with evidence that the rank ran context parallelism, decide the
+verdict (:mod:`cpbench.profiles.engine_verdict`): 1 per layer is the fused path, 2 the two-call path (SGLang PR
+#33137: 36 against 72 for a 36-layer model). Kernels are classified with cpbench's own patterns
+(:func:`cpbench.profiles.kernels.classify`), given by the caller per backend.
 """
 
 from __future__ import annotations
@@ -41,12 +43,15 @@ class EngineForward:
         name: the range's name, or ``"forward <i>"``.
         layers: per layer, its attention kernels (a layer = a run of attention kernels, see the module).
         kernels: every kernel of the forward, attention or not (0 when bounded by the layer count).
+        all_gathers: its all-gather collective kernels (NCCL/RCCL ``AllGather``): one per layer is what CP's K|V
+            all-gather launches. Bounded by the layer count, those after the previous forward's last attention kernel.
     """
 
     bound: str
     name: str
     layers: list[list[Kernel]]
     kernels: int = 0
+    all_gathers: int = 0
 
     @property
     def attention_kernels(self) -> int:
@@ -64,10 +69,13 @@ class RankForwards:
         forwards: the prefill forwards found.
         kernel_kinds: kernels of the whole trace per class (:data:`cpbench.profiles.kernels.KINDS`).
         unknown: the kernels of class ``other`` (not attention, merge, collective, fill or copy: GEMMs,
-            norms, the engine's own kernels), name -> count, so nothing is dropped silently.
+            norms, the engine's own kernels), name -> count, so nothing is dropped silently; ``unknown_us`` their
+            summed durations, name -> µs.
         leftover_layers: attention layers after the last whole forward (layer-count bounding only).
         ranges_without_attention: forward ranges matched but holding no attention kernel, when the forwards
             fell back to the layer count for that reason (0 otherwise).
+        ranges_matched: host ranges ``forward_range`` matched; nested_ranges: those of them inside another match,
+            left out (the outermost are the forwards).
     """
 
     trace: RankTrace
@@ -78,6 +86,9 @@ class RankForwards:
     leftover_layers: int = 0
     backends: dict[str, int] = field(default_factory=dict)
     ranges_without_attention: int = 0
+    unknown_us: dict[str, float] = field(default_factory=dict)
+    ranges_matched: int = 0
+    nested_ranges: int = 0
 
     def per_forward(self) -> list[int]:
         """Attention kernels in each forward."""
@@ -110,9 +121,11 @@ def find_forwards(trace: RankTrace, patterns: dict[str, tuple[str, ...]], num_la
     if num_layers < 1:
         raise ValueError(f"num_layers must be >= 1, got {num_layers}")
     ranges = matching_ranges(trace, forward_range)
+    matched = len(ranges)
+    ranges = outermost(ranges)
     all_pats = tuple(p for pats in patterns.values() for p in pats)
     kinds = [classify(k.name, all_pats) for k in trace.kernels]
-    out = RankForwards(trace, None, [])
+    out = RankForwards(trace, None, [], ranges_matched=matched, nested_ranges=matched - len(ranges))
     by_backend: dict[str, int] = {}
     for k, kind in zip(trace.kernels, kinds):
         out.kernel_kinds[kind] = out.kernel_kinds.get(kind, 0) + 1
@@ -121,14 +134,31 @@ def find_forwards(trace: RankTrace, patterns: dict[str, tuple[str, ...]], num_la
             by_backend[b] = by_backend.get(b, 0) + 1
         elif kind == "other":
             out.unknown[k.name] = out.unknown.get(k.name, 0) + 1
+            out.unknown_us[k.name] = out.unknown_us.get(k.name, 0.0) + k.dur
     out.backends = dict(sorted(by_backend.items(), key=lambda kv: -kv[1]))
     out.backend = next(iter(out.backends), None)
     if ranges:
         out.forwards = _by_ranges(trace, kinds, ranges, num_layers)
     if not out.forwards:  # no range, or ranges that hold no attention kernel: the model's layer count
         out.forwards, out.leftover_layers = _by_layer_count(_layers(trace.kernels, kinds), num_layers)
+        _count_all_gathers(out.forwards, [k.ts for k, kind in zip(trace.kernels, kinds) if is_all_gather(k.name, kind)])
         out.ranges_without_attention = len(ranges)
     return out
+
+
+def is_all_gather(name: str, kind: str) -> bool:
+    """A collective kernel that all-gathers: ``ncclDevKernel_AllGather_RING_LL(...)``, ``ncclKernel_AllGather_...``."""
+    return kind == "comm" and "allgather" in name.lower()
+
+
+def _count_all_gathers(forwards: list[EngineForward], starts: list[float]) -> None:
+    """Set each layer-count forward's ``all_gathers``: those starting after the previous forward's last attention
+    kernel and before its own last one (CP gathers a layer's K|V before the layer's attention)."""
+    lo = float("-inf")
+    for f in forwards:
+        hi = f.layers[-1][-1].ts
+        f.all_gathers = sum(lo < t <= hi for t in starts)
+        lo = hi
 
 
 def _layers(kernels: list[Kernel], kinds: list[str]) -> list[list[Kernel]]:
@@ -177,6 +207,19 @@ def range_members(trace: RankTrace, ranges: list[Span]) -> list[list[int]]:
     return members
 
 
+def outermost(ranges: list[Span]) -> list[Span]:
+    """``ranges`` (sorted by start) without those that lie inside another of them: a glob that matches a forward and
+    the ranges within it (``*``) keeps the forward."""
+    out: list[Span] = []
+    reach = float("-inf")  # the latest end of a kept range: every kept range starts at or before the next one
+    for r in sorted(ranges, key=lambda r: (r.ts, -r.end)):
+        if r.end <= reach:
+            continue
+        out.append(r)
+        reach = r.end
+    return out
+
+
 def matching_ranges(trace: RankTrace, forward_range: str = STEP_RANGE) -> list[Span]:
     """The host ranges whose whole name matches the glob ``forward_range`` (``*``, ``?``, ``[...]``; case
     matters), by start time. A glob, not a regular expression: matching is linear in the name, so no pattern can
@@ -192,7 +235,8 @@ def _by_ranges(trace: RankTrace, kinds: list[str], ranges: list[Span], num_layer
     for r, idx in zip(ranges, range_members(trace, ranges)):
         layers = _split_layers(_layers([trace.kernels[i] for i in idx], [kinds[i] for i in idx]), num_layers)
         if layers:
-            forwards.append(EngineForward("annotation", r.name, layers, len(idx)))
+            gathers = sum(is_all_gather(trace.kernels[i].name, kinds[i]) for i in idx)
+            forwards.append(EngineForward("annotation", r.name, layers, len(idx), gathers))
     return forwards
 
 
@@ -256,21 +300,3 @@ def layer_times(forwards: list[EngineForward], window_left_per_layer: list[int] 
             q = statistics.quantiles(xs, n=10, method="inclusive") if len(xs) > 1 else [xs[0]] * 9
             out.append(LayerTimes(kind, len(xs), statistics.median(xs), q[0], q[-1]))
     return out
-
-
-def verdict(per_forward: list[int], num_layers: int) -> str:
-    """The one-line verdict on a rank's forwards, e.g. ``"fused path taken: 36 attention kernels per forward
-    (1 per layer)"``, ``"two-call: 72 attention kernels per forward (2 per layer)"``; forwards that
-    disagree, or a count that is neither, are said as such."""
-    if not per_forward:
-        return "no prefill forward found"
-    counts = sorted(set(per_forward))
-    if len(counts) > 1:
-        return f"forwards differ: {', '.join(map(str, counts))} attention kernels per forward"
-    n = counts[0]
-    per_layer = n / num_layers
-    if n == num_layers:
-        return f"fused path taken: {n} attention kernels per forward (1 per layer)"
-    if n == 2 * num_layers:
-        return f"two-call: {n} attention kernels per forward (2 per layer)"
-    return f"{n} attention kernels per forward ({per_layer:g} per layer over {num_layers} layers): neither path's count"

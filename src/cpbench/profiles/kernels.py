@@ -12,10 +12,14 @@ Classes (checked in this order, on the lower-cased name):
   so a forward with an all-gather per layer reports attention and collectives apart. gloo runs
   collectives on the CPU and launches no kernel.
 - ``attention``: the name contains one of the backend's ``attention_patterns`` (lower-case
-  substrings, ``ForwardLike.kernel_patterns``); e.g. fa2 ``flashinfer::BatchPrefillWithPagedKVCacheKernel
+  substrings, ``ForwardLike.kernel_patterns``); a pattern that names a namespace (``ns::...``) matches that
+  namespace whole, not the tail of a longer one, so ``flash::flash_fwd_kernel`` (Dao's FlashAttention-2) does not
+  match PyTorch's copy ``pytorch_flash::flash_fwd_kernel``; e.g. fa2 ``flashinfer::BatchPrefillWithPagedKVCacheKernel
   <...>``, fa3 ``flashinfer::PrefillWithKVCacheKernel<...SparseCollectiveMainloop<PagedParams...>>``,
   trtllm-gen ``fmha...`` kernels. The patterns live in the backend registry
-  (``cpbench.kernels.backends.registry``); callers pass them in, this package never imports it.
+  (``cpbench.kernels.backends.registry``); callers pass them in, this package never imports it. The attention
+  kernels of libraries cpbench does not run (:data:`ENGINE_ATTENTION`) are named here, for reading an engine's
+  traces.
 - ``fill``: zero/constant fills (``FillFunctor``, ``fill_kernel``) and GPU memsets.
 - ``copy``: GPU memcpys and elementwise copy kernels (``copy_kernel``, ``CatArrayBatchedCopy``).
 - ``other``: everything else (the torch reference's matmuls, softmax pieces, ...).
@@ -24,15 +28,42 @@ Classes (checked in this order, on the lower-cased name):
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from dataclasses import dataclass, field
 
 # FlashInfer's MergeStatesKernel, MergeStateInPlaceKernel, VariableLengthMergeStates; FlashAttention-3's combine
-# (flash::FlashAttnFwdCombine<...>) and varlen scheduler (flash::prepare_varlen_num_blocks_kernel)
-MERGE_PATTERNS = ("mergestate", "flash::flashattnfwdcombine", "flash::prepare_varlen_num_blocks")
+# (flash::FlashAttnFwdCombine<...>) and varlen scheduler (flash::prepare_varlen_num_blocks_kernel); FlashAttention-2's
+# split-KV combine (flash::flash_fwd_splitkv_combine_kernel, also in PyTorch's pytorch_flash::) and ck_tile's
+# (FmhaFwdSplitKVCombineKernel)
+MERGE_PATTERNS = ("mergestate", "flash::flashattnfwdcombine", "flash::prepare_varlen_num_blocks",
+                  "flash_fwd_splitkv_combine", "fmhafwdsplitkvcombine")
 FILL_PATTERNS = ("fillfunctor", "fill_kernel", "memset")
 COPY_PATTERNS = ("memcpy", "copy_kernel", "catarraybatchedcopy")
 COMM_PATTERNS = ("nccl",)  # ncclDevKernel_* (NCCL >= 2.19), ncclKernel_* (older NCCL)
+
+# Attention kernels of libraries an engine may run that are not cpbench backends: label -> lower-case name patterns
+# (matched as the backends' are). Their forwards are counted like any backend's; a cell
+# of cpbench cannot be set beside them. fa3's FlashAttnFwdSm90 is Dao's FlashAttention-3, a cpbench backend.
+ENGINE_ATTENTION: dict[str, tuple[str, ...]] = {
+    # Dao-AILab flash-attention 2 (flash_attn, vllm_flash_attn): void flash::flash_fwd_kernel<Flash_fwd_kernel_traits..>
+    "flash-attn-2 (Dao)": ("flash::flash_fwd_kernel", "flash::flash_fwd_splitkv_kernel"),
+    # torch.nn.functional.scaled_dot_product_attention's flash backend, FlashAttention-2 under namespace pytorch_flash
+    "sdpa-flash (PyTorch)": ("pytorch_flash::flash_fwd_kernel", "pytorch_flash::flash_fwd_splitkv_kernel"),
+    # SDPA's memory-efficient backend: fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::...)
+    "sdpa-mem-efficient (PyTorch)": ("fmha_cutlassf",),
+    # cuDNN's SDPA graphs: cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_...
+    "cudnn-sdpa": ("cudnn_generated_fort_native_sdpa",),
+    # AMD ck_tile (aiter, SGLang/vLLM on ROCm), often mangled: _ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefill...
+    "ck_tile-fmha (AMD)": ("fmhabatchprefillwithpagedkvcachekernel", "fmhafwdkernel", "fmhafwdsplitkvkernel"),
+    # vLLM's Triton attention (triton_unified_attention.py): kernel_unified_attention_2d / _3d
+    "triton-unified-attention (vLLM)": ("kernel_unified_attention_2d", "kernel_unified_attention_3d"),
+}
+
+# A trace without GPU kernels (cpbench's own profile on a CPU) is counted by its attention calls: each
+# prev/next/combined record_function range becomes a pseudo-kernel named CALL_KERNEL + the range's name
+CALL_KERNEL = "cpbench attention call: "
+CALL_ATTENTION = {"attention calls (cpbench's record_function ranges)": (CALL_KERNEL.lower(),)}
 
 KINDS = ("attention", "merge", "comm", "fill", "copy", "other")
 
@@ -75,13 +106,22 @@ def classify(name: str, attention_patterns: tuple[str, ...] | list[str] = ()) ->
         return "merge"
     if any(p in low for p in COMM_PATTERNS):
         return "comm"
-    if any(p and p.lower() in low for p in attention_patterns):
+    found = _attention_re(tuple(attention_patterns))
+    if found is not None and found.search(low):
         return "attention"
     if any(p in low for p in FILL_PATTERNS):
         return "fill"
     if any(p in low for p in COPY_PATTERNS):
         return "copy"
     return "other"
+
+
+@functools.lru_cache(maxsize=64)
+def _attention_re(patterns: tuple[str, ...]) -> re.Pattern | None:
+    """One regular expression for ``patterns``: each lower-cased and literal; one with a namespace (``::``) only where
+    a name starts (not right after a letter, digit or ``_``: ``flash::`` is not the end of ``pytorch_flash::``)."""
+    pats = sorted({p.lower() for p in patterns if p})
+    return re.compile("|".join((r"(?<![a-z0-9_])" if "::" in p else "") + re.escape(p) for p in pats)) if pats else None
 
 
 def is_launch_api(name: str) -> bool:

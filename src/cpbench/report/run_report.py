@@ -22,7 +22,7 @@ from cpbench.results.policy import clock_drop_text
 from cpbench.domain.modes import ALL_MODES, Mode
 from cpbench.results.schema import CELL_COLUMNS, MODES, V3_BACKENDS
 from cpbench.results.store import RunDir, as_utf8, load_run
-from cpbench.results.verdicts import TIE_BAND
+from cpbench.results.verdicts import CPU_CLAIM, TIE_BAND
 from cpbench.report.forward import cpu_forward_lines, forward_section
 from cpbench.report.line import line_section
 from cpbench.report.backend_answer import backend_answer
@@ -51,7 +51,7 @@ MAX_PLANNED = 200_000  # planned cells (x timings) a report lists missing ones o
 
 
 GPU_KEYS = ("gpu_name", "compute_capability", "driver", "cuda", "flashinfer")
-CPU_NOTE = ("**A CPU run: a functional check, not a benchmark.** Every cell ran on the CPU; "
+CPU_NOTE = (f"**A CPU run: a {CPU_CLAIM}.** Every cell ran on the CPU; "
             "its timings move by tens of percent between runs, so this report makes no speedup claim and draws no "
             "rank imbalance from them. What it shows: which cells and ranks ran in each mode, whether their outputs "
             "matched the fp32 reference (a `mismatch` status where not), and the attention calls per forward "

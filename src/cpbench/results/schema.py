@@ -60,6 +60,11 @@ _COLUMNS = [
     _c("backend", "str", "torch | flashinfer-fa2 | flashinfer-fa3 | fa3 | trtllm-fmha-v2 | trtllm-gen | flex",
        "attention backend (fa3: FlashAttention-3; schema 1 and 2 named FlashInfer's fa2 and fa3, read under their "
        "new names)", "run", "backend"),
+    _c("backend_dist", "str", "distribution", "the distribution that declared the backend: cpbench for its own, a "
+       "plugin's for a plugin's (docs/backends.md), empty for a class named by --backend pkg.mod:Class that no "
+       "installed distribution holds; rows written before the column read as cpbench (every backend was its own)"),
+    _c("backend_version", "str", "version", "that distribution's version (empty: unknown, as in rows written "
+       "before the column)"),
     _c("dtype", "str", "bf16 | fp16 | fp32", "q/k/v dtype", "run", "dtype"),
     _c("launch", "str", " | ".join(LAUNCHES), "ranks in one process one after another, or one process per rank",
        "run", "launch"),
@@ -224,11 +229,14 @@ RUN_COLUMNS = tuple(c.name for c in _COLUMNS if c.role == "run")
 CELL_COLUMNS = RUN_COLUMNS + tuple(c.name for c in _COLUMNS if c.role == "cell")
 KEY_COLUMNS = CELL_COLUMNS + tuple(c.name for c in _COLUMNS if c.role == "row")
 DERIVED_COLUMNS = tuple(c.name for c in _COLUMNS if c.role == "derived")  # computed on read (results.derived)
-# sweep options a resumed sweep must keep: the run columns' options, plus options that change every
-# row's meaning without being a column of their own
+# the manifest config lists that name a sweep's cells (a --resume finishes the run's own cells, never others)
+GRID_OPTIONS = ("cp_sizes", "bs_list", "extend_len_list", "extend_lens", "timings", "modes")
+# sweep options a resumed sweep must keep: the run columns' options, options that change every row's meaning
+# without being a column of their own, and the grid
 FIXED_ON_RESUME = tuple(c.option for c in _COLUMNS if c.option) + ("prefix", "context_len", "check", "batches",
                                                                   "prefix_hit", "cp_min_extend", "cp_min_tokens",
-                                                                  "swa_pool", "ep", "layer_rest_us", "graph_buckets", "passes")
+                                                                  "swa_pool", "ep", "layer_rest_us", "graph_buckets",
+                                                                  "passes") + GRID_OPTIONS
 
 
 def row_key(row: dict) -> tuple:
@@ -242,6 +250,9 @@ V1_DEFAULTS = {"launch": "simulated", "world_size": 1, "gather": "none", "seed":
 V2_DEFAULTS = {"tp_size": 1, "batch": 0, "fused_order": "prev-next"}
 # columns renamed within schema 2: old name -> new name (a stored row is read under the new name)
 V2_RENAMED = {"seq_len": "max_extend_len"}
+# columns added within schema 3: a stored row without one gets this value (add_defaults). Rows written before
+# plugins existed ran cpbench's own backends; which cpbench version is not known from the row
+V3_DEFAULTS = {"backend_dist": "cpbench", "backend_version": ""}
 # backends renamed in schema 3: FlashInfer's paged prefill was "fa2" / "fa3"; "fa3" now names FlashAttention-3
 V3_BACKENDS = {"fa2": "flashinfer-fa2", "fa3": "flashinfer-fa3"}
 
@@ -300,15 +311,17 @@ def renamed_command(command: str) -> str:
 
 
 def add_defaults(row: dict) -> dict:
-    """Fill the columns added within schema 2 that an older row lacks: ``tp_size`` 1, ``batch`` 0 (every
+    """Fill the columns added within schema 2 and 3 that an older row lacks: ``tp_size`` 1, ``batch`` 0 (every
     earlier run measured one GPU's heads at TP 1 on a bs x extend-len grid or one explicit batch), ``fused_order``
-    ``prev-next`` (the only order before the option existed) and
-    ``prefix_lens`` (``prefix_len`` repeated ``bs`` times); and reads a renamed column under its new name
+    ``prev-next`` (the only order before the option existed),
+    ``prefix_lens`` (``prefix_len`` repeated ``bs`` times), ``backend_dist`` ``cpbench`` and ``backend_version``
+    empty (:data:`V3_DEFAULTS`); and reads a renamed column under its new name
     (:data:`V2_RENAMED`: ``seq_len`` held the longest *extend* length, now ``max_extend_len``). Returns ``row``
     itself when nothing is missing."""
-    if all(k in row for k in V2_DEFAULTS) and "prefix_lens" in row and not V2_RENAMED.keys() & row.keys():
+    if all(k in row for k in (*V2_DEFAULTS, *V3_DEFAULTS)) and "prefix_lens" in row \
+            and not V2_RENAMED.keys() & row.keys():
         return row
-    out = {**V2_DEFAULTS, **{V2_RENAMED.get(k, k): v for k, v in row.items()}}
+    out = {**V2_DEFAULTS, **V3_DEFAULTS, **{V2_RENAMED.get(k, k): v for k, v in row.items()}}
     if "prefix_lens" not in out:
         try:
             out["prefix_lens"] = ",".join([str(int(row["prefix_len"]))] * int(row["bs"]))

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING
 
 from cpbench.results.bad_rows import drop_bad_rows
 from cpbench.results.planned import valid_planned_cells
-from cpbench.results.schema import (CPU_MEM_REASON, SCHEMA_VERSION, V2_DEFAULTS, V2_RENAMED, check_row, migrate_row,
-                                    non_numeric, renamed_backend, renamed_backends, renamed_command, row_key)
+from cpbench.results.schema import (CPU_MEM_REASON, SCHEMA_VERSION, V2_DEFAULTS, V2_RENAMED, V3_DEFAULTS, check_row,
+                                    migrate_row, non_numeric, renamed_backend, renamed_backends, renamed_command,
+                                    row_key)
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 
 if TYPE_CHECKING:  # pandas (and scipy, through derive) are imported where a table is built: a rank process
@@ -37,11 +38,14 @@ _WARNED: set[tuple[str, tuple[int, ...]]] = set()
 
 
 
+RUNS_ROOT = Path("runs")  # where a command writes without --out (relative to the working directory)
+
+
 def default_run_dir(kind: str = "") -> Path:
     """Where a command writes without --out: ``runs/<YYYYmmdd-HHMMSS>`` for a sweep, ``runs/<kind>-<...>``
     for ``profile`` and ``explain`` (the one spelling of the default run-directory name)."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / (f"{kind}-{stamp}" if kind else stamp)
+    return RUNS_ROOT / (f"{kind}-{stamp}" if kind else stamp)
 
 
 def out_dir(out: str | Path | None, kind: str = "") -> Path:
@@ -84,6 +88,15 @@ class RunDir:
 
     def __str__(self) -> str:
         return str(self.path)
+
+    def finished(self) -> bool:
+        """True when the last sweep into this directory ran to its end: a sweep writes ``results.parquet`` once
+        every cell is measured, so an interrupted one leaves none, or one older than the last row of
+        ``results.jsonl`` (a resume stopped in turn). A directory with only a parquet (a committed run) is
+        finished."""
+        if not self.parquet.is_file():
+            return False
+        return not self.results.exists() or self.parquet.stat().st_mtime_ns >= self.results.stat().st_mtime_ns
 
     def runs_inside(self) -> list["RunDir"]:
         """The run directories directly inside this one (e.g. ``runs/``), oldest first by the time their
@@ -226,13 +239,14 @@ class RunDir:
         Raises:
             ValueError: a row breaks the schema (``schema.check_row``: an unknown or derived column, a
                 wrong type, a missing key column); nothing is written.
+            OSError: the file cannot be written (a full disk), naming it.
         """
         for row in rows:
             problems = check_row(row)
             if problems:
                 raise ValueError(f"row not written, it breaks the results schema: {'; '.join(problems[:5])}")
         text = "".join(json.dumps(_jsonable(row)) + "\n" for row in rows).encode()
-        with open(self.results, "ab+") as f:
+        with naming(self.results), open(self.results, "ab+") as f:
             f.seek(0, os.SEEK_END)
             if f.tell():
                 f.seek(-1, os.SEEK_END)
@@ -298,7 +312,8 @@ class RunDir:
         if "samples_us" in csv:
             csv["samples_us"] = csv["samples_us"].map(
                 lambda s: json.dumps([float(x) for x in s]) if hasattr(s, "__len__") and not isinstance(s, str) else "")
-        csv.to_csv(self.csv, index=False)
+        with naming(self.csv):
+            csv.to_csv(self.csv, index=False)
         return df
 
     # -- manifest ------------------------------------------------------------------------------------
@@ -382,7 +397,8 @@ def migrate_frame(df: pd.DataFrame, manifest: dict, source: str = "results.parqu
     """A results frame read from parquet (``source``: its path, for messages), migrated to the current schema
     (:func:`~cpbench.results.schema.migrate_row`). A frame with every column added within schema 2
     (:data:`~cpbench.results.schema.V2_DEFAULTS`) is migrated as a whole: its renamed columns
-    (:data:`~cpbench.results.schema.V2_RENAMED`) read under their new names and, when every row is schema 2,
+    (:data:`~cpbench.results.schema.V2_RENAMED`) read under their new names, the columns added within schema 3
+    it lacks at their defaults (:data:`~cpbench.results.schema.V3_DEFAULTS`) and, when every row is schema 2,
     its backends renamed (:data:`~cpbench.results.schema.V3_BACKENDS`); any other frame row by row. Rows without
     a ``schema_version`` have the manifest's (1 when it has none).
 
@@ -401,10 +417,17 @@ def migrate_frame(df: pd.DataFrame, manifest: dict, source: str = "results.parqu
     versions = pd.to_numeric(raw, errors="coerce")
     if {*V2_DEFAULTS, "prefix_lens"} <= set(df):
         if (versions == SCHEMA_VERSION).all():
-            return df.rename(columns=V2_RENAMED)
+            return _v3_defaults(df.rename(columns=V2_RENAMED))
         if (versions == 2).all():
-            return _v2_frame_to_v3(df.rename(columns=V2_RENAMED))
+            return _v3_defaults(_v2_frame_to_v3(df.rename(columns=V2_RENAMED)))
     return pd.DataFrame([migrate_row(r) for r in df.to_dict("records")])
+
+
+def _v3_defaults(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with each column added within schema 3 that it lacks (:data:`~cpbench.results.schema.V3_DEFAULTS`)
+    at its default; ``df`` itself when it has them all."""
+    missing = {k: v for k, v in V3_DEFAULTS.items() if k not in df}
+    return df.assign(**missing) if missing else df
 
 
 def _v2_frame_to_v3(df: pd.DataFrame) -> pd.DataFrame:
@@ -429,8 +452,9 @@ def _check_versions(d: Path, df: pd.DataFrame) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """Rows of a ``results.jsonl`` as written (not migrated); a torn last line (killed mid-write) is
-    ignored. Other lines that are not JSON objects are skipped with a :class:`CpbenchWarning` naming them.
+    """Rows of a ``results.jsonl`` as written (not migrated). A torn last line (killed mid-write) is left
+    out, and other lines that are not JSON objects are skipped, each with a :class:`CpbenchWarning` naming the
+    file and line.
 
     Raises:
         CpbenchInputError: the file is not UTF-8 text.
@@ -449,7 +473,7 @@ def _numbered_jsonl(path: Path) -> list[tuple[int, dict]]:
         raise CpbenchInputError(f"{str(path)!r} is not UTF-8 text: it is not a cpbench results file") from None
     lines = text.splitlines()
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
-    bad = []
+    bad, torn = [], None
     for i, line in enumerate(lines):
         try:
             row = json.loads(line)
@@ -457,12 +481,18 @@ def _numbered_jsonl(path: Path) -> list[tuple[int, dict]]:
             row = None
         if isinstance(row, dict):
             rows.append((i + 1, row))
-        elif line.strip() and i != last:
+        elif line.strip() and i == last:
+            torn = i + 1  # the last line: a write cut short
+        elif line.strip():
             bad.append(i + 1)
     if bad and (str(path), tuple(bad)) not in _WARNED:  # once per file and set of lines in a process
         _WARNED.add((str(path), tuple(bad)))
         shown = ", ".join(map(str, bad[:10])) + (f" (+{len(bad) - 10} more)" if len(bad) > 10 else "")
         warnings.warn(f"{path}: line {shown} is not a result row and was skipped", CpbenchWarning, stacklevel=2)
+    if torn is not None and (str(path), ("torn", torn)) not in _WARNED:
+        _WARNED.add((str(path), ("torn", torn)))
+        warnings.warn(f"{path}: line {torn} is cut off mid-row (a sweep stopped while writing it): that row is "
+                      "left out, and a --resume measures it again", CpbenchWarning, stacklevel=2)
     return rows
 
 
@@ -533,7 +563,28 @@ def _jsonable(row: dict) -> dict:
 
 
 def _write_json(path: Path, obj: dict) -> None:
-    """Write ``obj`` to ``path`` atomically (a kill leaves the old file or the new one, never half)."""
+    """Write ``obj`` to ``path`` atomically (a kill leaves the old file or the new one, never half). Raises
+    OSError naming ``path`` (a full disk); the temporary file beside it is removed."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        with naming(path):
+            tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
+
+
+@contextmanager
+def naming(path: Path):
+    """Re-raise an OSError that names no file (a write on a full disk: ENOSPC) as the same error naming
+    ``path``, so its one-line message says which file could not be written."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None or e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from None

@@ -65,6 +65,13 @@ def is_tie(value, low=math.nan, high=math.nan) -> bool:
     return side_of_one(value, low, high) == 0
 
 
+# What a run's timings claim, as the report, the console and cpbench.Run word it
+CPU_CLAIM = "functional check, not a benchmark"
+GPU_CLAIM = "benchmark"
+CPU_CLAIM_NOTE = ("CPU timings move by tens of percent between runs: speedup is a ratio of two such timings, not a "
+                  "speedup, and its interval carries no verdict")
+
+
 def on_cpu(manifest: dict) -> bool:
     """True when the run's manifest says it ran on a CPU (``device`` ``cpu``, or the config's): a functional
     check of the torch reference, not a benchmark (no speedup verdict, no compare gate)."""

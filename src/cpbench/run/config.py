@@ -18,14 +18,13 @@ from cpbench.domain.cells import Batch, CellSpec, plan_cells
 from cpbench.domain.eligibility import CpRule, parse_rule
 from cpbench.domain.geometry import FUSED_ORDERS
 from cpbench.domain.layer_rest import check_ep, check_layer_rest_us, missing_rest_fields
-from cpbench.domain.lengths import MAX_TOKENS
+from cpbench.domain.limits import MAX_CP_SIZE, MAX_TOKENS
 from cpbench.domain.models import ModelSpec
 from cpbench.domain.modes import MODES, TIMINGS, DType, Mode, Timing
 from cpbench.errors import CpbenchInputError
 from cpbench.kernels.backends import get_backend
 from cpbench.results.policy import TimingPolicy
 
-MAX_CP_SIZE = 1024  # the bound of --cp (cli/options.LIMITS)
 MAX_PASSES = 10
 GATHERS = ("none", "packed", "separate")
 LIST_OPTIONS = ("--cp", "--extend-len", "--prefix-len", "--ranks", "--graph-buckets")  # (cli/options.int_list)
@@ -51,7 +50,7 @@ class SweepConfig:
     batches: tuple[Batch, ...]
     backends: tuple[str, ...]  # measured on the same cells, in this order (registry names, ``auto`` resolved)
     device: torch.device
-    cells_from: tuple[tuple[str, object], ...] = ()  # (option, value) pairs; see ``run.sweep.config_dict``
+    cells_from: tuple[tuple[str, object], ...] = ()  # (option, value) pairs; see ``run.manifest.config_dict``
     ranks: tuple[int, ...] | None = None  # None: every rank
     modes: tuple[Mode, ...] = MODES
     timings: tuple[Timing, ...] = (Timing.EAGER,)

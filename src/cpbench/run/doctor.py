@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
-from cpbench.kernels.backends.registry import BACKEND_NAMES
+from cpbench.errors import CpbenchInputError, CpbenchWarning
+from cpbench.kernels.backends import registry
 from cpbench.measure.env import environment, pkg_version
 
 
@@ -79,11 +81,21 @@ def _without_run_keys(env: dict) -> dict:
     return {k: v for k, v in env.items() if k not in ("command", "created")}
 
 
+def plugins() -> dict:
+    """``{"plugins": [...], "left_out": [...]}``: each registered backend that a plugin declared (``name``,
+    ``dist``, ``version``, ``declared``: its entry point's object, ``impl``), and each declaration left out
+    (``plugin``: entry point and distribution, ``reason``). Never raises."""
+    found = [{"name": s.name, "dist": s.dist, "version": s.version, "declared": s.origin, "impl": s.impl}
+             for s in registry.backends().values() if s.dist != "cpbench"]
+    return {"plugins": found, "left_out": [{"plugin": lo.what, "reason": lo.reason} for lo in registry.left_out()]}
+
+
 def diagnose() -> dict:
-    """``{"environment": {...}, "backends": {name: None | reason}}`` for the default device (every key
-    snake_case, for scripts: ``auto_backend``, ``flashinfer_jit_cache``, ...), one entry
-    per registry backend (``cpbench.kernels.backends.registry.BACKEND_NAMES``). Never raises;
-    when torch cannot be imported, says so and lists what it can without torch."""
+    """``{"environment": {...}, "backends": {name: None | reason}, "plugins": [...], "left_out": [...]}`` for the
+    default device (every key snake_case, for scripts: ``auto_backend``, ``flashinfer_jit_cache``, ...), one
+    entry per registry backend (``cpbench.kernels.backends.registry.BACKEND_NAMES``, plugins' included; their
+    sources and the plugins left out: :func:`plugins`). Never raises; when torch cannot be imported, says so and
+    lists what it can without torch."""
     from cpbench.profiles.nsys import find_nsys
 
     has_flashinfer = pkg_version("flashinfer-python") is not None  # what the flashinfer row shows
@@ -95,7 +107,8 @@ def diagnose() -> dict:
     except ImportError as e:
         why = f"torch cannot be imported ({e}): pip install torch (the CPU build on a machine without a GPU)"
         env = {**_without_run_keys(environment()), "torch": why, **tools, "auto_backend": None}
-        return {"environment": env, "backends": dict.fromkeys(BACKEND_NAMES, "needs torch, which cannot be imported")}
+        return {"environment": env, "backends": dict.fromkeys(registry.backends(),
+                                                              "needs torch, which cannot be imported"), **plugins()}
     from cpbench.kernels.backends import get_backend, resolve_auto
     from cpbench.domain.models import get_preset
 
@@ -108,9 +121,11 @@ def diagnose() -> dict:
 
         env["trtllm_fmha_v2_jit"] = _safe(fmha_v2_jit_state)
     backends = {}
-    for name in BACKEND_NAMES:
-        try:
-            backends[name] = get_backend(name).supports(dev, get_preset("gpt-oss-120b"), torch.bfloat16)
-        except Exception as e:  # doctor reports, it never fails
-            backends[name] = f"{type(e).__name__}: {e}"
-    return {"environment": env, "backends": backends}
+    with warnings.catch_warnings():  # the plugins left out are listed below, not warned about
+        warnings.simplefilter("ignore", CpbenchWarning)
+        for name in registry.backends():
+            try:
+                backends[name] = get_backend(name).supports(dev, get_preset("gpt-oss-120b"), torch.bfloat16)
+            except Exception as e:  # doctor reports, it never fails
+                backends[name] = str(e) if isinstance(e, CpbenchInputError) else f"{type(e).__name__}: {e}"
+    return {"environment": env, "backends": backends, **plugins()}

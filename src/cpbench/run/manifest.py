@@ -13,19 +13,40 @@ results/planned.py checks them on read),
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cpbench.domain.cells import CellSpec
 from cpbench.results.planned import PLANNED_CELL_KEYS
 from cpbench.results.schema import SCHEMA_VERSION
 from cpbench.results.store import RunDir
 
+if TYPE_CHECKING:
+    from cpbench.ranks.group import RankGroup
+    from cpbench.run.config import SweepConfig
+
 MANIFEST_VERSION = 2  # 2: planned_cells (the report diffs keys instead of re-planning); 1 (absent): before
-GROWING = ("cp_sizes", "bs_list", "extend_len_list", "timings", "modes")  # config lists a resume may extend
+# config lists kept as the sorted union of every invocation's (a resume now refuses another grid, but an older
+# cpbench's resumes could add cells to a run; run/sweep.py compares these lists as sets)
+GROWING = ("cp_sizes", "bs_list", "extend_len_list", "timings", "modes")
 # what each invocation planned, kept per invocation in ``planned`` (the config's GROWING lists are unions: a
 # --bs x --extend-len grid and a later --extend-lens batch would plan cells neither asked for)
 PLANNED = ("cp_sizes", "timings", "bs_list", "extend_len_list", "extend_lens")
+
+
+def config_dict(cfg: SweepConfig, group: RankGroup) -> dict:
+    """The manifest's ``config``: every SweepConfig field (model as a dict) but the planned batches, the
+    options the batches came from (``cells_from``: bs_list, extend_len_list, extend_lens, prefix, lengths, trace,
+    prefix_hit, batches), plus launch and world_size. Lists as JSON lists."""
+    fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("batches", "cells_from")}
+    fields["backend"] = cfg.backend  # comma-joined, as manifests always held it (not the backends tuple)
+    del fields["backends"]
+    config = {k: (str(v) if k == "device" else dataclasses.asdict(v) if k == "model" else v) for k, v in fields.items()}
+    config.update(dict(cfg.cells_from))
+    config["launch"], config["world_size"] = group.launch, group.world_size
+    return json.loads(json.dumps(config))
 
 
 def planned_cells(cells: list[CellSpec], timings) -> list[dict]:
@@ -41,7 +62,7 @@ def planned_cells(cells: list[CellSpec], timings) -> list[dict]:
 @dataclass(frozen=True)
 class SweepManifest:
     """What one sweep invocation records: ``env`` (environment, command, timing method), ``config``
-    (run.sweep.config_dict) and the ``cells`` it plans (:func:`planned_cells`)."""
+    (:func:`config_dict`) and the ``cells`` it plans (:func:`planned_cells`)."""
 
     env: dict
     config: dict

@@ -9,16 +9,19 @@ FLAGS = {"launch": "--launch", "world_size": "--nproc-per-node", "backend": "--b
          "seed": "--seed", "gather": "--gather", "fused_order": "--fused-order", "tp_size": "--tp",
          "prefix": "--prefix", "context_len": "--context-len", "prefix_hit": "--prefix-hit",
          "cp_min_extend": "--cp-min-extend", "cp_min_tokens": "--cp-min-tokens", "ep": "--ep",
-         "layer_rest_us": "--layer-rest-us", "graph_buckets": "--graph-buckets", "passes": "--passes"}
+         "layer_rest_us": "--layer-rest-us", "graph_buckets": "--graph-buckets", "passes": "--passes",
+         "cp_sizes": "--cp", "bs_list": "--bs", "extend_len_list": "--extend-len", "extend_lens": "--extend-lens",
+         "timings": "--timing", "modes": "--mode"}
 # the options a sweep's planned request batches (config key ``batches``) come from
 BATCH_OPTIONS = "--bs/--seq/--extend-lens/--lengths/--trace/--batches/--prefix-hit"
 MODEL_OPTIONS = "--model/--model-config, --layers/--heads/--kv-heads/--head-dim/--window/--sinks/--page-size"
 UNSET = {"context_len": "(default: the longest sequence)", "prefix_hit": "(none)", "ep": "(default: cp_size x tp)",
-         "layer_rest_us": "(the model's own layer)"}
+         "layer_rest_us": "(the model's own layer)", "extend_lens": "(none: a --bs x --extend-len grid)"}
 
 
 def _short(value) -> str:
-    text = str(value)
+    """``value`` as an option's text (a list comma-joined, as typed), at most 80 characters."""
+    text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
     return text if len(text) <= 80 else text[:79] + "…"
 
 

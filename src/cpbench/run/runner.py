@@ -17,11 +17,12 @@ from typing import Callable
 
 import torch
 
-from cpbench.kernels.backends import get_backend
+from cpbench.kernels.backends.registry import get_backend, get_spec
 from cpbench.domain.cells import CellSpec
 from cpbench.measure.env import sm_clock_mhz
 from cpbench.domain.flops import forward_flops
 from cpbench.domain.geometry import all_ranks, eligibility
+from cpbench.domain.lengths import MAX_TOKENS
 from cpbench.kernels.kv import duplicate_block_tables, table_bytes
 from cpbench.measure.failures import Tracebacks
 from cpbench.measure.kernel_counts import count_kernels
@@ -38,7 +39,9 @@ from cpbench.kernels.workload import CellInputs, build_cell, rank_work
 from cpbench.errors import CpbenchInputError, CpbenchWarning, one_line
 from cpbench.run.config import SweepConfig
 
-__all__ = ["DTYPES", "Runner", "SweepConfig", "count_kernels", "cpu_refusal", "cpu_tflop_limit", "is_oom"]
+__all__ = ["DTYPES", "Runner", "SweepConfig", "count_kernels", "cpu_longest_extend", "cpu_refusal", "cpu_too_much",
+           "cpu_tflop_limit",
+           "is_oom"]
 
 
 def cpu_tflop_limit() -> float:
@@ -54,14 +57,40 @@ def cpu_tflop_limit() -> float:
     return limit
 
 
+def _cell_tflop(model: ModelSpec, cell: CellSpec) -> float:
+    """TFLOP of rank 0's forward of ``cell`` (the reference's work on a CPU)."""
+    return forward_flops(model, all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)[0]) / 1e12
+
+
 def cpu_refusal(model: ModelSpec, cell: CellSpec) -> str | None:
-    """Why the CPU reference refuses ``cell`` (too many TFLOP per forward for rank 0), or None."""
-    tflop = forward_flops(model, all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)[0]) / 1e12
-    limit = cpu_tflop_limit()
+    """Why the CPU reference refuses ``cell`` (more TFLOP per forward for rank 0 than :func:`cpu_tflop_limit`),
+    or None. Raises CpbenchInputError for a CPBENCH_CPU_TFLOP_LIMIT that is not a number > 0."""
+    why = cpu_too_much(model, cell)
+    return None if why is None else f"{why}: use a GPU, or shorter requests (--extend-len) or fewer (--bs)"
+
+
+def cpu_too_much(model: ModelSpec, cell: CellSpec) -> str | None:
+    """``"about X TFLOP per forward is too much for the CPU reference (limit L TFLOP, ...)"`` when ``cell`` is
+    over :func:`cpu_tflop_limit`, else None (the start of :func:`cpu_refusal`, without what to do)."""
+    tflop, limit = _cell_tflop(model, cell), cpu_tflop_limit()
     if tflop > limit:
-        return (f"about {tflop:.3g} TFLOP per forward is too much for the CPU reference (limit {limit:g}, "
-                "CPBENCH_CPU_TFLOP_LIMIT): use a GPU, or a smaller --seq/--bs")
+        return (f"about {tflop:.3g} TFLOP per forward is too much for the CPU reference (limit {limit:g} TFLOP, "
+                "CPBENCH_CPU_TFLOP_LIMIT)")
     return None
+
+
+def cpu_longest_extend(model: ModelSpec, cp_size: int, bs: int, prefix: int = 0) -> int:
+    """The longest extend length (tokens) of ``bs`` equal requests with ``prefix`` cached tokens each that the
+    CPU reference runs at ``cp_size`` (rank 0's forward within :func:`cpu_tflop_limit`); 0 when none does."""
+    limit = cpu_tflop_limit()
+    lo, hi = 0, MAX_TOKENS  # the work grows with the length: bisect for the last length within the limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _cell_tflop(model, CellSpec(cp_size, (mid,) * bs, (prefix,) * bs)) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def over_token_budget(cell: CellSpec, max_prefill_tokens: int) -> tuple[str, str] | None:
@@ -140,9 +169,12 @@ class Runner:
         self._sink(rows)
 
     def base(self, cell: CellSpec, backend: str) -> dict:
-        """Columns shared by every row of ``cell`` on ``backend`` (the key without rank, mode and timing)."""
+        """Columns shared by every row of ``cell`` on ``backend`` (the key without rank, mode and timing, and
+        the distribution that declared the backend)."""
         c, g = self.cfg, self.group
-        return dict(model=c.model.name, backend=backend, dtype=c.dtype,
+        spec = get_spec(backend)
+        return dict(model=c.model.name, backend=backend, backend_dist=spec.dist, backend_version=spec.version,
+                    dtype=c.dtype,
                     launch=g.launch, world_size=g.world_size, seed=c.seed, gather=c.gather, tp_size=c.tp_size,
                     fused_order=c.fused_order,
                     **cell.key().row_columns(), page_size=c.model.page_size,
@@ -204,8 +236,8 @@ class Runner:
         if self.pass_no > 1:  # fold this pass into the stored rows (a failed re-timing keeps the stored row)
             rows = [merge_pass(self.prior[row_key(r)], r) for r in rows if row_key(r) in self.prior]
         self.emit(g.collect(rows))
-        for _ in range(len(ranks) - len(mine) if g.launch == "simulated" else 0):
-            on_rank()  # ranks already on disk
+        for _ in range(len(g.local_ranks(cell.cp_size, ranks)) - len(mine)):
+            on_rank()  # this process's ranks already on disk (Sweep.total_ranks counts them)
 
     def _measure_cell(self, cell: CellSpec, backend: str, mine: list[int], todo: dict, on_rank) -> list[dict]:
         g = self.group
@@ -314,7 +346,7 @@ class Runner:
                        check=c.check and self.pass_no == 1, profile=c.profile and self.pass_no == 1,
                        nvtx=c.nvtx, trace_dir=self.trace_dir, tracebacks=self.tracebacks,
                        per_call_cache=self._kernels_per_call.setdefault((cell, backend), {}),
-                       rest=rest, times=self.times,
+                       rest=rest, times=self.times, modes=get_spec(backend).modes,
                        # real ranks time the whole forward together (each sample's maximum over ranks)
                        forward_layers=c.forward_layers if self.group.launch == "simulated" else "all")
 

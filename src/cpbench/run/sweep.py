@@ -8,28 +8,24 @@ plan (cells, rows already on disk) and any input error with the other processes 
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import time
 from pathlib import Path
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Callable
 
-from cpbench.measure.affinity import parse_cpu_list
 from cpbench.kernels.backends import get_backend, resolve_auto
 from cpbench.measure.env import environment
 from cpbench.domain.geometry import eligibility
 from cpbench.measure.peak import gemm_peak
 from cpbench.ranks.group import LocalGroup, RankGroup
-from cpbench.run.resume_options import FLAGS, difference
-from cpbench.run.manifest import SweepManifest, planned_cells, record_wall_time
-from cpbench.run.runner import (DTYPES, Runner, SweepConfig, cpu_sweep_threads, omp_threads, cpu_tflop_limit,
-                                over_token_budget)
+from cpbench.run.manifest import SweepManifest, config_dict, planned_cells, record_wall_time
+from cpbench.run.resume import check_resume_config, check_resume_host, find_unfinished
+from cpbench.run.runner import (DTYPES, Runner, SweepConfig, cpu_longest_extend, cpu_sweep_threads,
+                                cpu_tflop_limit, cpu_too_much, over_token_budget)
 from cpbench.domain.cells import CellSpec
-from cpbench.results.schema import FIXED_ON_RESUME, row_key
+from cpbench.results.schema import row_key
 from cpbench.results.store import RunDir
-from cpbench.errors import CpbenchInputError
+from cpbench.errors import CpbenchInputError, shorten
 
 
 @dataclass(frozen=True)
@@ -55,8 +51,9 @@ def make_config(backend: str, **fields) -> SweepConfig:
 
 def check_cells(cfg: SweepConfig, cells: list[CellSpec]) -> None:
     """Raise CpbenchInputError, before a run directory is made, when no cell could run: the backend cannot
-    run on this device, model and dtype (what ``cpbench doctor`` reports), or no batch is CP-eligible; or
-    when the CPU TFLOP limit is not a number."""
+    run on this device, model and dtype (what ``cpbench doctor`` reports), no batch is CP-eligible, every
+    batch is over the token cap, or on a CPU every cell left is over the reference's TFLOP limit (the message
+    names the longest --extend-len that fits); or when the CPU TFLOP limit is not a number."""
     for name in cfg.backends:
         why = get_backend(name).supports(cfg.device, cfg.model, DTYPES[cfg.dtype])
         if why:
@@ -77,6 +74,14 @@ def check_cells(cfg: SweepConfig, cells: list[CellSpec]) -> None:
         first = next(o for o in over if o)[1]
         raise CpbenchInputError(f"no cell can run: {first}" if all(over) else
                                 f"no cell can run: each is not CP-eligible or over the token cap ({first})")
+    if cfg.device.type == "cpu":
+        left = [c for o, c in zip(over, cells) if not o and eligibility(c.extend_lens, c.cp_size, rule)[0]]
+        if all(cpu_too_much(cfg.model, c) for c in left):
+            c = min(left, key=lambda x: (sum(x.extend_lens), x.cp_size))  # the one nearest the limit
+            fits = cpu_longest_extend(cfg.model, c.cp_size, c.bs, c.prefix_len)
+            what = (f"shorter requests: at bs {c.bs} and cp_size {c.cp_size}, --extend-len {fits} or less fits"
+                    if fits else f"fewer requests than bs {c.bs} (--bs)")
+            raise CpbenchInputError(f"no cell can run on a CPU: {cpu_too_much(cfg.model, c)}: use a GPU, or {what}")
 
 
 ERRORS_DIR = "errors"  # RUN/errors/<cell>-r<rank>-<mode>.txt: the traceback of each error row
@@ -86,27 +91,34 @@ class Sweep:
     """One sweep: ``Sweep.open(...)`` then :meth:`run`, :meth:`finish`, :meth:`exit_code`."""
 
     def __init__(self, cfg: SweepConfig, cells: list[CellSpec], run: RunDir | None, runner: Runner,
-                 resumed_rows: int, started: float) -> None:
+                 resumed_rows: int, started: float, found: bool = False) -> None:
         self.cfg, self.cells, self.run_dir, self.runner = cfg, cells, run, runner
         self.resumed_rows = resumed_rows
+        self.found = found  # a --resume without --out: run_dir is the newest unfinished run of this command
         self._t0 = started
 
     @classmethod
     def open(cls, cfg: SweepConfig, out, resume: bool, group: RankGroup | None = None,
              env_extra: dict | None = None) -> "Sweep":
-        """Plan the cells, open the run directory (writer only) and write its manifest.
+        """Plan the cells, open the run directory (writer only) and write its manifest. ``out`` None: a new
+        ``runs/<timestamp>``, or with ``resume`` the newest unfinished run of this sweep in ``runs/``
+        (:func:`~cpbench.run.resume.find_unfinished`).
 
         Raises:
-            CpbenchInputError: no cell can run, a bad --out, a resume with other options, or a run
-                directory another sweep holds (raised on every process of a launch).
+            CpbenchInputError: no cell can run, a bad --out, a resume with other options (or, without
+                ``out``, no run to resume), or a run directory another sweep holds (raised on every process
+                of a launch).
         """
         t0 = time.monotonic()
         group = group or LocalGroup()
         cells = cfg.cells()
-        run, done, error = None, set(), None
+        run, done, error, found = None, set(), None, False
         if group.writes_rows:
             try:
                 check_cells(cfg, cells)
+                if resume and out is None:
+                    out = find_unfinished(cfg, group).path
+                    found = True
                 run = RunDir.create(out, resume)
                 if resume:
                     check_resume_config(run, cfg, group)
@@ -120,22 +132,27 @@ class Sweep:
         error, done, path = group.share((error, sorted(done), str(run.path) if run is not None else None))
         if error:
             raise CpbenchInputError(error)
-        prior = {row_key(r): r for r in run.latest_rows()} if run is not None and cfg.passes > 1 else {}
-        runner = Runner(cfg, run.append_rows if run is not None else _no_writer, set(map(tuple, done)), group=group,
-                        prior=prior, error_dir=Path(path) / ERRORS_DIR)
-        if run is not None:
-            peak = gemm_peak(cfg.device, DTYPES[cfg.dtype])
-            env = environment(cfg.device)
-            env["gemm_peak"] = peak
-            env.update(getattr(group, "manifest_info", dict)())
-            env.update(env_extra or {})
-            env["timing_method"] = timing_method(cfg, runner.cpu_threads)
-            if runner.cpu_threads is not None:
-                env["cpu_threads"] = runner.cpu_threads
-            SweepManifest(env, config_dict(cfg, group), planned_cells(cells, cfg.timings)).write(run)
-            runner.times.add("startup", time.monotonic() - t0)
-            record_wall_time(run, time.monotonic() - t0, new_entry=True, phases=runner.times.breakdown(0.0))
-        return cls(cfg, cells, run, runner, len(done), t0)
+        try:
+            prior = {row_key(r): r for r in run.latest_rows()} if run is not None and cfg.passes > 1 else {}
+            runner = Runner(cfg, run.append_rows if run is not None else _no_writer, set(map(tuple, done)), group=group,
+                            prior=prior, error_dir=Path(path) / ERRORS_DIR)
+            if run is not None:
+                peak = gemm_peak(cfg.device, DTYPES[cfg.dtype])
+                env = environment(cfg.device)
+                env["gemm_peak"] = peak
+                env.update(getattr(group, "manifest_info", dict)())
+                env.update(env_extra or {})
+                env["timing_method"] = timing_method(cfg, runner.cpu_threads)
+                if runner.cpu_threads is not None:
+                    env["cpu_threads"] = runner.cpu_threads
+                SweepManifest(env, config_dict(cfg, group), planned_cells(cells, cfg.timings)).write(run)
+                runner.times.add("startup", time.monotonic() - t0)
+                record_wall_time(run, time.monotonic() - t0, new_entry=True, phases=runner.times.breakdown(0.0))
+        except BaseException:  # a failure before the first cell (a full disk): the directory is free again
+            if run is not None:
+                run.unlock()
+            raise
+        return cls(cfg, cells, run, runner, len(done), t0, found)
 
     def total_ranks(self) -> int:
         """Rank measurements this process makes in the plan, every pass (for a progress bar)."""
@@ -186,7 +203,7 @@ class Sweep:
                                                       f"{str(errors['reason'].iloc[0])[:160]} (tracebacks in "
                                                       f"{self.run_dir.path / ERRORS_DIR if self.run_dir else 'RUN/errors'};"
                                                       " --keep-going to exit 0)")
-            return 2, f"no cell could run: {'; '.join(map(str, reasons))[:300]}"
+            return 2, f"no cell could run: {shorten('; '.join(map(str, reasons)), 300)}"
         problems = []
         mismatches = int((df["status"] == "mismatch").sum())
         if mismatches and not allow_mismatch:
@@ -202,98 +219,6 @@ class Sweep:
 
 def _no_writer(rows: list[dict]) -> None:
     raise RuntimeError("only the writer (rank 0) emits rows")
-
-
-def config_dict(cfg: SweepConfig, group: RankGroup) -> dict:
-    """The manifest's ``config``: every SweepConfig field (model as a dict) but the planned batches, the
-    options the batches came from (``cells_from``: bs_list, extend_len_list, extend_lens, prefix, lengths, trace,
-    prefix_hit, batches), plus launch and world_size. Lists as JSON lists."""
-    fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("batches", "cells_from")}
-    fields["backend"] = cfg.backend  # comma-joined, as manifests always held it (not the backends tuple)
-    del fields["backends"]
-    config = {k: (str(v) if k == "device" else dataclasses.asdict(v) if k == "model" else v) for k, v in fields.items()}
-    config.update(dict(cfg.cells_from))
-    config["launch"], config["world_size"] = group.launch, group.world_size
-    return json.loads(json.dumps(config))
-
-
-def check_resume_config(run: RunDir, cfg: SweepConfig, group: RankGroup) -> None:
-    """Raise CpbenchInputError when --resume would mix rows measured under other options
-    (:data:`~cpbench.results.schema.FIXED_ON_RESUME`)."""
-    old = run.read_manifest().get("config", {})
-    now = config_dict(cfg, group)
-    # the model last: at another --tp its per-GPU heads differ too, and the message should name tp_size
-    new = {"launch": group.launch, "world_size": group.world_size,
-           **{k: now[k] for k in FIXED_ON_RESUME if k != "model" and k in now}, "model": now["model"]}
-    if isinstance(old.get("model"), dict):  # fields added to ModelSpec later (window_rule) are not in old runs
-        new["model"] = {k: v for k, v in new["model"].items() if k in old["model"]}
-    # an option added after the run was made is absent from its manifest: the run was made at its default
-    defaults = {f.name: f.default for f in dataclasses.fields(SweepConfig) if f.default is not dataclasses.MISSING}
-    defaults.update(prefix=0, batches=None, prefix_hit=None)  # cells_from's options, when not given
-    if old:  # (a lost manifest says nothing: the rows are checked below)
-        old = {**{k: v for k, v in defaults.items() if k in new and k not in ("model", "backend")}, **old}
-    for key in new:
-        if key in old and json.loads(json.dumps(old[key])) != json.loads(json.dumps(new[key])):
-            raise CpbenchInputError(f"--resume: {run} {difference(key, old[key], new[key])}: resume with the "
-                                    "same options or pick another --out")
-    # The rows themselves, in case the manifest was lost or edited: model (its name carries overrides),
-    # backend and dtype must match.
-    rows = run.rows()
-    for key, values in (("model", {cfg.model.name}), ("backend", set(cfg.backends)), ("dtype", {cfg.dtype})):
-        other = sorted({str(r.get(key)) for r in rows} - values)
-        if other:
-            raise CpbenchInputError(f"--resume: {run} holds rows measured with {FLAGS.get(key, key)} {other[0]!r}, not "
-                                    f"{', '.join(sorted(values))!r}: resume with the same options or pick another --out")
-
-
-def check_resume_host(run: RunDir, cpu_threads: int | None, cpu_affinity: dict | None) -> None:
-    """Raise CpbenchInputError when a resumed CPU sweep would run on another number of intra-op threads,
-    or a sweep under another ``--cpu-affinity``, than the manifest records (its timing method would no
-    longer describe every row). Manifests without the record are not checked."""
-    old = run.read_manifest()
-    was_threads = old.get("cpu_threads")
-    if (cpu_threads is not None and isinstance(was_threads, int) and not isinstance(was_threads, bool)
-            and was_threads > 0 and was_threads != cpu_threads):
-        raise CpbenchInputError(f"--resume: {run} was measured on {was_threads} CPU thread(s), this sweep would "
-                                f"use {cpu_threads}: set OMP_NUM_THREADS={was_threads} or pick another --out")
-    was = old["cpu_affinity"].get("requested") if isinstance(old.get("cpu_affinity"), dict) else None
-    now = (cpu_affinity or {}).get("requested")
-    if "timing_method" in old and _cores(was) != _cores(now):
-        raise CpbenchInputError(f"--resume: {run} was measured with --cpu-affinity {was or '(none)'}, not "
-                                f"{now or '(none)'}: resume with the same option or pick another --out")
-
-
-def precheck_resume(cfg: SweepConfig, out, world_size: int, cpu_affinity: str | None = None) -> None:
-    """Before a torchrun launch starts its ranks: the checks a ``--resume`` into ``out`` would fail on a
-    rank (other options, world size or intra-op thread count than the run was measured with), so they
-    end in one line without starting any process; also a manifest that is not a file. Reads the directory
-    without taking its lock (rank 0 takes it and checks again). A directory without a manifest is left to
-    the ranks.
-
-    Raises:
-        CpbenchInputError: as :func:`check_resume_config` and :func:`check_resume_host`.
-    """
-    run = RunDir(out)
-    if out is None or not run.path.is_dir():  # (an --out that is a file: refused by the launcher first)
-        return
-    if run.manifest_path.exists() and not run.manifest_path.is_file():
-        raise CpbenchInputError(f"--resume: {str(run.manifest_path)!r} is not a file: move it away (the rows in "
-                                "results.jsonl are read without it) or pick another --out")
-    if not run.manifest_path.is_file():
-        return
-    check_resume_config(run, cfg, SimpleNamespace(launch="torchrun", world_size=world_size))
-    threads = (omp_threads() or 1) if cfg.device.type == "cpu" else None  # the launcher's OMP_NUM_THREADS default
-    check_resume_host(run, threads, None if cpu_affinity is None else {"requested": cpu_affinity})
-
-
-def _cores(cpu_list) -> tuple | None:
-    """The cores of a recorded ``--cpu-affinity`` list (None: none given, or unreadable as a list)."""
-    if not isinstance(cpu_list, str) or not cpu_list.strip():
-        return None
-    try:
-        return tuple(parse_cpu_list(cpu_list))
-    except CpbenchInputError:
-        return (cpu_list,)  # a hand-edited value: compared as written
 
 
 def timing_method(cfg: SweepConfig, cpu_threads: int | None) -> str:

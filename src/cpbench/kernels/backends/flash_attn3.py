@@ -160,7 +160,6 @@ class FlashAttn3Backend:
     """FlashAttention-3's ``flash_attn_with_kvcache`` in two-call, fused and cp-native modes (module docstring)."""
 
     name = "fa3"
-    modes = (Mode.TWO_CALL, Mode.FUSED, Mode.CP_NATIVE)
 
     def __init__(self) -> None:
         self.kernel = load_kernel()

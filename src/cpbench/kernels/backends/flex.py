@@ -129,7 +129,6 @@ class FlexBackend:
     family. Compiled (``torch.compile``) on CUDA, eager elsewhere (a functional check)."""
 
     name = "flex"
-    modes = (Mode.TWO_CALL, Mode.FUSED, Mode.CP_NATIVE)
 
     def __init__(self, q_align: int | None = None) -> None:
         """``q_align``: pad each call's queries to a multiple of this (default :data:`CUDA_Q_ALIGN` on CUDA, 1
