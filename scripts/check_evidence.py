@@ -129,7 +129,7 @@ def h200_flex_line_is_what_results_md_says() -> None:
     import json
 
     from cpbench.results.line import line_view
-    from cpbench.results.verdicts import ratio_text
+    from cpbench.results.verdicts import effect_text
 
     df, _ = load_run(RUNS / "h200-flex-line")
     flex = df[df["backend"] == "flex"]
@@ -141,7 +141,7 @@ def h200_flex_line_is_what_results_md_says() -> None:
     for bs in (4, 16):
         r = line.loc[bs]
         for name in ("native_vs_fused", "fused_vs_two_call"):
-            text = ratio_text(r[name], r[f"{name}_ci_low"], r[f"{name}_ci_high"])
+            text = effect_text(r[name], r[f"{name}_ci_low"], r[f"{name}_ci_high"])
             expect(text in results, f"docs/results.md lacks bs {bs} {name} {text}")
     rank0 = flex[flex["rank"] == 0].set_index(["bs", "mode"])["latency_us_median"]
     for rec in map(json.loads, (RUNS / "h200-flex-line" / "harness.jsonl").read_text().splitlines()):
@@ -162,7 +162,7 @@ def h200_flex_line_at_2k_and_16k() -> None:
 
     from cpbench.domain.tolerance import REFERENCE_TOLERANCE
     from cpbench.results.line import line_view
-    from cpbench.results.verdicts import ratio_text
+    from cpbench.results.verdicts import effect_text
 
     results = " ".join(RESULTS_MD.read_text(encoding="utf-8").split())
     for name, timing, ok_bs in (("h200-flex-line-16k", "eager", (1, 4)), ("h200-flex-line-2k", "graph", (1, 4, 16))):
@@ -183,7 +183,7 @@ def h200_flex_line_at_2k_and_16k() -> None:
         line = line[line["timing"] == timing].set_index("bs")
         for bs in ok_bs:
             r = line.loc[bs]
-            text = ratio_text(r["native_vs_fused"], r["native_vs_fused_ci_low"], r["native_vs_fused_ci_high"])
+            text = effect_text(r["native_vs_fused"], r["native_vs_fused_ci_low"], r["native_vs_fused_ci_high"])
             expect(text in results, f"docs/results.md lacks {name} bs {bs} {timing} native_vs_fused {text}")
     for name, compared in (("h200-flex-line-16k", [1, 4]), ("h200-flex-line-2k", [16])):
         df, _ = load_run(RUNS / name)
@@ -333,10 +333,10 @@ def results_headline_rows() -> list[str]:
     from cpbench.report.data import cells
     from cpbench.report.forward import forward_cells, forward_text
     from cpbench.report.style import human_tokens
-    from cpbench.report.tables import ms, times_ci, verdict
+    from cpbench.report.tables import answer as verdict_effect, ms
 
     def answer(c) -> str:
-        return f"{verdict(c)} {times_ci(c)}" if c["status"] == "ok" else str(c["status"])
+        return verdict_effect(c) if c["status"] == "ok" else str(c["status"])
 
     rows = []
     view = cells(load_run(RUNS / "h200-forward")[0])
@@ -367,15 +367,6 @@ def results_headline_tables_come_from_the_runs() -> None:
                         f"{missing[0] if missing else ''} (python3 scripts/check_evidence.py --print shows them)")
 
 
-def _saved_text(speedup, low, high) -> str:
-    """A speedup two-call / fused and its 95 % interval as the README writes them: the signed share of the two-call
-    time the fused path saves, ``+0.7 % [+0.5, +1.0]`` (a true minus sign where it costs)."""
-    from cpbench.report.forward import saved_fraction
-
-    s = [f"{100 * saved_fraction(float(x)):+.1f}".replace("-", "−") for x in (speedup, low, high)]
-    return f"{s[0]} % [{s[1]}, {s[2]}]"
-
-
 def readme_answer_comes_from_the_runs() -> None:
     """The README's answer on an H200: every figure and count in its bullets is what the cited runs give. Of the
     forward (h200-forward, h200-fa3-breakable-all): a measurable saving in 3 of 20 cells (trtllm-fmha-v2 at bs 1
@@ -386,7 +377,7 @@ def readme_answer_comes_from_the_runs() -> None:
     from cpbench.report.data import cells
     from cpbench.report.forward import attention_share, forward_cells
     from cpbench.results.line import line_view
-    from cpbench.results.verdicts import side_of_one
+    from cpbench.results.verdicts import effect_text, side_of_one
 
     readme = " ".join(README.read_text(encoding="utf-8").split())  # a figure may wrap a line
 
@@ -397,7 +388,7 @@ def readme_answer_comes_from_the_runs() -> None:
         return side_of_one(c["speedup"], c["speedup_ci_low"], c["speedup_ci_high"])
 
     def quoted(c, what: str) -> None:
-        text = _saved_text(c["speedup"], c["speedup_ci_low"], c["speedup_ci_high"])
+        text = effect_text(c["speedup"], c["speedup_ci_low"], c["speedup_ci_high"])
         expect(text in readme, f"README lacks {what} {text}")
 
     view = cells(load_run(RUNS / "h200-forward")[0])

@@ -9,8 +9,8 @@ import pytest
 
 from cpbench.results.critical_path import critical_path, flag
 from cpbench.results.store import load_run
-from cpbench.results.verdicts import ratio_text, speedup_verdict
-from cpbench.report.tables import times, times_ci
+from cpbench.results.verdicts import effect_text, speedup_verdict
+from cpbench.report.tables import answer as cell_answer
 from cpbench.report.run_report import without_out, render_report, write_report
 
 RUNS = Path(__file__).parent.parent / "docs" / "runs"
@@ -29,7 +29,7 @@ def test_report_from_committed_run(name, per_rank):
     assert len(ok) >= 6
     cpu = name.startswith("cpu")
     for _, r in ok.iterrows():  # every critical-path speedup appears in the report, as computed (not on CPU)
-        assert (ratio_text(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]) in text) != cpu
+        assert (effect_text(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]) in text) != cpu
     assert ("a functional check, not a benchmark" in text) == cpu
     assert f"```sh\n{without_out(manifest['command'])}\n```" in text  # the Reproduce line, runnable as pasted
     assert f"{per_rank} per rank" in text  # the attention kernel (torch: call) counts
@@ -78,7 +78,7 @@ def test_fmha_v2_vs_fa3_report_answers_per_backend_and_marks_host_bound_cells():
     c = cp[(cp["backend"] == "trtllm-fmha-v2") & (cp["timing"] == "eager") & (cp["bs"] == 1)
            & (cp["max_extend_len"] == 2048)].iloc[0]
     assert flag(c["host_bound"]) and speedup_verdict(c["speedup"], c["speedup_ci_low"], c["speedup_ci_high"]) == "faster"
-    answer = f"faster {times_ci(c)} † (GPU time {times(c['gpu_speedup'])})"
+    answer = f"{cell_answer(c)} † (GPU time {effect_text(c['gpu_speedup'])})"
     assert answer in first and first.endswith(" vs flashinfer-fa3) |") and "| trtllm-fmha-v2 (" in first
     fuse = text.split("## When to fuse", 1)[1].split("\n## ", 1)[0]
     assert f"| 1 | {answer} |" in fuse

@@ -1,5 +1,7 @@
 """`cpbench compare`: verdicts, CI, exit codes and unmatched rows, on synthetic runs with known differences."""
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -44,7 +46,7 @@ def test_new_20pct_slower_fails(tmp_path, base):
     r = cpbench("compare", base, new, "--out", out)
     assert r.returncode == 1, r.stderr
     md = out.read_text()
-    assert md == r.stdout and "## Regressions" in md and "⚠ regression" in md and "+20." in md
+    assert md == r.stdout and "## Regressions" in md and "⚠ regression" in md and "−20.0 % [" in md  # costs 20 %
 
 
 def test_equal_within_noise_is_a_tie(tmp_path, base):
@@ -165,23 +167,39 @@ def test_ok_rows_without_latency_are_not_compared():
 
 def test_few_samples_are_reported_but_not_gated(tmp_path):
     few = dict(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",), n_samples=5)
-    base = make_run(tmp_path / "base", seed=1, manifest_over={"device": "cpu"}, **few)
-    new = make_run(tmp_path / "new", seed=2, latency=scaled(1.3), manifest_over={"device": "cpu"}, **few)
+    base = make_run(tmp_path / "base", seed=1, **few)
+    new = make_run(tmp_path / "new", seed=2, latency=scaled(1.3), **few)
     res, _, _ = compare_runs(base, new)
     assert set(res.table["verdict"]) == {"slower"} and res.table["ungated"].all() and res.exit_code == 0
-    assert res.cpu
     r = cpbench("compare", base, new)
     assert r.returncode == 0, r.stderr
-    assert "## Slower but not gated (< 10 samples in a run)" in r.stdout and "⚠ CPU run" in r.stdout
-    assert ("**Correctness gate: pass.** Latency gate not applied (CPU timings: a functional check, not a "
-            "benchmark; gate latencies on a GPU)." in r.stdout) and "**Gate: pass" not in r.stdout
-    assert "## Regressions" not in r.stdout
-    five = cpbench("compare", base, new, "--min-samples", "5")  # 5 samples suffice now, but CPU rows are not gated
-    assert five.returncode == 0 and "## Regressions" in five.stdout and "gate failed" not in five.stderr
-    assert ("Latency gate not applied (CPU timings: a functional check, not a benchmark; gate latencies on a GPU). "
-            "Its latency rule flags: 8 row(s) slower by more than 5.0% with the 95% CI above 1.") in five.stdout
+    assert "## Slower but not gated (< 10 samples in a run)" in r.stdout and "Raise `--budget-ms`" in r.stdout
+    assert "## Regressions" not in r.stdout and "**Gate: pass.**" in r.stdout
+    five = cpbench("compare", base, new, "--min-samples", "5")  # 5 samples suffice now: 8 regressions fail the gate
+    assert five.returncode == 1 and "## Regressions" in five.stdout and "8 regression(s) (new costs more than 5.0%)" in five.stdout
     r = cpbench("compare", base, new, "--min-samples", "1")
     assert r.returncode == 2 and "--min-samples must be >= 2" in r.stderr
+
+
+def test_a_cpu_compare_shows_the_difference_and_no_regression(tmp_path):
+    """A CPU run's latencies are not gated: compare shows each row's difference and the CPU note, and no regression
+    label, count, section or advice (more samples or --min-samples cannot make a CPU timing a benchmark)."""
+    few = dict(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",), n_samples=5)
+    base = make_run(tmp_path / "base", seed=1, manifest_over={"device": "cpu"}, **few)
+    new = make_run(tmp_path / "new", seed=2, latency=scaled(1.3), manifest_over={"device": "cpu"}, **few)
+    res, _, _ = compare_runs(base, new, min_samples=5)
+    assert res.cpu and set(res.table["verdict"]) == {"slower"} and res.exit_code == 0
+    assert not res.table["regression"].any() and not res.table["ungated"].any() and res.latency_flags() == []
+    for args in ((), ("--min-samples", "5")):
+        r = cpbench("compare", base, new, *args)
+        assert r.returncode == 0 and "gate failed" not in r.stderr, r.stderr
+        assert "⚠ CPU run" in r.stdout and ("**Correctness gate: pass.** Latency gate not applied (CPU timings: a "
+                                            "functional check, not a benchmark; gate latencies on a GPU).") in r.stdout
+        for said in ("regression", "Regressions", "Slower but not gated", "--budget-ms", "Its latency rule flags"):
+            assert said not in r.stdout, said
+        rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| eager | 4 | 1 | 1024 | 0 |")]
+        assert len(rows) == 8 and all(re.search(r"\| −\d+\.\d % \[−[\d.]+, −[\d.]+\] \| \*\*slower\*\* \|$", ln)
+                                      for ln in rows), rows  # the difference (new costs ~23 %), its verdict
 
 
 def test_a_cpu_compare_still_gates_correctness(tmp_path):

@@ -73,7 +73,7 @@ def test_a_gpu_speedup_grid_marks_its_ties(tmp_path, monkeypatch):
     speedup_heatmap(prepare(pd.DataFrame(rows)), tmp_path, "speedup", "t", neutral=True)
     labels = [[t.get_text() for ax in f.axes for t in ax.texts] for f in figs]
     # a ratio near 1 is printed as the tables print it (the change in percent); the GPU grid marks the tie
-    assert len(labels[0]) == 1 and re.fullmatch(r"[+−]\d\.\d%≈", labels[0][0]) and labels[1] == [labels[0][0][:-1]]
+    assert len(labels[0]) == 1 and re.fullmatch(r"[+−]\d\.\d %≈", labels[0][0]) and labels[1] == [labels[0][0][:-1]]
 
 
 def test_heatmap_colours_no_noise():
@@ -138,14 +138,14 @@ def test_a_cpu_line_chart_draws_grey_ratios_without_interval(tmp_path, monkeypat
     cpu, gpu = ([ax for ax in f.axes if ax.lines] for f in figs)
     assert cpu and all(not ax.containers for ax in cpu)  # no error bars
     assert {to_hex(ln.get_color()) for ax in cpu for ln in ax.lines} == {to_hex(CPU_GREY)}
-    assert all(ax.get_ylabel() == "two-call / mode latency (×)" for ax in cpu)
+    assert all(ax.get_ylabel() == "saves, % of two-call time" for ax in cpu)
     assert all(len(ax.containers) == 2 for ax in gpu)  # fused and cp-native, each with its interval
     assert len({to_hex(ln.get_color()) for ax in gpu for ln in ax.lines}) == 3
 
 
 def test_a_three_mode_cpu_report_does_not_say_both_modes(tmp_path):
-    """The committed CPU flex run ran two-call, fused and cp-native: its summary names the pair it counts and its
-    notes say all three modes ran; a two-mode CPU run keeps "both modes"."""
+    """The committed CPU flex run ran two-call, fused and cp-native: its summary and its notes say all three modes
+    ran; a two-mode CPU run keeps "both modes"."""
     import shutil
     from pathlib import Path
 
@@ -155,7 +155,7 @@ def test_a_three_mode_cpu_report_does_not_say_both_modes(tmp_path):
     shutil.copytree(Path(__file__).parents[1] / "docs" / "runs" / "cpu-flex-line", run,
                     ignore=shutil.ignore_patterns("plots", "report.md"))
     text = write_report(run, charts=False).read_text()
-    assert "(cp 4): 2 of 2 cells ran on every rank in two-call and fused." in text
+    assert "(cp 4): 2 of 2 cells ran on every rank in all three modes." in text
     assert ALL_RAN_THREE in text and ALL_RAN not in text and "both modes" not in text
     two = write_report(write_run(tmp_path / "two", cpu_rows(), manifest_over=CPU), charts=False).read_text()
     assert "ran on every rank in both modes." in two and ALL_RAN in two and ALL_RAN_THREE not in two

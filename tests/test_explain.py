@@ -12,6 +12,7 @@ import torch
 
 from clirun import cpbench, replacing
 from cpbench.kernels.backends.registry import kernel_patterns
+from cpbench.results.verdicts import effect_text
 
 FIX = Path(__file__).parent / "fixtures"
 CELL = ["--cp", "4", "--bs", "1", "--seq", "2048", "--rank", "0", "--backend", "flashinfer-fa2", "--timing", "eager"]
@@ -138,6 +139,9 @@ def test_end_to_end_with_a_replayed_csv(tmp_path, as_gpu):
     md = (out / "explain.md").read_text()
     assert md.startswith("### Why fused wins: gpt-oss-120b+layers2 flashinfer-fa2 cp4 bs1 extend2048 rank 0")
     assert "| 1 (full) | fused | combined | 190.8 |" in md and "ncu 2025.3.1.0" in md
+    t2 = sum(v["two_call_us"] for v in rep["verdicts"])
+    tf = sum(v["fused_us"] for v in rep["verdicts"])  # the effect in the report's notation, not a ratio
+    assert f"fused {tf:.1f} µs (fused saves {effect_text(t2 / tf)} of the two-call time)." in md
     assert "max |fused - two-call| 0.0078, max error vs the fp32 reference 0.0154" in md
     assert (out / "explain.png").stat().st_size > 0 and (out / "ncu_raw.csv").exists()
 

@@ -15,7 +15,7 @@ from cpbench.report.line import line_section
 from cpbench.results.critical_path import critical_path
 from cpbench.results.line import line_view
 from cpbench.results.store import load_run, read_jsonl
-from cpbench.results.verdicts import ratio_text
+from cpbench.results.verdicts import effect_text
 from clirun import cpbench
 
 CPU = torch.device("cpu")
@@ -89,7 +89,7 @@ def test_a_sweep_runs_cp_native_on_flex_and_records_it_unsupported_on_the_refere
     table = out_text.split("cp_size 2, flex, eager: three points")[1]
     cells = next(ln for ln in table.splitlines() if ln.startswith("│")).split("│")[1:-1]
     assert [c.strip() for c in cells] == ["1", "64", f"{r['two_call_us'] / 1e3:.3f}", f"{r['fused_us'] / 1e3:.3f}",
-                                          f"{r['cp_native_us'] / 1e3:.3f}", ratio_text(r["native_vs_fused"])]
+                                          f"{r['cp_native_us'] / 1e3:.3f}", effect_text(r["native_vs_fused"])]
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ from cpbench.kernels.backends.registry import kernel_patterns
 from cpbench.domain.models import get_preset
 from cpbench.results.critical_path import critical_path
 from cpbench.results.derived import derive
+from cpbench.results.verdicts import effect_text
 from cpbench.results.store import load_run
 from cpbench.report.run_report import render_report
 from cpbench.profiles.capture import load_trace
@@ -77,7 +78,7 @@ def test_host_bound_cells_are_named_with_their_gpu_time_speedup():
     assert small["gpu_speedup"] == pytest.approx(small["gpu_busy_two_call_us"] / small["gpu_busy_fused_us"])
     text = render_report(df, {}, "hb")
     bullet = next(ln for ln in text.splitlines() if "Host-bound" in ln)
-    assert "1 cell(s)" in bullet and "cp 4, bs 1, 1K tokens" in bullet and f"{small['gpu_speedup']:.2f}× GPU time" in bullet
+    assert "1 cell(s)" in bullet and "cp 4, bs 1, 1K tokens" in bullet and f"{effect_text(small['gpu_speedup'])} GPU time" in bullet
 
 
 def test_layer_times_ignore_correlation_ids_that_are_not_ints():

@@ -83,9 +83,9 @@ def test_backend_answer_names_the_fastest_backend():
     lines = backend_answer(view)
     row = next(ln for ln in "\n".join(lines).splitlines() if ln.startswith("| 4 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[4] == "slower 0.80× [0.78–0.82]" and cells[5] == "1.000 two-call"
-    assert cells[6] == "tie 1.25× [0.99–1.30]"  # the interval contains 1
-    assert cells[7] == "0.800 [0.090–0.110] fused" and cells[8] == "trtllm-fmha-v2 (1.25× vs flashinfer-fa3)"
+    assert cells[4] == "slower −25.0 % [−28.2, −22.0]" and cells[5] == "1.000 two-call"  # a speedup of 0.8 [0.78, 0.82]
+    assert cells[6] == "tie +20.0 % [−1.0, +23.1]"  # 1.25 [0.99, 1.3]: the interval contains 0
+    assert cells[7] == "0.800 [0.090–0.110] fused" and cells[8] == "trtllm-fmha-v2 (+20.0 % vs flashinfer-fa3)"
 
 
 def test_every_table_of_a_two_backend_report_shows_both_backends():

@@ -13,9 +13,9 @@ import pytest
 
 from cpbench.results.critical_path import critical_path
 from cpbench.results.store import load_run
-from cpbench.results.verdicts import ratio_text
+from cpbench.results.verdicts import effect_text
 from cpbench.report import latency, style
-from cpbench.report.charts import CHARTS, render_frame
+from cpbench.report.charts import CHARTS, not_drawn, render_frame
 from cpbench.report.data import cells, prepare
 from cpbench.report.run_report import write_report
 from clirun import cpbench
@@ -68,11 +68,11 @@ def test_a_host_bound_ratio_off_the_others_range_is_drawn_at_the_edge_with_its_v
 
     fig, axes = style.new_figure()
     ax = axes[0, 0]
-    _host_bound_marks(ax, [(2.0, 1.9, "k"), (8.0, 1.1, "k")], span=[0.7, 0.75, 1.2, 1.22])
+    _host_bound_marks(ax, [(2.0, 47.4, "k", 1.9), (8.0, 9.1, "k", 1.1)], span=[-40.0, -30.0, 16.7, 18.0])
     lo, hi = ax.get_ylim()
-    assert 0.6 < lo < 0.7 and 1.22 < hi < 1.3  # the kernel's points (and 1) set the scale, not 1.9
-    assert [t.get_text() for t in ax.texts] == ["1.90×"]  # the off-scale one, at the edge with its value
-    assert [tuple(line.get_xydata()[0]) for line in ax.lines] == [(2.0, hi), (8.0, 1.1)]
+    assert -50 < lo < -40 and 18 < hi < 25  # the kernel's points (and 0) set the scale, not +47.4 %
+    assert [t.get_text() for t in ax.texts] == ["+47.4 %"]  # the off-scale one, at the edge with its effect
+    assert [tuple(line.get_xydata()[0]) for line in ax.lines] == [(2.0, hi), (8.0, 9.1)]
 
 
 def _nan_latencies():
@@ -141,7 +141,10 @@ def _drawn(monkeypatch, rows) -> dict:
 @pytest.mark.slow
 def test_charts_survive_edge_cases_and_say_why_nothing_is_drawn(monkeypatch, case):
     drawn = _drawn(monkeypatch, EDGE[case]())
-    assert sorted(drawn) == sorted(STEMS)  # every chart is drawn, whatever the rows
+    left_out = dict(not_drawn(prepare(pd.DataFrame(EDGE[case]()))))  # nothing of the rows to draw: the report says why
+    assert sorted(drawn) == sorted(s for s in STEMS if s not in left_out)  # every other chart, whatever the rows
+    assert set(left_out) == ({"kernels"} if case == "zeros" else {"kernels", "speedup"}
+                             if case in ("single_rank_row", "sparse_columns") else set())
     if case in ("empty", "all_failed", "zeros", "nan_latencies"):  # no latency to draw: said, never a line at 0
         texts, points = drawn["latency"]
         assert points == [] and texts and all(t.endswith(("no rows in this run", "no successful cells"))
@@ -157,11 +160,12 @@ def test_charts_survive_edge_cases_and_say_why_nothing_is_drawn(monkeypatch, cas
         assert not any(y == 0 for y in drawn["throughput"][1] + drawn["overhead"][1])
     if case == "single_cell":  # the one speedup is the critical path's, printed in its cell
         speedup = critical_path(prepare(pd.DataFrame(EDGE[case]())))["speedup"].iloc[0]
-        assert drawn["speedup"][0] == [f"{speedup:.2f}×"]
+        assert drawn["speedup"][0] == [effect_text(speedup)]
         finite = [y for y in drawn["latency"][1] if np.isfinite(y)]
         assert len(finite) >= 2 and all(y > 0 for y in finite)  # two-call and fused, in ms
-    if case == "single_rank_row":  # a cell measured on some ranks only has no speedup: it says so
-        assert drawn["speedup"][0] == ["1/2 ranks"] and drawn["throughput"][0] == ["no cell ran on all its ranks"]
+    if case == "single_rank_row":  # one two-call row: no effect to draw, and no critical path
+        assert left_out["speedup"] == "the run measured two-call only: no fused-vs-two-call effect to draw"
+        assert drawn["throughput"][0] == ["no cell ran on all its ranks"]
 
 
 def test_failures_never_drawn_as_zero():
@@ -185,7 +189,7 @@ def test_heatmap_marks_failed_cells():
     fig, axes = style.new_figure()
     latency._heat(axes[0, 0], view, latency._norm(view["speedup"].to_numpy(float)))
     texts = [t.get_text() for t in axes[0, 0].texts]
-    expected = view[view["status"] == "ok"]["speedup"].map(lambda s: ratio_text(s).replace(" %", "%"))
+    expected = view[view["status"] == "ok"]["speedup"].map(lambda s: effect_text(s))
     assert sorted(texts) == sorted(list(expected) + ["oom"])
 
 
@@ -203,8 +207,9 @@ def test_report_holds_run_values(report_run, rough_charts):
     md = path.read_text()
     assert path == report_run / "report.md"
     # critical path: two-call rank 3 = 1300 µs, fused rank 0 = 650 µs -> 2.00x
-    assert "| 1 | 8K | 1.300 | 0.650 | 2.00× [2.00–2.00] | 3 / 0 |" in md  # constant samples: a point interval
-    assert "fused is faster in 1 of 1 cell (median 2.00×, best 2.00× at cp 4, bs 1, 8K tokens)" in md
+    assert "| 1 | 8K | 1.300 | 0.650 | +50.0 % [+50.0, +50.0] | 3 / 0 |" in md  # constant samples: a point interval
+    assert ("fused is faster in 1 of 1 cell (fused saves a median +50.0 % of the two-call time, best +50.0 % at cp 4, "
+            "bs 1, 8K tokens)") in md
     assert "| gpt-oss-120b | flashinfer-fa3 | 4 | 72 | 36 | 288 | 144 | 2.00× |" in md
     assert "72 → 36 per rank, 288 → 144 over 4 ranks" in md
     assert "| GPU | NVIDIA H200 |" in md and "| flashinfer | 0.7.2.post1 |" in md
@@ -222,7 +227,7 @@ def test_report_summary_reports_losses(tmp_path):
     run = make_run(tmp_path / "run", cp_sizes=(2,), bss=(1,), seqs=(65536,), timings=("graph",),
                    latency=slow_fused, noise=0)
     md = write_report(run, charts=False).read_text()
-    assert "fused is not faster in the one cell" in md and "slower in 1 (worst 0.77×" in md
+    assert "fused is not faster in the one cell" in md and "slower in 1 (worst −29.8 % at" in md
     assert "1 cells" not in md and "0 tie(s)" not in md and "0 ties (95 % interval" in md
 
 
@@ -323,11 +328,14 @@ def test_merge_bullet_survives_odd_values():
 
 
 def test_notes_do_not_claim_every_cell_ran_when_modes_or_ranks_were_limited(tmp_path):
-    rows = [r for r in make_rows(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",)) if r["mode"] == "fused"]
-    text = write_report(write_run(tmp_path / "run", rows), charts=False).read_text()
+    rows = make_rows(cp_sizes=(4,), bss=(1,), seqs=(1024,), timings=("eager",))
+    text = write_report(write_run(tmp_path / "fused", [r for r in rows if r["mode"] == "fused"]), charts=False).read_text()
+    assert "Every cell ran" not in text  # the run's one mode is said once, not as a cell lacking a mode
+    assert "- The run measured fused only (`--modes`): no cell has a fused-vs-two-call effect." in text
+    text = write_report(write_run(tmp_path / "ranks", [r for r in rows if r["rank"] < 3]), charts=False).read_text()
     assert "Every cell ran" not in text
     assert "1 cell(s) measured only some ranks or modes (`--ranks`/`--mode`)" in text
-    assert "e.g. cp 4 · bs 1 · 1K tokens · eager: fused on ranks 0–3." in text
+    assert "e.g. cp 4 · bs 1 · 1K tokens · eager: two-call, fused on ranks 0–2." in text
 
 
 @pytest.mark.slow
@@ -369,7 +377,7 @@ def test_cpu_speedup_chart_says_ratio_not_speedup_on_its_colour_bar(tmp_path):
     cpu_svg = (tmp_path / "cpu" / "speedup.svg").read_text()
     gpu_svg = (tmp_path / "gpu" / "speedup.svg").read_text()
     assert "a functional check, not a speedup" in cpu_svg and "fused faster" not in cpu_svg  # no colour bar
-    assert "&gt;1: fused faster" in gpu_svg
+    assert "(blue: fused faster)" in gpu_svg
 
 
 @pytest.mark.parametrize("title", ["gpt-oss-120b · flashinfer-fa3: " + "a very long chart title " * 12,

@@ -29,8 +29,8 @@ def test_when_to_fuse_grid():
     assert heading == "gpt-oss-120b · flashinfer-fa3 · eager · tp 1 · cp 2"
     assert table.splitlines() == [
         "| bs | 1K | 8K |", "| ---: | ---: | ---: |",
-        "| 1 | faster 2.00× [2.00–2.00] | tie +0.0 % [+0.0, +0.0] |",  # noise-free samples: zero-width intervals
-        "| 4 | faster 2.00× [2.00–2.00] | slower 0.67× [0.67–0.67] |"]
+        "| 1 | faster +50.0 % [+50.0, +50.0] | tie +0.0 % [+0.0, +0.0] |",  # noise-free samples: zero-width intervals
+        "| 4 | faster +50.0 % [+50.0, +50.0] | slower −50.0 % [−50.0, −50.0] |"]  # speedups 2 and 2/3
 
 
 def test_when_to_fuse_by_tp_and_an_ineligible_cell():
@@ -41,7 +41,7 @@ def test_when_to_fuse_by_tp_and_an_ineligible_cell():
     tables = dict(when_to_fuse(view))
     assert list(tables) == ["gpt-oss-120b · flashinfer-fa3 · eager · tp 1 · cp 2",
                             "gpt-oss-120b · flashinfer-fa3 · eager · tp 8 · cp 2"]
-    assert "| 4 | no CP | slower 0.67× [0.67–0.67] |" in tables["gpt-oss-120b · flashinfer-fa3 · eager · tp 8 · cp 2"]
+    assert "| 4 | no CP | slower −50.0 % [−50.0, −50.0] |" in tables["gpt-oss-120b · flashinfer-fa3 · eager · tp 8 · cp 2"]
     # 1 + 1 + 4 requests ran with CP, the 4 of the ineligible batch did not
     assert cp_share_lines(view)[0].startswith("- gpt-oss-120b · tp 1 · cp 2: 6 of 10 requests (60 %) in 3 of 4 "
                                               "batch(es) ran with CP; the others are in batches SGLang runs without "
@@ -59,8 +59,9 @@ def test_mixed_entries_and_length_bins():
                          "speedup_ci_high": [1.3, 1.4, 1.01, 1.1, 1.1, 1.1, 1.1]})
     ((_, table),) = when_to_fuse(view)
     assert table.splitlines()[0] == "| bs | ≤ 1K | ≤ 2K | ≤ 4K | ≤ 8K | ≤ 16K | ≤ 32K |"
-    assert table.splitlines()[2] == ("| 4 | faster 1.20× [1.10–1.30] | 1 faster · 1 tie | tie 1.00× [0.90–1.10] "
-                                       "| tie 1.00× [0.90–1.10] | tie 1.00× [0.90–1.10] | tie 1.00× [0.90–1.10] |")
+    tie = "tie +0.0 % [−11.1, +9.1]"  # a speedup of 1.0 [0.9, 1.1]
+    assert table.splitlines()[2] == (f"| 4 | faster +16.7 % [+9.1, +23.1] | 1 faster · 1 tie | {tie} | {tie} | {tie} "
+                                     f"| {tie} |")
 
 
 def test_layer_kind_table():
@@ -70,6 +71,6 @@ def test_layer_kind_table():
             r["window_layers_us"] = 300.0 if r["mode"] == "fused" else 450.0 + r["rank"]
             r["full_layers_us"] = 500.0
     table = layer_kind_table(prepare(pd.DataFrame(rows)))
-    assert "| gpt-oss-120b | flashinfer-fa3 | 1 | 2 | 1 | 1K | 0.451 | 0.300 | 1.50× | 0.500 | 0.500 | 1.00× |" in table
+    assert "| gpt-oss-120b | flashinfer-fa3 | 1 | 2 | 1 | 1K | 0.451 | 0.300 | +33.5 % | 0.500 | 0.500 | +0.0 % |" in table
     assert len(table.splitlines()) == 2 + 4  # one row per cell
     assert layer_kind_table(prepare(pd.DataFrame(_view()[0]))) == ""  # no per-kind times: no table

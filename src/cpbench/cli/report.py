@@ -106,7 +106,8 @@ def compare(
     base: Annotated[Path, typer.Argument(help="Baseline run directory.", show_default=False, metavar="BASE")],
     new: Annotated[Path, typer.Argument(help="New run directory.", show_default=False, metavar="NEW")],
     fail_above: Annotated[float, typer.Option(
-        help="Exit 1 if some row's new/base > 1 + this, with its 95% CI entirely above 1.")] = 0.05,
+        help="Exit 1 if some row's new run costs more than this fraction of the base time (new/base > 1 + this), "
+             "with its 95% CI entirely on that side.")] = 0.05,
     out: Annotated[Optional[Path], typer.Option(help="Also write the markdown to this file.")] = None,
     seed: Annotated[int, typer.Option(help="Bootstrap seed (results are reproducible for a seed).")] = 0,
     min_samples: Annotated[int, typer.Option(
@@ -115,17 +116,18 @@ def compare(
         "--allow-missing", help="Rows ok in BASE that NEW did not measure (not ok, or absent) do not fail the gate.")
     ] = False,
 ) -> None:
-    """Compare two runs: new/base latency per cell, rank and mode, and both runs' fused-vs-two-call speedups.
+    """Compare two runs: per cell, rank and mode the share of the base time the new run saves (+) or costs (−), and
+    both runs' fused-vs-two-call effects (the share of the two-call time fused saves), each with its 95% CI.
 
     Rows match on the results key (model, backend, dtype, launch, world_size, gather, timing, cp, bs, seq,
     prefix, extend lengths, rank, mode) and are compared when both ran.
 
-    Ratio = new/base median, 95% CI by bootstrap of the raw samples; tie: the CI contains 1 (the rule of the
-    report). Per cell, the two runs' speedup verdicts (faster / slower / tie by interval) and whether they agree
-    (GPU runs: a CPU run makes no speedup claim).
+    Effect = 1 − new/base median, 95% CI by bootstrap of the raw samples; tie: the CI contains 0 (the rule and the
+    notation of the report, +0.7 % [+0.1, +1.4]). Per cell, the two runs' speedup verdicts (faster / slower / tie
+    by interval) and whether they agree (GPU runs: a CPU run makes no speedup claim).
 
     Prints markdown. Exit 1 (the gate fails, with a reason line on stderr) if a row with >= --min-samples
-    samples is slower by more than --fail-above with its CI above 1, or a row ok in BASE is not ok or missing
+    samples costs more than --fail-above of the base time with its CI all below 0, or a row ok in BASE is not ok or missing
     in NEW (unless --allow-missing); else 0; 2: bad input. The CI covers noise within each run, not between
     runs: gate on a quiet GPU. Either run on a CPU: a functional check, so only the lost rows gate (no latency).
     """

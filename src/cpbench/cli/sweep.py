@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from cpbench.domain.modes import ALL_MODES, Timing
+from cpbench.domain.modes import ALL_MODES, MODES, Mode, Timing
 from cpbench.ranks.launch import under_torchrun
 from cpbench.kernels.backends.registry import names_with_mode
 from cpbench.cli.cells import batches_of, cells_record, check_out, parse_cells, workload_batches
@@ -320,13 +320,15 @@ TIMING_ORDER = (Timing.BREAKABLE, Timing.GRAPH, Timing.EAGER)  # the order the s
 
 
 def show_summary(console: Console, df, cpu: bool = False) -> None:
-    """Table per (cp_size, backend, timing): critical-path two-call ms, fused ms, speedup with its 95% CI and
-    verdict (not on a CPU, whose ratios carry no claim: its caveat comes first), status; a host-bound eager cell
-    carries the report's mark (†).
+    """Table per (cp_size, backend, timing): critical-path two-call ms, fused ms, the share of the two-call time
+    fused saves with its 95% CI (``verdicts.effect_text``, the report's notation) and verdict (not on a CPU, whose
+    effects carry no claim: its caveat comes first), status; a host-bound eager cell carries the report's mark (†).
 
     A cell measured on some ranks only (``--ranks``) shows its measured ranks (``rank 0 only (1 of 4)``)
     and the slowest *measured* rank's latencies, never a speedup: it has no critical path. ``cpu``: the
-    ratio is labelled as such, and a line says CPU timings are a functional check, not a benchmark.
+    ratio is labelled as such, and a line says CPU timings are a functional check, not a benchmark. A run
+    without two-call or fused (``--modes``) shows the latencies of the mode it measured, without an effect; the
+    cp-native rows follow in :func:`show_line` (a cp-native-only run: its one table).
     """
     from cpbench.results.critical_path import critical_path
     from cpbench.cli.tables import Col, print_table
@@ -334,18 +336,19 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
     from cpbench.report.tables import HOST_MARK
     from cpbench.results.critical_path import flag
     from cpbench.report.forward import forward_text
-    from cpbench.results.verdicts import CPU_CLAIM, ratio_text, speedup_verdict
+    from cpbench.report.units import EFFECT_UNIT
+    from cpbench.results.verdicts import CPU_CLAIM, effect_text, speedup_verdict
 
     cp = critical_path(df)
-    if cp.empty:
-        return
-    if cpu:  # the caveat before the ratios it qualifies
-        console.print(f"CPU: a {CPU_CLAIM} (CPU timings move by tens of percent between runs; the ratios below "
-                      "are not speedups)")
+    if cpu and len(df):  # the caveat before the ratios it qualifies
+        console.print(f"CPU: a {CPU_CLAIM} (CPU timings move by tens of percent between runs; the effects below "
+                      "are no speedup claim)")
     marked = False
+    ran = [m for m in MODES if "mode" in df and (df["mode"] == m).any()]  # a mode not measured gets no column
+    pair = len(ran) == len(MODES)
     order = {t: i for i, t in enumerate(TIMING_ORDER)}  # the forward's answer first, then attention alone
     groups = sorted(cp.groupby(["cp_size", "backend", "timing"], sort=True),
-                    key=lambda kv: (kv[0][0], order.get(kv[0][2], len(order)), kv[0][1]))
+                    key=lambda kv: (kv[0][0], order.get(kv[0][2], len(order)), kv[0][1])) if len(cp) else []
     for (cp_size, backend, timing), g in groups:
         partial = not bool(g["all_ranks"].all())
         forward = timing == Timing.BREAKABLE
@@ -356,46 +359,50 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
                  + ("slowest measured rank (not the critical path: some ranks were not measured)" if partial
                     else "critical path (slowest rank)"))
         cols = [Col("bs"), Col("extend"), *([Col("ranks measured", number=False)] if partial else []),
-                Col("two-call ms"), Col("fused ms"),
-                Col("two-call / fused" if cpu else "fused saves (+) or costs (−) of the forward [95% CI]" if forward
-                    else "speedup [95% CI]"),
-                *([] if cpu else [Col("fuse?", number=False)]), Col("status", number=False)]
+                *[Col(f"{m} ms") for m in ran], *([Col(EFFECT_UNIT if cpu else f"{EFFECT_UNIT} [95% CI]")] if pair else []),
+                *([] if cpu or not pair else [Col("fuse?", number=False)]), Col("status", number=False)]
         rows = []
         for _, r in g.sort_values(["bs", "max_extend_len"]).iterrows():
             sp, lo, hi = r["speedup"], r.get("speedup_ci_low", math.nan), r.get("speedup_ci_high", math.nan)
             mark = f" {HOST_MARK}" if timing == "eager" and flag(r.get("host_bound")) else ""
             marked |= bool(mark)
             rows.append([str(r["bs"]), str(r["max_extend_len"]), *([r["ranks_label"]] if partial else []),
-                         _ms(r["two_call_us"]), _ms(r["fused_us"]),
-                         "-" if sp != sp else (ratio_text(sp) if cpu else forward_text(r) if forward
-                                               else ratio_text(sp, lo, hi) + mark),
-                         *([] if cpu else [speedup_verdict(sp, lo, hi) if sp == sp else "-"]),
+                         *[_ms(r[f"{m.tag}_us"]) for m in ran],
+                         *(["-" if sp != sp else (effect_text(sp) if cpu else forward_text(r) if forward
+                                                  else effect_text(sp, lo, hi) + mark)] if pair else []),
+                         *([] if cpu or not pair else [speedup_verdict(sp, lo, hi) if sp == sp else "-"]),
                          r["status"] if r["status"] == "ok" else f"{r['status']}: {shorten(r['reason'], 120)}"])
         print_table(console, title, cols, rows)
     if marked:
         console.print(f"{HOST_MARK} host-bound eager cell: its latency exceeds {host_bound_text()} the GPU busy time, so the eager "
-                      "ratio measures how fast the CPU launches (the report gives its GPU-time ratio)")
+                      "effect measures how fast the CPU launches (the report gives its GPU-time effect)")
     show_line(console, df, cpu)
 
 
 def show_line(console: Console, df, cpu: bool = False) -> None:
     """Table per (cp_size, backend, timing) of a run with cp-native rows (``--modes two-call,fused,cp-native``):
-    the three points on the critical path (ms) and cp-native / fused with its 95 % interval (a plain ratio on a
-    CPU). Prints nothing for a run without cp-native rows. The report's "Three points" section has the rest."""
+    the latency of each mode the run measured on the critical path (ms) and, with fused, the share of the fused
+    time cp-native saves with its 95 % interval (without one on a CPU). Prints nothing for a run without cp-native
+    rows. The report's "Three points" section has the rest."""
     from cpbench.cli.tables import Col, print_table
+    from cpbench.report.tables import modes_text
     from cpbench.results.line import line_view
-    from cpbench.results.verdicts import ratio_text
+    from cpbench.results.verdicts import effect_text
 
     line = line_view(df)
     if line.empty:
         return
+    ran = [m for m in ALL_MODES if (df["mode"] == m).any()]  # a mode the run did not measure gets no column
+    effect = Mode.FUSED in ran
+    what = "three points" if len(ran) == len(ALL_MODES) else modes_text(ran)
     for (cp_size, backend, timing), g in line.groupby(["cp_size", "backend", "timing"], sort=True):
-        cols = [Col("bs"), Col("extend"), Col("two-call ms"), Col("fused ms"), Col("cp-native ms"),
-                Col("fused / cp-native" if cpu else "cp-native vs fused [95% CI]")]
+        cols = [Col("bs"), Col("extend"), *[Col(f"{m} ms") for m in ran],
+                *([Col("cp-native saves, % of fused" + ("" if cpu else " [95% CI]"))] if effect else [])]
         rows = []
         for _, r in g.sort_values(["bs", "max_extend_len"]).iterrows():
             sp = r["native_vs_fused"]
-            rows.append([str(r["bs"]), str(r["max_extend_len"]), _ms(r["two_call_us"]), _ms(r["fused_us"]),
-                         _ms(r["cp_native_us"]), "-" if sp != sp else ratio_text(sp) if cpu else
-                         ratio_text(sp, r["native_vs_fused_ci_low"], r["native_vs_fused_ci_high"])])
-        print_table(console, f"cp_size {cp_size}, {backend}, {timing}: three points, critical path", cols, rows)
+            rows.append([str(r["bs"]), str(r["max_extend_len"]), *[_ms(r[f"{m.tag}_us"]) for m in ran],
+                         *(["-" if sp != sp else effect_text(sp) if cpu else
+                            effect_text(sp, r["native_vs_fused_ci_low"], r["native_vs_fused_ci_high"])] if effect
+                           else [])])
+        print_table(console, f"cp_size {cp_size}, {backend}, {timing}: {what}, critical path", cols, rows)

@@ -1,11 +1,11 @@
 """The report's first table: per backend, should this path fuse, and which kernel is fastest?
 
 SGLang PR #33137 fuses the two zigzag calls only on its TRT-LLM backend. For every cell (cp, bs, tokens,
-prefix, timing) and backend this table gives the fusion verdict on the critical path (two-call / fused
-with its 95 % interval: faster, slower or a tie, the rule of :mod:`cpbench.results.verdicts`) and the best
-latency the backend reaches (the lower of two-call and fused, with the slowest rank's p10–p90); the
-last column names the backend with the lowest best latency. A host-bound eager cell (its latency
-measures the launching CPU) carries a † and its GPU-time speedup.
+prefix, timing) and backend this table gives the fusion verdict on the critical path (two-call / fused, printed
+as the share of the two-call time fused saves, with its 95 % interval: faster, slower or a tie, the rule of
+:mod:`cpbench.results.verdicts`) and the best latency the backend reaches (the lower of two-call and fused, with
+the slowest rank's p10–p90); the last column names the backend with the lowest best latency. A host-bound eager
+cell (its latency measures the launching CPU) carries a † and its GPU-time effect.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from cpbench.domain.modes import MODES
 from cpbench.report.forward import forward_text
 from cpbench.results.critical_path import flag
 from cpbench.report.units import human_tokens
-from cpbench.report.tables import HOST_MARK, md_table, ms, times, times_ci, verdict
+from cpbench.report.tables import HOST_MARK, answer, md_table, ms
+from cpbench.results.verdicts import effect_text
 from cpbench.results.policy import host_bound_text
 
 KEYS = ["model", "cp_size", "bs", "max_extend_len", "prefix_len", "extend_lens", "timing"]
@@ -36,9 +37,9 @@ def best_of(c: pd.Series) -> tuple[float, str, float, float]:
 def _fuse_text(c: pd.Series) -> str:
     if c["status"] != "ok" or not math.isfinite(float(c["speedup"])):
         return c["status"] if c["status"] != "ok" else "—"
-    text = f"{verdict(c)} {times_ci(c)}"
+    text = answer(c)
     if c["timing"] == "eager" and flag(c.get("host_bound")):
-        text += f" {HOST_MARK} (GPU time {times(c.get('gpu_speedup', math.nan))})"
+        text += f" {HOST_MARK} (GPU time {effect_text(c.get('gpu_speedup', math.nan))})"
     return text
 
 
@@ -93,19 +94,20 @@ def backend_answer(view: pd.DataFrame) -> list[str]:
                 best[b] = us
         if len(best) > 1:
             ranked = sorted(best, key=best.get)
-            row.append(f"{ranked[0]} ({times(best[ranked[1]] / best[ranked[0]])} vs {ranked[1]})")
+            row.append(f"{ranked[0]} ({effect_text(best[ranked[1]] / best[ranked[0]])} vs {ranked[1]})")
         elif len(backends) > 1:
             row.append(next(iter(best), "—"))
         rows.append(row)
     heads = ["cp>", "bs>", "tokens", "timing"]
     for b in backends:
         heads += [f"{b}: prefill forward (breakable)"] if len(forward) else []
-        heads += [f"{b}: fuse? (two-call / fused)", f"{b}: best ms [p10–p90]"]
+        heads += [f"{b}: fuse? (fused saves, % of two-call)", f"{b}: best ms [p10–p90]"]
     heads += ["fastest backend"] if len(backends) > 1 else []
-    intro = ("Per backend: does fusing the two zigzag calls pay (two-call / fused on the critical path with its 95 % "
-             "interval; a tie when it contains 1), and the lowest latency each backend reaches (the faster of its "
-             "two modes, ms per forward, slowest rank's p10–p90)"
-             + (", then the backend with the lowest one." if len(backends) > 1 else "."))
+    intro = ("Per backend: does fusing the two zigzag calls pay (the share of the two-call time fused saves on the "
+             "critical path, + saves, − costs, with its 95 % interval; a tie when it contains 0), and the lowest "
+             "latency each backend reaches (the faster of its two modes, ms per forward, slowest rank's p10–p90)"
+             + (", then the backend with the lowest one and the share of the next one's time it saves."
+                if len(backends) > 1 else "."))
     if len(forward):
         kinds = "forward_rule" in forward and (forward["forward_rule"] == "kinds").any()
         intro += (" The prefill forward column, first, answers the question for the whole forward as SGLang runs "
@@ -117,6 +119,6 @@ def backend_answer(view: pd.DataFrame) -> list[str]:
                      "checked)." if kinds else "."))
     out = [intro, "", md_table(heads, rows), ""]
     if marked:
-        out += [f"{HOST_MARK} host-bound eager cell: its latency exceeds {host_bound_text()} the GPU busy time, so the eager ratio "
-                "measures how fast the CPU launches; the GPU-time ratio beside it is the kernel's answer.", ""]
+        out += [f"{HOST_MARK} host-bound eager cell: its latency exceeds {host_bound_text()} the GPU busy time, so the eager effect "
+                "measures how fast the CPU launches; the GPU-time effect beside it is the kernel's answer.", ""]
     return out

@@ -9,7 +9,7 @@ import pandas as pd
 
 from cpbench.domain.modes import Mode
 from cpbench.results.store import RunDir, load_run
-from cpbench.report.costs import kernels_chart, memory_chart
+from cpbench.report.costs import counts_missing, kernels_chart, memory_chart
 from cpbench.report import style
 from cpbench.report.data import groups, on_cpu, one_view, prepare
 from cpbench.report.dist_data import has_phases
@@ -22,13 +22,16 @@ from cpbench.report.overhead import balance_chart, overhead_chart
 from cpbench.report.phases import phases_chart, timeline_chart
 from cpbench.report.resources import throughput_chart
 from cpbench.report.segments import has_segment_axis, segments_chart
+from cpbench.report.tables import modes_text
 
 # file stem, function, title, one-line caption for the report
 CHARTS = (
     ("latency", latency_chart, "critical-path latency (slowest rank), median with p10–p90",
-     "Forward latency on the slowest rank per mode (ms, log scale), two-call solid, fused dashed."),
-    ("speedup", speedup_heatmap, "fused speedup on the critical path",
-     "two-call / fused latency of the slowest rank; blue: fused faster, red: fused slower, grey: did not run."),
+     "Forward latency on the slowest rank per mode (ms; the axis says when it is a log scale), two-call solid, "
+     "fused dashed with open markers; whiskers: p10–p90 of the slowest rank."),
+    ("speedup", speedup_heatmap, "fused vs two-call on the critical path",
+     "The share of the two-call time fused saves (+) or costs (−) on the critical path (slowest rank); blue: fused "
+     "faster, red: fused slower, neutral with ≈: a tie (95 % interval contains 0), grey: did not run."),
     ("throughput", throughput_chart, "attention TFLOP/s per GPU on the critical path",
      "All ranks' attention FLOPs / (cp_size × slowest rank's latency), two-call solid, fused dashed; right axis: "
      "% of the matmul peak measured at the start of the run."),
@@ -40,7 +43,8 @@ CHARTS = (
      "Measured device memory (CUDA allocator) each mode's setup holds on its most loaded rank, by kind, with "
      "the first forward's transient peak hatched; fused bars give the duplicated page table's share."),
     ("overhead", overhead_chart, "GPU vs host time per forward",
-     "GPU forward latency (eager, graph) against host setup and launch time, per mode."),
+     "GPU forward latency (those of eager, graph and breakable the run timed; breakable: the whole layer) against "
+     "host setup and launch time, per mode."),
     ("balance", balance_chart, "zigzag balance across ranks",
      "Per-rank latency of the longest cell, and slowest/fastest rank ratio for every cell."),
 )
@@ -65,17 +69,17 @@ DIST_CHARTS = (
 # the run holds the axis they need
 LINE_CHARTS = (  # a group with cp-native rows (the flex backend)
     ("line", line_chart, "two-call, fused and cp-native on one kernel family",
-     "Speedup over two-call on the critical path (two-call = 1) of the PR's fused call (squares) and the CP-native "
-     "call (triangles), 95 % intervals; under each cell the fused call's duplicated page-table bytes, against 0 "
-     "for cp-native."),
+     "The share of the two-call time (two-call = 0) the PR's fused call (squares) and the CP-native call "
+     "(triangles) save on the critical path, whiskers: 95 % interval; under each cell the fused call's duplicated "
+     "page-table bytes, against 0 for cp-native."),
 )
 
 RUN_CHARTS = (
     ("segments", segments_chart, "fusion vs the fused call's segment count",
-     "Two-call / fused speedup (95 % interval) and the fused forward's latency per segment against the fused "
-     "call's segments (2·bs), a colour per backend, graph solid / eager dotted with open markers: where fusion "
-     "stops paying. A host-bound eager ratio (it measures the CPU) is a cross off the line, drawn at the axis "
-     "edge with its value when it lies outside the others' range."),
+     "The share of the two-call time fused saves (whiskers: 95 % interval) and the fused forward's latency per "
+     "segment against the fused call's segments (2·bs), a colour per backend, graph solid / eager dotted with open "
+     "markers: where fusion stops paying. A host-bound eager effect (it measures the CPU) is a cross off the line, "
+     "drawn at the axis edge with its value when it lies outside the others' range."),
 )
 
 
@@ -87,12 +91,12 @@ def run_charts(df: pd.DataFrame, cpu: bool = False) -> tuple:
 # A CPU run (the torch reference) is a functional check, not a benchmark: its charts say so, in CPU words.
 CPU_CHARTS = {
     "latency": (latency_chart, "forward latency, slowest rank (CPU: a functional check, not a benchmark)",
-                "Forward latency on the slowest rank per mode (ms, log scale); CPU timings move by tens of percent "
-                "between runs: a functional check, not a benchmark."),
+                "Forward latency on the slowest rank per mode (ms; the axis says when it is a log scale), whiskers: "
+                "p10–p90; CPU timings move by tens of percent between runs: a functional check, not a benchmark."),
     "speedup": (partial(speedup_heatmap, neutral=True),
-                "two-call / fused latency ratio (CPU: a functional check, not a speedup)",
-                "two-call / fused latency of the slowest rank on a CPU, uncoloured: CPU timings move by tens of "
-                "percent, so this is no speedup claim; grey hatched: did not run."),
+                "fused vs two-call latency (CPU: a functional check, not a speedup)",
+                "The share of the two-call time fused saves (+) or costs (−), slowest rank, on a CPU, uncoloured: CPU "
+                "timings move by tens of percent, so this is no speedup claim; grey hatched: did not run."),
     "kernels": (partial(kernels_chart, calls=True), "attention calls per forward, per rank",
                 "Attention calls of the backend per rank (a CPU runs no GPU kernels), with totals over all "
                 "ranks."),
@@ -107,13 +111,15 @@ CPU_CHARTS = {
                      "gather_us / forward latency per rank vs tokens, on a CPU (gloo): which share the gather takes "
                      "there says nothing of NCCL on GPUs; a functional check, not a benchmark."),
     "line": (partial(line_chart, cpu=True),
-             "two-call, fused and cp-native latency ratios on one kernel family "
+             "two-call, fused and cp-native latency on one kernel family "
              "(CPU: a functional check, not a speedup)",
-             "two-call / fused and two-call / cp-native latency on the critical path per cell on a CPU, uncoloured and "
-             "without interval: CPU timings move by tens of percent, so this is no speedup claim."),
+             "The share of the two-call time fused and cp-native save (+) or cost (−) on the critical path per cell on "
+             "a CPU, uncoloured and without interval: CPU timings move by tens of percent, so this is no speedup "
+             "claim."),
     "overhead": (partial(overhead_chart, cpu=True), "forward vs host time per forward",
-                 "Forward latency (eager) against host setup (metadata, page tables), per mode (on a CPU the "
-                 "forward runs on the host: there is no separate launch time)."),
+                 "Forward latency (eager, and breakable: the whole layer, those the run timed) against host setup "
+                 "(metadata, page tables), per mode (on a CPU the forward runs on the host: there is no separate "
+                 "launch time)."),
 }
 
 
@@ -124,15 +130,40 @@ CPU_SKIP = ("throughput", "setup_memory", "balance")
 
 FORWARD_CHARTS = (
     ("forward", forward_chart, "fusion's effect on the prefill forward (breakable CUDA graphs)",
-     "% of the two-call prefill forward the fusion saves (> 0) or costs (< 0) on the layer-synchronised critical "
-     "path, 95 % interval, a line per bs; a ring marks a cell whose host issued the forward slower than the GPU ran it."),
+     "The share of the two-call prefill forward the fusion saves (+) or costs (−) on the layer-synchronised "
+     "critical path, whiskers: 95 % interval, a line per bs; a ring marks a cell whose host issued the forward "
+     "slower than the GPU ran it."),
 )
+
+
+def not_drawn(rows: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str]]:
+    """``[(chart, why)]``: the charts of one prepared (model, backend) group with nothing of its rows to draw, which
+    are left out (the report says why) rather than drawn empty: ``kernels`` without attention counts
+    (:func:`cpbench.report.costs.counts_missing`: a ``--timing breakable`` run has none), ``speedup`` without both
+    two-call and fused, ``line`` without two-call to set fused and cp-native against. A group none of whose rows
+    ran keeps every chart (each says so in its own panel)."""
+    out = []
+    why = counts_missing(rows, calls=cpu)
+    if why:
+        out.append(("kernels", why))
+    modes = set(rows["mode"]) if len(rows) and "mode" in rows else set()
+    if modes and (rows["status"] == "ok").any():
+        if not {Mode.TWO_CALL, Mode.FUSED} <= modes:
+            out.append(("speedup", f"the run measured {modes_text(modes)} only: no fused-vs-two-call effect to draw"))
+        if Mode.CP_NATIVE in modes and Mode.TWO_CALL not in modes:
+            out.append(("line", "the run measured no two-call latency to set fused and cp-native against"))
+    return out
+
+
+def omitted_charts(df: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str]]:
+    """``[(stem, why)]`` of a prepared frame: each group's :func:`not_drawn` charts, under their file stems."""
+    return [(f"{name}{suffix}", why) for _, _, suffix, rows in groups(df) for name, why in not_drawn(rows, cpu)]
 
 
 def charts_for(rows: pd.DataFrame, cpu: bool = False) -> tuple:
     """The chart table of one prepared (model, backend) group: ``FORWARD_CHARTS`` when it holds breakable rows
     (GPU only), ``CHARTS``, plus ``DIST_CHARTS`` when its torchrun rows carry phase times; with ``cpu``, the CPU
-    wording and functions of ``CPU_CHARTS``."""
+    wording and functions of ``CPU_CHARTS``; without the charts it has nothing to draw on (:func:`not_drawn`)."""
     table = CHARTS + DIST_CHARTS if len(rows) and has_phases(rows) else CHARTS
     if not cpu and len(rows) and "timing" in rows and (rows["timing"] == "breakable").any():
         table = FORWARD_CHARTS + table
@@ -141,7 +172,8 @@ def charts_for(rows: pd.DataFrame, cpu: bool = False) -> tuple:
     if cpu:  # throughput, measured memory and balance say nothing on a CPU (CPU_SKIP)
         table = tuple((name, *CPU_CHARTS[name]) if name in CPU_CHARTS else (name, fn, title, caption)
                       for name, fn, title, caption in table if name not in CPU_SKIP)
-    return table
+    empty = {name for name, _ in not_drawn(rows, cpu)}
+    return tuple(c for c in table if c[0] not in empty)
 
 
 def chart_stems(df: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str, str, str]]:

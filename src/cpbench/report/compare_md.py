@@ -1,6 +1,7 @@
 """Markdown for ``cpbench compare``: header (what was compared, the rule, the gate), the speedups of both
 runs per cell (not for a CPU run, which makes no speedup claim: one line says so), regressions, rows lost in
-NEW, every row, not-comparable and unmatched cells."""
+NEW, every row, not-comparable and unmatched cells. A CPU run has no regression (``CompareResult.cpu``): no
+regression label, count, section or advice, only each row's difference and the CPU note."""
 
 from __future__ import annotations
 
@@ -13,20 +14,20 @@ from cpbench.results.compare import CompareResult, cells_of, run_difference
 from cpbench.results.compare_speedup import agreement_line
 from cpbench.results.critical_path import flag
 from cpbench.results.schema import CELL_COLUMNS
-from cpbench.results.verdicts import TIE_BAND, ratio_text
+from cpbench.results.verdicts import TIE_BAND, effect_text, inverse
 from cpbench.report.data import on_cpu
 from cpbench.report.tables import HOST_MARK, md_table, ms, plural
+from cpbench.report.units import EFFECT_UNIT
 from cpbench.results.policy import host_bound_text
 
 MAX_LISTED = 40
+CHANGE_UNIT = "new saves, % of base time"  # compare's unit: the one notation, new against base
 
 
-def _pct(r: float) -> str:
-    return f"{(r - 1) * 100:+.1f}%" if math.isfinite(r) else "—"
-
-
-def _ci(lo: float, hi: float) -> str:
-    return f"{lo:.3f}–{hi:.3f}" if math.isfinite(lo) and math.isfinite(hi) else "—"
+def _change(ratio: float, lo: float = math.nan, hi: float = math.nan) -> str:
+    """A row's ``new / base`` latency ratio and its interval in the one notation: the share of the base time the
+    new run saves (+) or costs (−), ``−0.3 % [−1.0, +0.4]`` (:func:`cpbench.results.verdicts.effect_text`)."""
+    return effect_text(inverse(ratio), inverse(hi), inverse(lo))
 
 
 def _env(man: dict) -> str:
@@ -40,7 +41,7 @@ def _rows_table(t) -> str:
     single = {c: t[c].iloc[0] for c in ("model", "backend") if t[c].nunique() == 1}
     cols = [c for c in ("model", "backend") if c not in single]
     heads = cols + ["timing", "cp>", "bs>", "extend>", "prefix>", "rank>", "mode", "base ms>", "new ms>",
-                    "new/base>", "change>", "95% CI>", "verdict"]
+                    f"{CHANGE_UNIT} [95% CI]>", "verdict"]
     rows = []
     for _, r in t.iterrows():
         v = r["verdict"] if r["verdict"] == "tie" else f"**{r['verdict']}**"
@@ -48,8 +49,7 @@ def _rows_table(t) -> str:
         v += " (host-bound: the launching CPU's time)" if flag(r.get("host_bound")) else ""
         rows.append([r[c] for c in cols] + [r["timing"], r["cp_size"], r["bs"], r["max_extend_len"], r["prefix_len"],
                                             r["rank"], r["mode"], ms(r["base_us"]), ms(r["new_us"]),
-                                            f"{r['ratio']:.3f}" if math.isfinite(r["ratio"]) else "—",
-                                            _pct(r["ratio"]), _ci(r["ci_low"], r["ci_high"]), v])
+                                            _change(r["ratio"], r["ci_low"], r["ci_high"]), v])
     caption = ", ".join(f"{k} {v}" for k, v in single.items())
     return (f"_{caption}_\n\n" if caption else "") + md_table(heads, rows)
 
@@ -62,15 +62,15 @@ def _listing(lines: list[str]) -> list[str]:
 
 
 def _speedup(sp: float, lo: float, hi: float) -> str:
-    """A run's speedup with its interval, with the digits it needs (:func:`ratio_text`)."""
-    return ratio_text(sp, lo, hi)
+    """A run's fused effect (the share of the two-call time fused saves) with its interval (:func:`effect_text`)."""
+    return effect_text(sp, lo, hi)
 
 
 def _speedups_table(f) -> str:
     single = {c: f[c].iloc[0] for c in ("model", "backend") if f[c].nunique() == 1}
     cols = [c for c in ("model", "backend") if c not in single]
-    heads = cols + ["timing", "cp>", "bs>", "extend>", "prefix>", "base speedup>", "base verdict", "new speedup>",
-                    "new verdict", "agree", "overlap"]
+    heads = cols + ["timing", "cp>", "bs>", "extend>", "prefix>", f"base: {EFFECT_UNIT} [95% CI]>", "base verdict",
+                    f"new: {EFFECT_UNIT} [95% CI]>", "new verdict", "agree", "overlap"]
     rows = []
     for _, r in f.iterrows():
         agree = "—" if r["agree"] is None else "yes" if r["agree"] else "**no**"
@@ -89,7 +89,7 @@ def _speedups_table(f) -> str:
                                             overlap])
     caption = ", ".join(f"{k} {v}" for k, v in single.items())
     marked = any(_hb(r, side) for _, r in f.iterrows() for side in ("base", "new"))
-    note = (f"\n\n{HOST_MARK} host-bound in that run: its eager latency exceeds {host_bound_text()} the GPU busy time, so the ratio "
+    note = (f"\n\n{HOST_MARK} host-bound in that run: its eager latency exceeds {host_bound_text()} the GPU busy time, so the effect "
             "measures how fast the CPU launches" if marked else "")
     return (f"_{caption}_\n\n" if caption else "") + md_table(heads, rows) + note
 
@@ -115,15 +115,14 @@ def _lost_lines(lost) -> list[str]:
             for c, r in zip([cells_of(dedup.iloc[[i]])[0] for i in range(len(dedup))], dedup.itertuples())]
 
 
-def _gate_line(reasons: list[str], cpu: bool, latency_flags: list[str] = ()) -> str:
+def _gate_line(reasons: list[str], cpu: bool) -> str:
     """The gate's verdict: FAIL with its reasons, or pass. On a CPU run only correctness is gated: the line
-    says the latencies were not (and what the latency rule would flag on a GPU, if anything)."""
+    says the latencies were not."""
     verdict = ("**Gate: FAIL** (exit 1): " + "; ".join(reasons) + ".") if reasons else "**Gate: pass.**"
     if not cpu:
         return verdict
-    flags = f" Its latency rule flags: {'; '.join(latency_flags)}." if latency_flags else ""
     return (verdict.replace("Gate:", "Correctness gate:") + " Latency gate not applied (CPU timings: a functional "
-            "check, not a benchmark; gate latencies on a GPU)." + flags)
+            "check, not a benchmark; gate latencies on a GPU).")
 
 
 def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man: dict | None = None,
@@ -161,18 +160,22 @@ def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man
     if cpu:
         parts.append("- ⚠ CPU run: CPU timings vary far more between runs than within one (the CI sees only the "
                      "latter); treat verdicts as indicative and gate on a GPU.")
-    parts += ["", _gate_line(reasons, res.cpu, res.latency_flags()), ""]
-    parts += [f"Rule: ratio = new / base median latency (< 1: new is faster); 95% CI by bootstrap of the raw "
-              f"samples. **tie** when the CI contains 1 (without a CI: within ±{TIE_BAND:.0%}); "
-              f"**regression** when ratio > {1 + res.fail_above:.3f}, the CI lies entirely "
-              f"above 1 and both rows hold ≥ {res.min_samples} samples; a row ok in base but not measured in new "
+    parts += ["", _gate_line(reasons, res.cpu), ""]
+    regression = ("" if res.cpu else  # a CPU run's latencies are shown, never judged against the threshold
+                  f"**regression** when new costs more than {res.fail_above:.1%} of the base time (new / base > "
+                  f"{1 + res.fail_above:.3f}), the CI lies entirely below 0 and both rows hold ≥ {res.min_samples} "
+                  "samples; ")
+    parts += [f"Rule: per row, the share of the base median latency the new run saves (+) or costs (−), "
+              f"1 − new / base; 95% CI by bootstrap of the raw samples. **tie** when the CI contains 0 (without a "
+              f"CI: within ±{TIE_BAND:.0%}); {regression}a row ok in base but not measured in new "
               "fails the gate" + (" (not with --allow-missing)" if res.allow_missing else "")
               + ", and one that is a mismatch or an error in new always does.", ""]
     if len(t):
         geo = float(np.exp(np.log(ratios).mean())) if len(ratios) else math.nan
         parts.append(f"**{len(t)} rows compared: {counts['faster']} faster, {counts['slower']} slower, "
-                     f"{counts['tie']} tie; geometric-mean ratio {geo:.3f} ({_pct(geo)}); "
-                     f"{len(res.regressions)} regression(s) beyond +{res.fail_above:.1%}.**")
+                     f"{counts['tie']} tie; geometric mean {_change(geo)}"
+                     + ("" if res.cpu else f"; {len(res.regressions)} regression(s) (new costs more than {res.fail_above:.1%})")
+                     + ".**")
     else:
         parts.append("**No rows ran (status ok) in both runs: nothing to compare.**")
     sp = res.speedups
@@ -180,8 +183,9 @@ def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man
         parts += ["", "Speedups (fused vs two-call) not compared: a CPU run makes no speedup claim (the torch "
                   "reference on a CPU is a correctness check; its timings move by tens of percent between runs)."]
     elif sp is not None and len(sp):
-        parts += ["", "## Speedups (fused vs two-call, critical path)", "",
-                  f"Each run's speedup two-call / fused with its 95 % interval; **{agreement_line(sp)}** "
+        parts += ["", "## Fused vs two-call in each run (critical path)", "",
+                  f"Each run's share of the two-call time fused saves (+) or costs (−), with its 95 % interval; "
+                  f"**{agreement_line(sp)}** "
                   "(verdicts: faster / slower / tie by interval; overlap: the two intervals share a value, so "
                   "neither run contradicts the other).", "", _speedups_table(sp)]
     if len(res.regressions):

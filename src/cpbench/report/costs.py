@@ -15,6 +15,7 @@ from cpbench.report import style
 from cpbench.report.data import pick_timing
 from cpbench.results.critical_path import ranks_label
 from cpbench.report.style import MODE_COLOR, no_data, positive
+from cpbench.report.tables import modes_text
 
 
 def kernel_cell(df: pd.DataFrame) -> pd.DataFrame:
@@ -50,6 +51,21 @@ def kernel_counts(df: pd.DataFrame) -> dict:
                              "all_ranks": sorted(per_rank) == list(range(int(cp))),
                              "ranks_label": ranks_label(per_rank, int(cp))}
     return out
+
+
+def counts_missing(rows: pd.DataFrame, calls: bool = False) -> str:
+    """Why rows that ran have no attention counts to draw (``calls``: the torch reference's attention calls), for the
+    report; "" when they have counts, or when no row ran (every chart of such a run says so in its own panel)."""
+    ok = rows[rows["status"] == "ok"] if len(rows) and "status" in rows else rows.iloc[0:0]
+    if ok.empty or kernel_counts(rows):
+        return ""
+    what = f"attention {'calls' if calls else 'kernels'}"
+    if not set(MODES) <= set(ok["mode"]):  # the chart sets fused's counts against two-call's
+        return f"the run measured {modes_text(set(rows['mode']))} only: its {what} are set against no other mode's"
+    if not (ok["timing"] == "eager").any():  # breakable and graph rows carry none (no profiler there)
+        return (f"{what} are counted on the profiled eager forward, and this run timed no eager cell "
+                f"({', '.join(sorted(set(ok['timing'])))} only)")
+    return f"no eager cell recorded its {what} per forward (--no-profile, or its profiled forward failed)"
 
 
 @style.styled

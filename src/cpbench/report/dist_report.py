@@ -12,8 +12,9 @@ from cpbench.domain.modes import Mode, MODES
 from cpbench.report.data import uniform
 from cpbench.report.dist_data import (EST_BANDWIDTHS, cell_summary, estimates, sim_vs_real, topology_summary,
                                       torchrun_rows)
-from cpbench.report.units import human_bytes, human_tokens
-from cpbench.report.tables import md_table, ms, times, times_ci
+from cpbench.report.units import EFFECT_UNIT, human_bytes, human_tokens
+from cpbench.report.tables import effect, md_table, ms, times
+from cpbench.results.verdicts import effect_text
 
 FORMULA = ("t_gather(bw) ≈ num_layers × (n−1)/n × gather_bytes / bw, with n = cp size and gather_bytes the bytes "
            "each rank receives per layer; estimated forward = attention + KV write (slowest rank, measured) + "
@@ -57,7 +58,7 @@ def launch_lines(d: pd.DataFrame, manifest: dict) -> list[str]:
 
 def real_cp_section(d: pd.DataFrame, manifest: dict, cpu: bool = False) -> list[str]:
     """The "Real CP (torchrun)" section of a prepared frame, [] when it holds no torchrun rows. ``cpu``: a
-    gloo launch on a CPU, a functional check: the ratio column is not called a speedup and carries no interval,
+    gloo launch on a CPU, a functional check: the effect column carries no interval,
     and no link-bandwidth estimate is drawn from loopback timings."""
     t = torchrun_rows(d)
     if t.empty:
@@ -78,12 +79,12 @@ def real_cp_section(d: pd.DataFrame, manifest: dict, cpu: bool = False) -> list[
             status = first["status"] if first["status"] == "ok" else f"{first['status']}: {first['reason']}"[:60]
             rows.append([first["bs"], _tokens(first), ms(a["critical_us"]) if a is not None else "—",
                          ms(b["critical_us"]) if b is not None else "—",
-                         times(first["speedup"]) if cpu else times_ci(first),  # a CPU ratio carries no interval claim
+                         effect_text(first["speedup"]) if cpu else effect(first),  # a CPU effect carries no interval claim
                          _pair(a, b, "share", pct), _pair(a, b, "wait_max_us", ms3),
                          _pair(a, b, "bus_gbps", gbps), status])
         out += [f"### {model} · {backend} · {timing} · cp {cp}", "", md_table(
             ["bs>", "extend tokens>", "two-call ms>", "fused ms>",
-             "two-call / fused>" if cpu else "speedup [95% CI]>", "gather share (two-call / fused)>",
+             f"{EFFECT_UNIT}>" if cpu else f"{EFFECT_UNIT} [95% CI]>", "gather share (two-call / fused)>",
              "wait ms, max over ranks (two-call / fused)>", "bus GB/s (two-call / fused)>", "status"], rows), ""]
     if cpu:
         return out + ["On a CPU the phase times are host wall times of separately run forwards in which gloo "

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 
 from cpbench.domain.modes import Mode
+from cpbench.results.verdicts import effect_text
+
 
 def _pct(x) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.0f} %"
@@ -95,7 +97,7 @@ def explain_markdown(rep: dict) -> str:
              f"cp{rep['cp_size']} bs{rep['bs']} extend{rep['max_extend_len']} rank {rep['rank']} ({rep['timing']}, "
              f"fused order {rep['fused_order']})", "",
              f"Attention kernel time for one layer of each kind: two-call {t2:.1f} µs, fused {tf:.1f} µs "
-             f"({t2 / tf:.2f}x)." if tf else "", ""]
+             f"(fused saves {effect_text(t2 / tf)} of the two-call time)." if tf else "", ""]
     lines += [f"- {s}" for v in rep["verdicts"] for s in v["sentences"]]
     lines += ["", "| layer | mode | call | µs | merge µs | grid | block | waves | occupancy | SM % | DRAM % | "
                   "regs | smem B |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

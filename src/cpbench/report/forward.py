@@ -22,8 +22,10 @@ import pandas as pd
 
 from cpbench.report import style
 from cpbench.report.style import human_tokens
-from cpbench.report.tables import md_table, ms, verdict
+from cpbench.report.units import EFFECT_UNIT
+from cpbench.report.tables import answer, md_table, ms
 from cpbench.results.critical_path import flag
+from cpbench.results.verdicts import saved_share
 
 CELL_KEYS = ["model", "backend", "cp_size", "bs", "max_extend_len", "prefix_len", "extend_lens"]
 MXFP4_LINE = ("gpt-oss stores its experts in MXFP4, which torch cannot run here: the stand-in experts run in {dtype} "
@@ -31,31 +33,17 @@ MXFP4_LINE = ("gpt-oss stores its experts in MXFP4, which torch cannot run here:
               "attention's share of the forward a lower bound.")
 
 
-def saved_fraction(speedup: float) -> float:
-    """The fraction of the two-call forward the fusion saves, ``1 - 1 / speedup`` (negative: it costs)."""
-    return 1 - 1 / speedup if speedup and math.isfinite(speedup) and speedup > 0 else math.nan
-
-
 def forward_text(c: pd.Series) -> str:
-    """One cell's answer on the forward, as the share of the two-call forward the fusion saves (+) or costs (−):
-    ``"0.9 % faster [+0.5 to +1.3 %] (saves 0.22 ms of 24.70 ms)"``, ``"tie (−0.2 %) [...] (costs 0.06 ms ...)"``,
+    """One cell's answer on the forward, in the one notation (the share of the two-call forward the fusion saves, +,
+    or costs, −, with its 95 % interval: :func:`cpbench.report.tables.answer`) and the ms it stands for:
+    ``"faster +0.9 % [+0.5, +1.3] (saves 0.22 ms of 24.70 ms)"``, ``"tie −0.2 % [−0.6, +0.3] (costs 0.06 ms ...)"``,
     or the status of a cell that did not run."""
     if c.get("status", "ok") != "ok" or not math.isfinite(float(c.get("speedup", math.nan))):
         return str(c.get("status", "—")) if c.get("status", "ok") != "ok" else "—"
     two, fused = float(c["two_call_us"]), float(c["fused_us"])
-    pct = 100 * saved_fraction(float(c["speedup"]))
-    lo, hi = (100 * saved_fraction(float(c.get(k, math.nan))) for k in ("speedup_ci_low", "speedup_ci_high"))
-    word = verdict(c)
-    head = f"{abs(pct):.1f} % {word}" if word in ("faster", "slower") else f"tie ({_signed(pct, 1)} %)"
-    band = f" [{_signed(lo, 1)} to {_signed(hi, 1)} %]" if math.isfinite(lo) and math.isfinite(hi) else ""
     host = "" if flag(c.get("host_hidden")) else ", host exposed"
     saves = (two - fused) / 1e3
-    return f"{head}{band} ({'saves' if saves >= 0 else 'costs'} {abs(saves):.2f} ms of {ms(two)} ms{host})"
-
-
-def _signed(x: float, digits: int) -> str:
-    """``+0.5`` / ``−0.3`` (a true minus sign, as the report's other signed figures)."""
-    return f"{x:+.{digits}f}".replace("-", "−")
+    return f"{answer(c)} ({'saves' if saves >= 0 else 'costs'} {abs(saves):.2f} ms of {ms(two)} ms{host})"
 
 
 def attention_share(view: pd.DataFrame, c: pd.Series, mode_tag: str = "fused") -> float:
@@ -80,9 +68,9 @@ def forward_cells(view: pd.DataFrame) -> pd.DataFrame:
     if fw.empty:
         return fw
     fw["saved_us"] = fw["two_call_us"] - fw["fused_us"]
-    fw["saved_pct"] = [100 * saved_fraction(s) for s in fw["speedup"]]
-    fw["saved_pct_low"] = [100 * saved_fraction(s) for s in fw["speedup_ci_low"]]
-    fw["saved_pct_high"] = [100 * saved_fraction(s) for s in fw["speedup_ci_high"]]
+    fw["saved_pct"] = [100 * saved_share(s) for s in fw["speedup"]]
+    fw["saved_pct_low"] = [100 * saved_share(s) for s in fw["speedup_ci_low"]]
+    fw["saved_pct_high"] = [100 * saved_share(s) for s in fw["speedup_ci_high"]]
     for tag in ("two_call", "fused"):
         fw[f"attn_share_{tag}"] = [attention_share(view, c, tag) for _, c in fw.iterrows()]
     return fw
@@ -114,7 +102,7 @@ def forward_section(view: pd.DataFrame, df: pd.DataFrame) -> list[str]:
                 f"The rest of each layer is {', '.join(rest)} of GPU work per layer (`--layer-rest-us`). ")
              + "Critical path: ranks wait for each other at every layer (K|V all-gather, MoE dispatch), so it is the "
                "sum over layer kinds of the slowest rank (`critical_rule`); the whole-forward maximum is kept as "
-               "`speedup_max`. Effect = fused − two-call on that path, with the 95 % interval; attention share = the "
+               "`speedup_max`. Effect = the share of the two-call forward fusion saves (+) or costs (−) on that path, with the 95 % interval; attention share = the "
                "graph-timed attention forward / this forward (fused); host hidden = every rank issued its forward "
                "faster than the GPU ran it.", "",
              md_table(["backend", "cp", "bs", "tokens", "two-call ms", "fused ms", "fusion on the forward",
@@ -164,7 +152,7 @@ def forward_chart(df: pd.DataFrame, out_dir: Path, name: str = "forward",
         return style.empty_chart(out_dir, name, title, "no breakable forward in this run (--timing breakable)")
     cps = sorted(set(fw["cp_size"]))
     fig, axes = style.new_figure(1, len(cps), height_in=3.4, sharey=True)
-    fig.suptitle(f"{title}\n% of the two-call forward on the layer-synchronised critical path, 95 % interval")
+    fig.suptitle(f"{title}\n{EFFECT_UNIT} on the layer-synchronised critical path")
     colors = style.bs_colors(fw["bs"])
     for ax, cp in zip(axes.ravel(), cps):
         v = fw[fw["cp_size"] == cp]
@@ -182,6 +170,8 @@ def forward_chart(df: pd.DataFrame, out_dir: Path, name: str = "forward",
         ax.axhline(0, color="#555555", lw=0.8)
         ax.set_title(f"cp {cp}")
         style.log2_xaxis(ax, v["max_extend_len"])
-    axes.ravel()[0].set_ylabel("forward saved by fusion (%)")
-    axes.ravel()[0].legend(fontsize=7, title="ring: host exposed", title_fontsize=7)
+    axes.ravel()[0].set_ylabel(EFFECT_UNIT)
+    handles, labels = axes.ravel()[0].get_legend_handles_labels()  # a line per bs, as drawn
+    axes.ravel()[0].legend(handles + [style.whisker_handle(style.WHISKERS_CI)], labels + [style.WHISKERS_CI],
+                           fontsize=7, title="ring: host exposed", title_fontsize=7)
     return style.save(fig, out_dir, name)

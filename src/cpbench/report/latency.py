@@ -1,4 +1,5 @@
-"""Critical-path latency vs sequence length, and the fused speedup heatmap (bs x extend length per cp_size)."""
+"""Critical-path latency vs sequence length, and the fused effect heatmap (bs x extend length per cp_size): the
+share of the two-call time fused saves, in the report's notation (:func:`cpbench.results.verdicts.effect_text`)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.lines import Line2D
 
 from cpbench.domain.modes import Mode, MODES
-from cpbench.results.verdicts import is_tie, ratio_text
+from cpbench.results.verdicts import effect_text, is_tie
 from cpbench.report import style
 from cpbench.report.data import cells, uniform
 from cpbench.report.style import MODE_LINE, MODE_MARKER, no_data, positive
+from cpbench.report.units import EFFECT_UNIT
 from cpbench.results.schema import MODES
 
 MODE_COLUMNS = tuple((m, m.replace("-", "_")) for m in MODES)  # the mode and its tag in column names
@@ -41,15 +43,16 @@ def latency_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
     view = cells(df)
     labels = list(dict.fromkeys(view["label"])) if len(view) else []
     colors = {lab: style.PALETTE[i % len(style.PALETTE)] for i, lab in enumerate(labels)}
-    drawn = False
+    drawn: dict = {}  # mode -> its first drawn line, for the legend
     for i, timing in enumerate(timings):
         for j, cp in enumerate(cps):
             ax = axes[i, j]
             v = view[(view["timing"] == timing) & (view["cp_size"] == cp)] if len(view) else view
-            if not _panel(ax, v, colors):
+            lines = _panel(ax, v, colors)
+            if not lines:
                 no_data(ax, f"cp {cp} · {timing}: no successful cells")
                 continue
-            drawn = True
+            drawn = {**lines, **drawn}
             ax.set_title(f"cp {cp} · {timing}")
             style.log2_xaxis(ax, v["max_extend_len"])
             if j == 0:
@@ -64,16 +67,17 @@ def latency_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
     for ax in axes.ravel():
         if ax.axison:
             style.log_y(ax)
-    if drawn:
+    if drawn:  # the modes as drawn (fused's open markers), then what the whiskers are
         handles = [Line2D([], [], color=colors[lab], lw=2, label=lab) for lab in labels]
-        handles += [Line2D([], [], color="#333333", ls=MODE_LINE[m], marker=MODE_MARKER[m], label=m)
-                    for m, _ in MODE_COLUMNS]
+        handles += [style.handle_like(drawn[m], m, "#333333") for m, _ in MODE_COLUMNS if m in drawn]
+        handles.append(style.whisker_handle("whiskers: p10–p90 of the slowest rank"))
         fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), frameon=False)
     return style.save(fig, out_dir, name)
 
 
-def _panel(ax, v: pd.DataFrame, colors: dict) -> bool:
-    drawn = False
+def _panel(ax, v: pd.DataFrame, colors: dict) -> dict:
+    """Draw ``v``'s latencies on ``ax``; returns ``{mode: its first drawn line}`` (empty: nothing drawn)."""
+    drawn: dict = {}
     for lab, g in v.groupby("label", sort=False):
         g = g.sort_values("max_extend_len")
         for mode, tag in MODE_COLUMNS:
@@ -86,9 +90,9 @@ def _panel(ax, v: pd.DataFrame, colors: dict) -> bool:
             lo = g[f"p10_{tag}_us"].to_numpy(float)[keep] / 1e3
             hi = g[f"p90_{tag}_us"].to_numpy(float)[keep] / 1e3
             err = np.vstack([np.clip(np.nan_to_num(y - lo), 0, None), np.clip(np.nan_to_num(hi - y), 0, None)])
-            ax.errorbar(x, y, yerr=err, color=colors[lab], ls=MODE_LINE[mode], marker=MODE_MARKER[mode],
-                        capsize=2.5, elinewidth=1, markerfacecolor="white" if mode == Mode.FUSED else colors[lab])
-            drawn = True
+            bars = ax.errorbar(x, y, yerr=err, color=colors[lab], ls=MODE_LINE[mode], marker=MODE_MARKER[mode],
+                               capsize=2.5, elinewidth=1, markerfacecolor="white" if mode == Mode.FUSED else colors[lab])
+            drawn.setdefault(mode, bars.lines[0])
     return drawn
 
 
@@ -101,10 +105,10 @@ def _norm(values: np.ndarray) -> TwoSlopeNorm:
 
 @style.styled
 def speedup_heatmap(df: pd.DataFrame, out_dir: Path, name: str, title: str,
-                    bar_label: str = "speedup two-call / fused (>1: fused faster)", neutral: bool = False) -> list[Path]:
-    """Speedup = two-call / fused on the critical path, bs (rows) x extend length (columns), a panel per cp_size
-    (rows) x timing (columns). Diverging colours centred on 1.0 (blue: fused faster), value in each cell
-    (font scaled to the cell width); a tie (:mod:`cpbench.results.verdicts`: the speedup's 95 % interval
+                    bar_label: str = f"{EFFECT_UNIT} (blue: fused faster)", neutral: bool = False) -> list[Path]:
+    """The share of the two-call time fused saves on the critical path (from the speedup two-call / fused), bs
+    (rows) x extend length (columns), a panel per cp_size (rows) x timing (columns). Diverging colours centred on
+    no effect (speedup 1.0; blue: fused faster), the effect in each cell (:func:`heat_text`); a tie (:mod:`cpbench.results.verdicts`: the speedup's 95 % interval
     contains 1) is marked "≈" after the value and drawn in the neutral colour of 1.0 (noise is not coloured
     as a win or a loss); cells that did not run are grey, hatched and labelled with their status, and cells
     measured on some ranks only (no critical path) with the ranks measured ("1/4 ranks"). ``bar_label``:
@@ -132,7 +136,29 @@ def speedup_heatmap(df: pd.DataFrame, out_dir: Path, name: str, title: str,
     if image is not None and not neutral and np.isfinite(view["speedup"].to_numpy(float)).any():
         cb = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, pad=0.02)
         cb.set_label(bar_label)
+        effect_ticks(cb, norm)
     return style.save(fig, out_dir, name)
+
+
+EFFECT_TICKS = (-90, -75, -50, -30, -20, -10, -5, -2, 0, 2, 5, 10, 20, 30, 50, 75, 90)  # % of two-call time
+
+
+def effect_ticks(cb, norm: TwoSlopeNorm) -> None:
+    """Label a speedup colour bar in the effect's unit: ticks at round shares of the two-call time fused saves
+    (``+10 %``: speedup ``1 / 0.9``), those inside the bar's range (at most seven, 0 always)."""
+    inside = [p for p in EFFECT_TICKS if norm.vmin <= 1 / (1 - p / 100) <= norm.vmax]
+    while len(inside) > 7:
+        inside = [p for i, p in enumerate(inside) if p == 0 or i % 2 == inside.index(0) % 2]
+    cb.set_ticks([1 / (1 - p / 100) for p in inside], labels=[f"{p:+d} %".replace("-", "−") if p else "0"
+                                                                 for p in inside])
+    cb.minorticks_off()
+
+
+def heat_text(speedup: float, cell_pt: float) -> str:
+    """A heatmap cell's text: the effect as the tables print it (:func:`effect_text`), without the space before
+    ``%`` in a narrow cell (under 40 pt)."""
+    text = effect_text(speedup)
+    return text if cell_pt >= 40 else text.replace(" %", "%")
 
 
 def heat_shade(grid: np.ndarray, tie: dict, neutral: bool = False) -> np.ndarray:
@@ -162,14 +188,12 @@ def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0, neutra
     shade = heat_shade(grid, tie, neutral)
     image = ax.imshow(np.ma.masked_invalid(shade), cmap="RdBu", norm=norm, aspect="auto", origin="lower")
     cell_pt = panel_in / len(cols) * 72
-    size = float(np.clip(cell_pt / 3.6, 6.0, 9.0))  # "1.23×" is ~3.3 em wide
+    size = float(np.clip(cell_pt / 4.2, 6.0, 9.0))  # "+12.3%" is ~3.9 em wide
     for (r, k), st in status.items():
         val = grid[r, k]
         if st == "ok" and math.isfinite(val):
             dark = abs(norm(shade[r, k]) - 0.5) > 0.3
-            text = ratio_text(val)  # as the tables print it: within 5 % of 1 the change in percent
-            text = text.replace(" %", "%") if "%" in text else (text if cell_pt > 32 else text.rstrip("×"))
-            ax.text(k, r, text + ("≈" if tie[(r, k)] and not neutral else ""),
+            ax.text(k, r, heat_text(val, cell_pt) + ("≈" if tie[(r, k)] and not neutral else ""),
                     ha="center", va="center", fontsize=size, color="white" if dark else "black")
         else:
             ax.add_patch(_fail_patch(k, r))

@@ -9,21 +9,22 @@ import math
 
 import pandas as pd
 
+from cpbench.domain.modes import ALL_MODES, Mode
+
 from cpbench.report.units import human_bytes, human_tokens
-from cpbench.report.tables import HOST_MARK, md_table, ms, times
+from cpbench.report.tables import HOST_MARK, md_table, ms
 from cpbench.results.critical_path import flag
 from cpbench.results.line import line_view
-from cpbench.results.verdicts import ratio_text, speedup_verdict
+from cpbench.results.verdicts import effect_text, verdict_text
 
 
 def _ratio(r: pd.Series, name: str) -> str:
     if r.get(f"{name}_status", "ok") != "ok":
         return str(r.get(f"{name}_status"))
     v, lo, hi = r.get(name, math.nan), r.get(f"{name}_ci_low", math.nan), r.get(f"{name}_ci_high", math.nan)
-    verdict = speedup_verdict(v, lo, hi)
-    text = f"{verdict} {ratio_text(v, lo, hi)}" if verdict != "n/a" else ratio_text(v, lo, hi)
+    text = verdict_text(v, lo, hi)
     if r.get("timing") == "eager" and flag(r.get(f"{name}_host_bound")):
-        text += f" {HOST_MARK} (GPU time {times(r.get(f'{name}_gpu', math.nan))})"
+        text += f" {HOST_MARK} (GPU time {effect_text(r.get(f'{name}_gpu', math.nan))})"
     return text
 
 
@@ -62,32 +63,37 @@ def todo_table(bs_values, swa: bool) -> list[str]:
             md_table(["page size", "bs", "table [bs, W]", "fused: [2·bs, W]", "cp-native saves"], rows), ""]
 
 
+# each effect column of the table: its column in results.line.line_view, its head, and the two modes it needs
+EFFECTS = (("fused_vs_two_call", "fused saves, % of two-call", (Mode.TWO_CALL, Mode.FUSED)),
+           ("native_vs_two_call", "cp-native saves, % of two-call", (Mode.TWO_CALL, Mode.CP_NATIVE)),
+           ("native_vs_fused", "cp-native saves, % of fused", (Mode.FUSED, Mode.CP_NATIVE)))
+
+
 def line_section(d: pd.DataFrame, view: pd.DataFrame, cpu: bool = False) -> list[str]:
-    """Markdown lines; empty when the run holds no cp-native row. ``view``: the run's critical-path view
-    (results.critical_path), to set flex's fused-vs-two-call ratio beside the other backends' on the same cells."""
+    """Markdown lines; empty when the run holds no cp-native row. A mode the run did not measure (``--modes``) has no
+    latency column and no effect column. ``view``: the run's critical-path view (results.critical_path), to set flex's
+    fused-vs-two-call effect beside the other backends' on the same cells."""
     line = line_view(d)
     if line.empty:
         return []
-    heads = ["backend", "cp", "bs", "extend", "timing", "two-call ms", "fused ms", "cp-native ms",
-             "fused vs two-call", "cp-native vs two-call", "cp-native vs fused", "page table: fused / cp-native"]
+    ran = [m for m in ALL_MODES if (d["mode"] == m).any()]  # a mode the run did not measure gets no column
+    pairs = [(name, head) for name, head, (first, second) in EFFECTS if first in ran and second in ran]
+    heads = (["backend", "cp", "bs", "extend", "timing"] + [f"{m} ms" for m in ran] + [h for _, h in pairs]
+             + ["page table: fused / cp-native"])
     rows = []
     for _, r in line.sort_values(["backend", "timing", "cp_size", "bs", "max_extend_len"]).iterrows():
         mem = "not measured (CPU)" if cpu or not math.isfinite(float(r.get("page_table_fused_bytes", math.nan))) else \
             f"{human_bytes(r['page_table_fused_bytes'])} / {human_bytes(r['page_table_cp_native_bytes'])}"
         rows.append([r["backend"], int(r["cp_size"]), int(r["bs"]), human_tokens(r["max_extend_len"]), r["timing"],
-                     ms(r.get("two_call_us")), ms(r.get("fused_us")), ms(r.get("cp_native_us")),
-                     *([_ratio(r, n) for n in ("fused_vs_two_call", "native_vs_two_call", "native_vs_fused")]
-                       if not cpu else [ratio_text(r.get(n)) for n in ("fused_vs_two_call", "native_vs_two_call",
-                                                                        "native_vs_fused")]),
-                     mem])
+                     *[ms(r.get(f"{m.tag}_us")) for m in ran],
+                     *[effect_text(r.get(n)) if cpu else _ratio(r, n) for n, _ in pairs], mem])
     natives = "; ".join(CP_NATIVE_CALL.get(b, f"{b}'s cp-native call") for b in sorted(set(line["backend"])))
     out = ["## Three points on one kernel family", "",
            "Two calls per layer, the PR's fused call over 2·bs segments with the row-duplicated page table, and a "
            f"CP-native call that duplicates nothing ({natives}), each on one kernel family. Latencies on the critical "
-           "path; each ratio is the first mode's latency over the second's" +
-           ("" if cpu else " (> 1: the second is faster)") +
+           "path; each effect is the share of one mode's time another saves (+) or costs (−)" +
            (". On a CPU these are a functional check, not a benchmark: no interval or verdict is given." if cpu else
-            f", with its 95 % interval; {HOST_MARK}: a host-bound eager cell, with its GPU-time ratio."), "",
+            f", with its 95 % interval; {HOST_MARK}: a host-bound eager cell, with its GPU-time effect."), "",
            md_table(heads, rows), ""]
     if "fa3" in set(line["backend"]):
         out += ["fa3 is upstream FlashAttention-3 where `kernel_impl` says `flash_attn_interface`: it has no sinks "
@@ -115,10 +121,11 @@ def _structure_vs_kernel(line: pd.DataFrame, view: pd.DataFrame) -> list[str]:
             same = same[same[k] == r[k]]
         if same.empty:
             continue
-        others = "; ".join(f"{o['backend']} {ratio_text(o['speedup'], o['speedup_ci_low'], o['speedup_ci_high'])}"
+        others = "; ".join(f"{o['backend']} {effect_text(o['speedup'], o['speedup_ci_low'], o['speedup_ci_high'])}"
                            for _, o in same.iterrows())
         out.append(f"- cp {int(r['cp_size'])} · bs {int(r['bs'])} · {human_tokens(r['max_extend_len'])} · "
                    f"{r['timing']}: fusing on {r['backend']} (structure alone) "
-                   f"{ratio_text(r['fused_vs_two_call'], r['fused_vs_two_call_ci_low'], r['fused_vs_two_call_ci_high'])}; "
+                   f"{effect_text(r['fused_vs_two_call'], r['fused_vs_two_call_ci_low'], r['fused_vs_two_call_ci_high'])}; "
                    f"the same fusion on {others} (structure and that kernel's handling of the synthetic batch).")
-    return (["Structure or kernel: fused vs two-call on each backend, same cells.", ""] + out + [""]) if out else []
+    return (["Structure or kernel: the share of the two-call time fused saves on each backend, same cells.", ""]
+            + out + [""]) if out else []

@@ -19,6 +19,7 @@ from cpbench.results.schema import MODES
 # (quantity, timing, line style, marker, legend text)
 # one convention in every chart: dashed is the fused mode, dotted is eager timing (README)
 QUANTITIES = (("gpu", "eager", ":", "o", "GPU forward, eager"), ("gpu", "graph", "-", "s", "GPU forward, graph"),
+              ("gpu", "breakable", (0, (6, 2)), "D", "GPU forward, breakable (the whole layer)"),
               ("setup", None, (0, (3, 1, 1, 1, 1, 1)), "^", "host setup (metadata+page table+plan)"),
               ("launch", "eager", "-.", "v", "host launch, eager"))
 
@@ -45,7 +46,8 @@ def overhead_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 @style.styled
 def overhead_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str, cpu: bool = False) -> list[Path]:
-    """GPU forward latency (eager and graph, slowest rank) vs host setup and host launch time, µs (log y)
+    """GPU forward latency (eager, graph and breakable, slowest rank: those the run timed) vs host setup and host
+    launch time, µs (log y)
     against max_extend_len, drawn in ms, a panel per bs at the largest cp_size, colour = mode. ``cpu``: CPU words (forward,
     setup without a plan). PNG + SVG paths."""
     if df.empty:
@@ -115,7 +117,7 @@ def balance_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
     fig, axes = style.new_figure(2, len(cps), height_in=3.0)
     fig.suptitle(f"{title} ({timing})" if timing else title)
     colors = style.bs_colors(view["bs"]) if len(view) else {}
-    drawn = False
+    drawn, lines = False, {}  # lines: mode -> its first drawn imbalance line, for the legend
     for j, cp in enumerate(cps):
         v = view[view["cp_size"] == cp] if len(view) else view
         cell = balance_cell(v) if len(v) else None
@@ -124,15 +126,15 @@ def balance_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
             no_data(axes[1, j], "")
             continue
         _rank_bars(axes[0, j], rows, cell)
-        _imbalance_lines(axes[1, j], v, colors)
+        lines = {**_imbalance_lines(axes[1, j], v, colors), **lines}
         drawn = True
     axes[0, 0].set_ylabel("latency (ms, y zoomed)")
     axes[1, 0].set_ylabel("imbalance, slowest / fastest rank")
-    if drawn:
+    if drawn:  # bars and lines as drawn (fused's open markers), then what the bars' whiskers are
         handles = [Patch(color=MODE_COLOR[m], label=f"{m} (bars)") for m in MODES]
         handles += [Line2D([], [], color=c, lw=2, label=f"bs {b}") for b, c in colors.items()]
-        handles += [Line2D([], [], color="#333333", ls=MODE_LINE[m], marker=MODE_MARKER[m], label=f"{m} (lines)")
-                    for m in MODES]
+        handles += [style.handle_like(lines[m], f"{m} (lines)", "#333333") for m in MODES if m in lines]
+        handles.append(style.whisker_handle("whiskers: p10–p90"))
         fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), frameon=False)
     return style.save(fig, out_dir, name)
 
@@ -161,13 +163,18 @@ def _rank_bars(ax, rows: pd.DataFrame, cell: pd.Series) -> None:
                  f"imbalance {imb}", fontsize=9)
 
 
-def _imbalance_lines(ax, v: pd.DataFrame, colors: dict) -> None:
+def _imbalance_lines(ax, v: pd.DataFrame, colors: dict) -> dict:
+    """Draw each bs's imbalance per mode; returns ``{mode: its first drawn line}``."""
+    drawn: dict = {}
     for bs, g in v.groupby("bs", sort=True):
         g = g.sort_values("max_extend_len")
         for mode in MODES:
             y = g[f"imbalance_{mode.replace('-', '_')}"].to_numpy(float)
             keep = positive(y)
             if keep.any():
-                ax.plot(g["max_extend_len"].to_numpy(float)[keep], y[keep], color=colors[bs], ls=MODE_LINE[mode],
-                        marker=MODE_MARKER[mode], markerfacecolor="white" if mode == Mode.FUSED else colors[bs])
+                (line,) = ax.plot(g["max_extend_len"].to_numpy(float)[keep], y[keep], color=colors[bs],
+                                  ls=MODE_LINE[mode], marker=MODE_MARKER[mode],
+                                  markerfacecolor="white" if mode == Mode.FUSED else colors[bs])
+                drawn.setdefault(mode, line)
     style.log2_xaxis(ax, v["max_extend_len"], max_labels=6 if ax.get_subplotspec().get_gridspec().ncols < 3 else 4)
+    return drawn

@@ -136,6 +136,7 @@ def throughput_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> 
     fig.suptitle(title)
     colors = style.bs_colors(tp["bs"])
     peak = pd.to_numeric(df.get("gemm_peak_tflops", pd.Series(dtype=float)), errors="coerce").max()
+    drawn: dict = {}  # mode -> its first drawn line, for the legend
     for i, t in enumerate(timings):
         for j, cp in enumerate(cps):
             ax, sub = axes[i, j], tp[(tp["timing"] == t) & (tp["cp_size"] == cp)]
@@ -144,7 +145,9 @@ def throughput_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> 
                 continue
             for (bs, mode), g in sub.groupby(["bs", "mode"], sort=True):
                 g = g.sort_values("max_extend_len")
-                ax.plot(g["max_extend_len"], g["tflops"], ls=MODE_LINE[mode], marker=MODE_MARKER[mode], color=colors[bs])
+                (line,) = ax.plot(g["max_extend_len"], g["tflops"], ls=MODE_LINE[mode], marker=MODE_MARKER[mode],
+                                  color=colors[bs])
+                drawn.setdefault(mode, line)
             ax.set_title(f"{t} · cp {cp}")
             style.log2_xaxis(ax, sub["max_extend_len"], max_labels=5)
             ax.set_ylim(bottom=0)
@@ -154,6 +157,6 @@ def throughput_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> 
                 sec = ax.secondary_yaxis("right", functions=(lambda v: 100 * v / peak, lambda p: p * peak / 100))
                 sec.set_ylabel("% of matmul peak")
     handles = [Line2D([], [], color=c, lw=2, label=f"bs {b}") for b, c in colors.items()]
-    handles += [Line2D([], [], color="#333333", ls=MODE_LINE[m], marker=MODE_MARKER[m], label=m) for m in MODES]
+    handles += [style.handle_like(drawn[m], m, "#333333") for m in MODES if m in drawn]
     fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), frameon=False)
     return style.save(fig, out_dir, name)

@@ -26,8 +26,8 @@ from cpbench.results.verdicts import CPU_CLAIM, TIE_BAND
 from cpbench.report.forward import cpu_forward_lines, forward_section
 from cpbench.report.line import line_section
 from cpbench.report.backend_answer import backend_answer
-from cpbench.report.charts import chart_stems, device_name, render_frame
-from cpbench.report.costs import kernel_counts
+from cpbench.report.charts import chart_stems, device_name, omitted_charts, render_frame
+from cpbench.report.costs import counts_missing, kernel_counts
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 from cpbench.report.data import cells, groups, on_cpu, one_view, prepare
 from cpbench.results.critical_path import span_text
@@ -36,8 +36,8 @@ from cpbench.report.dist_report import real_cp_section, sim_vs_real_section
 from cpbench.report.precision import precision_section
 from cpbench.report.resources import resources_section
 from cpbench.report.units import human_tokens
-from cpbench.report.tables import (cell_tables, cpu_summary_lines, kernel_lines, kernel_table, md_table,
-                                   merge_lines, reference_check_lines, summary_lines)
+from cpbench.report.tables import (cell_tables, kernel_lines, kernel_table, md_table, merge_lines, modes_text,
+                                   ran_lines, reference_check_lines, summary_lines)
 from cpbench.report.workloads import cp_share_lines, workload_sections
 
 ENV_KEYS = (("gpu_name", "GPU"), ("compute_capability", "compute capability"), ("driver", "driver"),
@@ -118,8 +118,23 @@ def _short(v, key: str | None = None) -> str:
     return f"`{key}` in `manifest.json`" if key and not isinstance(v, str) else s[: limit - 1] + "…"
 
 
-ALL_RAN = "- Every cell ran on every rank in both modes."
-ALL_RAN_THREE = "- Every cell ran on every rank in all three modes."  # a run with cp-native rows
+READING_GUIDE = (
+    "Speedup = two-call / fused on that path, printed everywhere (tables, charts, the console, `cpbench compare`) in "
+    "one unit: the share of the two-call time fused saves, signed, in percent (1 − 1 / speedup: 1.25× is +20.0 %), "
+    "with its 95 % interval in brackets in the same unit: `+0.7 % [+0.1, +1.4]` (+ saves, − costs; a column that "
+    "names other modes reads the same way, e.g. the share of the fused time cp-native saves). The interval is a "
+    "bootstrap that resamples each rank's raw samples and recomputes the critical path; where a verdict is shown, "
+    "faster when the interval lies above 0, slower when below, a tie when it contains 0 (without raw samples: a "
+    "speedup within ±{band}). × marks only ratios that are no such effect (kernel counts, real / simulated).")
+"""The report's reading guide to its effects (docs/design.md §4, "One unit for every effect")."""
+
+def all_ran(modes) -> str:
+    """The notes' line when nothing is to be noted: every cell ran on every rank in the run's ``modes``."""
+    return f"- Every cell ran on every rank in {modes_text(modes)}."
+
+
+ALL_RAN = all_ran(MODES)
+ALL_RAN_THREE = all_ran(ALL_MODES)  # a run with cp-native rows
 
 
 def notes(df: pd.DataFrame) -> list[str]:
@@ -141,9 +156,10 @@ def notes(df: pd.DataFrame) -> list[str]:
         out = out[:MAX_NOTES] + [f"- … and {len(out) - MAX_NOTES} more (see results.csv)."]
     partial, incomplete = [], []
     run_modes = set(df["mode"])
+    pair = set(MODES) <= run_modes  # a run without two-call or fused: said once, below, not of every cell
     for k, g in df.groupby(list(CELL_COLUMNS), sort=True):
         c = dict(zip(CELL_COLUMNS, k))
-        modes = [m for m in MODES if m in set(g["mode"])]
+        modes = [m for m in ALL_MODES if m in set(g["mode"])]
         ranks = sorted({int(r) for r in g["rank"].dropna()})
         lacking = missing_rows(g, run_modes)
         if lacking:
@@ -151,11 +167,14 @@ def notes(df: pd.DataFrame) -> list[str]:
                               f"bs {c['bs']} · {human_tokens(c['max_extend_len'])} tokens: **incomplete**, "
                               f"{incomplete_reason(lacking)}; "
                               "no critical path or speedup is computed from the ranks present.")
-        elif len(modes) < len(MODES) or ranks != list(range(int(c["cp_size"]))):
+        elif (pair and not set(MODES) <= set(modes)) or ranks != list(range(int(c["cp_size"]))):
             partial.append(f"cp {c['cp_size']} · bs {c['bs']} · {human_tokens(c['max_extend_len'])} tokens · "
                            f"{c['timing']}: {', '.join(modes)} on rank{'s' if len(ranks) > 1 else ''} "
                            f"{span_text(ranks)}")
     out += incomplete
+    if not pair:
+        out.append(f"- The run measured {modes_text(run_modes)} only (`--modes`): no cell has a fused-vs-two-call "
+                   "effect.")
     if partial:
         out.append(f"- {len(partial)} cell(s) measured only some ranks or modes (`--ranks`/`--mode`), so they have no "
                    f"critical-path speedup: e.g. {partial[0]}.")
@@ -165,7 +184,7 @@ def notes(df: pd.DataFrame) -> list[str]:
                    f"(e.g. cp {drop.iloc[0]['cp_size']}, bs {drop.iloc[0]['bs']}, "
                    f"{human_tokens(drop.iloc[0]['max_extend_len'])} tokens, {drop.iloc[0]['mode']}); treat those numbers "
                    "with care.")
-    return out or [ALL_RAN_THREE if Mode.CP_NATIVE in set(df["mode"]) else ALL_RAN]
+    return out or [all_ran(run_modes)]
 
 
 def run_rule(manifest: dict) -> CpRule:
@@ -305,13 +324,11 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
                + "attention layers), median of the timed samples, on the **critical path**: the slowest rank of "
                "each mode, since every CP rank waits for the slowest.")
     parts += [latency if cpu else  # a CPU report defines no speedup: it makes no claim with one
-              latency + " Speedup = two-call / fused (> 1: fused faster), with a 95 % bootstrap interval that "
-              "resamples each rank's raw samples and recomputes the critical path; a cell whose interval contains 1 "
-              f"is a tie (without raw samples: within ±{TIE_BAND:.0%}).", ""]
+              latency + " " + READING_GUIDE.format(band=f"{TIE_BAND:.0%}"), ""]
     counts = [(m, b, kernel_counts(rows)) for m, b, _, rows in groups(d) if len(rows)]
     unit = "calls" if cpu else "kernels"
-    three = "mode" in d and (d["mode"] == Mode.CP_NATIVE).any()
-    parts += ((cpu_summary_lines(view, three) + reference_check_lines(d)) if cpu else summary_lines(view))
+    pair = "mode" in d and set(MODES) <= set(d["mode"])  # fused against two-call: a speedup to summarise
+    parts += ((ran_lines(d) + reference_check_lines(d)) if cpu else summary_lines(view) if pair else ran_lines(d))
     parts += forward_section(view, d) if not cpu else cpu_forward_lines(d)
     parts += kernel_lines(counts, unit) + merge_lines(d)
     rule = run_rule(manifest)
@@ -326,7 +343,8 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     for heading, table in cell_tables(view, cpu):
         parts += [f"### {heading}", "", table, ""]
     if view.empty:
-        parts += ["_No result rows._", ""]
+        parts += ["_The run measured cp-native only: its latencies are in \"Three points on one kernel family\" "
+                  "above._" if "mode" in d and (d["mode"] == Mode.CP_NATIVE).any() else "_No result rows._", ""]
     parts += precision_section(d, manifest, cpu)
     parts += real_cp_section(d, manifest, cpu)
     sim = _simulated(d, sim_df)
@@ -337,14 +355,16 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
                "runs no GPU kernels), eager timing.", ""] if cpu else
               ["## Attention kernels per forward", "",
                "GPU kernel executions classified as attention (torch backend: calls), eager timing.", ""])
-    parts += [kernel_table(counts), "", "## Charts", ""]
+    why = next((w for _, _, _, rows in groups(d) if (w := counts_missing(rows, calls=cpu))), "")
+    parts += [kernel_table(counts, why, "call" if cpu else "kernel"), "", "## Charts", ""]
     for stem, model, backend, caption in chart_stems(d, cpu):
         stem = stored_stem(plot_dir, stem, model, backend)
         if plot_dir is None or (plot_dir / f"{stem}.png").exists():
             parts += [f"**{stem}** — {caption}", "", f"![{stem}](plots/{stem}.png)", ""]
+    parts += [f"**{stem}** — not drawn: {why}.\n" for stem, why in omitted_charts(d, cpu)]
     missing = missing_cells(d, manifest)
     ran = notes(d)
-    if missing and ran in ([ALL_RAN], [ALL_RAN_THREE]):
+    if missing and ran == [all_ran(set(d["mode"]))]:
         ran = []
     parts += ["## Notes", ""] + missing + ran + [""]
     return "\n".join(parts)
@@ -400,7 +420,7 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
         d = prepare(df)
         sim = _simulated(d, sim_df)
         if charts and sim is not None:
-            sim_vs_real_chart(d, sim, plot_dir)
+            sim_vs_real_chart(d, sim, plot_dir, device=device_name(manifest))
         sim_name = Path(simulated).resolve().name if simulated is not None else ""
         path = RunDir(run).report
         path.write_text(as_utf8(render_report(df, manifest, run.resolve().name, plot_dir, sim_df=sim_df,

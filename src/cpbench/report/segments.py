@@ -1,8 +1,8 @@
 """Where fusion stops paying: the fused call's segment count (2*bs) against its speedup, per backend.
 
 A run with at least :data:`MIN_BATCHES` batch sizes at one (cp_size, extend length, prefix) gets this chart:
-x = segments in the fused call (2*bs, log2), left panel the two-call / fused speedup on the critical path
-with its 95 % interval (one line per backend, eager dotted with open markers, graph solid; a host-bound
+x = segments in the fused call (2*bs, log2), left panel the share of the two-call time fused saves on the critical
+path (the report's notation, :func:`cpbench.results.verdicts.effect_text`) with its 95 % interval (one line per backend, eager dotted with open markers, graph solid; a host-bound
 eager cell crossed, off the line, and drawn at the axis edge with its value when outside the others' range),
 right panel the fused forward's latency per segment (µs; a log axis when it spans a decade), where a kernel
 that stalls past some segment count shows as a step.
@@ -20,6 +20,8 @@ from matplotlib.lines import Line2D
 from cpbench.report import style
 from cpbench.report.data import cells
 from cpbench.results.critical_path import flags
+from cpbench.results.verdicts import effect_text, saved_share
+from cpbench.report.units import EFFECT_UNIT
 
 MIN_BATCHES = 3
 TIMING_LINE = {"graph": "-", "eager": ":"}  # dotted eager, as in every chart (dashed is reserved for fused)
@@ -50,7 +52,8 @@ def has_segment_axis(df: pd.DataFrame) -> bool:
 
 @style.styled
 def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
-    """Speedup (with its 95 % interval) and fused µs per segment vs the fused call's segment count, a colour
+    """Fused effect (the share of the two-call time fused saves, with its 95 % interval) and fused µs per segment
+    vs the fused call's segment count, a colour
     per backend, graph solid / eager dotted. ``df``: prepared rows of the whole run (every backend).
     Returns the PNG and SVG paths; an empty chart when the run has no batch-size axis."""
     axis = segment_axes(cells(df))
@@ -66,9 +69,10 @@ def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
         color = style.PALETTE[i % len(style.PALETTE)]
         for timing, v in axis[axis["backend"] == backend].groupby("timing"):
             x = v["segments"].to_numpy(float)
-            s = v["speedup"].to_numpy(float)
-            lo = np.nan_to_num(s - v["speedup_ci_low"].to_numpy(float), nan=0.0).clip(0)
-            hi = np.nan_to_num(v["speedup_ci_high"].to_numpy(float) - s, nan=0.0).clip(0)
+            speedup = v["speedup"].to_numpy(float)
+            s = _pct(speedup)
+            lo = np.nan_to_num(s - _pct(v["speedup_ci_low"]), nan=0.0).clip(0)
+            hi = np.nan_to_num(_pct(v["speedup_ci_high"]) - s, nan=0.0).clip(0)
             # graph: filled markers, eager: open ones (and dotted), so the legend tells them apart at a glance
             style_kw = dict(color=color, ls=TIMING_LINE.get(timing, ":"), marker="o", ms=4,
                             mfc=color if timing == "graph" else "white")
@@ -78,14 +82,14 @@ def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
             keep = ~hb
             left.errorbar(x[keep], s[keep], yerr=[lo[keep], hi[keep]], capsize=2, **style_kw)
             span += [*(s[keep] - lo[keep]), *(s[keep] + hi[keep])]
-            host += [(xi, yi, color) for xi, yi in zip(x[hb], s[hb])]
+            host += [(xi, yi, color, sp) for xi, yi, sp in zip(x[hb], s[hb], speedup[hb])]
             # a proxy line: an errorbar's own legend entry does not show its line style (eager vs graph)
             handles.append(Line2D([], [], label=f"{backend} · {timing}", lw=1.5, **style_kw))
             right.plot(x, v["fused_us"].to_numpy(float) / x, label=f"{backend} · {timing}", **style_kw)
     _host_bound_marks(left, host, span)
-    left.axhline(1.0, color="#555555", lw=0.8)
-    left.set_ylabel("two-call / fused (> 1: fused faster)")
-    left.set_title("fusion speedup, 95 % interval")
+    left.axhline(0.0, color="#555555", lw=0.8)
+    left.set_ylabel(EFFECT_UNIT)
+    left.set_title("fusion's effect, whiskers: 95 % interval")
     right.set_ylabel("fused latency per segment (µs)")
     right.set_title("fused forward / segments")
     style.log_y(right)
@@ -101,22 +105,27 @@ def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
     return style.save(fig, out_dir, name)
 
 
-def _host_bound_marks(ax, points: list[tuple[float, float, str]], span: list[float]) -> None:
-    """Cross the host-bound eager ``(segments, speedup, backend colour)`` points. The y range is the other
-    points' (their intervals, and 1); a cross outside it is drawn at the edge with its value, so a CPU-bound
-    ratio does not set the scale of the kernel's answer."""
+def _pct(speedups) -> np.ndarray:
+    """Speedups two-call / fused as the share of the two-call time fused saves, in percent."""
+    return np.array([100 * saved_share(x) for x in np.asarray(speedups, dtype=float)], dtype=float)
+
+
+def _host_bound_marks(ax, points: list[tuple[float, float, str, float]], span: list[float]) -> None:
+    """Cross the host-bound eager ``(segments, effect %, backend colour, speedup)`` points. The y range is the
+    other points' (their intervals, and 0); a cross outside it is drawn at the edge with its effect
+    (:func:`effect_text`), so a CPU-bound effect does not set the scale of the kernel's answer."""
     vals = [v for v in span if math.isfinite(v)]
     if not vals:
-        for x, y, color in points:
+        for x, y, color, _ in points:
             ax.plot([x], [y], ls="none", marker="x", ms=9, mew=1.6, color=color)
         return
-    lo, hi = min(*vals, 1.0), max(*vals, 1.0)
-    pad = 0.08 * (hi - lo or 0.1)
+    lo, hi = min(*vals, 0.0), max(*vals, 0.0)
+    pad = 0.08 * (hi - lo or 10.0)
     lo, hi = lo - pad, hi + pad
     ax.set_ylim(lo, hi)
-    for x, y, color in points:
+    for x, y, color, speedup in points:
         shown = min(max(y, lo), hi)
         ax.plot([x], [shown], ls="none", marker="x", ms=9, mew=1.6, color=color, clip_on=False)
         if shown != y:
-            ax.annotate(f"{y:.2f}×", (x, shown), xytext=(8, 0), ha="left", va="center",
+            ax.annotate(effect_text(speedup), (x, shown), xytext=(8, 0), ha="left", va="center",
                         textcoords="offset points", fontsize=7, color=color)

@@ -18,8 +18,10 @@ from typing import Callable, Iterable
 import numpy as np
 from matplotlib import rc_context
 from matplotlib.axes import Axes
+from matplotlib.colors import to_rgba
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from cpbench.domain.modes import Mode
@@ -144,6 +146,27 @@ def log2_xaxis(ax: Axes, values: Iterable, label: str = "extend tokens per reque
     ax.set_xlabel(label)
 
 
+def handle_like(line: Line2D, label: str, color: str | None = None) -> Line2D:
+    """A legend handle drawn as ``line`` is drawn: its line style and width, its marker and size, and whether the
+    marker is filled or open (a face other than the line's colour, such as fused's white), in ``color`` (the line's
+    own when None). Legends built from the drawn artists show what the chart shows."""
+    own = line.get_color()
+    face = line.get_markerfacecolor()
+    filled = not (isinstance(face, str) and face == "none") and to_rgba(face) == to_rgba(own)
+    c = own if color is None else color
+    return Line2D([], [], color=c, ls=line.get_linestyle(), lw=line.get_linewidth(), marker=line.get_marker(),
+                  markersize=line.get_markersize(), markerfacecolor=c if filled else face, markeredgecolor=c,
+                  label=label)
+
+
+def whisker_handle(label: str) -> Line2D:
+    """The legend entry that says what a chart's whiskers are (``whiskers: 95 % interval``, ``whiskers: p10–p90``)."""
+    return Line2D([], [], color="#333333", ls="none", marker="|", markersize=11, markeredgewidth=1.2, label=label)
+
+
+WHISKERS_CI = "whiskers: 95 % interval"
+
+
 def bs_colors(bss: Iterable) -> dict:
     """Stable colour per batch size (sorted order)."""
     return {b: PALETTE[i % len(PALETTE)] for i, b in enumerate(sorted(set(bss)))}
@@ -152,8 +175,9 @@ def bs_colors(bss: Iterable) -> dict:
 def log_y(ax: Axes, fmt: Callable[[float], str] = lambda v: f"{v:,.0f}" if v >= 1e4 else f"{v:g}") -> None:
     """Log y axis with plain labels (0.1, 1, 10; 2 and 5 as well when the span is two decades or less, 1.5, 3
     and 7 too up to 1.3 decades; denser whenever fewer than three labels would fall inside the limits); a
-    linear one when the data span less than a decade (a log axis would carry one or two labels). Call
-    after plotting, when the limits are known."""
+    linear one when the data span less than a decade (a log axis would carry one or two labels). The axis label
+    says "log scale" when the axis stays logarithmic, and only then (a caption cannot know). Call after plotting and
+    labelling, when the limits are known."""
     ax.set_yscale("log")  # the span is read from the log autoscale: linear limits may reach down to 0
     lo, hi = ax.get_ylim()
     span = math.log10(hi / lo) if lo > 0 and hi > lo else 0.0
@@ -161,6 +185,9 @@ def log_y(ax: Axes, fmt: Callable[[float], str] = lambda v: f"{v:,.0f}" if v >= 
         ax.set_yscale("linear")
         ax.autoscale_view()
         return
+    label = ax.get_ylabel()
+    if label and "log scale" not in label:
+        ax.set_ylabel(label[:-1] + ", log scale)" if label.endswith(")") else label + " (log scale)")
     # labelled ticks at 1, 1.5, 2, 3, 5, 7 x 10^k up to 1.3 decades (1, 2, 5 alone can leave the lowest line
     # unlabelled), 1, 2, 5 x 10^k up to two decades (a decade-only axis may show one label), else decades
     subs = (1.0, 1.5, 2.0, 3.0, 5.0, 7.0) if span <= 1.3 else (1.0, 2.0, 5.0) if span <= 2 else (1.0,)

@@ -1,7 +1,8 @@
 """Markdown pieces of the report, computed from the critical-path view (no matplotlib drawing here).
 
-Speedup = two-call / fused latency on the critical path. A cell's verdict comes from its 95 % bootstrap
-interval (``speedup_ci_low/high``) by the one rule of :mod:`cpbench.results.verdicts` (faster when the
+Speedup = two-call / fused latency on the critical path, printed as the share of the two-call time fused saves
+(:func:`cpbench.results.verdicts.effect_text`: ``+0.7 % [+0.1, +1.4]``). A cell's verdict comes from its 95 %
+bootstrap interval (``speedup_ci_low/high``) by the one rule of :mod:`cpbench.results.verdicts` (faster when the
 interval lies above 1, slower when below, a tie when it contains 1; without raw samples ±TIE_BAND).
 """
 
@@ -12,11 +13,12 @@ import math
 import numpy as np
 import pandas as pd
 
-from cpbench.domain.modes import Mode, MODES
+from cpbench.domain.modes import ALL_MODES, Mode, MODES
 from cpbench.results.critical_path import flags
-from cpbench.results.verdicts import ratio_text, speedup_verdict
+from cpbench.results.schema import CELL_COLUMNS
+from cpbench.results.verdicts import effect_text, speedup_verdict, verdict_text
 from cpbench.report.data import ranks_text, uniform
-from cpbench.report.units import human_tokens
+from cpbench.report.units import EFFECT_UNIT, human_tokens
 from cpbench.domain.tolerance import reference_tolerance
 from cpbench.results.policy import host_bound_text
 
@@ -52,14 +54,20 @@ def ms(us: float) -> str:
 
 
 def times(x: float) -> str:
-    """1.234 -> '1.23×'; NaN -> '—'."""
+    """A ratio that is no effect of one path against another (kernel counts, real / simulated): 1.234 -> '1.23×';
+    NaN -> '—'. An effect (a speedup) is printed by :func:`effect`."""
     return f"{x:.2f}×" if x is not None and math.isfinite(float(x)) else "—"
 
 
-def times_ci(c) -> str:
-    """'1.15× [1.13–1.33]' (speedup and its 95 % interval), or within 5 % of 1 the change in percent
-    ('+0.6 % [+0.1, +1.1]'), with the digits it needs (:func:`cpbench.results.verdicts.ratio_text`)."""
-    return ratio_text(c["speedup"], c.get("speedup_ci_low", math.nan), c.get("speedup_ci_high", math.nan))
+def effect(c) -> str:
+    """A cell's fused effect: the share of the two-call time fused saves with its 95 % interval,
+    ``+0.7 % [+0.1, +1.4]`` (:func:`cpbench.results.verdicts.effect_text`)."""
+    return effect_text(c["speedup"], c.get("speedup_ci_low", math.nan), c.get("speedup_ci_high", math.nan))
+
+
+def answer(c) -> str:
+    """A cell's verdict and effect, ``faster +0.7 % [+0.1, +1.4]`` (:func:`cpbench.results.verdicts.verdict_text`)."""
+    return verdict_text(c["speedup"], c.get("speedup_ci_low", math.nan), c.get("speedup_ci_high", math.nan))
 
 
 def verdict(c) -> str:
@@ -102,19 +110,20 @@ def summary_lines(view: pd.DataFrame) -> list[str]:
         best, worst = ok.loc[ok["speedup"].idxmax()], ok.loc[ok["speedup"].idxmin()]
         s = head + (f"fused is faster in {len(win)} of {plural(len(ok), 'cell')}" if len(win) else
                     f"fused is not faster in {'the one cell' if len(ok) == 1 else f'any of {len(ok)} cells'}")
-        s += f" (median {times(ok['speedup'].median())}, best {times(best['speedup'])} at {where(best)})"
+        s += (f" (fused saves a median {effect_text(ok['speedup'].median())} of the two-call time, best "
+              f"{effect_text(best['speedup'])} at {where(best)})")
         if len(lose):
-            s += (f", slower in {len(lose)} (worst {times(worst['speedup'])} at {where(worst)}, slowest fused "
+            s += (f", slower in {len(lose)} (worst {effect_text(worst['speedup'])} at {where(worst)}, slowest fused "
                   f"rank {int(worst['slowest_rank_fused'])})")
         else:
             s += ", and never clearly slower"
         ties = len(ok) - len(win) - len(lose)
-        s += f"; {ties} {'tie' if ties == 1 else 'ties'} (95 % interval contains 1)."
+        s += f"; {ties} {'tie' if ties == 1 else 'ties'} (95 % interval contains 0)."
         seqs = sorted(set(ok["max_extend_len"]))
         if len(seqs) > 1:
             lo, hi = ok[ok["max_extend_len"] == seqs[0]], ok[ok["max_extend_len"] == seqs[-1]]
-            s += (f" Median speedup {times(lo['speedup'].median())} at {human_tokens(seqs[0])} tokens vs "
-                  f"{times(hi['speedup'].median())} at {human_tokens(seqs[-1])}.")
+            s += (f" Median {effect_text(lo['speedup'].median())} at {human_tokens(seqs[0])} tokens vs "
+                  f"{effect_text(hi['speedup'].median())} at {human_tokens(seqs[-1])}.")
         if failed:
             s += f" {plural(failed, 'cell')} did not run (see Notes)."
         if part:
@@ -124,25 +133,48 @@ def summary_lines(view: pd.DataFrame) -> list[str]:
     return out
 
 
-def cpu_summary_lines(view: pd.DataFrame, three_modes: bool = False) -> list[str]:
-    """Summary bullets of a CPU run, one per (model, backend, timing): which cells ran on every rank in both
-    modes of ``view`` (the critical-path view: two-call and fused, named so when ``three_modes``, a run with
-    cp-native rows, whose third point has its own section), which did not. No speedup: CPU timings are a
-    functional check, not a benchmark."""
-    out = []
-    if view.empty:
+def modes_text(modes) -> str:
+    """How the report names the modes a run (or a group of it) measured: ``both modes`` for two-call and fused,
+    ``all three modes``, else their names (``two-call``, ``fused and cp-native``)."""
+    names = [str(m) for m in ALL_MODES if m in {str(x) for x in modes}]
+    if names == [str(m) for m in MODES]:
+        return "both modes"
+    if len(names) == len(ALL_MODES):
+        return "all three modes"
+    return " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + f" and {names[-1]}"
+
+
+def ran_lines(d: pd.DataFrame) -> list[str]:
+    """Summary bullets from the rows themselves, one per (model, backend, timing) of ``d`` (prepared rows of every
+    mode): how many cells ran on every rank in the modes the group measured (:func:`modes_text`; a mode every row
+    of which is ``unsupported`` is named as such and not counted), on some ranks only, or did not run. No speedup:
+    the summary of a CPU run (a functional check) and of a run without both two-call and fused."""
+    if d.empty:
         return ["- No cells in this run."]
-    for (model, backend, timing), v in view.groupby(["model", "backend", "timing"], sort=True):
-        every = v["all_ranks"].map(lambda x: x is True or x == 1)
-        ran = int(((v["status"] == "ok") & every).sum())
-        some = int(((v["status"] == "ok") & ~every).sum())
-        s = (f"- **{model} · {backend} · {timing}** (cp {', '.join(str(c) for c in sorted(set(v['cp_size'])))}): "
-             f"{ran} of {plural(len(v), 'cell')} ran on every rank in "
-             f"{'two-call and fused' if three_modes else 'both modes'}")
+    keys = [c for c in CELL_COLUMNS if c in d]
+    out = []
+    for (model, backend, timing), g in d.groupby(["model", "backend", "timing"], sort=True):
+        modes = [m for m in ALL_MODES if (g["mode"] == m).any()]
+        lacking = [str(m) for m in modes if (g.loc[g["mode"] == m, "status"] == "unsupported").all()]
+        counted = [m for m in modes if str(m) not in lacking]
+        head = f"- **{model} · {backend} · {timing}** (cp {', '.join(str(c) for c in sorted(set(g['cp_size'])))}): "
+        lack = f"{' and '.join(lacking)} {'is' if len(lacking) == 1 else 'are'} not supported by {backend}"
+        if not counted:
+            out.append(f"{head}{lack}: no cell ran.")
+            continue
+        ran = some = failed = 0
+        for _, c in g[g["mode"].isin(counted)].groupby(keys, sort=False, dropna=False):
+            ranks = set(range(int(c["cp_size"].iloc[0])))
+            if (c["status"] != "ok").any():
+                failed += 1
+            elif all(set(c.loc[c["mode"] == m, "rank"]) == ranks for m in counted):
+                ran += 1
+            else:
+                some += 1
+        s = f"{head}{ran} of {plural(ran + some + failed, 'cell')} ran on every rank in {modes_text(counted)}"
         s += f"; {plural(some, 'cell')} on some ranks only" if some else ""
-        failed = len(v) - ran - some
         s += f"; {plural(failed, 'cell')} did not run (see Notes)." if failed else "."
-        out.append(s)
+        out.append(s + (f" {lack[0].upper()}{lack[1:]}." if lacking else ""))
     return out
 
 
@@ -185,11 +217,11 @@ def host_bound_lines(ok: pd.DataFrame, group: str) -> list[str]:
     hb = ok[flags(ok["host_bound"])] if "host_bound" in ok else ok.iloc[0:0]
     if hb.empty:
         return []
-    cells = "; ".join(f"{where(c)}: {times(c['speedup'])} eager vs {times(c['gpu_speedup'])} GPU time"
+    cells = "; ".join(f"{where(c)}: {effect_text(c['speedup'])} eager vs {effect_text(c['gpu_speedup'])} GPU time"
                       for _, c in hb.head(8).iterrows())
     more = f" (+{len(hb) - 8} more)" if len(hb) > 8 else ""
     return [f"  - Host-bound ({group}, {len(hb)} cell(s)): the eager latency exceeds {host_bound_text()} the GPU busy time, so "
-            f"the eager speedup measures how fast the CPU launches: {cells}{more}."]
+            f"the eager effect measures how fast the CPU launches: {cells}{more}."]
 
 
 def cell_tables(view: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str]]:
@@ -203,7 +235,7 @@ def cell_tables(view: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str]]:
         prefix = bool((v["prefix_len"] > 0).any())
         partial = not v["all_ranks"].map(lambda x: x is True or x == 1).all()
         heads = ["bs>", "extend tokens>"] + (["prefix (longest)>"] if prefix else []) + (["ranks measured"] if partial else []) + [
-            "two-call ms>", "fused ms>", "speedup [95% CI]>", "slowest rank (two-call / fused)>",
+            "two-call ms>", "fused ms>", f"{EFFECT_UNIT} [95% CI]>", "slowest rank (two-call / fused)>",
             "imbalance (two-call / fused)>", "status"]
         rows = []
         for _, c in v.iterrows():
@@ -214,9 +246,9 @@ def cell_tables(view: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str]]:
                              for x in (float(c["imbalance_two_call"]), float(c["imbalance_fused"])))
             rows.append([c["bs"], tok] + ([human_tokens(c["prefix_len"])] if prefix else [])
                         + ([c["ranks_label"]] if partial else []) + [
-                ms(c["two_call_us"]), ms(c["fused_us"]), times_ci(c),
+                ms(c["two_call_us"]), ms(c["fused_us"]), effect(c),
                 ranks_text(c["slowest_rank_two_call"], c["slowest_rank_fused"]), imb, status])
-        if cpu:  # drop "speedup [95% CI]", "slowest rank", "imbalance"
+        if cpu:  # drop the effect, "slowest rank", "imbalance"
             drop = {len(heads) - 4, len(heads) - 3, len(heads) - 2}
             heads = [h for i, h in enumerate(heads) if i not in drop]
             rows = [[x for i, x in enumerate(r) if i not in drop] for r in rows]
@@ -224,9 +256,10 @@ def cell_tables(view: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str]]:
     return out
 
 
-def kernel_table(counts_by_group: list[tuple[str, str, dict]]) -> str:
+def kernel_table(counts_by_group: list[tuple[str, str, dict]], why: str = "", unit: str = "kernel") -> str:
     """Attention kernels per forward: per rank and over all ranks, two-call vs fused, one row per
-    (model, backend, cp_size). ``counts_by_group``: ``[(model, backend, costs.kernel_counts(...))]``."""
+    (model, backend, cp_size). ``counts_by_group``: ``[(model, backend, costs.kernel_counts(...))]``; without any,
+    a line with ``why`` (``costs.counts_missing``) in ``unit`` (``call`` on a CPU) when given."""
     rows = []
     for model, backend, counts in counts_by_group:
         for cp, by in counts.items():
@@ -239,7 +272,7 @@ def kernel_table(counts_by_group: list[tuple[str, str, dict]]) -> str:
                          tc["total"] if every else "—", fu["total"] if every else "—",
                          times(ratio), where_ + (" (counts vary by cell)" if tc["varies"] or fu["varies"] else "")])
     if not rows:
-        return "_No kernel counts recorded (no successful profiled cell)._"
+        return f"_No attention {unit} counts: {why}._" if why else "_No kernel counts recorded (no successful profiled cell)._"
     return md_table(["model", "backend", "cp>", "two-call / rank>", "fused / rank>", "two-call, all ranks>",
                      "fused, all ranks>", "reduction>", "measured at"], rows)
 

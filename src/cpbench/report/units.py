@@ -1,4 +1,5 @@
-"""How the report writes token counts and byte sizes (``1K``, ``1.5 MiB``): shared by the charts
+"""How the report writes token counts, byte sizes and the fused effect's unit (``1K``, ``1.5 MiB``,
+:data:`EFFECT_UNIT`): shared by the charts
 (:mod:`cpbench.report.style`) and the text (tables, sections, the console summary), which therefore import no
 plotting library.
 """
@@ -6,6 +7,10 @@ plotting library.
 from __future__ import annotations
 
 import math
+
+EFFECT_UNIT = "fused saves, % of two-call time"
+"""The unit of every fused-vs-two-call effect, as a table's column and a chart's axis name it: the signed share of
+the two-call time the fused path saves (``cpbench.results.verdicts.effect_text``: ``+0.7 % [+0.1, +1.4]``)."""
 
 
 def human_tokens(v: float) -> str:

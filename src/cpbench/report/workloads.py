@@ -12,7 +12,8 @@ from cpbench.domain.modes import Mode, MODES
 from cpbench.domain.eligibility import DEFAULT_RULE, CpRule
 from cpbench.results.critical_path import flags
 from cpbench.report.units import human_tokens
-from cpbench.report.tables import HOST_MARK, md_table, ms, times, times_ci, verdict
+from cpbench.report.tables import HOST_MARK, answer, md_table, ms, verdict
+from cpbench.results.verdicts import effect_text
 
 MAX_LENGTH_COLUMNS = 6  # more distinct lengths than this (a length mix): columns become power-of-two bins
 
@@ -26,8 +27,8 @@ def _length_bins(lengths: list[int]) -> dict[int, str]:
 
 
 def _cell_text(cells: pd.DataFrame) -> str:
-    """One grid entry: ``faster 1.22× [1.20–1.25]`` for one cell (with its 95 % interval; ``faster 1.1–1.3×``
-    for several that agree), else the
+    """One grid entry: ``faster +18.0 % [+16.7, +20.0]`` for one cell (the share of the two-call time fused saves,
+    with its 95 % interval; ``faster +9.1 % to +23.1 %`` for several that agree), else the
     counts (``2 faster · 1 tie``); ``no CP`` when every batch is one SGLang runs without CP, ``—`` when no
     cell ran in both modes for another reason."""
     ok = cells[(cells["status"] == "ok") & cells["speedup"].map(lambda x: math.isfinite(float(x)))]
@@ -36,12 +37,10 @@ def _cell_text(cells: pd.DataFrame) -> str:
     verdicts = list(ok.apply(verdict, axis=1))
     if len(ok) == 1:
         hb = "host_bound" in ok and bool(flags(ok["host_bound"]).iloc[0]) and ok.iloc[0]["timing"] == "eager"
-        return f"{verdicts[0]} {times_ci(ok.iloc[0])}" + (f" {HOST_MARK} (GPU time {times(ok.iloc[0]['gpu_speedup'])})"
-                                                         if hb else "")
+        return answer(ok.iloc[0]) + (f" {HOST_MARK} (GPU time {effect_text(ok.iloc[0]['gpu_speedup'])})" if hb else "")
     if len(set(verdicts)) == 1:
-        lo, hi = float(ok["speedup"].min()), float(ok["speedup"].max())
-        sp = times(lo) if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{times(hi)}"
-        return f"{verdicts[0]} {sp}"
+        lo, hi = effect_text(ok["speedup"].min()), effect_text(ok["speedup"].max())
+        return f"{verdicts[0]} {lo}" if lo == hi else f"{verdicts[0]} {lo} to {hi}"
     return " · ".join(f"{verdicts.count(v)} {v}" for v in ("faster", "slower", "tie") if v in verdicts)
 
 
@@ -110,10 +109,11 @@ def layer_kind_table(d: pd.DataFrame) -> str:
         for col in ("window_layers_us", "full_layers_us"):
             by_mode = {m: pd.to_numeric(g.loc[g["mode"] == m, col], errors="coerce").max() for m in MODES}
             tc, fu = by_mode[Mode.TWO_CALL], by_mode[Mode.FUSED]
-            entry += [ms(tc), ms(fu), times(tc / fu) if fu > 0 else "—"]
+            entry += [ms(tc), ms(fu), effect_text(tc / fu) if fu > 0 else "—"]
         rows.append(entry)
     return md_table(["model", "backend", "tp>", "cp>", "bs>", "tokens>", "window two-call ms>", "window fused ms>",
-                     "window speedup>", "full two-call ms>", "full fused ms>", "full speedup>"], rows)
+                     "window: fused saves, % of two-call>", "full two-call ms>", "full fused ms>",
+                     "full: fused saves, % of two-call>"], rows)
 
 
 def _tokens(c: dict) -> str:
@@ -129,8 +129,9 @@ def workload_sections(view: pd.DataFrame, d: pd.DataFrame, rule: CpRule = DEFAUL
     """The report's "When to fuse" and "By layer kind" sections (markdown lines); ``rule``: the sweep's
     eligibility rule (:func:`cp_share_lines`)."""
     parts = ["## When to fuse", "",
-             "Fused vs two-call on the critical path over (bs, longest extend length), by the speedup's 95 % "
-             "interval: faster when it lies above 1, slower when below 1, else a tie; the speedup follows. "
+             "Fused vs two-call on the critical path over (bs, longest extend length), by the 95 % interval of the "
+             "share of the two-call time fused saves: faster when it lies above 0, slower when below 0, else a tie; "
+             "the share and its interval follow. "
              "Several batches in one entry (a length mix) are counted by verdict; no CP: batches SGLang runs without "
              f"CP ({rule.describe()}).", ""]
     for heading, table in when_to_fuse(view):
@@ -143,6 +144,7 @@ def workload_sections(view: pd.DataFrame, d: pd.DataFrame, rule: CpRule = DEFAUL
         parts += ["## By layer kind", "",
                   "From the profiled eager forward of each rank and mode: the GPU busy time of the sliding-window "
                   "layers and of the full-attention layers, each summed over its layers (the largest over ranks, "
-                  "per kind and mode), and two-call / fused for each kind (> 1: fusion gains on that kind).", "",
+                  "per kind and mode), and for each kind the share of the two-call time fused saves (+: fusion gains "
+                  "on that kind).", "",
                   table, ""]
     return parts

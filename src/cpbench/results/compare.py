@@ -21,8 +21,9 @@ Rule (``fail_above`` default 0.05):
   * skipped in both: a row ``skipped`` (over --max-prefill-tokens) in BASE and NEW is not comparable but no
     failure (``CompareResult.skipped_both``); ok in BASE and skipped in NEW, it is lost.
   Exit code 1 (the gate fails) on any regression, and on any lost row unless ``allow_missing``. A CPU run
-  (either manifest, ``verdicts.on_cpu``) is a functional check: its latencies are not gated, its
-  correctness is (a row ok in BASE that fails or goes missing in NEW still fails the gate).
+  (either manifest, ``verdicts.on_cpu``) is a functional check: no row is a regression or an ungated slowdown
+  (its latencies are shown, never judged against the threshold), its correctness is gated (a row ok in BASE that
+  fails or goes missing in NEW still fails the gate).
   Without raw samples the CI falls back to [new_ci_low / base_ci_high, new_ci_high / base_ci_low]
   from the rows' own median CIs; with neither, the CI is unknown and the tie band decides.
 """
@@ -70,8 +71,8 @@ class CompareResult:
         allow_missing: lost rows do not fail the gate.
         speedups: per cell, both runs' critical-path speedups, intervals and verdicts
             (:func:`cpbench.results.compare_speedup.speedup_frame`).
-        cpu: either run is on a CPU (``verdicts.on_cpu``): a functional check, so latencies are not gated
-            (:meth:`latency_flags` says what a GPU run would have failed on); lost rows still are.
+        cpu: either run is on a CPU (``verdicts.on_cpu``): a functional check, so no row is a regression (the
+            table's ``regression`` and ``ungated`` are False); lost rows still fail the gate.
     """
 
     table: pd.DataFrame
@@ -96,16 +97,16 @@ class CompareResult:
         return nc[(nc["base_status"] == SKIPPED) & (nc["new_status"] == SKIPPED)]
 
     def latency_flags(self) -> list[str]:
-        """The latency rule's line (rows slower by more than ``fail_above`` with the CI above 1), [] if none;
-        part of :meth:`gate_reasons` except on a CPU run."""
+        """The latency rule's line (rows slower by more than ``fail_above`` with the CI above 1), [] if none (always
+        on a CPU run, which has no regression)."""
         if not len(self.regressions):
             return []
         return [f"{len(self.regressions)} row(s) slower by more than {self.fail_above:.1%} with the 95% CI above 1"]
 
     def gate_reasons(self) -> list[str]:
-        """Why the gate fails, one line per kind (empty: it passes): regressions (not on a CPU run) and
+        """Why the gate fails, one line per kind (empty: it passes): regressions (none on a CPU run) and
         rows ok in BASE lost in NEW."""
-        out = [] if self.cpu else self.latency_flags()
+        out = self.latency_flags()
         lost = self.lost if self.lost is not None else pd.DataFrame()
         failed = lost[lost["new_status"].isin(FAILED)] if len(lost) else lost
         gone = lost[~lost["new_status"].isin(FAILED)] if len(lost) else lost
@@ -198,12 +199,14 @@ def _n_samples(row: pd.Series, samples: np.ndarray) -> int:
 
 
 def compare_frames(base: pd.DataFrame, new: pd.DataFrame, fail_above: float = 0.05, n_boot: int = 2000,
-                   seed: int = 0, min_samples: int = MIN_SAMPLES, allow_missing: bool = False) -> CompareResult:
+                   seed: int = 0, min_samples: int = MIN_SAMPLES, allow_missing: bool = False,
+                   cpu: bool = False) -> CompareResult:
     """Compare two results frames (see the module docstring for the rule).
 
     Args: fail_above: fraction >= 0 (0.05 = 5%); n_boot: bootstrap resamples; seed: base seed;
         min_samples: timed samples both rows need before a slowdown can count as a regression;
-        allow_missing: rows ok in BASE but not measured in NEW do not fail the gate.
+        allow_missing: rows ok in BASE but not measured in NEW do not fail the gate;
+        cpu: either run is on a CPU (a functional check): no row is a regression or an ungated slowdown.
     Raises: CpbenchInputError for a negative or non-finite fail_above, or min_samples < 2.
     """
     if not (math.isfinite(fail_above) and fail_above >= 0):
@@ -224,7 +227,7 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, fail_above: float = 0.
         if not math.isfinite(lo):
             lo, hi = _fallback_ci(br, nr)
         enough = min(_n_samples(br, bs), _n_samples(nr, ns)) >= min_samples
-        slow = ratio > 1 + fail_above and (not math.isfinite(lo) or lo > 1.0)
+        slow = ratio > 1 + fail_above and (not math.isfinite(lo) or lo > 1.0) and not cpu
         recs.append({**{c: br[c] for c in keys}, "base_us": bm, "new_us": nm, "ratio": ratio, "ci_low": lo,
                      "ci_high": hi, "verdict": ratio_verdict(ratio, lo, hi), "regression": bool(slow and enough),
                      "ungated": bool(slow and not enough),
@@ -242,7 +245,7 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, fail_above: float = 0.
                       only_base[only_base["status"] == "ok"].rename(columns={"status": "base_status"}).assign(
                           new_status=MISSING, new_reason="not in the new run")], ignore_index=True)
     return CompareResult(table, only_base, only(n, b), nc, fail_above, min_samples, lost, allow_missing,
-                         speedup_frame(base, new))
+                         speedup_frame(base, new), cpu)
 
 
 def compare_runs(base_dir: str | Path, new_dir: str | Path, fail_above: float = 0.05, n_boot: int = 2000,
@@ -255,8 +258,8 @@ def compare_runs(base_dir: str | Path, new_dir: str | Path, fail_above: float = 
     base_df, base_man = load_run(base_dir)
     new_df, new_man = load_run(new_dir)
     check_same_model(base_man, new_man)
-    res = compare_frames(base_df, new_df, fail_above, n_boot, seed, min_samples, allow_missing)
-    res.cpu = on_cpu(base_man) or on_cpu(new_man)
+    res = compare_frames(base_df, new_df, fail_above, n_boot, seed, min_samples, allow_missing,
+                         cpu=on_cpu(base_man) or on_cpu(new_man))
     return res, base_man, new_man
 
 

@@ -80,32 +80,44 @@ def on_cpu(manifest: dict) -> bool:
     return str(device).strip().lower().startswith("cpu")
 
 
-PERCENT_BAND = 0.05
-"""Within this fraction of 1 a ratio is printed as a signed percentage (``+0.6 % [+0.1, +1.1]``): ``1.00×``
-hides a change that the interval resolves."""
+def saved_share(ratio) -> float:
+    """The share of the base time the new path saves, ``1 - 1 / ratio``, from a latency ratio ``base / new`` (a
+    speedup ``two-call / fused``: the share of the two-call time fused saves); negative when it costs. NaN for a
+    ratio that is not a finite positive number. Monotonic, so an interval of the ratio maps end to end."""
+    v = _f(ratio)
+    return 1 - 1 / v if math.isfinite(v) and v > 0 else math.nan
 
 
-def ratio_text(value, low=math.nan, high=math.nan) -> str:
-    """A ratio (speedup ``two-call / fused``, or ``new / base``) with its 95 % interval, with the digits it
-    needs: within :data:`PERCENT_BAND` of 1 (the value and both ends) the change in percent, signed
-    (``+0.6 % [+0.1, +1.1]``; ``1.006`` is ``+0.6 %``), else ``1.21× [1.20–1.23]``. Decimals are added until
-    an interval that excludes 1 no longer prints an end at 1 (``+0.0 %`` or ``1.00``), so a printed verdict
-    never contradicts its printed interval. ``—`` for a value that is not a finite positive number."""
-    v, lo, hi = _f(value), _f(low), _f(high)
+def effect_text(ratio, low=math.nan, high=math.nan) -> str:
+    """The one notation of every effect cpbench prints (report, console, compare, charts): a latency ratio
+    ``base / new`` (a speedup ``two-call / fused``) and its 95 % interval as the signed share of the base time the
+    new path saves, in percent, the interval in brackets in the same unit: ``+0.7 % [+0.1, +1.4]`` (``+``: it
+    saves, ``−``: it costs; ``1.007`` is ``+0.7 %``, ``2.0`` is ``+50.0 %``). Decimals are added (up to three)
+    until an interval that excludes 0 no longer prints an end as 0, so a printed verdict never contradicts its
+    printed interval. ``—`` for a ratio that is not a finite positive number."""
+    v, lo, hi = _f(ratio), _f(low), _f(high)
     if not (math.isfinite(v) and v > 0):
         return "—"
     has_ci = math.isfinite(lo) and math.isfinite(hi) and lo > 0
     side = side_of_one(v, lo, hi) if has_ci else 0
-    ends = (v, lo, hi) if has_ci else (v,)
-    if all(abs(x - 1) < PERCENT_BAND for x in ends):
-        for d in (1, 2, 3):
-            text = [f"{(x - 1) * 100:+.{d}f}" for x in ends]
-            if not side or all(t.strip("+-0.") for t in text[1:]):  # no end of an excluding interval reads 0
-                break
-        text = [t.replace("-", "−") for t in text]
-        return f"{text[0]} %" + (f" [{text[1]}, {text[2]}]" if has_ci else "")
-    for d in (2, 3, 4):
-        text = [f"{x:.{d}f}" for x in ends]
-        if not side or all(float(t) != 1 for t in text[1:]):
+    ends = [100 * saved_share(x) for x in ((v, lo, hi) if has_ci else (v,))]
+    for d in (1, 2, 3):
+        text = [f"{x:+.{d}f}" for x in ends]
+        if not side or all(t.strip("+-0.") for t in text[1:]):  # no end of an excluding interval reads 0
             break
-    return f"{text[0]}×" + (f" [{text[1]}–{text[2]}]" if has_ci else "")
+    text = [t.replace("-", "−") for t in text]
+    return f"{text[0]} %" + (f" [{text[1]}, {text[2]}]" if has_ci else "")
+
+
+def verdict_text(ratio, low=math.nan, high=math.nan) -> str:
+    """:func:`effect_text` after its verdict in words (:func:`speedup_verdict`: ``faster``, ``slower``, ``tie``):
+    ``faster +0.7 % [+0.1, +1.4]``; the effect alone when there is no verdict."""
+    word = speedup_verdict(ratio, low, high)
+    return effect_text(ratio, low, high) if word == NO_VERDICT else f"{word} {effect_text(ratio, low, high)}"
+
+
+def inverse(x) -> float:
+    """``1 / x`` for a finite positive ``x``, else NaN: a ``new / base`` ratio (compare) read as ``base / new``, the
+    direction :func:`effect_text` takes (the interval's ends swap: ``inverse(high)`` is the new low)."""
+    v = _f(x)
+    return 1 / v if math.isfinite(v) and v > 0 else math.nan
