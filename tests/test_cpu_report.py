@@ -159,3 +159,16 @@ def test_a_three_mode_cpu_report_does_not_say_both_modes(tmp_path):
     assert ALL_RAN_THREE in text and ALL_RAN not in text and "both modes" not in text
     two = write_report(write_run(tmp_path / "two", cpu_rows(), manifest_over=CPU), charts=False).read_text()
     assert "ran on every rank in both modes." in two and ALL_RAN in two and ALL_RAN_THREE not in two
+
+
+def test_the_cpu_breakable_line_says_when_the_rest_of_the_layer_was_left_out():
+    import pandas as pd
+
+    from cpbench.report.forward import cpu_forward_lines
+
+    rows = pd.DataFrame({"timing": ["breakable"] * 2, "status": ["ok", "ok"], "layer_rest": ["0 us", "0 us"]})
+    text = " ".join(cpu_forward_lines(rows))
+    assert "2 of 2 rows ran the breakable forward's structure with the rest of every layer left out" in text
+    assert "ran the whole forward" not in text
+    whole = " ".join(cpu_forward_lines(rows.assign(layer_rest="model")))
+    assert "2 of 2 rows ran the whole forward (the rest of every layer around attention)" in whole

@@ -132,9 +132,13 @@ def cpu_forward_lines(df: pd.DataFrame) -> list[str]:
     if b.empty:
         return []
     ok = int((b["status"] == "ok").sum())
-    return ["", f"Breakable forward: {ok} of {len(b)} rows ran the whole forward (the rest of every layer around "
-            "attention) with its segments eager, as a CPU has no CUDA graphs: a functional check of the path, "
-            "not a measurement of it.", ""]
+    rest = b.get("layer_rest", pd.Series(dtype=str))
+    left_out = len(rest) > 0 and rest.astype(str).str.match(r"^0(\.0*)? us$").all()  # --layer-rest-us 0
+    what = ("the breakable forward's structure with the rest of every layer left out (`--layer-rest-us 0`, the "
+            "CPU default: attention between empty segments)" if left_out else
+            "the whole forward (the rest of every layer around attention) with its segments eager")
+    return ["", f"Breakable forward: {ok} of {len(b)} rows ran {what}, as a CPU has no CUDA graphs: a functional "
+            "check of the path, not a measurement of it.", ""]
 
 
 @style.styled
