@@ -18,11 +18,10 @@ host-bound forward). On a CPU a sample is ``time.perf_counter`` around the call.
 from __future__ import annotations
 
 import math
-import statistics
 import time
 import torch
 
-from cpbench.measure.timing import Clock, Fn, _gc_paused, ci_rel_width, clock_range, repeats_for_budget
+from cpbench.measure.timing import Clock, Fn, _gc_paused, ci_rel_width, repeats_for_budget, variant_info
 
 STREAM_CHUNK_MS = 50.0  # GPU work between two syncs (where the precision stop is checked), at least one round
 LEAD_MARGIN, LEAD_PAD_US = 1.5, 30.0  # a chunk's spin: 1.5 x the host's issue time of its first 4 layers + 30 µs
@@ -142,10 +141,6 @@ def _time_stream(fns, clock, warmup, budget_ms, min_reps, max_reps, rel_ci, min_
         times.add("warmup", t1 - t0)
         times.add("samples", time.perf_counter() - t1)
     if info is not None:
-        info.update({n: {"stop_reason": reason, "ci_rel_width": ci_rel_width(samples[n]),
-                         "host_launch_us": statistics.median(issued[n]) if clock.cuda else math.nan,
-                         "host_samples_us": [round(x, 3) for x in issued[n]] if clock.cuda else [],
-                         **clock_range(clocks)}
-                     for n in names})
+        info.update({n: variant_info(samples[n], reason, issued[n], clocks, clock.cuda) for n in names})
     return samples
 

@@ -213,12 +213,19 @@ def _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, 
         times.add("warmup", t1 - t0)
         times.add("samples", time.perf_counter() - t1)
     if info is not None:
-        info.update({n: {"stop_reason": reason, "ci_rel_width": ci_rel_width(samples[n]),
-                         "host_launch_us": statistics.median(enqueue[n]) if clock.cuda else math.nan,
-                         "host_samples_us": [round(x, 3) for x in enqueue[n]] if clock.cuda else [],
-                         **clock_range(clocks[n])}
-                     for n in names})
+        info.update({n: variant_info(samples[n], reason, enqueue[n], clocks[n], clock.cuda) for n in names})
     return samples
+
+
+def variant_info(samples: list[float], reason: str, issued_us: list[float], clocks_mhz: list[float],
+                 cuda: bool) -> dict:
+    """What a timer tells about one variant's samples (µs): ``stop_reason``, ``ci_rel_width``, ``host_launch_us``
+    (median host time to issue one sample's work; NaN on a CPU, where issuing is executing), ``host_samples_us``
+    (each; [] on a CPU) and :func:`clock_range` of the SM clocks read meanwhile."""
+    return {"stop_reason": reason, "ci_rel_width": ci_rel_width(samples),
+            "host_launch_us": statistics.median(issued_us) if cuda else math.nan,
+            "host_samples_us": [round(x, 3) for x in issued_us] if cuda else [],
+            **clock_range(clocks_mhz)}
 
 
 def clock_range(clocks_mhz: list[float]) -> dict[str, float]:
