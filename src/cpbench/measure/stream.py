@@ -21,7 +21,7 @@ import math
 import time
 import torch
 
-from cpbench.measure.timing import Clock, Fn, _gc_paused, ci_rel_width, repeats_for_budget, variant_info
+from cpbench.measure.timing import Clock, Fn, gc_paused, ci_rel_width, repeats_for_budget, variant_info
 
 STREAM_CHUNK_MS = 50.0  # GPU work between two syncs (where the precision stop is checked), at least one round
 LEAD_MARGIN, LEAD_PAD_US = 1.5, 30.0  # a chunk's spin: 1.5 x the host's issue time of its first 4 layers + 30 µs
@@ -88,7 +88,7 @@ def time_stream(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms: flo
     ``times`` (measure/walltime.PhaseTimes) the wall time of the warm-up and the samples. Simulated ranks only
     (no barrier: real ranks time whole forwards). Raises what the callables raise.
     """
-    with _gc_paused():
+    with gc_paused():
         return _time_stream(fns, clock, warmup, budget_ms, min_reps, max_reps, rel_ci, min_stop, info, times,
                             chunk_ms, precise)
 

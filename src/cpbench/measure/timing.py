@@ -158,13 +158,13 @@ def time_interleaved(fns: dict[str, Fn], clock: Clock, *, warmup: int, budget_ms
     time (µs; NaN and [] on CPU, where enqueueing is executing), and the range of the SM clock read after each sample (MHz, NaN unknown).
     ``times`` (optional, measure/walltime.PhaseTimes) receives the wall time of the warm-up and the samples.
     """
-    with _gc_paused():
+    with gc_paused():
         return _time_interleaved(fns, clock, warmup, budget_ms, min_reps, max_reps, agree, barrier, rel_ci, info,
                                  times, min_stop)
 
 
 @contextlib.contextmanager
-def _gc_paused():
+def gc_paused():
     """Python's garbage collector off while timing (as ``timeit`` does): a collection inside a sample
     would be charged to whichever variant happened to run."""
     was = gc.isenabled()
