@@ -22,10 +22,11 @@ event after every layer gives each rank's window/full fraction; crit_sync = sum 
 max over ranks (fraction * median). The fused outputs are checked against two-call and against a torch
 reference (layers 0 and 1, fp32 matmul softmax) and the max abs differences are reported.
 
-Run on a GPU box (H200, flashinfer-python 0.7.2.post1 + flashinfer-cubin; the first trtllm-fmha-v2 run
-JIT-compiles its kernels for minutes):
+Run on a GPU box (H200, flashinfer-python 0.7.2.post1 + flashinfer-cubin, and FlashAttention-3 built from
+Dao-AILab's hopper/ for --backend fa3; the first trtllm-fmha-v2 run JIT-compiles its kernels for minutes):
   python3 benchmarks/breakable_check.py --backend trtllm-fmha-v2 --out /tmp/breakable-fmha-v2.jsonl
-  python3 benchmarks/breakable_check.py --backend fa3 --out /tmp/breakable-fa3.jsonl
+  python3 benchmarks/breakable_check.py --backend fa3 --out /tmp/breakable-fa3.jsonl   # FlashAttention-3
+  python3 benchmarks/breakable_check.py --backend flashinfer-fa3 --out /tmp/breakable-flashinfer-fa3.jsonl
 CPU smoke test (no graphs, perf_counter timing, torch attention):
   python3 benchmarks/breakable_check.py --backend torch --device cpu --layers 2 --cells 2x1x64 --hidden 64 \
       --experts 8 --heads 4 --kv-heads 2 --head-dim 16 --window 16 --samples 4 --out /tmp/bc.jsonl
@@ -120,7 +121,16 @@ def build_attention(args, backend, calls, q, out, kvs, layer_kv, sinks, num_page
             per_call.append({w: (lambda kv, w=w, base=base, qs=qs: trtllm_fmha_v2_prefill(
                 qkv=(qs, kv), mask_mode="sliding_window" if w >= 0 else "causal", window_left=w, **base))
                 for w in set(kinds)})
-        elif backend == "fa3":
+        elif backend == "fa3":  # FlashAttention-3 (Dao-AILab hopper/, `import flash_attn_interface`): what
+            # flash_attn_with_kvcache runs, called one level down so that it writes into the layer's output buffer
+            # (the public function has no out=). Upstream has no sinks: the kernel alone is timed.
+            from flash_attn_interface import _flash_attn_forward
+            fa = dict(cu_seqlens_q=i32(accumulate([0] + ql)), seqused_k=i32(kl), max_seqlen_q=max(ql),
+                      page_table=bt.contiguous(), softmax_scale=D ** -0.5, causal=True, num_splits=0)
+            per_call.append({w: (lambda kv, w=w, qs=qs, os_=os_: _flash_attn_forward(
+                qs, kv[0], kv[1], out_=os_, window_size_left=w, window_size_right=0 if w >= 0 else -1, **fa))
+                for w in set(kinds)})
+        elif backend == "flashinfer-fa3":
             import flashinfer
             pages = [-(-n // PAGE) for n in kl]
             arrays = (i32(accumulate([0] + ql)), i32(accumulate([0] + pages)),
@@ -295,10 +305,12 @@ def run_cell(args, C, bs, L, dev, dt):
                 timed(r, m)
         ref = torch.empty_like(attn_out)
         ref_diff = 0.0
+        # upstream FlashAttention-3 computes no sinks: its reference has none (a -inf sink adds exp(-inf) = 0)
+        ref_sinks = torch.full_like(sinks, float("-inf")) if args.backend == "fa3" else sinks
         for i in range(min(2, args.layers)):
             w = args.window - 1 if i % 2 == 0 else -1
             for q0, q1, rows, t in calls_for(segs[r], "two-call", table):
-                torch_attention(q_att[q0:q1], *kvs[layer_kv[i]], rows, t, w, sinks, ref[q0:q1])
+                torch_attention(q_att[q0:q1], *kvs[layer_kv[i]], rows, t, w, ref_sinks, ref[q0:q1])
             ref_diff = max(ref_diff, (check[("fused", i)] - ref[:toks[r]].float()).abs().max().item())
         mode_diff = max((check[("fused", i)] - check[("two-call", i)]).abs().max().item()
                         for i in range(min(2, args.layers)))
@@ -334,7 +346,9 @@ def run_cell(args, C, bs, L, dev, dt):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", choices=("trtllm-fmha-v2", "fa3", "torch"), default="trtllm-fmha-v2")
+    ap.add_argument("--backend", choices=("trtllm-fmha-v2", "fa3", "flashinfer-fa3", "torch"),
+                    default="trtllm-fmha-v2", help="fa3: FlashAttention-3 (flash_attn_interface, no sinks); "
+                    "flashinfer-fa3: FlashInfer's fa3 template")
     ap.add_argument("--cells", default="4x1x2048,4x4x8192,4x16x2048", help="cp x bs x extend_len, comma separated")
     ap.add_argument("--samples", type=int, default=10, help="timed forwards per (rank, mode); rounded up to even")
     ap.add_argument("--warmup", type=int, default=3)

@@ -104,3 +104,44 @@ def test_torchrun_breakable_forward_runs_the_moe_all_to_all(tmp_path):
     assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"} and {r["launch"] for r in rows} == {"torchrun"}
     # 16 padded tokens x top-2 routed rows of 64 bf16 values, dispatched and combined every layer
     assert {r["moe_a2a_bytes"] for r in rows} == {2 * 32 * 64 * 2} and {r["diff_vs_eager"] for r in rows} == {0.0}
+
+
+def test_a_cells_segments_are_captured_once_for_all_its_ranks_and_modes(monkeypatch):
+    """The rest's segments read only the rest's buffers, so one capture per (layer, segment) serves every rank,
+    mode and backend of the cell; two-call (two attention steps) and fused (one) find the same segments; layers
+    outside ``capture`` run eagerly; release() forgets them."""
+    import torch
+
+    from cpbench.domain.hf_config import mlp_fields
+    from cpbench.domain.layer_rest import rest_shape
+    from cpbench.domain.models import ModelSpec
+    from cpbench.kernels.backends.base import Prepared, Step
+    from cpbench.kernels.layer_rest import LayerRest
+    from cpbench.measure import breakable
+
+    captured: list = []
+
+    def fake_capture(fns, owner=None):  # a "replay" that says it is one, and runs the segment
+        captured.extend(fns)
+        return [lambda f=f: ("replay", f()) for f in fns]
+
+    monkeypatch.setattr(breakable, "capture_segments", fake_capture)
+    spec = ModelSpec("tiny", 3, 4, 2, 16, (7, -1, 7), True, **mlp_fields(TINY, "tiny"))
+    rest = breakable.CellRest(LayerRest(rest_shape(spec, 12, cp_size=2), 3, torch.device("cpu"), torch.float32),
+                              graphs=True, columns={})
+    attn = lambda: None  # noqa: E731
+
+    def prep(names):  # a forward of 3 layers whose attention steps are ``names``
+        return Prepared(layers=[[Step(n, attn) for n in names] for _ in range(3)], outputs={}, setup_us={},
+                        setup_mem={}, kernel_patterns=())
+
+    two_call = breakable.breakable_layers(prep(["prev", "next"]), rest, capture=[1, 2])
+    assert len(captured) == 4 and len(rest.segments) == 4  # layers 1 and 2: before and after attention
+    fused = breakable.breakable_layers(prep(["combined"]), rest, capture=[1, 2])
+    again = breakable.breakable_layers(prep(["prev", "next"]), rest, capture=[1, 2])
+    assert len(captured) == 4, "a segment was captured twice"
+    assert [len(x) for x in two_call] == [4, 4, 4] and [len(x) for x in fused] == [3, 3, 3]
+    assert fused[1][0] is two_call[1][0] is again[1][0] and fused[2][-1] is two_call[2][-1]
+    assert two_call[1][0]()[0] == "replay" and two_call[0][0]() is None  # layer 0: eager, not captured
+    rest.release()
+    assert rest.segments == {}

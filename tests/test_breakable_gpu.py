@@ -63,7 +63,10 @@ def test_breakable_outputs_equal_eager_and_fused_equals_two_call(backend, captur
                 assert max_diff_outputs(prep.local_outputs(), eager) == 0.0, f"rank {g.rank} {mode}"
                 out[mode] = prep
             assert max_abs_diff(out["fused"], out["two-call"]) <= (0.0 if backend != "torch" else 1e-2)
+        # one capture of each segment served every rank and mode (before and after attention, per layer)
+        assert len(rest.segments) == 2 * (4 if capture is None else len(capture))
     finally:
+        rest.release()
         release_graphs()
 
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """The validation table of --forward-layers kinds against all: per cell, the critical path of both modes (ms), the
 share of the two-call forward fused saves with its 95 % interval, and the median SM clock of the rows (MHz), from two
-run directories of the same backend. Markdown on stdout.
+run directories of the same backend. Markdown on stdout. With INDEPENDENT (the JSONL of benchmarks/breakable_check.py,
+which does not import cpbench), a second table sets its layer-synchronised critical path beside the kinds run's.
 
-  PYTHONPATH=src python3 benchmarks/h200-forward-kinds/compare.py KINDS_RUN ALL_RUN BACKEND
+  PYTHONPATH=src python3 benchmarks/h200-forward-kinds/compare.py KINDS_RUN ALL_RUN BACKEND [INDEPENDENT]
 """
+import json
 import sys
 
 import cpbench
@@ -15,7 +17,7 @@ def saved(speedup: float) -> float:
     return 100 * (1 - 1 / speedup)
 
 
-def main(kinds_dir: str, all_dir: str, backend: str) -> None:
+def main(kinds_dir: str, all_dir: str, backend: str, independent: str | None = None) -> None:
     runs = {rule: cpbench.Run.open(d) for rule, d in (("kinds", kinds_dir), ("all", all_dir))}
     cp, clock = {}, {}
     for rule, run in runs.items():
@@ -37,7 +39,21 @@ def main(kinds_dir: str, all_dir: str, backend: str) -> None:
               f"| {k.fused_us / 1e3:.2f} / {a.fused_us / 1e3:.2f} | {d2:+.1f} %, {df:+.1f} % "
               f"| {sk:+.1f} % {ci['k']} | {sa:+.1f} % {ci['a']} | {sk - sa:+.1f} "
               f"| {clock['kinds'][key]:.0f} / {clock['all'][key]:.0f} |")
+    if independent:
+        print("\n| bs | extend | two-call ms: kinds / independent | fused ms: kinds / independent "
+              "| fused saves: kinds | independent | differ (points) |")
+        print("|---|---|---|---|---|---|---|")
+        with open(independent) as fh:
+            for line in fh:
+                c = json.loads(line)
+                key = (c["cell"]["bs"], c["cell"]["extend_len"])
+                if key not in cp["kinds"].index:
+                    continue
+                k, two, fused = cp["kinds"].loc[key], c["crit_sync_two_call_ms"], c["crit_sync_fused_ms"]
+                si = saved(two / fused)
+                print(f"| {key[0]} | {key[1]} | {k.two_call_us / 1e3:.2f} / {two:.2f} | {k.fused_us / 1e3:.2f} / "
+                      f"{fused:.2f} | {saved(k.speedup):+.1f} % | {si:+.1f} % | {saved(k.speedup) - si:+.1f} |")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

@@ -5,7 +5,9 @@ Per layer: a graph segment replays the layer's work before attention (norm, QKV 
 attention steps launch eagerly through the backend's prepared closures (two calls or the fused call; in a
 torchrun launch the K|V gather and KV write too), then a graph segment replays the work after attention (O
 projection, norm, MLP or MoE). Consecutive ``layer`` steps form one segment; every other step is eager.
-Segments are captured once per cell, rank and mode, outside the timed region, in one memory pool. On a CPU,
+The segments read only the rest's own buffers (its stand-in of the attention output, not the backend's), so a
+layer's segments are the same work for every rank, mode and backend of a cell: they are captured once per cell
+(:attr:`CellRest.segments`), outside the timed region, and replayed by all of them. On a CPU,
 or for a token count SGLang would not replay (``--graph-buckets``), the segments run eagerly.
 
 :func:`build_layer_rest` makes the cell's rest-of-layer work (or says why it cannot);
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Collection, Sequence
 
 import torch
@@ -52,11 +54,21 @@ class CellRest:
         graphs: replay the segments as CUDA graphs (False: eager, for the reason in ``columns["segments"]``).
         columns: the row columns every breakable row of the cell carries (segments, graph_bucket,
             bucket_pad_ratio, rest_flops, rest_weight_bytes, rest_weights_note, ep_size, layer_rest).
+        segments: ``(layer, step names) -> replay`` of the segments captured so far (:func:`breakable_layers`);
+            their graphs live until :meth:`release`.
     """
 
     work: LayerRest | SpinRest
     graphs: bool
     columns: dict
+    segments: dict = field(default_factory=dict)
+    _graphs: list = field(default_factory=list)
+
+    def release(self) -> None:
+        """Reset the graphs of :attr:`segments` (the cell is done with them)."""
+        self.segments.clear()
+        while self._graphs:
+            self._graphs.pop().reset()
 
 
 def build_layer_rest(model: ModelSpec, tokens_padded: int, cp_size: int, *, tp_size: int, ep: int | None,
@@ -102,33 +114,35 @@ def build_layer_rest(model: ModelSpec, tokens_padded: int, cp_size: int, *, tp_s
 
 def breakable_layers(prep: Prepared, rest: CellRest, capture: Collection[int] | None = None) -> list[list[Fn]]:
     """Per layer, the callables of one breakable forward: ``prep`` with the rest of each layer around its
-    steps, consecutive ``layer`` steps captured as one CUDA graph segment (when ``rest.graphs``), every other
-    step (attention, gather, KV write) its own eager closure. ``capture``: the layers whose segments are captured
-    (None: all; ``--forward-layers kinds`` runs only :func:`kind_rotation`'s), the others' run eagerly.
+    steps, consecutive ``layer`` steps one CUDA graph segment (when ``rest.graphs``), every other step
+    (attention, gather, KV write) its own eager closure. ``capture``: the layers whose segments replay as graphs
+    (None: all; ``--forward-layers kinds`` runs only :func:`kind_rotation`'s), the others' run eagerly. A segment
+    the cell captured already (another rank, mode or backend) is replayed, not captured again.
     Raises what capture raises."""
     full = prep.with_layer_work(rest.work.before_attention, rest.work.after_steps)
-    plan: list[list[tuple[bool, list[Fn]]]] = []  # per layer: (is a segment, its fns)
+    plan: list[list[tuple[bool, list[Step]]]] = []  # per layer: (is a segment, its steps)
     for steps in full.layers:
-        groups: list[tuple[bool, list[Fn]]] = []
+        groups: list[tuple[bool, list[Step]]] = []
         for step in steps:
             seg = step.kind == "layer"
             if groups and groups[-1][0] and seg:
-                groups[-1][1].append(step.fn)
+                groups[-1][1].append(step)
             else:
-                groups.append((seg, [step.fn]))
+                groups.append((seg, [step]))
         plan.append(groups)
     if not rest.graphs:
-        return [[f for _, fns in groups for f in fns] for groups in plan]
+        return [[s.fn for _, steps in groups for s in steps] for groups in plan]
     take = set(range(len(plan)) if capture is None else capture)
-    segments = [_chain(fns) for i, groups in enumerate(plan) if i in take for seg, fns in groups if seg]
-    replays = iter(capture_segments(segments))
-    out = []
-    for i, groups in enumerate(plan):
-        layer: list[Fn] = []
-        for seg, fns in groups:
-            layer.extend([next(replays)] if seg and i in take else fns)
-        out.append(layer)
-    return out
+
+    def key(i: int, steps: list[Step]) -> tuple:
+        return i, tuple(s.name for s in steps)
+
+    new = {key(i, steps): _chain([s.fn for s in steps]) for i, groups in enumerate(plan) if i in take
+           for seg, steps in groups if seg and key(i, steps) not in rest.segments}
+    rest.segments.update(zip(new, capture_segments(list(new.values()), owner=rest._graphs)))
+    return [[f for seg, steps in groups
+             for f in ([rest.segments[key(i, steps)]] if seg and i in take else [s.fn for s in steps])]
+            for i, groups in enumerate(plan)]
 
 
 def _chain(fns: list[Fn]) -> Fn:

@@ -166,7 +166,8 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         before_breakable, snapshot_status = {}, {}
         for m in list(runnable) if timing == "breakable" else []:
             def snapshot(m=m) -> None:
-                before_breakable[m] = _outputs_of_a_forward(prepared[m], job.clock)
+                with times("check"):
+                    before_breakable[m] = _outputs_of_a_forward(prepared[m], job.clock)
             ex = exchanges.get(m)
             st = _attempt_agreed(snapshot, ex, group, job.tracebacks) if ex is not None else \
                 group.agree_status(_attempt(snapshot, job.tracebacks))

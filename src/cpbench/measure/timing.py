@@ -103,12 +103,15 @@ def capture_graph(fn: Fn, warmup: int = 1) -> Fn:
     return graph.replay
 
 
-def capture_segments(fns: list[Fn]) -> list[Fn]:
+def capture_segments(fns: list[Fn], owner: list | None = None) -> list[Fn]:
     """Capture each of ``fns`` into a CUDA graph of its own, all in one memory pool, and return their replays
     in the same order (the segments of a breakable forward). Each fn runs once on a side stream first (cuBLAS
     workspaces, as torch requires). Sharing the pool is safe because the segments replay one after another
     on one stream and keep nothing alive across each other: what outlives a segment is a static buffer
-    allocated before capture. Call :func:`release_graphs` when done with the replays."""
+    allocated before capture. Call :func:`release_graphs` when done with the replays, or, with ``owner`` (a list
+    that receives the graphs instead), reset the graphs it holds."""
+    if not fns:
+        return []
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -122,7 +125,7 @@ def capture_segments(fns: list[Fn]) -> list[Fn]:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool):
             fn()
-        _GRAPHS.append(graph)
+        (_GRAPHS if owner is None else owner).append(graph)
         replays.append(graph.replay)
     torch.cuda.synchronize()
     return replays

@@ -4,8 +4,10 @@ The phases (host wall clock, ``time.perf_counter``; a phase that waits on the de
 
 * ``startup``: before the first cell (planning, the run directory, the matmul peak, the manifest);
 * ``build``: a cell's inputs (KV cache, queries, page tables) and cell metrics;
+* ``rest``: a cell's rest-of-layer work for the breakable timing (its weights and buffers);
 * ``prepare``: each mode's setup (metadata, page tables, plan) and its exchange;
-* ``check``: the first forward, the correctness gate and the fused-vs-two-call diff;
+* ``check``: the first forward, the correctness gate and the fused-vs-two-call diff (and the eager outputs the
+  breakable forward is checked against);
 * ``profile``: the profiled forwards that count kernels (a profiler warm-up step and the counted one);
 * ``capture``: CUDA graph capture;
 * ``warmup`` and ``samples``: the untimed and the timed forwards;
@@ -20,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-PHASES = ("startup", "build", "prepare", "check", "profile", "capture", "warmup", "samples", "extra", "other")
+PHASES = ("startup", "build", "rest", "prepare", "check", "profile", "capture", "warmup", "samples", "extra", "other")
 
 
 class PhaseTimes:

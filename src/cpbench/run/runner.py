@@ -216,6 +216,8 @@ class Runner:
                 self._run_cell_on(cell, backend, on_rank)
         finally:
             self._inputs = None
+            if isinstance(self._rest, CellRest):
+                self._rest.release()
             self._rest = None
             if self.cfg.device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -322,6 +324,7 @@ class Runner:
         other backends; a RestUnavailable (agreed over the cell's ranks) when it cannot be built."""
         if self._rest is None:
             c = self.cfg
+            t_rest = time.perf_counter()
             try:
                 rest = build_layer_rest(c.model, tokens_padded, cell.cp_size, tp_size=c.tp_size, ep=c.ep,
                                         layer_rest_us=c.layer_rest_us, buckets=c.graph_buckets, device=c.device,
@@ -336,6 +339,7 @@ class Runner:
                 status = (rest.status, rest.reason)
             agreed = self.group.agree_status(status)
             self._rest = rest if agreed == status else RestUnavailable(*agreed)
+            self.times.add("rest", time.perf_counter() - t_rest)
         return self._rest
 
     def _job(self, cell: CellSpec, backend: str, cell_metrics: dict, todo: list, rest=None) -> RankJob:
