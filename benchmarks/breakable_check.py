@@ -21,6 +21,10 @@ whole-forward median ("crit_max"), and layer-synchronised: a second pass of 3 fo
 event after every layer gives each rank's window/full fraction; crit_sync = sum over layer kinds of
 max over ranks (fraction * median). The fused outputs are checked against two-call and against a torch
 reference (layers 0 and 1, fp32 matmul softmax) and the max abs differences are reported.
+With --kinds, each timed forward is followed by a chunk of single layers of the same mode (about 50 ms: window
+and full alternating, each kind rotating over its last two layers, behind a GPU spin, CUDA events between them),
+and the forward is estimated as sum over kinds of (layers of the kind) x (median one-layer time): kinds_* keys,
+the same critical path from those estimates, measured at the same clock and temperature as the whole forwards.
 
 Run on a GPU box (H200, flashinfer-python 0.7.2.post1 + flashinfer-cubin, and FlashAttention-3 built from
 Dao-AILab's hopper/ for --backend fa3; the first trtllm-fmha-v2 run JIT-compiles its kernels for minutes):
@@ -46,6 +50,7 @@ MODES = ("two-call", "fused")
 PAGE = 64
 KV_BUDGET = 4 << 30          # distinct K/V caches per layer up to this many bytes, then reused cyclically
 SHARED_WEIGHTS_ABOVE = 256 << 20  # one layer's weights above this: one weight set serves every layer
+SPIN_CYCLES = 4_000_000  # torch.cuda._sleep before a chunk of one-layer samples: about 2 ms at H200 clocks
 
 
 def zigzag(C, bs, L, r):
@@ -121,15 +126,21 @@ def build_attention(args, backend, calls, q, out, kvs, layer_kv, sinks, num_page
             per_call.append({w: (lambda kv, w=w, base=base, qs=qs: trtllm_fmha_v2_prefill(
                 qkv=(qs, kv), mask_mode="sliding_window" if w >= 0 else "causal", window_left=w, **base))
                 for w in set(kinds)})
-        elif backend == "fa3":  # FlashAttention-3 (Dao-AILab hopper/, `import flash_attn_interface`): what
-            # flash_attn_with_kvcache runs, called one level down so that it writes into the layer's output buffer
-            # (the public function has no out=). Upstream has no sinks: the kernel alone is timed.
-            from flash_attn_interface import _flash_attn_forward
-            fa = dict(cu_seqlens_q=i32(accumulate([0] + ql)), seqused_k=i32(kl), max_seqlen_q=max(ql),
-                      page_table=bt.contiguous(), softmax_scale=D ** -0.5, causal=True, num_splits=0)
-            per_call.append({w: (lambda kv, w=w, qs=qs, os_=os_: _flash_attn_forward(
-                qs, kv[0], kv[1], out_=os_, window_size_left=w, window_size_right=0 if w >= 0 else -1, **fa))
-                for w in set(kinds)})
+        elif backend == "fa3":  # FlashAttention-3 (Dao-AILab hopper/): the op flash_attn_with_kvcache calls,
+            # torch.ops.flash_attn_3.fwd, with out= the layer's output buffer (the public function has no out=, and
+            # its custom-op wrapper refuses an output that is an input). Upstream has no sinks: the kernel alone.
+            import flash_attn_interface  # noqa: F401  (registers torch.ops.flash_attn_3)
+            cu_q, seqused_k, table_rows = i32(accumulate([0] + ql)), i32(kl), bt.contiguous()
+
+            def fa3(kv, w, qs, os_, cu_q=cu_q, seqused_k=seqused_k, table_rows=table_rows, mq=max(ql)):
+                torch.ops.flash_attn_3.fwd(
+                    qs, kv[0], kv[1], None, None, None, os_,    # q, k_cache, v_cache, k_new, v_new, qv, out
+                    cu_q, None, None, None, seqused_k, mq, None,  # cu_seqlens_q/k/k_new, seqused_q/k, max_seqlen_q/k
+                    table_rows, None, None, None, None, None,   # page_table, kv_batch_idx, leftpad_k, rotary x3
+                    None, None, None, D ** -0.5, True,          # q/k/v descale, softmax_scale, causal
+                    w, 0 if w >= 0 else -1, 0, 0.0, True,       # window left/right, attention_chunk, softcap, rotary
+                    None, 0, None, 0)                           # scheduler_metadata, num_splits, pack_gqa, sm_margin
+            per_call.append({w: (lambda kv, w=w, qs=qs, os_=os_, f=fa3: f(kv, w, qs, os_)) for w in set(kinds)})
         elif backend == "flashinfer-fa3":
             import flashinfer
             pages = [-(-n // PAGE) for n in kl]
@@ -293,6 +304,37 @@ def run_cell(args, C, bs, L, dev, dt):
         ms = (st[-1] - st[0]) * 1e3
         return ms, ms, [(st[k + 1] - st[k]) * 1e3 for k in range(args.layers)] if per_layer else None
 
+    rotation = {k: [i for i in range(args.layers) if kinds[i] == k][-2:] for k in ("window", "full")}
+
+    def one_layer_chunk(r, m, layer_ms):
+        """--kinds: layers of mode m back to back for about --chunk-ms, window and full alternating, each kind
+        rotating over its last 2 layers, behind a GPU spin that hides the host's issue of the first ones (CUDA
+        events between layers; perf_counter on a CPU). Returns [(kind, ms)] per layer."""
+        count = max(4, 2 * round(args.chunk_ms / max(layer_ms, 1e-3) / 2))
+        order = [rotation["window" if j % 2 == 0 else "full"][(j // 2) % 2] for j in range(count)]
+
+        def layer(i):
+            pre_fns[i]()
+            for f in attn[(r, m)][i]:
+                f()
+            post_fns[i]()
+        if not cuda:
+            out = []
+            for i in order:
+                t0 = time.perf_counter()
+                layer(i)
+                out.append((kinds[i], (time.perf_counter() - t0) * 1e3))
+            return out
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(count + 1)]
+        torch.cuda.synchronize()
+        torch.cuda._sleep(SPIN_CYCLES)
+        ev[0].record()
+        for i, e in zip(order, ev[1:]):
+            layer(i)
+            e.record()
+        ev[-1].synchronize()
+        return [(kinds[i], a.elapsed_time(b)) for i, a, b in zip(order, ev, ev[1:])]
+
     ranks, samples = [], args.samples + args.samples % 2
     for r in range(C):
         check = {}
@@ -315,15 +357,22 @@ def run_cell(args, C, bs, L, dev, dt):
         mode_diff = max((check[("fused", i)] - check[("two-call", i)]).abs().max().item()
                         for i in range(min(2, args.layers)))
         res = {m: [] for m in MODES}
+        by_kind = {(m, k): [] for m in MODES for k in ("window", "full")}  # --kinds: one-layer times, ms
         for s in range(samples):  # ABBA: AB, BA, AB, ...
             for m in (MODES if s % 2 == 0 else MODES[::-1]):
                 res[m].append(timed(r, m)[:2])
+                if args.kinds:  # right after the whole forward: the same clock and temperature
+                    for k, t in one_layer_chunk(r, m, res[m][-1][0] / args.layers):
+                        by_kind[(m, k)].append(t)
         frac = {}
         for m in MODES:  # layer-synchronised pass: an event after every layer
             lay = [sum(v) for v in zip(*(timed(r, m, per_layer=True)[2] for _ in range(args.sync_forwards)))]
             frac[m] = {k: sum(t for t, kk in zip(lay, kinds) if kk == k) / sum(lay) for k in ("window", "full")}
         med = {m: statistics.median(d for d, _ in res[m]) for m in MODES}
-        ranks.append(dict(rank=r, tokens=toks[r], two_call_ms=med["two-call"], fused_ms=med["fused"],
+        n_kind = {k: kinds.count(k) for k in ("window", "full")}
+        est = {m: {k: n_kind[k] * statistics.median(by_kind[(m, k)]) for k in n_kind} for m in MODES} \
+            if args.kinds else None  # per mode and kind: n_kind x the median one-layer time, ms
+        ranks.append(dict(rank=r, tokens=toks[r], two_call_ms=med["two-call"], fused_ms=med["fused"], kinds_ms=est,
                           ratio=med["two-call"] / med["fused"],
                           host_two_call_ms=statistics.median(h for _, h in res["two-call"]),
                           host_fused_ms=statistics.median(h for _, h in res["fused"]),
@@ -335,7 +384,13 @@ def run_cell(args, C, bs, L, dev, dt):
     sync = {m: sum(max((rk["frac_window"][m] if k == "window" else 1 - rk["frac_window"][m]) *
                        rk[f"{m.replace('-', '_')}_ms"] for rk in ranks) for k in ("window", "full"))
             for m in MODES}
-    return dict(cell=dict(cp=C, bs=bs, extend_len=L, backend=args.backend), ranks=ranks,
+    if args.kinds:  # the same critical path from the one-layer times: sum over kinds of max over ranks
+        kinds_crit = {m: sum(max(rk["kinds_ms"][m][k] for rk in ranks) for k in ("window", "full")) for m in MODES}
+        kinds_cols = dict(kinds_two_call_ms=kinds_crit["two-call"], kinds_fused_ms=kinds_crit["fused"],
+                          kinds_ratio=kinds_crit["two-call"] / kinds_crit["fused"])
+    else:
+        kinds_cols = {}
+    return dict(cell=dict(cp=C, bs=bs, extend_len=L, backend=args.backend), ranks=ranks, **kinds_cols,
                 crit_max_ratio=crit["two-call"] / crit["fused"], crit_sync_ratio=sync["two-call"] / sync["fused"],
                 two_call_ms=crit["two-call"], fused_ms=crit["fused"], crit_sync_two_call_ms=sync["two-call"],
                 crit_sync_fused_ms=sync["fused"], padded_rows=T, layers=args.layers, samples=samples,
@@ -354,6 +409,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--sync-forwards", type=int, default=3, help="forwards per mode of the per-layer event pass")
     ap.add_argument("--layers", type=int, default=36)
+    ap.add_argument("--kinds", action="store_true", help="after each timed forward, also time one layer of each "
+                    "kind back to back (--chunk-ms of layers) and estimate the forward from them (kinds_* keys)")
+    ap.add_argument("--chunk-ms", type=float, default=50.0, help="--kinds: GPU time of one chunk of layers")
     ap.add_argument("--out", default="breakable_check.jsonl")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--hidden", type=int, default=2880)

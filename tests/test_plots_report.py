@@ -409,3 +409,22 @@ def test_a_log_axis_labels_at_least_three_values_in_view():
     shown = [t for t in ax.get_yticks() if lo <= t <= hi]
     assert len(shown) >= 3, shown
     plt.close(fig)
+
+
+def test_charts_drawn_by_worker_processes_equal_those_drawn_in_process(tmp_path, monkeypatch):
+    """The main job draws its charts in processes forked from a server (charts.render_frame, workers > 1): the
+    same files, byte for byte for the PNGs, in the same order, as drawing them here."""
+    from cpbench.report import charts
+
+    drawn_apart = []
+    real = charts._render_parallel
+    monkeypatch.setattr(charts, "_render_parallel", lambda tasks, w: (real(tasks, w), drawn_apart.append(w))[0])
+    df = pd.DataFrame(make_rows(cp_sizes=(2, 4), bss=(1, 4), seqs=(1024,), timings=("eager", "graph")))
+    serial = render_frame(df, tmp_path / "serial", workers=1)
+    assert drawn_apart == []
+    parallel = render_frame(df, tmp_path / "parallel", workers=2)
+    assert drawn_apart == [2]
+    assert [p.name for p in parallel] == [p.name for p in serial] and len(serial) >= 2 * len(STEMS)
+    for a, b in zip(serial, parallel):
+        if a.suffix == ".png":
+            assert a.read_bytes() == b.read_bytes(), a.name

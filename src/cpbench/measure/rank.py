@@ -136,8 +136,11 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
     with times("check"):
         fail_open(lambda m: exchanges[m].check() if exchanges.get(m) is not None else None, agreeing=True)
         ref_cache: dict = {}  # the reference rows, computed for the first mode and reused by the second
-        fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m], setup_mem.get(m), ref_cache)),
-                  agreeing=True)
+        # the attention outputs of this eager forward: what the breakable forward must leave there too
+        eager_outputs: dict[str, dict] = {m: {} for m in modes} if job.check and any(
+            t == "breakable" for _, t in job.todo) else {}
+        fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m], setup_mem.get(m), ref_cache,
+                                                          eager_outputs.get(m))), agreeing=True)
         ref_cache.clear()
         if job.check and all(m in prepared and status[m] == OK for m in MODES):
             status_diff = _attempt(lambda: info["fused"].update(
@@ -161,22 +164,8 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
     for timing in dict.fromkeys(t for _, t in job.todo):
         runnable = [m for m in modes if status[m] == OK and (m, timing) in job.todo]
         layer_fns: dict = {}  # breakable: mode -> per-layer callables (for the per-layer-kind pass)
-        # the attention outputs of an eager forward, run now: what an earlier step left there may be partial (the
-        # per-call kernel count runs one call of layer 0 after the profiled forward)
-        before_breakable, snapshot_status = {}, {}
-        for m in list(runnable) if timing == "breakable" else []:
-            def snapshot(m=m) -> None:
-                with times("check"):
-                    before_breakable[m] = _outputs_of_a_forward(prepared[m], job.clock)
-            ex = exchanges.get(m)
-            st = _attempt_agreed(snapshot, ex, group, job.tracebacks) if ex is not None else \
-                group.agree_status(_attempt(snapshot, job.tracebacks))
-            if st != OK:  # the mode's breakable row records why; its other timings and the other modes go on
-                snapshot_status[m] = st
-                runnable.remove(m)
         with times("capture"):
             fns, graph_status = _timed_fns(job, work, prepared, runnable, timing, group, layer_fns)
-        graph_status.update(snapshot_status)
         clk0 = sm_clock_mhz(job.device)
         samples, stop, kind_cols = {}, {}, {}
         wl = work.model.window_left_per_layer
@@ -221,10 +210,10 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
             def split(m: str) -> dict:  # the kinds' share: measured with the samples (kinds) or in its own pass
                 return kind_cols[m] if by_kind else {**layer_kind_us(layer_fns[m], job.clock, wl, barrier=group.barrier),
                                                      "forward_rule": "all"}
-            st = _attempt(lambda: phases.update(
-                {m: {**split(m), **job.rest.columns,
-                     "diff_vs_eager": checks.max_diff_outputs(prepared[m].local_outputs(), before_breakable[m])}
-                 for m in samples}))
+            def diff(m: str) -> dict:  # pass 1 with the check on: against the first forward's outputs
+                return {"diff_vs_eager": checks.max_diff_outputs(prepared[m].local_outputs(), eager_outputs[m])} \
+                    if eager_outputs.get(m) else {}
+            st = _attempt(lambda: phases.update({m: {**split(m), **job.rest.columns, **diff(m)} for m in samples}))
             if group.agree_status(st) != OK:  # the kind split is extra; the rest's columns are not
                 phases = {m: dict(job.rest.columns) for m in samples}
         times.add("extra", time.perf_counter() - t_extra)
@@ -241,13 +230,6 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
             rows.append(_measured_row(job, work, m, timing, samples[m], prepared[m], info[m], flops, clk0, clk1,
                                       {**phases.get(m, {}), **stop.get(m, {})}))
     return rows
-
-
-def _outputs_of_a_forward(prep: Prepared, clock: Clock) -> dict:
-    """Copies of the attention outputs one eager forward of ``prep`` leaves (local row order)."""
-    prep.forward()
-    clock.sync()
-    return {w: o.clone() for w, o in prep.local_outputs().items()}
 
 
 class StatusError(RuntimeError):
@@ -303,7 +285,9 @@ def _attempt_agreed(fn: Callable[[], None], exchange: Exchange, group: RankGroup
 
 
 def _first_forward(job: RankJob, work: RankWork, prep: Prepared, setup_mem: dict | None = None,
-                   ref_cache: dict | None = None) -> dict:
+                   ref_cache: dict | None = None, keep_outputs: dict | None = None) -> dict:
+    """The mode's first forward (it also loads the kernels): its memory columns, setup times and the fp32 check;
+    ``keep_outputs`` (when given) receives copies of the attention outputs it leaves (local row order)."""
     dev = job.device
     out: dict = {"setup_us_" + k: v for k, v in prep.setup_us.items()}
     out["setup_us_total"] = sum(prep.setup_us.values())
@@ -313,6 +297,8 @@ def _first_forward(job: RankJob, work: RankWork, prep: Prepared, setup_mem: dict
         before = torch.cuda.memory_allocated(dev)
     prep.forward()  # also JIT-loads kernels
     job.clock.sync()
+    if keep_outputs is not None:
+        keep_outputs.update({w: o.clone() for w, o in prep.local_outputs().items()})
     forward_bytes = (torch.cuda.max_memory_allocated(dev) - before) if dev.type == "cuda" else math.nan
     out.update(memory_columns(setup_mem, forward_bytes))
     out["max_abs_err"] = checks.max_abs_error(work, prep, cache=ref_cache) if job.check else math.nan

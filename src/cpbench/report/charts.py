@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from functools import partial
 from pathlib import Path
 
@@ -183,26 +187,57 @@ def chart_stems(df: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str, str
     return [(name, "", "", caption) for name, _, _, caption in run_charts(df, cpu)] + per_group
 
 
-def render_frame(df: pd.DataFrame, out_dir: Path, cpu: bool = False, device: str = "") -> list[Path]:
+def render_frame(df: pd.DataFrame, out_dir: Path, cpu: bool = False, device: str = "",
+                 workers: int | None = None) -> list[Path]:
     """Draw every chart of a results frame (any shape, even empty) into ``out_dir``.
 
     Args: df: a results frame (``load_run``); out_dir: created if missing; cpu: the run is on a CPU
     (``data.on_cpu(manifest)``): CPU wording, no balance drawn from CPU noise; device: the GPU (or CPU) the run
-    measured on (the manifest's ``gpu_name``), named in every chart's title with the model.
+    measured on (the manifest's ``gpu_name``), named in every chart's title with the model; workers: processes
+    that draw the charts (None: one per core up to :data:`MAX_WORKERS`, serial on a machine of fewer than
+    :data:`MIN_PARALLEL` cores; 1: serial). Drawing, not data, is a chart's cost (Agg at 160 dpi), so a GPU
+    box's idle cores take it off the main job's wall time; the files are the same either way.
     Returns every written path (PNG and SVG per chart). One chart set per (model, backend); file stems
     get a ``_<model>_<backend>`` suffix when the run holds more than one.
     """
     d = prepare(df)
-    out: list[Path] = []
+    tasks = []
     on = f" · {device}" if device else ""
     for model, backend, suffix, rows in groups(d):
         head = f"{model} · {backend}{on}: " if model or backend else (f"{device}: " if device else "")
         for name, fn, title, _ in charts_for(rows, cpu):
-            out += fn(rows, Path(out_dir), f"{name}{suffix}", head + title)
+            tasks.append((fn, rows, Path(out_dir), f"{name}{suffix}", head + title))
     models = ", ".join(sorted({str(m) for m in d["model"].dropna()})) if "model" in d and len(d) else ""
     for name, fn, title, _ in run_charts(d, cpu):
-        out += fn(d, Path(out_dir), name, f"{models}{on}: {title}" if models or device else title)
-    return out
+        tasks.append((fn, d, Path(out_dir), name, f"{models}{on}: {title}" if models or device else title))
+    if workers is None:
+        cores = os.cpu_count() or 1
+        workers = min(cores, MAX_WORKERS) if cores >= MIN_PARALLEL else 1
+    workers = min(workers, len(tasks))
+    if workers > 1:
+        try:
+            return _render_parallel(tasks, workers)
+        except (OSError, BrokenProcessPool):  # no process pool here (a sandbox): draw them in this process
+            pass
+    return [p for task in tasks for p in _render_one(*task)]
+
+
+MAX_WORKERS, MIN_PARALLEL = 8, 4
+
+
+def _render_one(fn, rows: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
+    with one_view():  # a worker memoises the frame's critical path for its own charts
+        return fn(rows, out_dir, name, title)
+
+
+def _render_parallel(tasks: list[tuple], workers: int) -> list[Path]:
+    """The charts of ``tasks`` drawn by ``workers`` processes forked from a server that imported this module
+    once (no CUDA state reaches them); paths in task order. Raises what a chart raises."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        futures = [pool.submit(_render_one, *task) for task in tasks]
+        return [p for f in futures for p in f.result()]
 
 
 def device_name(manifest: dict) -> str:
