@@ -83,3 +83,6 @@ def test_a_cpu_sweep_estimates_the_forward_by_kind_and_all_keeps_the_whole(tmp_p
         assert all(x["window_layers_us"] > 0 and x["full_layers_us"] > 0 and x["diff_vs_eager"] == 0.0 for x in rs)
     assert {x["kind_layers_per_sample"] for x in rows["kinds"]} == {"window 127: 1 of 2, full: 1 of 2"}
     assert "kind_layers_per_sample" not in rows["all"][0]
+    # the report says the forward is an estimate, and what it was checked against, only where it is one
+    assert "the forward estimated from them" in (tmp_path / "kinds" / "report.md").read_text()
+    assert "the forward estimated from them" not in (tmp_path / "all" / "report.md").read_text()

@@ -115,8 +115,10 @@ def backend_answer(view: pd.DataFrame) -> list[str]:
                   "two-call forward the fusion saves (+) or costs (−), its 95 % interval, the ms on the critical "
                   "path, and whether the host was hidden behind the GPU (see Prefill forward below)"
                   + (", estimated from one layer of each kind (window, full) timed many times: layers x its time, "
-                     "summed over kinds (`--forward-layers kinds`; `all` times every layer, against which it was "
-                     "checked)." if kinds else "."))
+                     "summed over kinds (`--forward-layers kinds`). `--forward-layers all` times every layer; on an "
+                     "H200 the two agreed within 1.0 % at one SM clock, and runs made minutes apart differed by the "
+                     "clock the GPU settled at, up to 3 % in ms (cpbench's docs/evidence/h200-forward-kinds.md)."
+                     if kinds else "."))
     out = [intro, "", md_table(heads, rows), ""]
     if marked:
         out += [f"{HOST_MARK} host-bound eager cell: its latency exceeds {host_bound_text()} the GPU busy time, so the eager effect "

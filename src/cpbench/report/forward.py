@@ -137,8 +137,12 @@ def cpu_forward_lines(df: pd.DataFrame) -> list[str]:
     what = ("the breakable forward's structure with the rest of every layer left out (`--layer-rest-us 0`, the "
             "CPU default: attention between empty segments)" if left_out else
             "the whole forward (the rest of every layer around attention) with its segments eager")
+    kinds = "forward_rule" in b and (b["forward_rule"] == "kinds").any()
+    how = (" One layer of each kind was timed at a time, the forward estimated from them (layers x time, summed "
+           "over kinds: `--forward-layers kinds`, the default; on a GPU that estimate was checked against timing "
+           "every layer, `--forward-layers all`)." if kinds else "")
     return ["", f"Breakable forward: {ok} of {len(b)} rows ran {what}, as a CPU has no CUDA graphs: a functional "
-            "check of the path, not a measurement of it.", ""]
+            f"check of the path, not a measurement of it.{how}", ""]
 
 
 @style.styled

@@ -18,7 +18,8 @@ from cpbench.results.uncertainty import layer_synced
 
 # the columns the view reads besides the cell's keys
 _READ = ("mode", "status", "reason", "rank", "latency_us_median", "critical_us_median", "launch", "cp_size", "timing",
-         "samples_us", "pass_sizes", "window_layers_us", "full_layers_us", "gpu_busy_us", "host_bound", "host_hidden")
+         "samples_us", "pass_sizes", "window_layers_us", "full_layers_us", "gpu_busy_us", "host_bound", "host_hidden",
+         "forward_rule")
 _NUMERIC = ("rank", "latency_us_median", "critical_us_median", "window_layers_us", "full_layers_us", "gpu_busy_us")
 
 
@@ -36,7 +37,8 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
     slowest_rank_fused, imbalance_two_call, imbalance_fused, status, reason``, and from the profiled
     eager forwards ``gpu_busy_two_call_us, gpu_busy_fused_us`` (slowest rank's GPU busy time),
     ``gpu_speedup`` (their ratio), ``host_bound`` (any row of the cell is) and ``host_hidden`` (every row of a
-    breakable cell issued its forward faster than the GPU ran it).
+    breakable cell issued its forward faster than the GPU ran it), ``forward_rule`` (breakable cells: ``kinds``, the
+    forward estimated from one layer of each kind, or ``all``; "" for other timings; absent for runs without it).
 
     A cell missing a (rank, mode) row (:func:`missing_rows`: a sweep killed between a cell's rows, a torn
     last line) is incomplete: ``status`` ``incomplete``, NaN latencies and speedup (never a critical path
@@ -106,6 +108,8 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
         rec["speedup_ci_low"], rec["speedup_ci_high"] = _speedup_ci(g, shares) if math.isfinite(rec["speedup"]) else (
             math.nan, math.nan)
         rec.update(_gpu_time(g))
+        if "forward_rule" in g:  # breakable rows: one layer per kind ("kinds") or every layer ("all")
+            rec["forward_rule"] = next((str(x) for x in g["forward_rule"] if isinstance(x, str) and x), "")
         out.append(rec)
     return pd.DataFrame(out)
 
