@@ -201,9 +201,9 @@ def h200_flex_line_at_2k_and_16k() -> None:
 def _read_back(traces_dir: Path, run: str, backend: str, mode: str):
     """profile --from's per-layer comparison of ``traces_dir`` beside ``run``'s cp4 bs1 ext8192 cell (gpt-oss-120b)."""
     from cpbench.kernels.backends.registry import BACKEND_NAMES, kernel_patterns
-    from cpbench.profiles.engine_forwards import find_forwards, layer_times
-    from cpbench.profiles.engine_trace import read_traces
-    from cpbench.report.engine_cell import compare_layers, cpbench_layer_us
+    from cpbench.studies.engine_traces.forwards import find_forwards, layer_times
+    from cpbench.studies.engine_traces.traces import read_traces
+    from cpbench.studies.engine_traces.compare import compare_layers, cpbench_layer_us
 
     windows = [127, -1] * 18
     patterns = {b: kernel_patterns(b) for b in BACKEND_NAMES if kernel_patterns(b)}
@@ -232,8 +232,8 @@ def engine_read_back_is_what_usage_md_says() -> None:
     for x in _read_back(engine / "cp4-bs1-ext8192-two-call", "h200-engine-cell-fa3", "flashinfer-fa3", "two-call"):
         expect(0.985 <= x.ratio < 1.045, f"engine two-call rank {x.rank} {x.kind}: {x.ratio:.3f}")
     from cpbench.kernels.backends.registry import BACKEND_NAMES, kernel_patterns
-    from cpbench.profiles.engine_forwards import find_forwards
-    from cpbench.profiles.engine_trace import read_traces
+    from cpbench.studies.engine_traces.forwards import find_forwards
+    from cpbench.studies.engine_traces.traces import read_traces
 
     patterns = {b: kernel_patterns(b) for b in BACKEND_NAMES if kernel_patterns(b)}
     for name, want in (("cp4-bs1-ext8192-two-call", [72] * 3), ("cp4-bs1-ext8192-fused-unannotated", [36] * 3)):

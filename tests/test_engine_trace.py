@@ -10,9 +10,9 @@ import pytest
 import tracefactory as tf
 from clirun import cpbench
 from runfactory import make_rows, write_run
-from cpbench.profiles.engine_forwards import find_forwards, layer_times, matching_ranges, range_members
-from cpbench.profiles.engine_trace import read_torch_trace, read_traces
-from cpbench.profiles.engine_verdict import CpEvidence, verdict
+from cpbench.studies.engine_traces.forwards import find_forwards, layer_times, matching_ranges, range_members
+from cpbench.studies.engine_traces.traces import read_torch_trace, read_traces
+from cpbench.studies.engine_traces.verdict import CpEvidence, verdict
 
 HTA = Path(__file__).parent / "fixtures" / "hta"
 FMHA = {"trtllm-fmha-v2": ("fmha_v2_flash_attention",)}

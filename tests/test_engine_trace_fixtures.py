@@ -8,7 +8,7 @@ import pytest
 import engine_fixtures as ef
 from clirun import cpbench
 from cpbench.kernels.backends.registry import BACKEND_NAMES, kernel_patterns
-from cpbench.profiles.engine_forwards import classify_backend
+from cpbench.studies.engine_traces.forwards import classify_backend
 from cpbench.profiles.kernels import ENGINE_ATTENTION
 
 PATTERNS = {**{b: kernel_patterns(b) for b in BACKEND_NAMES if kernel_patterns(b)}, **ENGINE_ATTENTION}

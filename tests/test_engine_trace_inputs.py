@@ -131,7 +131,7 @@ def test_a_stale_export_beside_its_report_is_refused_as_a_file_or_in_a_directory
 
 
 def test_ctrl_c_of_profile_says_interrupted_without_a_sweeps_resume_advice(tmp_path, monkeypatch):
-    import cpbench.profiles.engine_trace as engine_trace
+    import cpbench.studies.engine_traces.traces as engine_trace
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt

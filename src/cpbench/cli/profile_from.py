@@ -61,7 +61,7 @@ def profile_from(paths: list[str], spec, *, forward_range: str | None, cell: str
                  out: str | None = None) -> int:
     """Read the traces, print (or ``--json``) per rank, and compare with a cpbench cell. ``cp``: the engine's CP
     size as the user gives it (``--cp``), the evidence of CP the fused/two-call verdict needs besides what the
-    trace shows (:mod:`cpbench.profiles.engine_verdict`). ``model_named``: the user named ``spec``'s model
+    trace shows (:mod:`cpbench.studies.engine_traces.verdict`). ``model_named``: the user named ``spec``'s model
     (``--model``, ``--model-config``, ``--window``); only then, or beside a ``--cell`` of it, are the layers split
     into window and full ones (where the model has sliding windows). ``out``: a directory to write the report to, as
     ``profile.json`` (refused where one is already). Returns the exit
@@ -69,10 +69,10 @@ def profile_from(paths: list[str], spec, *, forward_range: str | None, cell: str
     :data:`cpbench.profiles.kernels.ENGINE_ATTENTION`). Raises CpbenchInputError (exit 2) for
     bad input: unreadable or mixed traces, a bad ``--cell`` or ``--forward-range``, a run without the cell."""
     from cpbench.kernels.backends.registry import BACKEND_NAMES, kernel_patterns
-    from cpbench.profiles.engine_forwards import STEP_RANGE, find_forwards, layer_times
-    from cpbench.profiles.engine_range_check import check_forward_range
-    from cpbench.profiles.engine_trace import read_traces
-    from cpbench.profiles.engine_verdict import cp_evidence, verdict
+    from cpbench.studies.engine_traces.forwards import STEP_RANGE, find_forwards, layer_times
+    from cpbench.studies.engine_traces.range_check import check_forward_range
+    from cpbench.studies.engine_traces.traces import read_traces
+    from cpbench.studies.engine_traces.verdict import cp_evidence, verdict
     from cpbench.profiles.kernels import CALL_ATTENTION, ENGINE_ATTENTION
     from cpbench.profiles.nsys import find_nsys
 
@@ -145,8 +145,8 @@ def _write(out: str | None, report: dict) -> None:
 def _compare(ranks, evidence, target: tuple[int, int, int], spec, run: str | None, device: str | None) -> dict:
     """cpbench's cell beside the engine's layer times (from ``run``, else measured here); only where every rank
     ran CP (``evidence``), so that its count names a mode."""
-    from cpbench.profiles.engine_forwards import layer_times
-    from cpbench.report.engine_cell import compare_layers, cpbench_layer_us
+    from cpbench.studies.engine_traces.forwards import layer_times
+    from cpbench.studies.engine_traces.compare import compare_layers, cpbench_layer_us
 
     from cpbench.kernels.backends.registry import BACKEND_NAMES
 

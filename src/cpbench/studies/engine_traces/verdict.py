@@ -1,5 +1,5 @@
 """Whether a rank of an engine took the fused or the two-call path: its attention kernels per forward
-(:mod:`cpbench.profiles.engine_forwards`), judged only where something says the rank ran context parallelism.
+(:mod:`cpbench.studies.engine_traces.forwards`), judged only where something says the rank ran context parallelism.
 
 Without CP a forward runs one attention call per layer, so 36 attention kernels per forward of a 36-layer model
 are what the fused path gives *and* what a plain run gives: the count alone cannot say the fused path was taken.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cpbench.profiles.engine_forwards import RankForwards
+from cpbench.studies.engine_traces.forwards import RankForwards
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 Nsight Systems reports that cpbench did not write (``cpbench profile --from``): which files to read
 (:func:`read_traces`), and whether they can be one run (:func:`check_one_run`).
 
-* **torch.profiler**: :mod:`cpbench.profiles.engine_torch` (one file per rank, streamed);
-* **Nsight Systems**: :mod:`cpbench.profiles.engine_nsys` (``.sqlite``, or a ``.nsys-rep`` exported first).
+* **torch.profiler**: :mod:`cpbench.studies.engine_traces.torch_trace` (one file per rank, streamed);
+* **Nsight Systems**: :mod:`cpbench.studies.engine_traces.nsys_trace` (``.sqlite``, or a ``.nsys-rep`` exported first).
 
 Every reader raises :class:`TraceInputError` (a CpbenchInputError: one line, exit 2) for a file that is
 not a trace of its kind, a truncated gz, or a trace without GPU activity (a CPU-only program).
@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from cpbench.profiles.engine_nsys import export_sqlite, is_current_export, read_nsys
-from cpbench.profiles.engine_rank import MAX_START_SKEW_S, Kernel, RankTrace, Span, TraceInputError
-from cpbench.profiles.engine_torch import read_torch_trace, split_by_device
+from cpbench.studies.engine_traces.nsys_trace import export_sqlite, is_current_export, read_nsys
+from cpbench.studies.engine_traces.rank_trace import MAX_START_SKEW_S, Kernel, RankTrace, Span, TraceInputError
+from cpbench.studies.engine_traces.torch_trace import read_torch_trace, split_by_device
 
 
 def read_traces(paths: list[str | Path], nsys: str | None = None) -> list[RankTrace]:

@@ -1,4 +1,4 @@
-"""Nsight Systems reports of an engine, read into :class:`~cpbench.profiles.engine_rank.RankTrace` records: an
+"""Nsight Systems reports of an engine, read into :class:`~cpbench.studies.engine_traces.rank_trace.RankTrace` records: an
 exported ``.sqlite`` with the standard library's sqlite3 (tables ``CUPTI_ACTIVITY_KIND_KERNEL``,
 ``CUPTI_ACTIVITY_KIND_RUNTIME``, ``NVTX_EVENTS``, ``StringIds``; times in ns); a ``.nsys-rep`` is first exported
 with ``nsys export --type sqlite`` (nsys needed, no GPU). Each process that ran kernels is one rank, in PID order
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from cpbench.profiles.engine_rank import (Kernel, RankTrace, Span, TraceInputError, finite_number, first_line,
+from cpbench.studies.engine_traces.rank_trace import (Kernel, RankTrace, Span, TraceInputError, finite_number, first_line,
                                           nonneg_int)
 
 NVTX_RANGE_TYPES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange (nsys's NVTX_EVENTS.eventType)

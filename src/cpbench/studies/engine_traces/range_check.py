@@ -1,5 +1,5 @@
 """Whether a ``--forward-range`` bounded forwards at all: a range the user names must match something, and what it
-matches must be whole forwards, not layers. (:func:`cpbench.profiles.engine_forwards.find_forwards` already keeps
+matches must be whole forwards, not layers. (:func:`cpbench.studies.engine_traces.forwards.find_forwards` already keeps
 the outermost of nested matches.)
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from cpbench.profiles.engine_forwards import RankForwards
-from cpbench.profiles.engine_rank import RankTrace
+from cpbench.studies.engine_traces.forwards import RankForwards
+from cpbench.studies.engine_traces.rank_trace import RankTrace
 
 SEEN_SHOWN = 8  # range names (as globs) a refusal lists
 _DIGITS = re.compile(r"\d+")

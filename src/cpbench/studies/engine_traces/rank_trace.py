@@ -1,6 +1,6 @@
 """The records an engine's trace is read into, one :class:`RankTrace` per rank (``cpbench profile --from``), and
-the error every trace reader raises. The readers: :mod:`cpbench.profiles.engine_torch` (torch.profiler),
-:mod:`cpbench.profiles.engine_nsys` (Nsight Systems); :mod:`cpbench.profiles.engine_trace` reads the files given.
+the error every trace reader raises. The readers: :mod:`cpbench.studies.engine_traces.torch_trace` (torch.profiler),
+:mod:`cpbench.studies.engine_traces.nsys_trace` (Nsight Systems); :mod:`cpbench.studies.engine_traces.traces` reads the files given.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class RankTrace:
         rank_source: where ``rank`` came from: ``distributedInfo``, or ``file order`` / ``process order`` for
             traces that carry no rank, ``device order`` for the devices of one process's trace.
         counted: ``"kernels"``, or ``"attention calls"`` for a trace without GPU kernels whose attention-call
-            ranges were made its kernels (cpbench's own profile on a CPU; ``engine_torch``).
+            ranges were made its kernels (cpbench's own profile on a CPU; ``torch_trace``).
     """
 
     path: str

@@ -1,6 +1,6 @@
 """torch.profiler Chrome traces of an engine (``*.trace.json`` / ``*.trace.json.gz``, as SGLang's
 ``/start_profile`` or ``SGLANG_TORCH_PROFILER_DIR`` write one per rank), read into a
-:class:`~cpbench.profiles.engine_rank.RankTrace`: streamed with ijson, so a multi-GB trace is never held whole
+:class:`~cpbench.studies.engine_traces.rank_trace.RankTrace`: streamed with ijson, so a multi-GB trace is never held whole
 in memory; only GPU kernels, launch calls and annotation ranges are kept. The rank, world size and process
 groups come from kineto's ``distributedInfo``; the start time from ``baseTimeNanoseconds`` plus the first
 event's ``ts`` (older kineto writes absolute µs in ``ts`` and no base).
@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cpbench.profiles.kernels import CALL_KERNEL, CALL_NAMES
-from cpbench.profiles.engine_rank import (Kernel, RankTrace, Span, TraceInputError, finite_number, first_line,
+from cpbench.studies.engine_traces.rank_trace import (Kernel, RankTrace, Span, TraceInputError, finite_number, first_line,
                                           nonneg_int)
 
 KERNEL_CAT = "kernel"

@@ -1,5 +1,5 @@
 """Prefill forwards, attention kernels per forward and per-layer kernel time, found in an engine's rank trace
-(:class:`cpbench.profiles.engine_trace.RankTrace`).
+(:class:`cpbench.studies.engine_traces.traces.RankTrace`).
 
 Forwards are bounded, in this order of preference:
 
@@ -15,7 +15,7 @@ Forwards are bounded, in this order of preference:
    and collectives do not interrupt it), and every ``num_layers`` consecutive layers make one forward.
 
 A forward's attention kernels per layer, with evidence that the rank ran context parallelism, decide the
-verdict (:mod:`cpbench.profiles.engine_verdict`): 1 per layer is the fused path, 2 the two-call path (SGLang PR
+verdict (:mod:`cpbench.studies.engine_traces.verdict`): 1 per layer is the fused path, 2 the two-call path (SGLang PR
 #33137: 36 against 72 for a 36-layer model). Kernels are classified with cpbench's own patterns
 (:func:`cpbench.profiles.kernels.classify`), given by the caller per backend.
 """
@@ -27,7 +27,7 @@ import fnmatch
 import statistics
 from dataclasses import dataclass, field
 
-from cpbench.profiles.engine_trace import Kernel, RankTrace, Span
+from cpbench.studies.engine_traces.traces import Kernel, RankTrace, Span
 from cpbench.profiles.kernels import classify
 
 STEP_RANGE = "ProfilerStep#*"  # a glob (fnmatch, case-sensitive): the ranges prof.step() writes

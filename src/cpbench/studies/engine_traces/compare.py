@@ -3,7 +3,7 @@
 cpbench's per-layer time of a layer kind is ``window_layers_us`` / ``full_layers_us`` of the cell's eager
 row (GPU busy time of the work each layer launches in the profiled forward: the attention kernels, and
 FMHAv2's memset) divided by that kind's layer count. The engine's is the median over its forwards of the
-sum of one layer's attention kernel durations (:func:`cpbench.profiles.engine_forwards.layer_times`).
+sum of one layer's attention kernel durations (:func:`cpbench.studies.engine_traces.forwards.layer_times`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from cpbench.domain.modes import Mode, Timing
-from cpbench.profiles.engine_forwards import LayerTimes
+from cpbench.studies.engine_traces.forwards import LayerTimes
 
 KIND_COLUMN = {"window": "window_layers_us", "full": "full_layers_us"}
 
