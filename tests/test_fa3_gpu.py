@@ -16,7 +16,7 @@ from cpbench.kernels.backends import get_backend
 from cpbench.kernels.backends import flash_attn3 as fa3
 from cpbench.kernels.check import TOLERANCE, max_abs_diff, max_abs_error
 from cpbench.kernels.workload import build_cell, rank_work
-from cpbench.profiles import capture, ranges
+from gpucounts import gpt_oss_cp4_counts
 
 pytestmark = pytest.mark.gpu
 MODES = ("two-call", "fused", "cp-native")
@@ -79,15 +79,9 @@ def test_the_op_with_out_equals_the_public_call():
 @needs_fa3
 @pytest.mark.parametrize("mode,attention", [("two-call", 72), ("fused", 36), ("cp-native", 36)])
 def test_kernel_counts_gpt_oss_120b_cp4(mode, attention):
-    spec = get_preset("gpt-oss-120b")  # 36 layers, window and full alternating
-    cell = build_cell(spec, [2048], [0], page_size=64, dtype=torch.bfloat16, device="cuda")
-    for g in all_ranks([2048], [0], 4):
-        prep = get_backend("fa3").prepare(rank_work(cell, g), mode)
-        prep.forward()
-        torch.cuda.synchronize()
-        c = capture.profile_forward(ranges.annotated_forward(prep, "x"), prep.kernel_patterns, "cuda")
-        assert c.attention == attention, f"rank {g.rank}: {c.attention} attention kernels"
+    for rank, c in gpt_oss_cp4_counts("fa3", mode):
+        assert c.attention == attention, f"rank {rank}: {c.attention} attention kernels"
         # one scheduler kernel per call, plus a combine per call that splits KV: merge work, not attention
         assert attention <= c.merge <= 2 * attention and c.fill == 0 and c.copy == 0, (c.merge, c.fill, c.copy)
-        print(f"rank {g.rank} {mode}: {c.attention} attention kernels, {c.merge} scheduler/combine, "
+        print(f"rank {rank} {mode}: {c.attention} attention kernels, {c.merge} scheduler/combine, "
               f"{c.other} other, {c.launches} launches")

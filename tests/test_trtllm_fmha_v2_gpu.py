@@ -15,7 +15,7 @@ from cpbench.kernels.check import TOLERANCE, max_abs_diff, max_abs_error
 from cpbench.domain.geometry import all_ranks
 from cpbench.domain.models import get_preset, with_overrides
 from cpbench.kernels.workload import build_cell, rank_work
-from cpbench.profiles import capture, ranges
+from gpucounts import gpt_oss_cp4_counts
 from swacheck import SWA_BATCHES, check_swa_pool
 
 pytestmark = pytest.mark.gpu
@@ -76,14 +76,8 @@ def test_swa_pool_window_layers_read_their_own_table(cp, batch):
 
 @needs_gpu
 @pytest.mark.parametrize("mode,attention", [("two-call", 72), ("fused", 36)])
-def test_kernel_counts_gpt_oss_120b_cp4(mode, attention, tmp_path):
-    spec = get_preset("gpt-oss-120b")  # 36 layers, window and full alternating
-    cell = build_cell(spec, [2048], [0], page_size=64, dtype=torch.bfloat16, device="cuda")
-    for g in all_ranks([2048], [0], 4):
-        prep = get_backend("trtllm-fmha-v2").prepare(rank_work(cell, g), mode)
-        prep.forward()
-        torch.cuda.synchronize()
-        c = capture.profile_forward(ranges.annotated_forward(prep, "x"), prep.kernel_patterns, "cuda")
-        assert c.attention == attention, f"rank {g.rank}: {c.attention} attention kernels"
+def test_kernel_counts_gpt_oss_120b_cp4(mode, attention):
+    for rank, c in gpt_oss_cp4_counts("trtllm-fmha-v2", mode):
+        assert c.attention == attention, f"rank {rank}: {c.attention} attention kernels"
         assert c.fill == attention and c.other == 0 and c.copy == 0, (c.fill, c.other, c.copy)  # one memset per call
-        print(f"rank {g.rank} {mode}: {c.attention} attention kernels, {c.fill} memsets, {c.launches} launches")
+        print(f"rank {rank} {mode}: {c.attention} attention kernels, {c.fill} memsets, {c.launches} launches")
