@@ -29,6 +29,7 @@ USAGE_MD = ROOT / "docs" / "usage.md"  # the engine read-back table
 sys.path.insert(0, str(ROOT / "src"))  # this checkout's code, whatever cpbench is installed
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+from cpbench.studies import study_reports  # noqa: E402
 from cpbench.report.charts import CHARTS, DIST_CHARTS, render_all  # noqa: E402
 from cpbench.report.run_report import render_report, write_report  # noqa: E402
 from cpbench.results.critical_path import critical_path  # noqa: E402
@@ -128,7 +129,7 @@ def h200_flex_line_is_what_results_md_says() -> None:
     benchmarks/flex_line_check.py, which does not import cpbench (harness.jsonl)."""
     import json
 
-    from cpbench.results.line import line_view
+    from cpbench.studies.line.view import line_view
     from cpbench.results.verdicts import effect_text
 
     df, _ = load_run(RUNS / "h200-flex-line")
@@ -161,7 +162,7 @@ def h200_flex_line_at_2k_and_16k() -> None:
     import json
 
     from cpbench.domain.tolerance import REFERENCE_TOLERANCE
-    from cpbench.results.line import line_view
+    from cpbench.studies.line.view import line_view
     from cpbench.results.verdicts import effect_text
 
     results = " ".join(RESULTS_MD.read_text(encoding="utf-8").split())
@@ -305,7 +306,7 @@ def committed_reports_are_current() -> None:
         df, manifest = load_run(run)
         sim = SIMULATED_PAIRS.get(run.name)
         text = render_report(df, manifest, run.name, run / "plots", sim_df=load_run(RUNS / sim)[0] if sim else None,
-                             sim_name=sim or "")
+                             sim_name=sim or "", studies=study_reports())
         if text != as_rendered_now((run / "report.md").read_text(encoding="utf-8"), manifest):
             stale.append(run.name + (f" (--simulated docs/runs/{sim})" if sim else ""))
     expect(not stale, f"{len(stale)} committed report(s) differ from what the code renders: {', '.join(stale)}; "
@@ -376,7 +377,7 @@ def readme_answer_comes_from_the_runs() -> None:
     and fa3's cp-native call a tie with the fused call in every cell (h200-fa3-modes-graph)."""
     from cpbench.report.data import cells
     from cpbench.report.forward import attention_share, forward_cells
-    from cpbench.results.line import line_view
+    from cpbench.studies.line.view import line_view
     from cpbench.results.verdicts import effect_text, side_of_one
 
     readme = " ".join(README.read_text(encoding="utf-8").split())  # a figure may wrap a line
@@ -463,10 +464,11 @@ def charts_regenerate(name: str, charts: int) -> Callable[[], None]:
         with tempfile.TemporaryDirectory() as tmp:
             run = Path(tmp) / name
             shutil.copytree(RUNS / name, run, ignore=shutil.ignore_patterns("plots", "report.md"))
-            pngs = [p for p in render_all(run) if p.suffix == ".png"]
+            pngs = [p for p in render_all(run, studies=study_reports()) if p.suffix == ".png"]
             small = [p.name for p in pngs if p.stat().st_size <= 5000]
             expect(len(pngs) == charts and not small, f"{len(pngs)} charts (want {charts}), tiny: {small}")
-            expect("![speedup](plots/speedup.png)" in write_report(run).read_text(), "report.md embeds no speedup chart")
+            expect("![speedup](plots/speedup.png)" in write_report(run, studies=study_reports()).read_text(),
+                   "report.md embeds no speedup chart")
 
     check.__doc__ = (f"Every chart regenerates from {name} ({charts} charts, each > 5 kB), from older runs' columns "
                      "too (the memory chart of a run without measured memory says so instead of failing).")
@@ -527,7 +529,7 @@ def main() -> int:
     if sys.argv[1:] == ["--write-reports"]:  # after an intended change to the report: rewrite every committed one
         for run in sorted(p for p in RUNS.iterdir() if (p / "report.md").exists()):
             sim = SIMULATED_PAIRS.get(run.name)
-            write_report(run, simulated=RUNS / sim if sim else None, charts=False)
+            write_report(run, simulated=RUNS / sim if sim else None, charts=False, studies=study_reports())
             print(f"wrote {run / 'report.md'}")
         return 0
     failed = []

@@ -10,7 +10,7 @@ from cpbench.report.charts import CHARTS, CPU_CHARTS
 from cpbench.report.data import prepare
 from cpbench.report.gather import gather_share_chart, sim_vs_real_chart
 from cpbench.report.latency import latency_chart
-from cpbench.report.line_chart import line_chart
+from cpbench.studies.line.chart import line_chart
 from cpbench.report.overhead import balance_chart
 from runfactory import make_rows
 

@@ -49,7 +49,10 @@ def test_cpu_report_is_a_functional_check_in_cpu_words(tmp_path, rough_charts):
 @pytest.mark.slow
 def test_cpu_charts_say_cpu_and_draw_no_imbalance(tmp_path):
     d = prepare(pd.DataFrame(cpu_rows()))
-    captions = {stem: caption for stem, _, _, caption in chart_stems(d, cpu=True)}
+    from cpbench.studies import study_reports
+
+    captions = {stem: caption for stem, _, _, caption in chart_stems(d, cpu=True, studies=study_reports())}
+    assert "line" not in {stem for stem, *_ in chart_stems(d, cpu=True)}  # the study's chart comes with the study
     # no peak, no allocator, no balance from CPU noise
     assert [s for s, *_ in CHARTS if s not in ("throughput", "setup_memory", "balance")] == list(captions)
     assert "functional check" in captions["latency"] and "no speedup claim" in captions["speedup"]
@@ -125,11 +128,14 @@ def test_a_cpu_line_chart_draws_grey_ratios_without_interval(tmp_path, monkeypat
     from matplotlib.colors import to_hex
 
     from cpbench.report import style
-    from cpbench.report.line_chart import CPU_GREY, line_chart
+    from cpbench.studies.line.chart import CPU_GREY, line_chart
     from cpbench.results.store import load_run
 
     d = prepare(load_run(Path(__file__).parents[1] / "docs" / "runs" / "cpu-flex-line")[0])
-    captions = {stem: caption for stem, _, _, caption in chart_stems(d, cpu=True)}
+    from cpbench.studies import study_reports
+
+    captions = {stem: caption for stem, _, _, caption in chart_stems(d, cpu=True, studies=study_reports())}
+    assert "line" not in {stem for stem, *_ in chart_stems(d, cpu=True)}  # the study's chart comes with the study
     assert "no speedup claim" in captions["line"] and "without interval" in captions["line"]
     figs = []
     monkeypatch.setattr(style, "save", lambda fig, out_dir, name: figs.append(fig) or [])

@@ -11,9 +11,9 @@ from cpbench.kernels.backends import get_backend
 from cpbench.kernels.backends.base import calls_and_table
 from cpbench.kernels.backends.flex import build_call, mode_rows
 from cpbench.kernels.workload import build_cell, rank_work
-from cpbench.report.line import line_section
+from cpbench.studies.line.section import line_section
 from cpbench.results.critical_path import critical_path
-from cpbench.results.line import line_view
+from cpbench.studies.line.view import line_view
 from cpbench.results.store import load_run, read_jsonl
 from cpbench.results.verdicts import effect_text
 from clirun import cpbench

@@ -49,7 +49,9 @@ def test_a_cp_native_only_run_shows_its_table_in_the_console_and_the_report():
     assert "cp-native ms" in head and "two-call ms" not in head and "fused ms" not in head and "saves" not in head
     body = [ln for ln in out.splitlines() if ln.startswith("│")]
     assert [ln.split("│")[1].strip() for ln in body] == ["1", "4"]
-    text = render_report(df, manifest(**CPU), "run")
+    from cpbench.studies import study_reports
+
+    text = render_report(df, manifest(**CPU), "run", studies=study_reports())
     assert "_No result rows._" not in text and "Three points on one kernel family" in text
     table = text.split("## Three points on one kernel family", 1)[1].split("\n\n")[2]
     assert table.splitlines()[0] == "| backend | cp | bs | extend | timing | cp-native ms | page table: fused / cp-native |"

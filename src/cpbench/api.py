@@ -154,8 +154,9 @@ def sweep(config: SweepConfig, out: str | Path | None = None, *, resume: bool = 
         report_path = None
         if report:
             from cpbench.report.run_report import write_report
+            from cpbench.studies import study_reports
 
-            report_path = write_report(run.run_dir.path)
+            report_path = write_report(run.run_dir.path, studies=study_reports())
         code, message = run.exit_code(df, allow_mismatch, keep_going)
         return Run(run.run_dir.path, df, run.run_dir.read_manifest(), report_path, code, message)
     finally:

@@ -71,12 +71,13 @@ def latest_run(run: Path) -> Path:
 
 def plot(run: RunArg) -> None:
     """Draw every chart of a run into RUN/plots/ (PNG + SVG); for a directory of runs, of its latest run."""
+    from cpbench.studies import study_reports
     from cpbench.report.charts import render_all
 
     run = latest_run(run)
     warn_if_writing("the charts cover", run)
     with readable(run):
-        paths = render_all(run)
+        paths = render_all(run, studies=study_reports())
     pngs = [p for p in paths if p.suffix == ".png"]
     typer.echo(f"wrote {len(pngs)} charts (PNG + SVG) to {run / 'plots'}")
 
@@ -93,12 +94,13 @@ def report(
     Summary, environment, repro command, tables per cp size, kernel counts, charts (drawn if missing), notes;
     for a torchrun run also a "Real CP (torchrun)" section (phases, gather share, link-bandwidth estimate).
     """
+    from cpbench.studies import study_reports
     from cpbench.report.run_report import write_report
 
     run = latest_run(run)
     warn_if_writing("the report covers", run, *([simulated] if simulated is not None else []))
     with readable(run, *([simulated] if simulated is not None else [])):
-        path = write_report(run, replot=replot, simulated=simulated)
+        path = write_report(run, replot=replot, simulated=simulated, studies=study_reports())
     typer.echo(f"wrote {path}")
 
 

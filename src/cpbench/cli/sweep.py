@@ -386,7 +386,7 @@ def show_line(console: Console, df, cpu: bool = False) -> None:
     rows. The report's "Three points" section has the rest."""
     from cpbench.cli.tables import Col, print_table
     from cpbench.report.tables import modes_text
-    from cpbench.results.line import line_view
+    from cpbench.studies.line.view import line_view
     from cpbench.results.verdicts import effect_text
 
     line = line_view(df)

@@ -19,13 +19,13 @@ from cpbench.report.data import groups, on_cpu, one_view, prepare
 from cpbench.report.dist_data import has_phases
 from cpbench.report.forward import forward_chart
 from cpbench.report.gather import gather_share_chart
-from cpbench.report.line_chart import line_chart
 from cpbench.report.latency import latency_chart, speedup_heatmap
 from cpbench.report.memory import setup_memory_chart
 from cpbench.report.overhead import balance_chart, overhead_chart
 from cpbench.report.phases import phases_chart, timeline_chart
 from cpbench.report.resources import throughput_chart
 from cpbench.report.segments import has_segment_axis, segments_chart
+from cpbench.report.study import StudyReport
 from cpbench.report.tables import modes_text
 
 # file stem, function, title, one-line caption for the report
@@ -71,13 +71,6 @@ DIST_CHARTS = (
 
 # run-wide charts (every backend in one figure): stem, function, title, caption; drawn on a GPU run only when
 # the run holds the axis they need
-LINE_CHARTS = (  # a group with cp-native rows (the flex backend)
-    ("line", line_chart, "two-call, fused and cp-native on one kernel family",
-     "The share of the two-call time (two-call = 0) the PR's fused call (squares) and the CP-native call "
-     "(triangles) save on the critical path, whiskers: 95 % interval; under each cell the fused call's duplicated "
-     "page-table bytes, against 0 for cp-native."),
-)
-
 RUN_CHARTS = (
     ("segments", segments_chart, "fusion vs the fused call's segment count",
      "The share of the two-call time fused saves (whiskers: 95 % interval) and the fused forward's latency per "
@@ -114,12 +107,6 @@ CPU_CHARTS = {
     "gather_share": (gather_share_chart, "all-gather share of the forward (eager, torchrun; CPU: a functional check)",
                      "gather_us / forward latency per rank vs tokens, on a CPU (gloo): which share the gather takes "
                      "there says nothing of NCCL on GPUs; a functional check, not a benchmark."),
-    "line": (partial(line_chart, cpu=True),
-             "two-call, fused and cp-native latency on one kernel family "
-             "(CPU: a functional check, not a speedup)",
-             "The share of the two-call time fused and cp-native save (+) or cost (−) on the critical path per cell on "
-             "a CPU, uncoloured and without interval: CPU timings move by tens of percent, so this is no speedup "
-             "claim."),
     "overhead": (partial(overhead_chart, cpu=True), "forward vs host time per forward",
                  "Forward latency (eager, and breakable: the whole layer, those the run timed) against host setup "
                  "(metadata, page tables), per mode (on a CPU the forward runs on the host: there is no separate "
@@ -140,12 +127,12 @@ FORWARD_CHARTS = (
 )
 
 
-def not_drawn(rows: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str]]:
+def not_drawn(rows: pd.DataFrame, cpu: bool = False, studies: tuple[StudyReport, ...] = ()) -> list[tuple[str, str]]:
     """``[(chart, why)]``: the charts of one prepared (model, backend) group with nothing of its rows to draw, which
     are left out (the report says why) rather than drawn empty: ``kernels`` without attention counts
     (:func:`cpbench.report.costs.counts_missing`: a ``--timing breakable`` run has none), ``speedup`` without both
-    two-call and fused, ``line`` without two-call to set fused and cp-native against. A group none of whose rows
-    ran keeps every chart (each says so in its own panel)."""
+    two-call and fused, and each study's own (``StudyReport.not_drawn``). A group none of whose rows ran keeps
+    every chart (each says so in its own panel)."""
     out = []
     why = counts_missing(rows, calls=cpu)
     if why:
@@ -154,46 +141,49 @@ def not_drawn(rows: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str]]:
     if modes and (rows["status"] == "ok").any():
         if not {Mode.TWO_CALL, Mode.FUSED} <= modes:
             out.append(("speedup", f"the run measured {modes_text(modes)} only: no fused-vs-two-call effect to draw"))
-        if Mode.CP_NATIVE in modes and Mode.TWO_CALL not in modes:
-            out.append(("line", "the run measured no two-call latency to set fused and cp-native against"))
+        out += [x for st in studies for x in st.not_drawn(rows, cpu)]
     return out
 
 
-def omitted_charts(df: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str]]:
+def omitted_charts(df: pd.DataFrame, cpu: bool = False,
+                   studies: tuple[StudyReport, ...] = ()) -> list[tuple[str, str]]:
     """``[(stem, why)]`` of a prepared frame: each group's :func:`not_drawn` charts, under their file stems."""
-    return [(f"{name}{suffix}", why) for _, _, suffix, rows in groups(df) for name, why in not_drawn(rows, cpu)]
+    return [(f"{name}{suffix}", why) for _, _, suffix, rows in groups(df)
+            for name, why in not_drawn(rows, cpu, studies)]
 
 
-def charts_for(rows: pd.DataFrame, cpu: bool = False) -> tuple:
+def charts_for(rows: pd.DataFrame, cpu: bool = False, studies: tuple[StudyReport, ...] = ()) -> tuple:
     """The chart table of one prepared (model, backend) group: ``FORWARD_CHARTS`` when it holds breakable rows
-    (GPU only), ``CHARTS``, plus ``DIST_CHARTS`` when its torchrun rows carry phase times; with ``cpu``, the CPU
-    wording and functions of ``CPU_CHARTS``; without the charts it has nothing to draw on (:func:`not_drawn`)."""
+    (GPU only), ``CHARTS``, plus ``DIST_CHARTS`` when its torchrun rows carry phase times, then each study's
+    (``StudyReport.charts``); with ``cpu``, the CPU wording and functions of ``CPU_CHARTS``; without the charts it
+    has nothing to draw on (:func:`not_drawn`)."""
     table = CHARTS + DIST_CHARTS if len(rows) and has_phases(rows) else CHARTS
     if not cpu and len(rows) and "timing" in rows and (rows["timing"] == "breakable").any():
         table = FORWARD_CHARTS + table
-    if len(rows) and "mode" in rows and ((rows["mode"] == Mode.CP_NATIVE) & (rows["status"] == "ok")).any():
-        table = table + LINE_CHARTS
     if cpu:  # throughput, measured memory and balance say nothing on a CPU (CPU_SKIP)
         table = tuple((name, *CPU_CHARTS[name]) if name in CPU_CHARTS else (name, fn, title, caption)
                       for name, fn, title, caption in table if name not in CPU_SKIP)
-    empty = {name for name, _ in not_drawn(rows, cpu)}
+    table += tuple(c for st in studies for c in st.charts(rows, cpu))
+    empty = {name for name, _ in not_drawn(rows, cpu, studies)}
     return tuple(c for c in table if c[0] not in empty)
 
 
-def chart_stems(df: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str, str, str]]:
+def chart_stems(df: pd.DataFrame, cpu: bool = False,
+                studies: tuple[StudyReport, ...] = ()) -> list[tuple[str, str, str, str]]:
     """``[(stem, model, backend, caption)]`` for a prepared frame, in render order."""
-    per_group = [(f"{name}{suffix}", model, backend, caption)
-                 for model, backend, suffix, rows in groups(df) for name, _, _, caption in charts_for(rows, cpu)]
+    per_group = [(f"{name}{suffix}", model, backend, caption) for model, backend, suffix, rows in groups(df)
+                 for name, _, _, caption in charts_for(rows, cpu, studies)]
     return [(name, "", "", caption) for name, _, _, caption in run_charts(df, cpu)] + per_group
 
 
 def render_frame(df: pd.DataFrame, out_dir: Path, cpu: bool = False, device: str = "",
-                 workers: int | None = None) -> list[Path]:
+                 workers: int | None = None, studies: tuple[StudyReport, ...] = ()) -> list[Path]:
     """Draw every chart of a results frame (any shape, even empty) into ``out_dir``.
 
     Args: df: a results frame (``load_run``); out_dir: created if missing; cpu: the run is on a CPU
     (``data.on_cpu(manifest)``): CPU wording, no balance drawn from CPU noise; device: the GPU (or CPU) the run
-    measured on (the manifest's ``gpu_name``), named in every chart's title with the model; workers: processes
+    measured on (the manifest's ``gpu_name``), named in every chart's title with the model; studies: the optional
+    studies whose charts to draw too (:class:`~cpbench.report.study.StudyReport`); workers: processes
     that draw the charts (None: one per core up to :data:`MAX_WORKERS`, serial on a machine of fewer than
     :data:`MIN_PARALLEL` cores; 1: serial). Drawing, not data, is a chart's cost (Agg at 160 dpi), so a GPU
     box's idle cores take it off the main job's wall time; the files are the same either way.
@@ -205,7 +195,7 @@ def render_frame(df: pd.DataFrame, out_dir: Path, cpu: bool = False, device: str
     on = f" · {device}" if device else ""
     for model, backend, suffix, rows in groups(d):
         head = f"{model} · {backend}{on}: " if model or backend else (f"{device}: " if device else "")
-        for name, fn, title, _ in charts_for(rows, cpu):
+        for name, fn, title, _ in charts_for(rows, cpu, studies):
             tasks.append((fn, rows, Path(out_dir), f"{name}{suffix}", head + title))
     models = ", ".join(sorted({str(m) for m in d["model"].dropna()})) if "model" in d and len(d) else ""
     for name, fn, title, _ in run_charts(d, cpu):
@@ -249,12 +239,13 @@ def device_name(manifest: dict) -> str:
     return name.replace("NVIDIA ", "")
 
 
-def render_all(run_dir: str | Path) -> list[Path]:
-    """Load ``run_dir`` and write every chart to ``run_dir/plots/`` (PNG + SVG).
+def render_all(run_dir: str | Path, studies: tuple[StudyReport, ...] = ()) -> list[Path]:
+    """Load ``run_dir`` and write every chart to ``run_dir/plots/`` (PNG + SVG), the ``studies``' too.
 
     Returns the written paths.
     Raises: CpbenchInputError (from ``load_run``): missing directory, no results, other schema version.
     """
     df, manifest = load_run(run_dir)
     with one_view():
-        return render_frame(df, RunDir(run_dir).plots, cpu=on_cpu(manifest), device=device_name(manifest))
+        return render_frame(df, RunDir(run_dir).plots, cpu=on_cpu(manifest), device=device_name(manifest),
+                            studies=studies)

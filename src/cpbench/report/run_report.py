@@ -24,9 +24,9 @@ from cpbench.results.schema import CELL_COLUMNS, MODES, V3_BACKENDS
 from cpbench.results.store import RunDir, as_utf8, load_run
 from cpbench.results.verdicts import CPU_CLAIM, TIE_BAND
 from cpbench.report.forward import cpu_forward_lines, forward_section
-from cpbench.report.line import line_section
 from cpbench.report.backend_answer import backend_answer
 from cpbench.report.charts import chart_stems, device_name, omitted_charts, render_frame
+from cpbench.report.study import StudyReport
 from cpbench.report.costs import counts_missing, kernel_counts
 from cpbench.errors import CpbenchInputError, CpbenchWarning
 from cpbench.report.data import cells, groups, on_cpu, one_view, prepare
@@ -305,13 +305,15 @@ def reproduce_lines(manifest: dict) -> list[str]:
 
 
 def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Path | None = None,
-                  sim_df: pd.DataFrame | None = None, sim_name: str = "") -> str:
+                  sim_df: pd.DataFrame | None = None, sim_name: str = "",
+                  studies: tuple[StudyReport, ...] = ()) -> str:
     """The report's markdown for a results frame and its manifest.
 
     Args: df: results rows (``load_run``); manifest: manifest dict (missing keys are fine);
     run_name: heading; plot_dir: where charts live (only existing PNGs are embedded; None: embed all);
     sim_df / sim_name: a simulated run's rows and name for the "Simulated vs real" section (without one,
-    the section appears when ``df`` itself holds both simulated and torchrun rows).
+    the section appears when ``df`` itself holds both simulated and torchrun rows); studies: the optional studies'
+    sections and charts (:class:`~cpbench.report.study.StudyReport`, ``studies.study_reports()``).
     """
     d = prepare(df)
     view = cells(d)
@@ -333,7 +335,8 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     parts += kernel_lines(counts, unit) + merge_lines(d)
     rule = run_rule(manifest)
     parts += [""] + (workload_sections(view, d, rule) if not cpu else cp_share_lines(view, rule) + [""])  # no speedups on CPU
-    parts += line_section(d, view, cpu)  # after the summary's bullets, so that none falls under its heading
+    for st in studies:  # after the summary's bullets, so that none falls under a study's heading
+        parts += st.section(d, view, cpu)
     parts += ["## Environment", "", environment_table(manifest, cpu), "", "## Reproduce", ""]
     parts += reproduce_lines(manifest)
     parts += ["## Results per cp size", "",
@@ -357,11 +360,11 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
                "GPU kernel executions classified as attention (torch backend: calls), eager timing.", ""])
     why = next((w for _, _, _, rows in groups(d) if (w := counts_missing(rows, calls=cpu))), "")
     parts += [kernel_table(counts, why, "call" if cpu else "kernel"), "", "## Charts", ""]
-    for stem, model, backend, caption in chart_stems(d, cpu):
+    for stem, model, backend, caption in chart_stems(d, cpu, studies):
         stem = stored_stem(plot_dir, stem, model, backend)
         if plot_dir is None or (plot_dir / f"{stem}.png").exists():
             parts += [f"**{stem}** — {caption}", "", f"![{stem}](plots/{stem}.png)", ""]
-    parts += [f"**{stem}** — not drawn: {why}.\n" for stem, why in omitted_charts(d, cpu)]
+    parts += [f"**{stem}** — not drawn: {why}.\n" for stem, why in omitted_charts(d, cpu, studies)]
     missing = missing_cells(d, manifest)
     ran = notes(d)
     if missing and ran == [all_ran(set(d["mode"]))]:
@@ -392,7 +395,7 @@ def _simulated(d: pd.DataFrame, sim_df: pd.DataFrame | None) -> pd.DataFrame | N
 
 
 def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Path | None = None,
-                 charts: bool = True) -> Path:
+                 charts: bool = True, studies: tuple[StudyReport, ...] = ()) -> Path:
     """Write ``run_dir/report.md`` (and the charts into ``run_dir/plots/`` if any is missing, or always
     with ``replot``). Returns the report path.
 
@@ -400,7 +403,7 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
     "Simulated vs real critical path" section and ``plots/sim_vs_real.{png,svg}``).
     ``charts``: False writes report.md only: no chart is drawn (``replot`` is ignored) and the report embeds
     only the charts already in ``plots/``; the text is otherwise the same (drawing the charts is most of
-    a report's time).
+    a report's time). ``studies``: the optional studies' sections and charts (``studies.study_reports()``).
     Raises: CpbenchInputError (from ``load_run``): missing directory, no results, other schema version.
     """
     from cpbench.report.gather import sim_vs_real_chart
@@ -413,10 +416,10 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
     plot_dir = RunDir(run).plots
     cpu = on_cpu(manifest)
     with one_view():  # the rows are prepared and their critical path computed once for charts and text
-        stems = chart_stems(prepare(df), cpu)
+        stems = chart_stems(prepare(df), cpu, studies)
         drawn = [plot_dir / f"{stored_stem(plot_dir, *s[:3])}.png" for s in stems]  # a run's old names included
         if charts and (replot or any(not p.exists() for p in drawn)):
-            render_frame(df, plot_dir, cpu=cpu, device=device_name(manifest))
+            render_frame(df, plot_dir, cpu=cpu, device=device_name(manifest), studies=studies)
         d = prepare(df)
         sim = _simulated(d, sim_df)
         if charts and sim is not None:
@@ -424,7 +427,7 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
         sim_name = Path(simulated).resolve().name if simulated is not None else ""
         path = RunDir(run).report
         path.write_text(as_utf8(render_report(df, manifest, run.resolve().name, plot_dir, sim_df=sim_df,
-                                              sim_name=sim_name)), encoding="utf-8")
+                                              sim_name=sim_name, studies=studies)), encoding="utf-8")
     return path
 
 

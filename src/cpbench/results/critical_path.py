@@ -49,7 +49,7 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
     rank's, ``all_ranks`` is False and ``ranks_label`` names the ranks (``"rank 0 only (1 of 4)"``;
     ``"all 4 ranks"`` only when every rank was measured).
     """
-    if "mode" in df:  # the pair every speedup compares; cp-native rows have their own view (results/line.py)
+    if "mode" in df:  # the pair every speedup compares; cp-native rows have their own view (studies/line/view.py)
         df = df[df["mode"].isin(MODES)]
     if df.empty:
         return pd.DataFrame()

@@ -5,4 +5,13 @@ call them.
 
 * ``engine_traces``: ``cpbench profile --from``, reading profiles an engine wrote itself (torch.profiler or nsys)
   into kernel counts per step, a fused/two-call verdict and a comparison with a cpbench cell (docs/design.md §13).
+* ``line``: two-call, fused and cp-native on one kernel family, its report section and chart.
 """
+
+
+def study_reports() -> tuple:
+    """The studies' parts of a run's report (``report.study.StudyReport``), in report order: the one list the report
+    iterates, handed down by the commands (adding a study's report is one entry here; no registration at import)."""
+    from cpbench.studies import line
+
+    return (line.REPORT,)

@@ -1,4 +1,4 @@
-"""The chart of the line: two-call, fused and cp-native per cell on one kernel family (results/line.py)."""
+"""The chart of the line: two-call, fused and cp-native per cell on one kernel family (studies/line/view.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from cpbench.report import style
 from cpbench.report.style import MODE_COLOR, MODE_MARKER, human_tokens
 from cpbench.report.tables import HOST_MARK
 from cpbench.results.critical_path import flag
-from cpbench.results.line import line_view
+from cpbench.studies.line.view import line_view
 from cpbench.results.verdicts import saved_share
 
 CPU_GREY = "0.45"  # a CPU's ratios: no speedup claim, no verdict colour

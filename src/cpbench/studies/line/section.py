@@ -14,7 +14,7 @@ from cpbench.domain.modes import ALL_MODES, Mode
 from cpbench.report.units import human_bytes, human_tokens
 from cpbench.report.tables import HOST_MARK, md_table, ms
 from cpbench.results.critical_path import flag
-from cpbench.results.line import line_view
+from cpbench.studies.line.view import line_view
 from cpbench.results.verdicts import effect_text, verdict_text
 
 
@@ -63,7 +63,7 @@ def todo_table(bs_values, swa: bool) -> list[str]:
             md_table(["page size", "bs", "table [bs, W]", "fused: [2·bs, W]", "cp-native saves"], rows), ""]
 
 
-# each effect column of the table: its column in results.line.line_view, its head, and the two modes it needs
+# each effect column of the table: its column in studies.line.view.line_view, its head, and the two modes it needs
 EFFECTS = (("fused_vs_two_call", "fused saves, % of two-call", (Mode.TWO_CALL, Mode.FUSED)),
            ("native_vs_two_call", "cp-native saves, % of two-call", (Mode.TWO_CALL, Mode.CP_NATIVE)),
            ("native_vs_fused", "cp-native saves, % of fused", (Mode.FUSED, Mode.CP_NATIVE)))
