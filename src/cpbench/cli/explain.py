@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from cpbench.domain.modes import Timing
 from cpbench.cli import options as c
 from cpbench.domain.jsonfile import dumps
 from cpbench.cli.cells import backend_name, batches_of, check_not_written, check_out, parse_cells
@@ -44,7 +45,7 @@ def explain(
         metavar=c.backend_metavar(("auto", *EXPLAINED)))] = "auto",
     timing: Annotated[str, typer.Option(
         "--timing", help="eager or graph (one CUDA-graph replay per mode); ncu profiles kernels one at a time, so "
-                         "this changes how the forward is launched, not the kernels' metrics.")] = "eager",
+                         "this changes how the forward is launched, not the kernels' metrics.")] = Timing.EAGER.value,
     fused_order: c.FusedOrderOpt = "prev-next",
     dtype: Annotated[c.DType, typer.Option("--dtype")] = c.DType.bf16,
     out: Annotated[Optional[str], typer.Option("--out", help="Directory (default runs/explain-<time>).")] = None,
@@ -67,7 +68,7 @@ def explain(
     if dev.type != "cuda":
         raise CpbenchInputError("cpbench explain profiles GPU kernels with Nsight Compute and needs a CUDA GPU; "
                                 "on CPU use `cpbench profile` or `cpbench sweep`")
-    if timing not in ("eager", "graph"):
+    if timing not in (Timing.EAGER, Timing.GRAPH):
         raise CpbenchInputError(f"unknown --timing {timing!r}: use eager or graph")
     c.check_fused_order(fused_order)
     spec = c.resolve_model(model, model_config, layers, heads, kv_heads, head_dim, window, sinks, page_size)

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from cpbench.domain.modes import Status
 from cpbench.cli import options as c
 from cpbench.ranks.launch import under_torchrun
 from cpbench.cli.cells import backend_name, batches_of, check_not_written, check_out, parse_cells
@@ -166,7 +167,7 @@ def profile(
             if not group.writes_rows:
                 return 0
             _finish(report, run_dir, as_json)
-            if not any(cell["status"] == "ok" for cell in report["cells"]):
+            if not any(cell["status"] == Status.OK for cell in report["cells"]):
                 return 1  # every cell failed on a rank: each is named above and recorded in profile.json
             return 1 if any(r.get("comm_check") is False for cell in report["cells"] for r in cell["per_rank"]) else 0
 
@@ -218,13 +219,13 @@ def _profile_here(spec, cells, kw, report, run_dir: Path, trace_dir: Path, dev, 
             if not is_oom(e):
                 raise
             report["cells"].append({**skipped_cell(cell, f"does not fit in memory ({one_line(e)[:120]}): use a "
-                                                         "smaller --extend-len/--bs"), "status": "oom"})
+                                                         "smaller --extend-len/--bs"), "status": Status.OOM})
             write_profile(run_dir, report, partial=True)
             continue
-        report["cells"].append(cell.key().as_json(status="ok", per_rank=cpu_rows(rows, dev),
+        report["cells"].append(cell.key().as_json(status=Status.OK, per_rank=cpu_rows(rows, dev),
                                                      total=totals(rows, cell.cp_size)))
         write_profile(run_dir, report, partial=True)
-    if not any(cell["status"] == "ok" for cell in report["cells"]):
+    if not any(cell["status"] == Status.OK for cell in report["cells"]):
         write_profile(run_dir, report)
         raise CpbenchInputError(f"no cell could be profiled: {report['cells'][0]['reason']}")
     if nsys:
@@ -250,12 +251,12 @@ def _nsys_cross_check(argv: list[str], run_dir: Path, report: dict, backend: str
 
     exe = find_nsys()
     if exe is None:
-        return {"status": "skipped", "reason": "nsys not found (install Nsight Systems or put nsys on PATH)"}
+        return {"status": Status.SKIPPED, "reason": "nsys not found (install Nsight Systems or put nsys on PATH)"}
     child = [sys.executable, "-m", "cpbench", *[a for a in argv if a not in ("--nsys", "--json")], "--nsys-child"]
     base = RunDir(run_dir).profiles / "nsys"
     proc = subprocess.run(nsys_profile_argv(base, child, exe), capture_output=True, text=True)
     if proc.returncode != 0:
-        return {"status": "error", "reason": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
+        return {"status": Status.ERROR, "reason": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
     rep = report_path(base)
     stats = subprocess.run(stats_argv(rep, exe), capture_output=True, text=True)
     csv_path = RunDir(run_dir).profiles / "nvtx_kern_sum.csv"

@@ -8,6 +8,7 @@ import re
 
 from pathlib import Path
 
+from cpbench.domain.modes import Mode, Status, Timing
 from cpbench.cli import options as c
 from cpbench.cli.cells import check_not_written, check_out
 from cpbench.cli.profile_out import write_profile
@@ -117,7 +118,7 @@ def profile_from(paths: list[str], spec, *, forward_range: str | None, cell: str
         try:
             report["cell"] = _compare(ranks, evidence, target, spec, run, device)
         except CpbenchInputError as e:
-            failed = {**report, "cell": {"status": "error", "reason": str(e)}}
+            failed = {**report, "cell": {"status": Status.ERROR, "reason": str(e)}}
             _write(out, failed)
             if as_json:
                 print(dumps(failed))
@@ -155,7 +156,7 @@ def _compare(ranks, evidence, target: tuple[int, int, int], spec, run: str | Non
     if backend is not None and backend not in BACKEND_NAMES:
         return {"status": "not compared", "reason": f"the attention kernels are {backend}'s, which cpbench does not run"}
     counts = {n for r in ranks for n in r.per_forward()}
-    mode = "fused" if counts == {spec.num_layers} else "two-call" if counts == {2 * spec.num_layers} else None
+    mode = Mode.FUSED if counts == {spec.num_layers} else Mode.TWO_CALL if counts == {2 * spec.num_layers} else None
     if not all(ev.cp for ev in evidence):
         return {"status": "not compared", "reason": "a rank shows no CP, so its count names no fused or two-call mode"}
     if backend is None or mode is None:
@@ -170,7 +171,7 @@ def _compare(ranks, evidence, target: tuple[int, int, int], spec, run: str | Non
                                 f"--bs {bs} --extend-len {extend_len} --timing eager)")
     engine = {r.trace.rank: layer_times(r.forwards, list(spec.window_left_per_layer)) for r in ranks}
     rows_out = [dict(vars(x), ratio=x.ratio) for x in compare_layers(engine, ours)]
-    return {"status": "ok", "cell": f"cp{cp_size} bs{bs} extend{extend_len}", "backend": backend, "mode": mode,
+    return {"status": Status.OK, "cell": f"cp{cp_size} bs{bs} extend{extend_len}", "backend": backend, "mode": mode,
             "source": source, "layers": rows_out}
 
 
@@ -193,7 +194,7 @@ def _cell_rows(run: str | None, spec, backend: str, cp_size: int, bs: int, exten
         return Run.open(run).rows, repr(run)
     try:
         cfg = grid(spec, cp_sizes=(cp_size,), bs=(bs,), extend_lens=(extend_len,), backends=backend, device=device,
-                   timings=("eager",), passes=1)
+                   timings=(Timing.EAGER,), passes=1)
         result = sweep(cfg, report=False, keep_going=True)
     except CpbenchInputError as e:
         raise CpbenchInputError(f"cannot measure cp{cp_size} bs{bs} extend{extend_len} on {backend} here ({e}): "

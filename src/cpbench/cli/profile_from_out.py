@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from cpbench.domain.modes import Status
 from cpbench.cli import options as c
 from cpbench.cli.tables import Col, print_table
 
@@ -92,7 +93,7 @@ def print_ranks(report: dict) -> None:
 def print_cell(cell: dict) -> None:
     """The engine beside cpbench's cell, per rank and layer kind, or why it was not compared."""
     con = c.console
-    if cell["status"] == "ok":
+    if cell["status"] == Status.OK:
         print_table(con, f"engine vs cpbench, {cell['cell']} {cell['backend']} {cell['mode']} ({cell['source']}): "
                          "attention time per layer, µs",
                     [Col("rank"), Col("layer kind", False), Col("engine median [p10-p90]"), Col("cpbench"),

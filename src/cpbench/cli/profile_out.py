@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from cpbench.domain.modes import Mode
+from cpbench.domain.modes import Mode, Status
 from cpbench.cli.tables import Col, print_table
 from cpbench.domain.jsonfile import dumps
 
@@ -46,7 +46,7 @@ def skip_reason(model, cell, device) -> str | None:
 
 def skipped_cell(cell, reason: str) -> dict:
     """The profile.json entry of a cell that was not profiled: ``status`` ``ineligible`` and its reason."""
-    return cell.key().as_json(status="ineligible", reason=reason, per_rank=[], total=None)
+    return cell.key().as_json(status=Status.INELIGIBLE, reason=reason, per_rank=[], total=None)
 
 
 def counted_as(backend: str, device) -> str:
@@ -70,7 +70,7 @@ def print_counts(console, report: dict, run_dir: Path) -> None:
     unit = report.get("counted", "kernels")
     for cell in report["cells"]:
         name = f"{report['model']} {report['backend']}: cp{cell['cp_size']} bs{cell['bs']} extend{cell['max_extend_len']}"
-        if cell.get("status", "ok") != "ok":
+        if cell.get("status", Status.OK) != Status.OK:
             console.print(escape(f"{name}: {cell['status']}: {cell['reason']} (recorded in profile.json)"))
             continue
         comm = not cpu and any(r.get("comm_kernels") is not None for r in cell["per_rank"])

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from cpbench.domain.modes import ALL_MODES, MODES, Mode, Timing
+from cpbench.domain.modes import ALL_MODES, MODES, Mode, Timing, Status, TIMINGS
 from cpbench.ranks.launch import under_torchrun
 from cpbench.kernels.backends.registry import names_with_mode
 from cpbench.cli.cells import batches_of, cells_record, check_out, parse_cells, workload_batches
@@ -67,9 +67,9 @@ def sweep(
                                   "critical path).")] = "all",
     mode: Annotated[str, typer.Option(
         "--mode", "--modes", help="Modes, comma-separated: two-call, fused, cp-native (one call that duplicates "
-                                  f"nothing: {' and '.join(names_with_mode('cp-native'))} only; others record it "
+                                  f"nothing: {' and '.join(names_with_mode(Mode.CP_NATIVE))} only; others record it "
                                   "unsupported), or both (two-call,fused).")
-                    ] = "two-call,fused",
+                    ] = ",".join(MODES),
     backend: Annotated[str, typer.Option(
         "--backend", help=f"Attention backend(s), one or a list measured on the same cells, e.g. "
                           f"trtllm-fmha-v2,flashinfer-fa3: {', '.join(BACKEND_CHOICES)} (auto: the TRT-LLM kernel SGLang "
@@ -161,12 +161,12 @@ def sweep(
                            extend_len_given=extend_len is not None)
     longest = max(e + p for ext, pre in mix for e, p in zip(ext, pre)) if mix else cells.longest
     check_out(out, "runs/<timestamp>")
-    timing_text = "eager,graph" if timing is not None and timing.strip() == "both" else timing
+    timing_text = ",".join((Timing.EAGER, Timing.GRAPH)) if timing is not None and timing.strip() == "both" else timing
     from cpbench.run.config import device_defaults
 
     defaults = device_defaults(dev, simulated=launch == Launch.simulated)
     timings = choice_list(timing_text if timing is not None else ",".join(defaults["timings"]),
-                          ("eager", "graph", "breakable"), "--timing", both=False)
+                          TIMINGS, "--timing", both=False)
     buckets = tuple(sorted(set(int_list(graph_buckets, "--graph-buckets")))) if graph_buckets is not None else ()
     layer_rest_us = None if layer_rest_us is None else layer_rest_us + 0.0  # -0 -> 0
     if timing is None and layer_rest_us is None and ep is None:  # --ep asks for the model's MoE
@@ -189,7 +189,7 @@ def sweep(
                       model=spec, cp_sizes=tuple(cells.cp_sizes), batches=batches_of(cells, mix),
                       cells_from=cells_record(cells, mix, lengths=lengths, trace=trace, prefix_hit=prefix_hit),
                       device=dev, ranks=None if cells.ranks is None else tuple(cells.ranks),
-                      modes=tuple(choice_list(",".join("two-call,fused" if m.strip() == "both" else m for m in mode.split(",")),
+                      modes=tuple(choice_list(",".join(",".join(MODES) if m.strip() == "both" else m for m in mode.split(",")),
                                               ALL_MODES, "--mode", both=False)), timings=tuple(timings),
                       budget_ms=budget_ms, rel_ci=rel_ci or None, warmup=warmup, dtype=dtype.value, seed=seed,
                       check=check, context_len=context_len, profile=profile, nvtx=nvtx, gather=dist.gather_mode,
@@ -197,7 +197,7 @@ def sweep(
                       cp_min_extend=cp_min_extend, cp_min_tokens=cp_min_tokens, swa_pool=swa_pool,
                       ep=ep, layer_rest_us=layer_rest_us, graph_buckets=buckets, passes=passes,
                       forward_layers=forward_layers)
-    if "breakable" in timings and layer_rest_us is None and dev.type == "cpu" and spec.num_layers * spec.hidden_size > 8192:
+    if Timing.BREAKABLE in timings and layer_rest_us is None and dev.type == "cpu" and spec.num_layers * spec.hidden_size > 8192:
         err_console.print(f"note: --timing breakable on a CPU runs {spec.name}'s whole layer {spec.num_layers} times a "
                           "forward (seconds per forward for a large model); --layers 2 or --layer-rest-us N keeps a "
                           "functional check short", highlight=False)
@@ -364,14 +364,14 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
         rows = []
         for _, r in g.sort_values(["bs", "max_extend_len"]).iterrows():
             sp, lo, hi = r["speedup"], r.get("speedup_ci_low", math.nan), r.get("speedup_ci_high", math.nan)
-            mark = f" {HOST_MARK}" if timing == "eager" and flag(r.get("host_bound")) else ""
+            mark = f" {HOST_MARK}" if timing == Timing.EAGER and flag(r.get("host_bound")) else ""
             marked |= bool(mark)
             rows.append([str(r["bs"]), str(r["max_extend_len"]), *([r["ranks_label"]] if partial else []),
                          *[_ms(r[f"{m.tag}_us"]) for m in ran],
                          *(["-" if sp != sp else (effect_text(sp) if cpu else forward_text(r) if forward
                                                   else effect_text(sp, lo, hi) + mark)] if pair else []),
                          *([] if cpu or not pair else [speedup_verdict(sp, lo, hi) if sp == sp else "-"]),
-                         r["status"] if r["status"] == "ok" else f"{r['status']}: {shorten(r['reason'], 120)}"])
+                         r["status"] if r["status"] == Status.OK else f"{r['status']}: {shorten(r['reason'], 120)}"])
         print_table(console, title, cols, rows)
     if marked:
         console.print(f"{HOST_MARK} host-bound eager cell: its latency exceeds {host_bound_text()} the GPU busy time, so the eager "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cpbench.domain.modes import Mode
 from cpbench.domain.geometry import RankGeometry, attention_flops
 from cpbench.domain.models import ModelSpec
 
@@ -12,6 +13,6 @@ def forward_flops(model: ModelSpec, geometry: RankGeometry) -> int:
     ``window_left``. Two-call and fused attend the same pairs, so this is both modes' work. A cached prefix
     adds keys, not queries: each extend token attends the prefix too. ``model`` holds one GPU's heads
     (at TP > 1 the per-GPU ``num_q_heads``). Raises CpbenchInputError for an ineligible rank."""
-    calls = geometry.calls("fused")
+    calls = geometry.calls(Mode.FUSED)
     return sum(attention_flops(segs, model.num_q_heads, model.head_dim, w)
                for w in model.window_left_per_layer for _, segs in calls)

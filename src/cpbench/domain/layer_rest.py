@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from cpbench.errors import CpbenchInputError
 from cpbench.domain.models import ModelSpec
+from cpbench.domain.modes import Timing
 
 MAX_LAYER_REST_US = 1e6  # --layer-rest-us above a second per layer is a typo, not an engine's figure
 
@@ -217,10 +218,10 @@ def graph_bucket(tokens: int, buckets: tuple[int, ...]) -> tuple[int, str]:
     eagerly: the tokens exceed the largest bucket, or the bucket is more than twice the tokens (SGLang
     #31487). The count is per rank: each rank replays its own graphs at its local (padded) token count."""
     if not buckets:
-        return tokens, "graph"
+        return tokens, Timing.GRAPH.value
     fit = [b for b in buckets if b >= tokens]
     if not fit:
         return tokens, f"eager: {tokens} tokens > the largest bucket {buckets[-1]}"
     if fit[0] > 2 * tokens:
         return tokens, f"eager: bucket {fit[0]} > 2x {tokens} tokens"
-    return fit[0], "graph"
+    return fit[0], Timing.GRAPH.value

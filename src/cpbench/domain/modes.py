@@ -1,6 +1,7 @@
-"""The names every layer shares for what a row measured: the attention mode and the timing method.
+"""The names every layer shares for what a row measured: the attention mode, the timing method and the row's
+status.
 
-Both are ``str`` enums: a member equals, hashes and serialises as its value (``Mode.TWO_CALL == "two-call"``,
+All are ``str`` enums: a member equals, hashes and serialises as its value (``Mode.TWO_CALL == "two-call"``,
 ``json.dumps`` writes ``"two-call"``), so rows, parquet files and JSON written before the enums read the same.
 """
 
@@ -52,6 +53,20 @@ class Timing(_StrEnum):
     EAGER = "eager"
     GRAPH = "graph"
     BREAKABLE = "breakable"
+
+
+class Status(_StrEnum):
+    """What became of a row (the ``status`` column; ``reason`` says why it is not ``ok``). ``ineligible``,
+    ``skipped``, ``unsupported`` and ``oom`` are facts about a cell on this machine; ``mismatch`` (outputs
+    that disagree beyond the tolerance) and ``error`` fail a sweep."""
+
+    OK = "ok"
+    INELIGIBLE = "ineligible"  # SGLang would not run the batch with CP (the CP rule)
+    SKIPPED = "skipped"  # over --max-prefill-tokens, or the rest of the layer does not fit
+    UNSUPPORTED = "unsupported"  # the backend has no call for the mode, or does not run here
+    OOM = "oom"
+    MISMATCH = "mismatch"
+    ERROR = "error"
 
 
 MODES: tuple[Mode, ...] = (Mode.TWO_CALL, Mode.FUSED)  # the pair every speedup compares (and the default)

@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from cpbench.domain.modes import Mode
 from cpbench.domain.geometry import in_fused_order
 from cpbench.domain.worksplit_plans import fa2_kv_chunk_pages, fa3_plan, list_schedule
 from cpbench.errors import CpbenchInputError
@@ -234,7 +235,7 @@ def split_rank(q_prev: Sequence[int], kv_prev: Sequence[int], q_next: Sequence[i
     tiles = tiles or {}
     launches = {"prev": (q_prev, kv_prev, [f"prev[{s}]" for s in range(len(q_prev))]),
                 "next": (q_next, kv_next, [f"next[{s}]" for s in range(len(q_next))]),
-                "fused": (q_f, kv_f, labels)}
+                Mode.FUSED: (q_f, kv_f, labels)}
     out = {}
     for name, (q, kv, lab) in launches.items():
         tq, tk = tiles.get(name, (None, None))

@@ -32,6 +32,7 @@ from cpbench.measure.phases import span_times_us
 from cpbench.measure.timing import Clock, capture_segments, ci_rel_width
 from cpbench.domain.layer_rest import graph_bucket, rest_shape
 from cpbench.domain.models import ModelSpec
+from cpbench.domain.modes import Status, Timing
 
 Fn = Callable[[], None]
 KIND_PASS_REPS = 3  # forwards timed layer by layer for the per-layer-kind split
@@ -40,7 +41,7 @@ KIND_PASS_REPS = 3  # forwards timed layer by layer for the per-layer-kind split
 class RestUnavailable(Exception):
     """The rest-of-layer work of a cell cannot be built: ``status`` (``skipped``, ``oom``) and one-line ``reason``."""
 
-    def __init__(self, status: str, reason: str) -> None:
+    def __init__(self, status: Status, reason: str) -> None:
         super().__init__(reason)
         self.status, self.reason = status, reason
 
@@ -91,25 +92,26 @@ def build_layer_rest(model: ModelSpec, tokens_padded: int, cp_size: int, *, tp_s
     if layer_rest_us is not None:
         work = SpinRest(layer_rest_us, device)
         cols.update(layer_rest=f"{layer_rest_us:g} us", rest_flops=0.0, rest_weight_bytes=0.0, moe_a2a_bytes=0)
-        return CellRest(work, how == "graph", cols)
+        return CellRest(work, how == Timing.GRAPH, cols)
     shape = rest_shape(model, rows, cp_size, tp_size, ep)
     elem = torch.tensor([], dtype=dtype).element_size()
     need = shape.weight_bytes(elem) + shape.activation_bytes(elem)
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         if need > 0.9 * free:
-            raise RestUnavailable("skipped", f"the rest of the layer needs about {need / 2**30:.1f} GiB (one layer's "
-                                             f"weights and activations at {rows} tokens), {free / 2**30:.1f} GiB free")
+            raise RestUnavailable(Status.SKIPPED, f"the rest of the layer needs about {need / 2**30:.1f} GiB (one "
+                                                  f"layer's weights and activations at {rows} tokens), "
+                                                  f"{free / 2**30:.1f} GiB free")
     try:
         work = LayerRest(shape, model.num_layers, device, dtype, seed, a2a)
     except (torch.OutOfMemoryError, MemoryError) as e:
-        raise RestUnavailable("oom", f"out of memory building the rest of the layer ({need / 2**30:.1f} GiB "
-                                     f"per layer): {str(e).splitlines()[0]}") from e
+        raise RestUnavailable(Status.OOM, f"out of memory building the rest of the layer ({need / 2**30:.1f} "
+                                          f"GiB per layer): {str(e).splitlines()[0]}") from e
     ep_size = shape.num_experts // shape.local_experts if shape.is_moe else 0
     cols.update(layer_rest="model", rest_flops=float(shape.flops * model.num_layers),
                 rest_weight_bytes=float(work.weight_bytes), rest_weights_note=model.weights_note, ep_size=ep_size,
                 moe_a2a_bytes=work.a2a_bytes)
-    return CellRest(work, how == "graph", cols)
+    return CellRest(work, how == Timing.GRAPH, cols)
 
 
 def breakable_layers(prep: Prepared, rest: CellRest, capture: Collection[int] | None = None) -> list[list[Fn]]:

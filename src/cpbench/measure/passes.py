@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from cpbench.domain.modes import Status
 from cpbench.measure.timing import summarize
 
 # columns a later pass replaces or extends; every other column keeps pass 1's value (its check, kernel counts)
@@ -26,7 +27,7 @@ def merge_pass(stored: dict, new: dict) -> dict:
     ``host_samples_us`` appended, ``pass_sizes`` (samples per pass, in order) extended, ``passes`` counted,
     the latency summary recomputed over every sample (µs), the SM clock range widened, the stop reason and
     CI width of the last pass. A ``new`` row that is not ``ok`` leaves ``stored`` as it was (one pass fewer)."""
-    if new.get("status") != "ok" or stored.get("status") != "ok":
+    if new.get("status") != Status.OK or stored.get("status") != Status.OK:
         return stored
     old_samples = list(stored.get("samples_us") or [])
     sizes = list(stored.get("pass_sizes") or [len(old_samples)])

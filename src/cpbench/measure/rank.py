@@ -23,7 +23,7 @@ from typing import Callable
 import torch
 
 from cpbench.domain.cells import CellKey
-from cpbench.domain.modes import Mode, MODES
+from cpbench.domain.modes import Mode, MODES, Status, Timing
 from cpbench.kernels import check as checks
 from cpbench.kernels.backends.base import Backend, Prepared
 from cpbench.kernels.backends.registry import names_with_mode
@@ -39,7 +39,7 @@ from cpbench.measure.memory import SetupMemory, memory_columns
 from cpbench.measure.phases import phase_times_us
 from cpbench.results.policy import TimingPolicy
 from cpbench.results.rows import make_row
-from cpbench.ranks.group import Exchange, PeerFailure, RankGroup, Status
+from cpbench.ranks.group import OK_PAIR, Exchange, PeerFailure, RankGroup, StatusPair
 from cpbench.measure.stream import time_stream
 from cpbench.measure.timing import (Clock, capture_graph, release_graphs, summarize,
                                    time_interleaved)
@@ -48,7 +48,6 @@ from cpbench.kernels.workload import RankWork
 from cpbench.errors import CpbenchInputError, one_line
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-OK: Status = ("ok", "")
 
 
 @dataclass
@@ -96,21 +95,22 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
     rank = work.geometry.rank
     modes = list(dict.fromkeys(m for m, _ in job.todo))
     rows: list[dict] = []
-    status = {m: OK for m in modes}
+    status = {m: OK_PAIR for m in modes}
     for m in modes:  # a mode the backend has no call for (its spec's modes) is a fact, not a failure
         if m not in job.modes:
-            status[m] = ("unsupported", f"{job.base.get('backend', job.backend.name)} has no {m} call (backends "
-                                        f"with one: {', '.join(names_with_mode(m)) or 'none'})")
+            backend = job.base.get('backend', job.backend.name)
+            status[m] = (Status.UNSUPPORTED, f"{backend} has no {m} call (backends with one: "
+                                             f"{', '.join(names_with_mode(m)) or 'none'})")
 
     def fail_open(run: Callable[[str], None], agreeing: bool = False) -> None:
         """run(mode) for every mode still ok, then agree. ``agreeing``: the run holds collectives (the
         exchange's gathers), so it is agreed inside and at its end (:func:`_attempt_agreed`)."""
         for m in modes:
-            if status[m] == OK:
+            if status[m] == OK_PAIR:
                 ex = exchanges.get(m) if agreeing else None
                 status[m] = _attempt_agreed(lambda: run(m), ex, group, job.tracebacks) if ex is not None \
                     else _attempt(lambda: run(m), job.tracebacks)
-        oom = next((s for s in status.values() if s[0] == "oom"), None)
+        oom = next((s for s in status.values() if s[0] == Status.OOM), None)
         for m in modes:  # an OOM anywhere fails the whole cell (memory is shared by the modes)
             status[m] = group.agree_status(oom or status[m])
 
@@ -138,15 +138,15 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         ref_cache: dict = {}  # the reference rows, computed for the first mode and reused by the second
         # the attention outputs of this eager forward: what the breakable forward must leave there too
         eager_outputs: dict[str, dict] = {m: {} for m in modes} if job.check and any(
-            t == "breakable" for _, t in job.todo) else {}
+            t == Timing.BREAKABLE for _, t in job.todo) else {}
         fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m], setup_mem.get(m), ref_cache,
                                                           eager_outputs.get(m))), agreeing=True)
         ref_cache.clear()
-        if job.check and all(m in prepared and status[m] == OK for m in MODES):
-            status_diff = _attempt(lambda: info["fused"].update(
+        if job.check and all(m in prepared and status[m] == OK_PAIR for m in MODES):
+            status_diff = _attempt(lambda: info[Mode.FUSED].update(
                 diff_vs_two_call=checks.max_abs_diff(prepared[Mode.FUSED], prepared[Mode.TWO_CALL])), job.tracebacks)
-            if status_diff != OK:
-                status["fused"] = status_diff
+            if status_diff != OK_PAIR:
+                status[Mode.FUSED] = status_diff
     for m in modes:  # the diff check is local; agree so every rank keeps the same modes
         status[m] = group.agree_status(status[m])
     if job.profile:  # after the checks: profiling reruns the forward
@@ -162,14 +162,14 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
             fail_open(count)
     flops = forward_flops(work.model, work.geometry)
     for timing in dict.fromkeys(t for _, t in job.todo):
-        runnable = [m for m in modes if status[m] == OK and (m, timing) in job.todo]
+        runnable = [m for m in modes if status[m] == OK_PAIR and (m, timing) in job.todo]
         layer_fns: dict = {}  # breakable: mode -> per-layer callables (for the per-layer-kind pass)
         with times("capture"):
             fns, graph_status = _timed_fns(job, work, prepared, runnable, timing, group, layer_fns)
         clk0 = sm_clock_mhz(job.device)
         samples, stop, kind_cols = {}, {}, {}
         wl = work.model.window_left_per_layer
-        by_kind = timing == "breakable" and job.forward_layers == "kinds"
+        by_kind = timing == Timing.BREAKABLE and job.forward_layers == "kinds"
 
         def timer(variants: dict, info: dict) -> dict:
             return time_interleaved(
@@ -195,18 +195,18 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
 
         if fns:
             st = group.agree_status(_attempt(measure, job.tracebacks))
-            if st != OK:
+            if st != OK_PAIR:
                 graph_status.update({m: st for m in fns})
                 samples = {}
         clk1 = sm_clock_mhz(job.device)
         t_extra = time.perf_counter()
         phases: dict = {}
-        if samples and timing == "eager" and any(s.kind != "attention" for s in prepared[runnable[0]].layers[0]):
+        if samples and timing == Timing.EAGER and any(s.kind != "attention" for s in prepared[runnable[0]].layers[0]):
             st = _attempt(lambda: phases.update(
                 {m: phase_times_us(prepared[m], job.clock, barrier=group.barrier) for m in samples}))
-            if group.agree_status(st) != OK:  # phase times are extra columns: the rows stand without them
+            if group.agree_status(st) != OK_PAIR:  # phase times are extra columns: the rows stand without them
                 phases = {}
-        if samples and timing == "breakable":
+        if samples and timing == Timing.BREAKABLE:
             def split(m: str) -> dict:  # the kinds' share: measured with the samples (kinds) or in its own pass
                 return kind_cols[m] if by_kind else {**layer_kind_us(layer_fns[m], job.clock, wl, barrier=group.barrier),
                                                      "forward_rule": "all"}
@@ -214,16 +214,16 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                 return {"diff_vs_eager": checks.max_diff_outputs(prepared[m].local_outputs(), eager_outputs[m])} \
                     if eager_outputs.get(m) else {}
             st = _attempt(lambda: phases.update({m: {**split(m), **job.rest.columns, **diff(m)} for m in samples}))
-            if group.agree_status(st) != OK:  # the kind split is extra; the rest's columns are not
+            if group.agree_status(st) != OK_PAIR:  # the kind split is extra; the rest's columns are not
                 phases = {m: dict(job.rest.columns) for m in samples}
         times.add("extra", time.perf_counter() - t_extra)
         release_graphs()  # reset captured graphs before any later collective or teardown
         for m, t in job.todo:
             if t != timing:
                 continue
-            st = status.get(m, OK) if status.get(m, OK) != OK else graph_status.get(m, OK)
-            if st != OK or m not in samples:
-                st = st if st != OK else ("error", "not timed")
+            st = status.get(m, OK_PAIR) if status.get(m, OK_PAIR) != OK_PAIR else graph_status.get(m, OK_PAIR)
+            if st != OK_PAIR or m not in samples:
+                st = st if st != OK_PAIR else (Status.ERROR, "not timed")
                 rows.append(make_row({**job.base, "fused_order": work.fused_order}, rank=rank, mode=m, timing=t,
                                      status=st[0], reason=st[1]))
                 continue
@@ -236,42 +236,42 @@ class StatusError(RuntimeError):
     """A failure whose message is the status reason as it stands (no exception type prefixed)."""
 
 
-def _attempt(fn: Callable[[], None], tracebacks: Tracebacks | None = None) -> Status:
+def _attempt(fn: Callable[[], None], tracebacks: Tracebacks | None = None) -> StatusPair:
     """Run ``fn``; the status it ends with (OOM -> ``oom``, other exceptions -> ``error``, their traceback
     kept in ``tracebacks`` under the row's reason). CpbenchInputError (bad input) propagates."""
     try:
         fn()
-        return OK
+        return OK_PAIR
     except CpbenchInputError:
         raise
     except StatusError as e:
-        return "error", str(e)
+        return Status.ERROR, str(e)
     except PeerFailure as e:
         return e.status
     except Exception as e:
         if is_oom(e):
-            return "oom", f"out of memory building or running the cell: {one_line(e)}"
+            return Status.OOM, f"out of memory building or running the cell: {one_line(e)}"
         if tracebacks is not None:
             tracebacks.record(one_line(e), e)
-        return "error", one_line(e)
+        return Status.ERROR, one_line(e)
 
 
-def _prefixed(st: Status, prefix: str, tracebacks: Tracebacks) -> Status:
+def _prefixed(st: StatusPair, prefix: str, tracebacks: Tracebacks) -> StatusPair:
     """An ``error`` status with ``prefix`` before its reason (its traceback filed under the new reason)."""
-    if st[0] != "error":
+    if st[0] != Status.ERROR:
         return st
     tracebacks.alias(st[1], f"{prefix}: {st[1]}")
-    return "error", f"{prefix}: {st[1]}"
+    return Status.ERROR, f"{prefix}: {st[1]}"
 
 
 def _attempt_agreed(fn: Callable[[], None], exchange: Exchange, group: RankGroup,
-                    tracebacks: Tracebacks | None = None) -> Status:
+                    tracebacks: Tracebacks | None = None) -> StatusPair:
     """:func:`_attempt` of ``fn`` whose exchange runs collectives, agreed on every rank of the cell: inside
     ``exchange.agreeing()`` each gather is preceded by an agreement, and this rank's status is agreed at
     the end. A rank that fails mid-forward (an OOM in one layer) thus makes its failure its next
     agreement, which the others meet before their next gather (PeerFailure) or at their end: every rank
     leaves the forward with the same status, and none waits in a gather the failed rank never reaches."""
-    met: list[Status] = []
+    met: list[StatusPair] = []
 
     def run() -> None:
         try:
@@ -313,7 +313,7 @@ def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], t
     fns, status = {}, {}
     for m in modes:
         prep = prepared[m]
-        if timing == "breakable":
+        if timing == Timing.BREAKABLE:
             holder: dict = {}
             only = None  # kinds: capture only the layers its samples run
             if job.forward_layers == "kinds":
@@ -321,7 +321,7 @@ def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], t
             st = _attempt(lambda: holder.update(layers=breakable_layers(prep, job.rest, only)), job.tracebacks)
             st = _prefixed(st, "breakable segment capture failed", job.tracebacks)
             st = group.agree_status(st)
-            if st == OK:
+            if st == OK_PAIR:
                 layers = holder["layers"]
                 fns[m] = lambda layers=layers: run_layers(layers)
                 if layer_fns is not None:
@@ -329,13 +329,13 @@ def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], t
             else:
                 status[m] = st
             continue
-        if timing == "eager":
+        if timing == Timing.EAGER:
             fns[m] = prep.forward
             if job.nvtx:  # NVTX ranges around the timed forwards (their cost: profiles.ranges.range_overhead_us)
                 from cpbench.profiles.ranges import annotated_forward
 
                 g = work.geometry
-                fns[m] = annotated_forward(prep, forward_label(job.label, g.rank, m, "eager"),
+                fns[m] = annotated_forward(prep, forward_label(job.label, g.rank, m, Timing.EAGER),
                                            job.key.as_json(rank=g.rank), nvtx_on=True, record_functions=False)
             continue
         # attention only: no side-stream warm-up, the first forward ran this mode already (workspaces, JIT
@@ -347,14 +347,14 @@ def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], t
         st = _attempt(lambda: holder.update(fn=capture_graph(prep.forward, warmup=warm)), job.tracebacks)
         st = _prefixed(st, "CUDA graph capture failed", job.tracebacks)
         st = group.agree_status(st)
-        if st == OK:
+        if st == OK_PAIR:
             fns[m] = holder["fn"]
         else:
             status[m] = st
     return fns, status
 
 
-def forward_label(cell_label: str, rank: int, mode: str, timing: str = "eager") -> str:
+def forward_label(cell_label: str, rank: int, mode: str, timing: str = Timing.EAGER) -> str:
     """The NVTX / record_function label of one forward, e.g. ``cp4 bs1 extend8192 r0 fused eager`` (the
     nsys cross-check matches ranges by this text)."""
     return f"{cell_label} r{rank} {mode} {timing}"
@@ -371,23 +371,23 @@ def _measured_row(job: RankJob, work: RankWork, mode, timing, xs, prep: Prepared
                 "tokens_logical": g.tokens_logical, "tokens_padded": g.tokens_padded, "max_kv_len": g.max_kv_len,
                 "calls_per_layer": prep.calls_per_layer, "steps_per_layer": prep.steps_per_layer,
                 "sm_clock_mhz_before": clk0, "sm_clock_mhz_after": clk1, **info, **phases}
-    if timing != "eager":  # kernels and layer times come from the profiled eager forward (no ranges in a graph)
+    if timing != Timing.EAGER:  # kernels and layer times come from the profiled eager forward (no ranges in a graph)
         for k in COUNT_COLUMNS:
             measured[k] = math.nan
         for k in KIND_COLUMNS.values():
             if k not in phases:  # breakable: its own per-layer-kind pass
                 measured.pop(k, None)
-    if timing == "breakable":  # the forward's FLOPs: attention and the rest of every layer
+    if timing == Timing.BREAKABLE:  # the forward's FLOPs: attention and the rest of every layer
         measured["flops"] = flops + measured.get("rest_flops", 0.0)
     else:
         measured.pop("host_samples_us", None)
     tol = reference_tolerance(job.dtype, job.backend.name)
     err = measured.get("max_abs_err", math.nan)
     diff = max(measured.get("diff_vs_two_call", 0.0), measured.get("diff_vs_eager", 0.0))
-    status, reason = "ok", ""
+    status, reason = Status.OK, ""
     if job.check and not (err <= tol and diff <= tol):  # NaN fails both comparisons
-        status, reason = "mismatch", (f"max |err| {err:.3g} (fused vs two-call, or breakable vs eager: {diff:.3g}) "
-                                      f"> tolerance {tol:g} against the fp32 torch reference")
+        status, reason = Status.MISMATCH, (f"max |err| {err:.3g} (fused vs two-call, or breakable vs eager: "
+                                           f"{diff:.3g}) > tolerance {tol:g} against the fp32 torch reference")
     return make_row({**job.base, "fused_order": work.fused_order}, rank=g.rank, mode=mode, timing=timing,
                     status=status, reason=reason, measured=measured)
 

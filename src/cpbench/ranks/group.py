@@ -12,14 +12,17 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable, Protocol, Sequence
 
-Status = tuple[str, str]  # (status, reason); ("ok", "") when fine
+from cpbench.domain.modes import Status
+
+StatusPair = tuple[Status, str]  # (status, reason) of a rank's attempt, as ranks agree on it
+OK_PAIR: StatusPair = (Status.OK, "")  # fine
 
 
 class PeerFailure(Exception):
     """Raised on a rank that met another rank's failure at an agreement inside a forward (see
     :attr:`Exchange.agreeing`): ``status`` is the agreed ``(status, reason)``, already known to every rank."""
 
-    def __init__(self, status: Status) -> None:
+    def __init__(self, status: StatusPair) -> None:
         super().__init__(status[1])
         self.status = status
 
@@ -79,7 +82,7 @@ class RankGroup(Protocol):
     def agree(self, value: float) -> float:
         """The maximum of ``value`` over the cell's CP ranks (repeat counts, failure flags)."""
 
-    def agree_status(self, status: Status) -> Status:
+    def agree_status(self, status: StatusPair) -> StatusPair:
         """The first non-ok status over the cell's CP ranks (by rank), so every rank records the same."""
 
     def collect(self, rows: list[dict]) -> list[dict]:
@@ -124,7 +127,7 @@ class LocalGroup:
     def agree(self, value: float) -> float:
         return value
 
-    def agree_status(self, status: Status) -> Status:
+    def agree_status(self, status: StatusPair) -> StatusPair:
         return status
 
     def collect(self, rows: list[dict]) -> list[dict]:

@@ -16,11 +16,12 @@ from typing import Any, Iterator, Sequence
 import torch
 import torch.distributed as dist
 
+from cpbench.domain.modes import Status
 from cpbench.kernels.backends.base import Step
 from cpbench.ranks import faults, process_groups as groups
 from cpbench.ranks.kv_gather import (allocate_gather_buffers, build_gather_plan, check_gather, gather_bytes,
                                      gather_kv, gather_kv_checked, write_kv)
-from cpbench.ranks.group import Exchange, PeerFailure, Status
+from cpbench.ranks.group import OK_PAIR, Exchange, PeerFailure, StatusPair
 from cpbench.errors import CpbenchInputError
 
 
@@ -97,13 +98,13 @@ class TorchrunGroup:
     def agree(self, value: float) -> float:
         return groups.max_over_ranks(value, self._cp_host) if self._member else value
 
-    def agree_status(self, status: Status) -> Status:
+    def agree_status(self, status: StatusPair) -> StatusPair:
         if not self._member:
             return status
         every = groups.all_gather_object_gloo(tuple(status), self._cp_host)
-        bad = [(r, s) for r, s in enumerate(every) if s[0] != "ok"]
+        bad = [(r, s) for r, s in enumerate(every) if s[0] != Status.OK]
         if not bad:
-            return "ok", ""
+            return OK_PAIR
         r, (st, reason) = bad[0]
         if r == self.rank or re.match(r"rank \d+: ", reason):  # already says whose failure it is
             return st, reason
@@ -174,8 +175,8 @@ class TorchrunGroup:
         The ``forward`` phase of fault injection fires here, before the last layer's gather."""
         if last_layer:
             faults.inject(self.rank, self._cells, "forward")
-        st = self.agree_status(("ok", ""))
-        if st != ("ok", ""):
+        st = self.agree_status(OK_PAIR)
+        if st != OK_PAIR:
             raise PeerFailure(st)
 
     def _build(self, work) -> dict:

@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-from cpbench.domain.modes import MODES
+from cpbench.domain.modes import MODES, Status, Timing
 from cpbench.report.forward import forward_text
 from cpbench.results.critical_path import flag
 from cpbench.report.units import human_tokens
@@ -35,10 +35,10 @@ def best_of(c: pd.Series) -> tuple[float, str, float, float]:
 
 
 def _fuse_text(c: pd.Series) -> str:
-    if c["status"] != "ok" or not math.isfinite(float(c["speedup"])):
-        return c["status"] if c["status"] != "ok" else "—"
+    if c["status"] != Status.OK or not math.isfinite(float(c["speedup"])):
+        return c["status"] if c["status"] != Status.OK else "—"
     text = answer(c)
-    if c["timing"] == "eager" and flag(c.get("host_bound")):
+    if c["timing"] == Timing.EAGER and flag(c.get("host_bound")):
         text += f" {HOST_MARK} (GPU time {effect_text(c.get('gpu_speedup', math.nan))})"
     return text
 
@@ -67,10 +67,10 @@ def backend_answer(view: pd.DataFrame) -> list[str]:
     if view.empty:
         return []
     backends = sorted(set(view["backend"]))
-    forward = view[view["timing"] == "breakable"] if "timing" in view else view.iloc[0:0]
-    attention = view[view["timing"] != "breakable"] if len(forward) < len(view) else view
+    forward = view[view["timing"] == Timing.BREAKABLE] if "timing" in view else view.iloc[0:0]
+    attention = view[view["timing"] != Timing.BREAKABLE] if len(forward) < len(view) else view
     rows, marked = [], False
-    order = {"graph": 0, "eager": 1}  # attention alone: CUDA-graph (kernel) time first, then eager
+    order = {Timing.GRAPH: 0, Timing.EAGER: 1}  # attention alone: CUDA-graph (kernel) time first, then eager
     groups = sorted(attention.groupby(KEYS, sort=True, dropna=False),
                     key=lambda kv: (*kv[0][:-1], order.get(kv[0][-1], 2)))
     for key, g in groups:

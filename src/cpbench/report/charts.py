@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cpbench.domain.modes import Mode
+from cpbench.domain.modes import Mode, Status, Timing
 from cpbench.results.store import RunDir, load_run
 from cpbench.report.costs import counts_missing, kernels_chart, memory_chart
 from cpbench.report import style
@@ -138,7 +138,7 @@ def not_drawn(rows: pd.DataFrame, cpu: bool = False, studies: tuple[StudyReport,
     if why:
         out.append(("kernels", why))
     modes = set(rows["mode"]) if len(rows) and "mode" in rows else set()
-    if modes and (rows["status"] == "ok").any():
+    if modes and (rows["status"] == Status.OK).any():
         if not {Mode.TWO_CALL, Mode.FUSED} <= modes:
             out.append(("speedup", f"the run measured {modes_text(modes)} only: no fused-vs-two-call effect to draw"))
         out += [x for st in studies for x in st.not_drawn(rows, cpu)]
@@ -158,7 +158,7 @@ def charts_for(rows: pd.DataFrame, cpu: bool = False, studies: tuple[StudyReport
     (``StudyReport.charts``); with ``cpu``, the CPU wording and functions of ``CPU_CHARTS``; without the charts it
     has nothing to draw on (:func:`not_drawn`)."""
     table = CHARTS + DIST_CHARTS if len(rows) and has_phases(rows) else CHARTS
-    if not cpu and len(rows) and "timing" in rows and (rows["timing"] == "breakable").any():
+    if not cpu and len(rows) and "timing" in rows and (rows["timing"] == Timing.BREAKABLE).any():
         table = FORWARD_CHARTS + table
     if cpu:  # throughput, measured memory and balance say nothing on a CPU (CPU_SKIP)
         table = tuple((name, *CPU_CHARTS[name]) if name in CPU_CHARTS else (name, fn, title, caption)

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from cpbench.domain.modes import Status
 from cpbench.results.compare import CompareResult, cells_of, run_difference
 from cpbench.results.compare_speedup import agreement_line
 from cpbench.results.critical_path import flag
@@ -82,10 +83,10 @@ def _speedups_table(f) -> str:
         rows.append([r[c] for c in cols] + [r["timing"], r["cp_size"], r["bs"], r["max_extend_len"], r["prefix_len"],
                                             _speedup(r["base_speedup"], r["base_ci_low"], r["base_ci_high"])
                                             + _hb(r, "base"),
-                                            r["base_verdict"] if r["base_status"] == "ok" else r["base_status"],
+                                            r["base_verdict"] if r["base_status"] == Status.OK else r["base_status"],
                                             _speedup(r["new_speedup"], r["new_ci_low"], r["new_ci_high"])
                                             + _hb(r, "new"),
-                                            r["new_verdict"] if r["new_status"] == "ok" else r["new_status"], agree,
+                                            r["new_verdict"] if r["new_status"] == Status.OK else r["new_status"], agree,
                                             overlap])
     caption = ", ".join(f"{k} {v}" for k, v in single.items())
     marked = any(_hb(r, side) for _, r in f.iterrows() for side in ("base", "new"))
@@ -202,7 +203,7 @@ def compare_markdown(res: CompareResult, base_name: str, new_name: str, base_man
     if len(t):
         parts += ["", "## All rows", "", _rows_table(t)]
     skipped = res.skipped_both
-    other = res.not_comparable[res.not_comparable["base_status"] != "ok"].drop(index=skipped.index)
+    other = res.not_comparable[res.not_comparable["base_status"] != Status.OK].drop(index=skipped.index)
     if len(other):
         dedup = other.drop_duplicates(list(CELL_COLUMNS))
         lines = [f"{c}: base {r.base_status}, new {r.new_status}" for c, r in zip(cells_of(dedup), dedup.itertuples())]

@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from cpbench.domain.modes import Mode, MODES
+from cpbench.domain.modes import Mode, MODES, Status, Timing
 from cpbench.results.schema import CELL_COLUMNS, MODES
 from cpbench.report import style
 from cpbench.report.data import pick_timing
@@ -34,7 +34,7 @@ def kernel_counts(df: pd.DataFrame) -> dict:
     "ranks_label": str}}}`` of attention kernels per forward (GPU executions), from the eager rows when
     present. ``total`` sums the measured ranks; it is an all-rank total only when ``all_ranks``."""
     out: dict = {}
-    _, rows = pick_timing(df, "eager")
+    _, rows = pick_timing(df, Timing.EAGER)
     for cp, g in rows.groupby("cp_size", sort=True):
         cell = kernel_cell(g)
         if cell.empty:
@@ -56,13 +56,13 @@ def kernel_counts(df: pd.DataFrame) -> dict:
 def counts_missing(rows: pd.DataFrame, calls: bool = False) -> str:
     """Why rows that ran have no attention counts to draw (``calls``: the torch reference's attention calls), for the
     report; "" when they have counts, or when no row ran (every chart of such a run says so in its own panel)."""
-    ok = rows[rows["status"] == "ok"] if len(rows) and "status" in rows else rows.iloc[0:0]
+    ok = rows[rows["status"] == Status.OK] if len(rows) and "status" in rows else rows.iloc[0:0]
     if ok.empty or kernel_counts(rows):
         return ""
     what = f"attention {'calls' if calls else 'kernels'}"
     if not set(MODES) <= set(ok["mode"]):  # the chart sets fused's counts against two-call's
         return f"the run measured {modes_text(set(rows['mode']))} only: its {what} are set against no other mode's"
-    if not (ok["timing"] == "eager").any():  # breakable and graph rows carry none (no profiler there)
+    if not (ok["timing"] == Timing.EAGER).any():  # breakable and graph rows carry none (no profiler there)
         return (f"{what} are counted on the profiled eager forward, and this run timed no eager cell "
                 f"({', '.join(sorted(set(ok['timing'])))} only)")
     return f"no eager cell recorded its {what} per forward (--no-profile, or its profiled forward failed)"
@@ -93,7 +93,7 @@ def kernels_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str, calls:
             ax.bar_label(bars, fontsize=8, padding=1)
         ax.set_xticks(x, [str(r) for r in ranks])
         ax.set_xlabel("rank")
-        ax.set_title(f"cp {cp} · {by_mode['fused']['cell']}", fontsize=9.5)
+        ax.set_title(f"cp {cp} · {by_mode[Mode.FUSED]['cell']}", fontsize=9.5)
         ax.set_ylim(0, ax.get_ylim()[1] * 1.25)
         ax.legend(loc="upper center", fontsize=8, frameon=False)
         if any(v["varies"] for v in by_mode.values()):

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import numpy as np
 import pandas as pd
 
-from cpbench.domain.modes import MODES
+from cpbench.domain.modes import MODES, Status, Timing
 from cpbench.results.critical_path import critical_path
 from cpbench.results.schema import CELL_COLUMNS, COLUMNS
 from cpbench.results.verdicts import on_cpu  # noqa: F401 (the report's predicate; compare's too)
@@ -97,10 +97,10 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     for c in ("model", "backend", "dtype", "launch", "gather", "timing", "mode", "status"):
         d[c] = d[c].fillna("").astype(str)
     d["reason"] = d["reason"].fillna("").astype(str)
-    d.loc[d["status"] == "", "status"] = "error"
+    d.loc[d["status"] == "", "status"] = Status.ERROR.value
     lat = d["latency_us_median"]
-    broken = (d["status"] == "ok") & ~(np.isfinite(lat) & (lat > 0))  # "ok" without a usable latency
-    d.loc[broken, "status"] = "error"
+    broken = (d["status"] == Status.OK) & ~(np.isfinite(lat) & (lat > 0))  # "ok" without a usable latency
+    d.loc[broken, "status"] = Status.ERROR.value
     d.loc[broken, "reason"] = "status ok but no positive latency recorded"
     d["context_len"] = d["context_len"].fillna(d["max_extend_len"] + d["prefix_len"])
     return d
@@ -138,13 +138,13 @@ def groups(df: pd.DataFrame) -> list[tuple[str, str, str, pd.DataFrame]]:
     return out
 
 
-def pick_timing(df: pd.DataFrame, prefer: str = "eager") -> tuple[str, pd.DataFrame]:
+def pick_timing(df: pd.DataFrame, prefer: str = Timing.EAGER) -> tuple[str, pd.DataFrame]:
     """Rows of one timing mode: ``prefer`` if present, else the first present; ``("", empty)`` if none."""
-    present = [t for t in (prefer, "eager", "graph") if (df["timing"] == t).any()] if len(df) else []
+    present = [t for t in (prefer, Timing.EAGER, Timing.GRAPH) if (df["timing"] == t).any()] if len(df) else []
     present += sorted(set(df["timing"]) - set(present)) if len(df) else []
     if not present:
         return "", df.iloc[0:0]
-    return present[0], df[df["timing"] == present[0]]
+    return str(present[0]), df[df["timing"] == present[0]]  # plain text, as the column holds it
 
 
 @_memo
@@ -157,7 +157,7 @@ def cells(df: pd.DataFrame) -> pd.DataFrame:
     cp = critical_path(df)
     if cp.empty:  # no two-call or fused row (a run of cp-native alone): no pair to compare
         return pd.DataFrame(columns=VIEW_COLUMNS)
-    ok = df[df["status"] == "ok"]
+    ok = df[df["status"] == Status.OK]
     keys = list(CELL_COLUMNS)
     for mode, tag in ((m, m.tag) for m in MODES):
         m = ok[ok["mode"] == mode][keys + ["rank", "latency_us_p10", "latency_us_p90"]]

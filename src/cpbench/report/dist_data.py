@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from cpbench.domain.modes import MODES
+from cpbench.domain.modes import MODES, Status, Timing
 from cpbench.results.uncertainty import critical_per_sample
 from cpbench.report.data import cells
 from cpbench.domain.ring import ring_time_us
@@ -43,7 +43,7 @@ def phase_rows(df: pd.DataFrame) -> pd.DataFrame:
     d = torchrun_rows(df)
     if d.empty:
         return d.iloc[0:0].assign(gather_own_us=pd.Series(dtype=float))
-    d = d[(d["timing"] == "eager") & (d["status"] == "ok")].copy()
+    d = d[(d["timing"] == Timing.EAGER) & (d["status"] == Status.OK)].copy()
     for c in PHASES + ("gather_bytes", "bus_gbps"):
         d[c] = _num(d, c)
     d = d[np.isfinite(d["gather_us"]) & np.isfinite(d["kv_write_us"]) & np.isfinite(d["attn_us"])]
@@ -147,7 +147,7 @@ def _critical_spread(df: pd.DataFrame) -> pd.DataFrame:
     """Per cell and mode of a torchrun frame: p10/p90 over samples of the per-sample max over ranks
     (from ``samples_us``; NaN when the samples are not stored or differ in count)."""
     rows = []
-    ok = df[df["status"] == "ok"]
+    ok = df[df["status"] == Status.OK]
     if "samples_us" not in ok.columns or ok.empty:
         return pd.DataFrame(columns=MATCH + ["p10_us", "p90_us"])
     for key, g in ok.groupby(MATCH, sort=True):

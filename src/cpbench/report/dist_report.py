@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cpbench.domain.modes import Mode, MODES
+from cpbench.domain.modes import Mode, MODES, Status
 from cpbench.report.data import uniform
 from cpbench.report.dist_data import (EST_BANDWIDTHS, cell_summary, estimates, sim_vs_real, topology_summary,
                                       torchrun_rows)
@@ -76,7 +76,7 @@ def real_cp_section(d: pd.DataFrame, manifest: dict, cpu: bool = False) -> list[
             a = c[c["mode"] == Mode.TWO_CALL].iloc[0] if (c["mode"] == Mode.TWO_CALL).any() else None
             b = c[c["mode"] == Mode.FUSED].iloc[0] if (c["mode"] == Mode.FUSED).any() else None
             first = c.iloc[0]
-            status = first["status"] if first["status"] == "ok" else f"{first['status']}: {first['reason']}"[:60]
+            status = first["status"] if first["status"] == Status.OK else f"{first['status']}: {first['reason']}"[:60]
             rows.append([first["bs"], _tokens(first), ms(a["critical_us"]) if a is not None else "—",
                          ms(b["critical_us"]) if b is not None else "—",
                          effect_text(first["speedup"]) if cpu else effect(first),  # a CPU effect carries no interval claim

@@ -52,7 +52,7 @@ def layer_verdict(window_left: int, two: list[dict], fused: dict, split: dict | 
                    f"waves, grids {' and '.join(str(int(r['grid'] or 0)) for r in two)} on {int(sms or 0)} SMs); the "
                    f"fused launch has {fused['waves']:.2f} waves (grid {int(fused['grid'] or 0)}).")
     if split is not None and cause == "none":
-        sp_, sn, sf = split["prev"], split["next"], split["fused"]
+        sp_, sn, sf = split["prev"], split["next"], split[Mode.FUSED]
         if tf > t2 and sf["full_waves"] > max(sp_["full_waves"], sn["full_waves"]) and sf["tail_fill"] < 0.5:
             cause = "fused-extra-wave"
             out.append(f"{kind}: the fused launch runs a second, {sf['tail_fill']:.0%}-filled wave (model: "
@@ -117,7 +117,7 @@ def explain_markdown(rep: dict) -> str:
               "| KV tiles | busiest SM |", "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     grid = {}  # (window_left, launch) -> the measured grid of its first layer's attention kernel
     for r in rep["calls"]:
-        grid.setdefault((r["window_left"], "fused" if r["call"] == "combined" else r["call"]), r.get("grid"))
+        grid.setdefault((r["window_left"], Mode.FUSED if r["call"] == "combined" else r["call"]), r.get("grid"))
     for w, launches in rep["work_split"].items():
         kind = "full" if int(w) < 0 else f"window {int(w) + 1}"
         for name, s in launches.items():

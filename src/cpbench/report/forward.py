@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cpbench.domain.modes import MODES, Mode, Status, Timing
 from cpbench.report import style
 from cpbench.report.style import human_tokens
 from cpbench.report.units import EFFECT_UNIT
@@ -38,18 +39,18 @@ def forward_text(c: pd.Series) -> str:
     or costs, −, with its 95 % interval: :func:`cpbench.report.tables.answer`) and the ms it stands for:
     ``"faster +0.9 % [+0.5, +1.3] (saves 0.22 ms of 24.70 ms)"``, ``"tie −0.2 % [−0.6, +0.3] (costs 0.06 ms ...)"``,
     or the status of a cell that did not run."""
-    if c.get("status", "ok") != "ok" or not math.isfinite(float(c.get("speedup", math.nan))):
-        return str(c.get("status", "—")) if c.get("status", "ok") != "ok" else "—"
+    if c.get("status", Status.OK) != Status.OK or not math.isfinite(float(c.get("speedup", math.nan))):
+        return str(c.get("status", "—")) if c.get("status", Status.OK) != Status.OK else "—"
     two, fused = float(c["two_call_us"]), float(c["fused_us"])
     host = "" if flag(c.get("host_hidden")) else ", host exposed"
     saves = (two - fused) / 1e3
     return f"{answer(c)} ({'saves' if saves >= 0 else 'costs'} {abs(saves):.2f} ms of {ms(two)} ms{host})"
 
 
-def attention_share(view: pd.DataFrame, c: pd.Series, mode_tag: str = "fused") -> float:
+def attention_share(view: pd.DataFrame, c: pd.Series, mode_tag: str = Mode.FUSED.tag) -> float:
     """Attention's share of cell ``c``'s breakable forward in one mode: the graph-timed attention-only
     forward's critical path over the breakable one (NaN without a graph row of the same cell)."""
-    same = view[(view["timing"] == "graph")]
+    same = view[(view["timing"] == Timing.GRAPH)]
     for k in CELL_KEYS:
         if k in view:
             same = same[same[k] == c[k]]
@@ -64,14 +65,14 @@ def forward_cells(view: pd.DataFrame) -> pd.DataFrame:
     ``saved_pct_low``/``saved_pct_high``), ``attn_share_two_call``/``attn_share_fused`` (fractions)."""
     if view.empty or "timing" not in view:
         return view.iloc[0:0]
-    fw = view[view["timing"] == "breakable"].copy()
+    fw = view[view["timing"] == Timing.BREAKABLE].copy()
     if fw.empty:
         return fw
     fw["saved_us"] = fw["two_call_us"] - fw["fused_us"]
     fw["saved_pct"] = [100 * saved_share(s) for s in fw["speedup"]]
     fw["saved_pct_low"] = [100 * saved_share(s) for s in fw["speedup_ci_low"]]
     fw["saved_pct_high"] = [100 * saved_share(s) for s in fw["speedup_ci_high"]]
-    for tag in ("two_call", "fused"):
+    for tag in (m.tag for m in MODES):
         fw[f"attn_share_{tag}"] = [attention_share(view, c, tag) for _, c in fw.iterrows()]
     return fw
 
@@ -89,9 +90,9 @@ def forward_section(view: pd.DataFrame, df: pd.DataFrame) -> list[str]:
         rows.append([c["backend"], c["cp_size"], c["bs"], human_tokens(c["max_extend_len"]),
                      ms(c["two_call_us"]), ms(c["fused_us"]), forward_text(c),
                      f"{100 * share:.0f} %" if math.isfinite(share) else "—",
-                     "—" if c["status"] != "ok" else "hidden" if flag(c.get("host_hidden")) else "exposed",
+                     "—" if c["status"] != Status.OK else "hidden" if flag(c.get("host_hidden")) else "exposed",
                      _segments(df, c)])
-    b = df[df["timing"] == "breakable"]
+    b = df[df["timing"] == Timing.BREAKABLE]
     rest = sorted({str(x) for x in b.get("layer_rest", pd.Series(dtype=str)).dropna()})
     lines = ["## Prefill forward (breakable CUDA graphs)", "",
              "The whole prefill forward as SGLang runs it with `--cuda-graph-backend-prefill breakable`: each layer's "
@@ -116,7 +117,7 @@ def forward_section(view: pd.DataFrame, df: pd.DataFrame) -> list[str]:
 
 def _segments(df: pd.DataFrame, c: pd.Series) -> str:
     """How the cell's segments ran (``graph`` or ``eager: why``) and the bucket padding when there was one."""
-    rows = df[(df["timing"] == "breakable")]
+    rows = df[(df["timing"] == Timing.BREAKABLE)]
     for k in CELL_KEYS:
         if k in df:
             rows = rows[rows[k] == c[k]]
@@ -128,10 +129,10 @@ def _segments(df: pd.DataFrame, c: pd.Series) -> str:
 
 def cpu_forward_lines(df: pd.DataFrame) -> list[str]:
     """A CPU run's line on its breakable rows (no claim: the segments ran eagerly, without CUDA graphs)."""
-    b = df[df["timing"] == "breakable"] if "timing" in df else df.iloc[0:0]
+    b = df[df["timing"] == Timing.BREAKABLE] if "timing" in df else df.iloc[0:0]
     if b.empty:
         return []
-    ok = int((b["status"] == "ok").sum())
+    ok = int((b["status"] == Status.OK).sum())
     rest = b.get("layer_rest", pd.Series(dtype=str))
     left_out = len(rest) > 0 and rest.astype(str).str.match(r"^0(\.0*)? us$").all()  # --layer-rest-us 0
     what = ("the breakable forward's structure with the rest of every layer left out (`--layer-rest-us 0`, the "
@@ -155,7 +156,7 @@ def forward_chart(df: pd.DataFrame, out_dir: Path, name: str = "forward",
     from cpbench.report.data import cells
 
     fw = forward_cells(cells(df)) if len(df) else pd.DataFrame()
-    fw = fw[fw["status"] == "ok"] if len(fw) else fw
+    fw = fw[fw["status"] == Status.OK] if len(fw) else fw
     if fw.empty:
         return style.empty_chart(out_dir, name, title, "no breakable forward in this run (--timing breakable)")
     cps = sorted(set(fw["cp_size"]))

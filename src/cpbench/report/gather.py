@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from cpbench.domain.modes import Mode, MODES
+from cpbench.domain.modes import Mode, MODES, Timing
 from cpbench.report import style
 from cpbench.report.data import line_label, pick_timing
 from cpbench.report.dist_data import share, sim_vs_real
@@ -70,7 +70,7 @@ def sim_vs_real_chart(df_real: pd.DataFrame, df_sim: pd.DataFrame, out_dir: Path
     rank's p10–p90). The title names the matched cells' model and backend and ``device`` (the GPU, from the
     manifest), as every other chart's does. Both frames prepared. Writes a "no data" chart when no cell matches."""
     m = sim_vs_real(df_real, df_sim)
-    timing, m = pick_timing(m, "eager") if len(m) else ("", m)
+    timing, m = pick_timing(m, Timing.EAGER) if len(m) else ("", m)
     named = m if len(m) else df_real
     head = " · ".join(", ".join(sorted({str(x) for x in named[k].dropna() if str(x)})) for k in ("model", "backend")
                       if k in named and len(named))

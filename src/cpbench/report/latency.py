@@ -11,7 +11,7 @@ import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.lines import Line2D
 
-from cpbench.domain.modes import Mode, MODES
+from cpbench.domain.modes import Mode, MODES, Status, Timing
 from cpbench.results.verdicts import effect_text, is_tie
 from cpbench.report import style
 from cpbench.report.data import cells, uniform
@@ -23,7 +23,7 @@ MODE_COLUMNS = tuple((m, m.replace("-", "_")) for m in MODES)  # the mode and it
 
 
 def _grid(df: pd.DataFrame) -> tuple[list[str], list[int]]:
-    timings = sorted(set(df["timing"]), key=lambda t: (t != "eager", t != "graph", t)) if len(df) else []
+    timings = sorted(set(df["timing"]), key=lambda t: (t != Timing.EAGER, t != Timing.GRAPH, t)) if len(df) else []
     return timings or [""], sorted(set(df["cp_size"])) if len(df) else [0]
 
 
@@ -57,8 +57,8 @@ def latency_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
             style.log2_xaxis(ax, v["max_extend_len"])
             if j == 0:
                 ax.set_ylabel("latency, slowest rank (ms)")
-            failed = int((v["status"] != "ok").sum())
-            some = int(((v["status"] == "ok") & ~v["all_ranks"].map(lambda x: x is True or x == 1)).sum())
+            failed = int((v["status"] != Status.OK).sum())
+            some = int(((v["status"] == Status.OK) & ~v["all_ranks"].map(lambda x: x is True or x == 1)).sum())
             notes = ([f"{failed} cell{'s' if failed != 1 else ''} did not run"] if failed else []) + (
                 [f"{some} cell{'s' if some != 1 else ''} on some ranks only (slowest measured rank, "
                  "not the critical path)"] if some else [])
@@ -179,8 +179,8 @@ def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0, neutra
     status, tie = {}, {}
     for key, (_, c) in zip(keys, v.iterrows()):
         r, k = rows.index(c["bs"]), cols.index(key)
-        grid[r, k] = c["speedup"] if c["status"] == "ok" else np.nan
-        status[(r, k)] = (c["status"] if c["status"] != "ok" or c.get("all_ranks", True) is not False
+        grid[r, k] = c["speedup"] if c["status"] == Status.OK else np.nan
+        status[(r, k)] = (c["status"] if c["status"] != Status.OK or c.get("all_ranks", True) is not False
                           else f"{int(c['ranks_measured'])}/{int(c['cp_size'])} ranks")
         tie[(r, k)] = is_tie(c["speedup"], c.get("speedup_ci_low", np.nan), c.get("speedup_ci_high", np.nan))
     ax.grid(False)
@@ -191,13 +191,13 @@ def _heat(ax, v: pd.DataFrame, norm: TwoSlopeNorm, panel_in: float = 7.0, neutra
     size = float(np.clip(cell_pt / 4.2, 6.0, 9.0))  # "+12.3%" is ~3.9 em wide
     for (r, k), st in status.items():
         val = grid[r, k]
-        if st == "ok" and math.isfinite(val):
+        if st == Status.OK and math.isfinite(val):
             dark = abs(norm(shade[r, k]) - 0.5) > 0.3
             ax.text(k, r, heat_text(val, cell_pt) + ("≈" if tie[(r, k)] and not neutral else ""),
                     ha="center", va="center", fontsize=size, color="white" if dark else "black")
         else:
             ax.add_patch(_fail_patch(k, r))
-            text = st if st != "ok" else "n/a"
+            text = st if st != Status.OK else "n/a"
             ax.text(k, r, text if text.endswith(" ranks") else text[: max(3, int(cell_pt / size * 1.6))], ha="center",
                     va="center", fontsize=size - 0.5, color="#404040")
     ax.set_xticks(range(len(cols)), [_col_label(c) for c in cols], rotation=45 if cell_pt < 40 else 0)

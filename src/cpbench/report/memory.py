@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MultipleLocator
 
-from cpbench.domain.modes import Mode, MODES
+from cpbench.domain.modes import Mode, MODES, Status
 from cpbench.results.schema import SETUP_PARTS
 from cpbench.report import style
 from cpbench.report.style import MODE_COLOR, human_bytes, no_data
@@ -40,7 +40,7 @@ def setup_memory_frame(df: pd.DataFrame) -> pd.DataFrame:
     measured (CPU runs: the columns are NaN)."""
     cols = [f"setup_mem_{p}" for p in SETUP_PARTS] + ["setup_mem_bytes", "forward_mem_bytes", "peak_mem_bytes"]
     keys = [k for k in ("backend",) if k in df] + ["cp_size", "bs", "max_extend_len", "mode"]
-    d = df[df["status"] == "ok"].copy()
+    d = df[df["status"] == Status.OK].copy()
     for c in cols:
         d[c] = pd.to_numeric(d[c], errors="coerce") if c in d else np.nan
     d = d[d["setup_mem_bytes"] > 0]

@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from cpbench.domain.modes import Mode, MODES
+from cpbench.domain.modes import Mode, MODES, Status, Timing
 from cpbench.report import style
 from cpbench.report.data import cells, pick_timing, timing_cells
 from cpbench.report.style import MODE_COLOR, MODE_LINE, MODE_MARKER, no_data, positive
@@ -18,10 +18,10 @@ from cpbench.results.schema import MODES
 
 # (quantity, timing, line style, marker, legend text)
 # one convention in every chart: dashed is the fused mode, dotted is eager timing (README)
-QUANTITIES = (("gpu", "eager", ":", "o", "GPU forward, eager"), ("gpu", "graph", "-", "s", "GPU forward, graph"),
-              ("gpu", "breakable", (0, (6, 2)), "D", "GPU forward, breakable (the whole layer)"),
+QUANTITIES = (("gpu", Timing.EAGER, ":", "o", "GPU forward, eager"), ("gpu", Timing.GRAPH, "-", "s", "GPU forward, graph"),
+              ("gpu", Timing.BREAKABLE, (0, (6, 2)), "D", "GPU forward, breakable (the whole layer)"),
               ("setup", None, (0, (3, 1, 1, 1, 1, 1)), "^", "host setup (metadata+page table+plan)"),
-              ("launch", "eager", "-.", "v", "host launch, eager"))
+              ("launch", Timing.EAGER, "-.", "v", "host launch, eager"))
 
 
 def cpu_words(label: str) -> str:
@@ -33,7 +33,7 @@ def overhead_frame(df: pd.DataFrame) -> pd.DataFrame:
     """Per (cp_size, bs, max_extend_len, mode, timing) over ok rows: ``gpu_us`` (slowest rank's median),
     ``setup_us`` (median over ranks of setup_us_total, else the sum of its parts) and ``launch_us``
     (median host_launch_us). All µs."""
-    ok = df[df["status"] == "ok"].copy()
+    ok = df[df["status"] == Status.OK].copy()
     parts = ok[["setup_us_metadata", "setup_us_page_table", "setup_us_plan"]].sum(axis=1, min_count=1)
     ok["setup"] = ok["setup_us_total"].fillna(parts)
     keys = ["cp_size", "bs", "max_extend_len", "mode", "timing"]
@@ -98,7 +98,7 @@ def overhead_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str, cpu: 
 
 def balance_cell(v: pd.DataFrame) -> pd.Series | None:
     """The longest fully-ok cell (largest max_extend_len, then bs) of a ``cells`` view, or None."""
-    ok = v[(v["status"] == "ok") & np.isfinite(v["two_call_us"]) & np.isfinite(v["fused_us"])]
+    ok = v[(v["status"] == Status.OK) & np.isfinite(v["two_call_us"]) & np.isfinite(v["fused_us"])]
     if ok.empty:
         return None
     return ok.sort_values(["max_extend_len", "bs"]).iloc[-1]
@@ -111,7 +111,7 @@ def balance_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
     = bs, fused dashed). Uses graph timing when present (kernel time). PNG + SVG paths."""
     if df.empty:
         return style.empty_chart(out_dir, name, title)
-    timing, rows = pick_timing(df, "graph")
+    timing, rows = pick_timing(df, Timing.GRAPH)
     view = timing_cells(df, timing) if len(rows) else cells(rows)
     cps = sorted(set(view["cp_size"])) if len(view) else [0]
     fig, axes = style.new_figure(2, len(cps), height_in=3.0)
@@ -142,7 +142,7 @@ def balance_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> lis
 def _rank_bars(ax, rows: pd.DataFrame, cell: pd.Series) -> None:
     sel = rows[(rows["cp_size"] == cell["cp_size"]) & (rows["bs"] == cell["bs"]) & (rows["max_extend_len"] == cell["max_extend_len"])
                & (rows["prefix_len"] == cell["prefix_len"]) & (rows["extend_lens"] == cell["extend_lens"])
-               & (rows["launch"] == cell["launch"]) & (rows["status"] == "ok")]
+               & (rows["launch"] == cell["launch"]) & (rows["status"] == Status.OK)]
     ranks = sorted(set(sel["rank"]))
     x = np.arange(len(ranks))
     for k, mode in enumerate(MODES):

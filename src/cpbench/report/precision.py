@@ -7,6 +7,7 @@ import math
 
 import pandas as pd
 
+from cpbench.domain.modes import Status
 from cpbench.results.critical_path import flags
 
 
@@ -34,7 +35,7 @@ def precision_numbers(df: pd.DataFrame, manifest: dict, cpu: bool = False) -> di
     nan = math.nan
     if cpu or "ci_rel_width" not in df:
         return None
-    ok = df[df["status"] == "ok"]
+    ok = df[df["status"] == Status.OK]
     if not pd.to_numeric(ok.get("gpu_busy_us", pd.Series(dtype=float)), errors="coerce").notna().any():
         return None  # no GPU time in any row: a CPU run (its manifest may be gone), or an older run
     host = flags(ok["host_bound"]) if "host_bound" in ok else pd.Series(False, index=ok.index)

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
+from cpbench.domain.modes import Mode, Status
 from cpbench.report import style
 from cpbench.report.memory import setup_memory_frame, share_text
 from cpbench.report.style import MODE_LINE, MODE_MARKER, human_bytes, human_tokens, no_data
@@ -24,7 +25,7 @@ def throughput_frame(df: pd.DataFrame) -> pd.DataFrame:
     on the critical path, sum over ranks of the rank's attention FLOPs / (cp_size x the slowest rank's
     median latency), in TFLOP/s, with ``tflops_low/high`` from that rank's 95 % CI of the median; ``pct_peak`` = tflops / the run's measured matmul peak
     (``gemm_peak_tflops``) x 100 (NaN without one)."""
-    ok = df[df["status"] == "ok"].copy()
+    ok = df[df["status"] == Status.OK].copy()
     cols = KEYS + ["mode", "tflops", "tflops_low", "tflops_high", "pct_peak"]
     if ok.empty:
         return pd.DataFrame(columns=cols)
@@ -112,7 +113,7 @@ def resources_section(df: pd.DataFrame, manifest: dict, cpu: bool = False) -> li
             r = by.get(m)
             cell += [human_bytes(r["setup_mem_bytes"]) if r is not None else "—",
                      human_bytes(r["peak_mem_bytes"]) if r is not None else "—"]
-        f = by.get("fused")
+        f = by.get(Mode.FUSED)
         cell.append(f"{human_bytes(f['setup_mem_page_table'])} ({share_text(f['dup_share'])})" if f is not None else "—")
         rows.append(cell)
     out += ["Device memory each mode needs on its most loaded rank, measured with the CUDA allocator from "

@@ -19,7 +19,7 @@ from cpbench.results.critical_path import incomplete_reason, missing_rows
 from cpbench.results.keys import canon
 from cpbench.results.planned import PLANNED_CELL_KEYS, valid_planned_cells
 from cpbench.results.policy import clock_drop_text
-from cpbench.domain.modes import ALL_MODES, Mode
+from cpbench.domain.modes import ALL_MODES, Mode, Status
 from cpbench.results.schema import CELL_COLUMNS, MODES, V3_BACKENDS
 from cpbench.results.store import RunDir, as_utf8, load_run
 from cpbench.results.verdicts import CPU_CLAIM, TIE_BAND
@@ -141,7 +141,7 @@ def notes(df: pd.DataFrame) -> list[str]:
     """Bullets for rows that did not run (grouped by cell, status and reason, with modes and ranks),
     and for rows whose SM clock dropped while timing."""
     out = []
-    bad = df[df["status"] != "ok"]
+    bad = df[df["status"] != Status.OK]
     keys = list(CELL_COLUMNS) + ["status", "reason"]
     for k, g in bad.groupby(keys, sort=True):
         c = dict(zip(keys, k))

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
+from cpbench.domain.modes import Status, Timing
 from cpbench.report import style
 from cpbench.report.data import cells
 from cpbench.results.critical_path import flags
@@ -24,7 +25,7 @@ from cpbench.results.verdicts import effect_text, saved_share
 from cpbench.report.units import EFFECT_UNIT
 
 MIN_BATCHES = 3
-TIMING_LINE = {"graph": "-", "eager": ":"}  # dotted eager, as in every chart (dashed is reserved for fused)
+TIMING_LINE = {Timing.GRAPH: "-", Timing.EAGER: ":"}  # dotted eager, as in every chart (dashed is reserved for fused)
 HOST_COLOR = "#222222"  # the legend's host-bound cross (on the chart each cross takes its backend's colour)
 
 
@@ -34,7 +35,7 @@ def segment_axes(view: pd.DataFrame) -> pd.DataFrame:
     Empty when no such axis exists."""
     if view.empty:
         return view
-    ok = view[(view["status"] == "ok") & view["speedup"].map(lambda x: math.isfinite(float(x)))]
+    ok = view[(view["status"] == Status.OK) & view["speedup"].map(lambda x: math.isfinite(float(x)))]
     if ok.empty:
         return ok
     sizes = ok.groupby(["cp_size", "max_extend_len", "prefix_len"])["bs"].nunique()
@@ -75,7 +76,7 @@ def segments_chart(df: pd.DataFrame, out_dir: Path, name: str, title: str) -> li
             hi = np.nan_to_num(_pct(v["speedup_ci_high"]) - s, nan=0.0).clip(0)
             # graph: filled markers, eager: open ones (and dotted), so the legend tells them apart at a glance
             style_kw = dict(color=color, ls=TIMING_LINE.get(timing, ":"), marker="o", ms=4,
-                            mfc=color if timing == "graph" else "white")
+                            mfc=color if timing == Timing.GRAPH else "white")
             # the eager ratio of a host-bound cell measures the launching CPU: a cross, off the line and
             # out of the axis range (drawn at the edge with its value when it lies outside)
             hb = flags(v["host_bound"]).to_numpy(bool) if "host_bound" in v else np.zeros(len(v), bool)

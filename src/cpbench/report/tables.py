@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from cpbench.domain.modes import ALL_MODES, Mode, MODES
+from cpbench.domain.modes import ALL_MODES, Mode, MODES, Status, Timing
 from cpbench.results.critical_path import flags
 from cpbench.results.schema import CELL_COLUMNS
 from cpbench.results.verdicts import effect_text, speedup_verdict, verdict_text
@@ -93,8 +93,8 @@ def summary_lines(view: pd.DataFrame) -> list[str]:
     if view.empty:
         return ["- No cells in this run."]
     for (model, backend, timing), v in view.groupby(["model", "backend", "timing"], sort=True):
-        some = v[(v["status"] == "ok") & ~v["all_ranks"].map(lambda x: x is True or x == 1)]
-        ok = v[(v["status"] == "ok") & v["speedup"].map(lambda x: math.isfinite(float(x)))]
+        some = v[(v["status"] == Status.OK) & ~v["all_ranks"].map(lambda x: x is True or x == 1)]
+        ok = v[(v["status"] == Status.OK) & v["speedup"].map(lambda x: math.isfinite(float(x)))]
         failed = len(v) - len(ok) - len(some)
         head = f"- **{model} · {backend} · {timing}** (cp {', '.join(str(c) for c in sorted(set(v['cp_size'])))}): "
         part = (f"{plural(len(some), 'cell')} measured on some ranks only ({some.iloc[0]['ranks_label']}"
@@ -155,7 +155,7 @@ def ran_lines(d: pd.DataFrame) -> list[str]:
     out = []
     for (model, backend, timing), g in d.groupby(["model", "backend", "timing"], sort=True):
         modes = [m for m in ALL_MODES if (g["mode"] == m).any()]
-        lacking = [str(m) for m in modes if (g.loc[g["mode"] == m, "status"] == "unsupported").all()]
+        lacking = [str(m) for m in modes if (g.loc[g["mode"] == m, "status"] == Status.UNSUPPORTED).all()]
         counted = [m for m in modes if str(m) not in lacking]
         head = f"- **{model} · {backend} · {timing}** (cp {', '.join(str(c) for c in sorted(set(g['cp_size'])))}): "
         lack = f"{' and '.join(lacking)} {'is' if len(lacking) == 1 else 'are'} not supported by {backend}"
@@ -165,7 +165,7 @@ def ran_lines(d: pd.DataFrame) -> list[str]:
         ran = some = failed = 0
         for _, c in g[g["mode"].isin(counted)].groupby(keys, sort=False, dropna=False):
             ranks = set(range(int(c["cp_size"].iloc[0])))
-            if (c["status"] != "ok").any():
+            if (c["status"] != Status.OK).any():
                 failed += 1
             elif all(set(c.loc[c["mode"] == m, "rank"]) == ranks for m in counted):
                 ran += 1
@@ -187,7 +187,7 @@ def reference_check_lines(rows: pd.DataFrame) -> list[str]:
         return out
     err = pd.to_numeric(rows["max_abs_err"], errors="coerce")
     diff = pd.to_numeric(rows.get("diff_vs_two_call", pd.Series(index=rows.index, dtype=float)), errors="coerce")
-    checked = rows[err.notna() & rows["status"].isin(["ok", "mismatch"])]
+    checked = rows[err.notna() & rows["status"].isin([Status.OK, Status.MISMATCH])]
     for dtype, v in checked.groupby("dtype", sort=True):
         tols = {}  # backend -> its tolerance (a backend that folds sinks in after its kernel has a larger one)
         for backend in sorted(set(v["backend"])) if "backend" in v else []:
@@ -195,7 +195,7 @@ def reference_check_lines(rows: pd.DataFrame) -> list[str]:
                 tols[backend] = reference_tolerance(str(dtype), backend)
             except KeyError:
                 pass
-        good = int((v["status"] == "ok").sum())
+        good = int((v["status"] == Status.OK).sum())
         s = (f"- **Outputs vs the fp32 reference** ({dtype}): {good} of {plural(len(v), 'rank × mode row')} "
              f"matched; max |out − reference| {err[v.index].max():.3g}")
         if diff[v.index].notna().any():
@@ -240,7 +240,7 @@ def cell_tables(view: pd.DataFrame, cpu: bool = False) -> list[tuple[str, str]]:
         rows = []
         for _, c in v.iterrows():
             tok = human_tokens(c["max_extend_len"]) + ("" if uniform(c["extend_lens"]) else f" ({c['extend_lens']})")
-            status = c["status"] if c["status"] == "ok" else f"{c['status']}: {c['reason']}".rstrip(": ")
+            status = c["status"] if c["status"] == Status.OK else f"{c['status']}: {c['reason']}".rstrip(": ")
             status = status if len(status) <= 60 else status[:59] + "…"
             imb = " / ".join(f"{x:.3f}" if math.isfinite(x) else "—"
                              for x in (float(c["imbalance_two_call"]), float(c["imbalance_fused"])))
@@ -298,7 +298,7 @@ def merge_lines(df: pd.DataFrame) -> list[str]:
     KV across CTAs when a call has too little work to fill the GPU, then merges the partial states): per
     (model, backend, cp_size) the cells where either mode launched merges, with the most per forward on
     any rank. ``df``: prepared results rows; eager rows are used (graph rows carry no counts)."""
-    ok = df[(df["status"] == "ok") & (df["timing"] == "eager")]
+    ok = df[(df["status"] == Status.OK) & (df["timing"] == Timing.EAGER)]
     merges = pd.to_numeric(ok["merge_kernels"], errors="coerce")
     ok = ok.assign(merge_kernels=merges)[(merges > 0) & np.isfinite(merges)]
     out = []
@@ -307,7 +307,7 @@ def merge_lines(df: pd.DataFrame) -> list[str]:
         for _, c in g.groupby(["bs", "max_extend_len", "prefix_len", "extend_lens"], sort=True):
             most = {mode: int(c[c["mode"] == mode]["merge_kernels"].max()) if (c["mode"] == mode).any() else 0
                     for mode in MODES}
-            found.append(f"{where(c.iloc[0], with_cp=False)}: {most['two-call']} two-call, {most['fused']} fused")
+            found.append(f"{where(c.iloc[0], with_cp=False)}: {most[Mode.TWO_CALL]} two-call, {most[Mode.FUSED]} fused")
         out.append(f"- Split-KV merge kernels per forward, {model} · {backend} · cp {cp} (most on any rank; "
                    f"KV split across CTAs when a call is too small to fill the GPU): {'; '.join(found)}.")
     return out

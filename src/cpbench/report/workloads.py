@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from cpbench.domain.modes import Mode, MODES
+from cpbench.domain.modes import Mode, MODES, Status, Timing
 from cpbench.domain.eligibility import DEFAULT_RULE, CpRule
 from cpbench.results.critical_path import flags
 from cpbench.report.units import human_tokens
@@ -31,12 +31,12 @@ def _cell_text(cells: pd.DataFrame) -> str:
     with its 95 % interval; ``faster +9.1 % to +23.1 %`` for several that agree), else the
     counts (``2 faster · 1 tie``); ``no CP`` when every batch is one SGLang runs without CP, ``—`` when no
     cell ran in both modes for another reason."""
-    ok = cells[(cells["status"] == "ok") & cells["speedup"].map(lambda x: math.isfinite(float(x)))]
+    ok = cells[(cells["status"] == Status.OK) & cells["speedup"].map(lambda x: math.isfinite(float(x)))]
     if ok.empty:
-        return "no CP" if len(cells) and (cells["status"] == "ineligible").all() else "—"
+        return "no CP" if len(cells) and (cells["status"] == Status.INELIGIBLE).all() else "—"
     verdicts = list(ok.apply(verdict, axis=1))
     if len(ok) == 1:
-        hb = "host_bound" in ok and bool(flags(ok["host_bound"]).iloc[0]) and ok.iloc[0]["timing"] == "eager"
+        hb = "host_bound" in ok and bool(flags(ok["host_bound"]).iloc[0]) and ok.iloc[0]["timing"] == Timing.EAGER
         return answer(ok.iloc[0]) + (f" {HOST_MARK} (GPU time {effect_text(ok.iloc[0]['gpu_speedup'])})" if hb else "")
     if len(set(verdicts)) == 1:
         lo, hi = effect_text(ok["speedup"].min()), effect_text(ok["speedup"].max())
@@ -72,7 +72,7 @@ def cp_share_lines(view: pd.DataFrame, rule: CpRule = DEFAULT_RULE) -> list[str]
     out = []
     keys = ["model", "tp_size", "cp_size", "bs", "max_extend_len", "prefix_len", "extend_lens", "batch"]
     for (model, tp, cp), v in view.groupby(["model", "tp_size", "cp_size"], sort=True):
-        skipped = v.groupby(keys[3:], sort=False)["status"].agg(lambda s: (s == "skipped").all())
+        skipped = v.groupby(keys[3:], sort=False)["status"].agg(lambda s: (s == Status.SKIPPED).all())
         v = v[~v.set_index(keys[3:]).index.isin(skipped[skipped].index)]  # over --max-prefill-tokens: not run
         note = (f" ({int(skipped.sum())} batch(es) over --max-prefill-tokens were not run and are not counted)"
                 if skipped.any() else "")
@@ -83,7 +83,7 @@ def cp_share_lines(view: pd.DataFrame, rule: CpRule = DEFAULT_RULE) -> list[str]
             out.append(f"- {model} · tp {tp} · cp 1: no CP (SGLang builds no CP strategy at cp_size 1: every batch "
                        f"is a plain prefill){note}.")
             continue
-        batches = (v.groupby(keys[3:], sort=False)["status"].agg(lambda s: not (s == "ineligible").any())
+        batches = (v.groupby(keys[3:], sort=False)["status"].agg(lambda s: not (s == Status.INELIGIBLE).any())
                    .rename("with_cp").reset_index())
         total = int(batches["bs"].sum())
         with_cp = int(batches.loc[batches["with_cp"], "bs"].sum())
@@ -98,7 +98,7 @@ def layer_kind_table(d: pd.DataFrame) -> str:
     """Fused vs two-call by layer kind, from the eager rows' ``window_layers_us`` / ``full_layers_us``: per
     cell, kind and mode the largest time over ranks (ms), and two-call / fused. Empty string when no row has
     them (a model with one layer kind, or an older run)."""
-    ok = d[(d["status"] == "ok") & (d["timing"] == "eager")]
+    ok = d[(d["status"] == Status.OK) & (d["timing"] == Timing.EAGER)]
     if ok.empty or not pd.to_numeric(ok["window_layers_us"], errors="coerce").notna().any():
         return ""
     rows = []

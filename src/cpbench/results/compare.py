@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cpbench.domain.modes import Status
 from cpbench.results.compare_speedup import speedup_frame
 from cpbench.results.critical_path import flag
 from cpbench.results.keys import canon, numeric_first
@@ -49,9 +50,9 @@ from cpbench.results.verdicts import MIN_SAMPLES, on_cpu, ratio_verdict
 from cpbench.errors import CpbenchInputError
 
 MISSING = "missing"
-FAILED = ("mismatch", "error")  # NEW statuses that fail the gate whatever --allow-missing says
+FAILED = (Status.MISMATCH, Status.ERROR)  # NEW statuses that fail the gate whatever --allow-missing says
 """``new_status`` of a lost row that NEW does not hold at all."""
-SKIPPED = "skipped"  # the status of a cell over --max-prefill-tokens (runner.over_token_budget)
+SKIPPED = Status.SKIPPED  # the status of a cell over --max-prefill-tokens (runner.over_token_budget)
 
 
 @dataclass
@@ -134,10 +135,10 @@ def _keyed(df: pd.DataFrame) -> pd.DataFrame:
         if c not in d.columns:
             d[c] = None
     if "status" not in d.columns:
-        d["status"] = "ok"
+        d["status"] = Status.OK.value
     lat = pd.to_numeric(d.get("latency_us_median", pd.Series(math.nan, index=d.index)), errors="coerce")
     usable = np.isfinite(lat.to_numpy(float)) & (lat.to_numpy(float) > 0)
-    d.loc[(d["status"] == "ok") & ~usable, "status"] = "no latency"  # non-finite, zero or negative median
+    d.loc[(d["status"] == Status.OK) & ~usable, "status"] = "no latency"  # non-finite, zero or negative median
     if "reason" not in d.columns:
         d["reason"] = ""
     d.loc[(d["status"] == "no latency"), "reason"] = [f"median latency {v} µs is not a latency"
@@ -216,7 +217,7 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, fail_above: float = 0.
     b, n = _keyed(base), _keyed(new)
     keys = list(KEY_COLUMNS)
     both = b.index.intersection(n.index)
-    ok = [k for k in both if b.at[k, "status"] == "ok" and n.at[k, "status"] == "ok"]
+    ok = [k for k in both if b.at[k, "status"] == Status.OK and n.at[k, "status"] == Status.OK]
     recs = []
     for k in sorted(ok):
         br, nr = b.loc[k], n.loc[k]
@@ -241,8 +242,8 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, fail_above: float = 0.
                       columns=keys + ["base_status", "new_status", "new_reason"])
     only = lambda d, other: d.loc[sorted(d.index.difference(other.index)), keys + ["status"]].reset_index(drop=True)
     only_base = only(b, n)
-    lost = pd.concat([nc[nc["base_status"] == "ok"],
-                      only_base[only_base["status"] == "ok"].rename(columns={"status": "base_status"}).assign(
+    lost = pd.concat([nc[nc["base_status"] == Status.OK],
+                      only_base[only_base["status"] == Status.OK].rename(columns={"status": "base_status"}).assign(
                           new_status=MISSING, new_reason="not in the new run")], ignore_index=True)
     return CompareResult(table, only_base, only(n, b), nc, fail_above, min_samples, lost, allow_missing,
                          speedup_frame(base, new), cpu)

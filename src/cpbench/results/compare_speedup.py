@@ -18,6 +18,7 @@ import math
 
 import pandas as pd
 
+from cpbench.domain.modes import Status
 from cpbench.results.critical_path import critical_path, flags
 from cpbench.results.keys import canon, numeric_first
 from cpbench.results.schema import CELL_COLUMNS
@@ -42,7 +43,7 @@ def _side(df: pd.DataFrame) -> pd.DataFrame:
     out["ci_high"] = pd.to_numeric(view["speedup_ci_high"], errors="coerce")
     out["status"] = view["status"].astype(str)
     out["host_bound"] = flags(view["host_bound"]) if "host_bound" in view else False
-    out["verdict"] = [speedup_verdict(s, lo, hi) if st == "ok" else NO_VERDICT
+    out["verdict"] = [speedup_verdict(s, lo, hi) if st == Status.OK else NO_VERDICT
                       for s, lo, hi, st in zip(out["speedup"], out["ci_low"], out["ci_high"], out["status"])]
     return out.drop_duplicates("_key", keep="last")
 

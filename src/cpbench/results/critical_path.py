@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from cpbench.domain.modes import Mode, MODES
+from cpbench.domain.modes import Mode, MODES, Status, Timing
 from cpbench.results.schema import CELL_COLUMNS
 from cpbench.results.uncertainty import layer_synced
 
@@ -67,12 +67,12 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
     for pos in np.split(order, starts[1:]):
         g = rows.take(pos)
         rec = dict(zip(keys, key_values[pos[0]]))
-        bad = np.flatnonzero(g["status"] != "ok")
-        status, reason = (g["status"][bad[0]], str(g["reason"][bad[0]])) if len(bad) else ("ok", "")
+        bad = np.flatnonzero(g["status"] != Status.OK)
+        status, reason = (g["status"][bad[0]], str(g["reason"][bad[0]])) if len(bad) else (Status.OK.value, "")
         lacking = missing_rows(g, modes)
         if lacking:  # a row stands for the missing ones: no latency of this cell is used
             status, reason = "incomplete", incomplete_reason(lacking)
-        complete = status == "ok"
+        complete = status == Status.OK
         rank = g.numeric("rank")
         measured = sorted({int(r) for r in rank[~np.isnan(rank)]})
         rec["all_ranks"] = measured == list(range(int(rec.get("cp_size", len(measured)))))
@@ -80,7 +80,7 @@ def critical_path(df: pd.DataFrame) -> pd.DataFrame:
         rec["ranks_label"] = ranks_label(measured, int(rec.get("cp_size", len(measured))))
         rec["status"], rec["reason"] = status, reason
         for mode, tag in ((m, m.tag) for m in MODES):
-            at = np.flatnonzero((g["mode"] == mode.value) & (g["status"] == "ok"))
+            at = np.flatnonzero((g["mode"] == mode.value) & (g["status"] == Status.OK))
             lat = g.numeric("latency_us_median")[at]
             if len(at) and complete and (lat > 0).all():  # an ok row without a positive latency is not usable
                 crit = g.numeric("critical_us_median")[at]
@@ -212,7 +212,7 @@ def _speedup_ci(g: _Rows, shares: dict | None = None) -> tuple[float, float]:
 
 def _ok_by_rank(g: _Rows) -> list[np.ndarray]:
     """Per mode of MODES, the positions of its ``ok`` rows in rank order."""
-    ok = g["status"] == "ok"
+    ok = g["status"] == Status.OK
     rank = g.numeric("rank")
     per_mode = (np.flatnonzero(ok & (g["mode"] == m.value)) for m in MODES)
     return [at[np.argsort(rank[at], kind="stable")] for at in per_mode]
@@ -226,7 +226,7 @@ def kind_shares(g: _Rows) -> dict | None:
     timed in the same mode as the forward. Eager's split is the GPU busy time of a profiled forward, which says
     nothing of a host-bound eager forward's wall time, and graph timing has none)."""
     if "window_layers_us" not in g or "full_layers_us" not in g or (
-            "launch" in g and (g["launch"] == "torchrun").any()) or not (g["timing"] == "breakable").all():
+            "launch" in g and (g["launch"] == "torchrun").any()) or not (g["timing"] == Timing.BREAKABLE).all():
         return None
     out = {}
     for mode, at in zip(MODES, _ok_by_rank(g)):
@@ -246,7 +246,7 @@ def _gpu_time(g: _Rows) -> dict:
     if "gpu_busy_us" not in g:
         return out
     for mode, tag in ((m, m.tag) for m in MODES):
-        busy = g.numeric("gpu_busy_us")[(g["mode"] == mode.value) & (g["status"] == "ok")]
+        busy = g.numeric("gpu_busy_us")[(g["mode"] == mode.value) & (g["status"] == Status.OK)]
         if (~np.isnan(busy)).any():
             out[f"gpu_busy_{tag}_us"] = float(np.nanmax(busy))
     if out["gpu_busy_fused_us"] > 0:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cpbench.domain.modes import Mode
+from cpbench.domain.modes import Mode, Status, Timing
 from cpbench.results.schema import CELL_COLUMNS, DERIVED_COLUMNS
 from cpbench.results.uncertainty import critical_per_sample
 from cpbench.domain.ring import bus_bandwidth_gbps
@@ -69,7 +69,7 @@ def derive(df: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
     out["tflops"] = _keep_stored(out, "tflops", flops / (med * 1e-6) / 1e12, has_med & flops.notna())
     peak = (manifest or {}).get("gemm_peak")
     peak = peak.get("gemm_tflops") if isinstance(peak, dict) else None
-    ok = out["status"].eq("ok") if "status" in out else pd.Series(False, index=out.index)
+    ok = out["status"].eq(Status.OK) if "status" in out else pd.Series(False, index=out.index)
     if isinstance(peak, (int, float)) and not isinstance(peak, bool):
         out["gemm_peak_tflops"] = pd.Series(float(peak), index=out.index).where(ok)
     elif "gemm_peak_tflops" not in out:
@@ -81,10 +81,10 @@ def derive(df: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
     before, after = _num(out, "sm_clock_mhz_before"), _num(out, "sm_clock_mhz_after")
     out["clock_drop"] = ((before > 0) & (after < CLOCK_DROP_RATIO * before)).astype(bool)
     busy = _num(out, "gpu_busy_us")
-    eager = out.get("timing", pd.Series("", index=out.index)).eq("eager")
+    eager = out.get("timing", pd.Series("", index=out.index)).eq(Timing.EAGER)
     out["host_bound"] = (eager & (busy > 0) & (med > HOST_BOUND_RATIO * busy)).astype(bool)
     host = _num(out, "host_launch_us")
-    breakable = out.get("timing", pd.Series("", index=out.index)).eq("breakable")
+    breakable = out.get("timing", pd.Series("", index=out.index)).eq(Timing.BREAKABLE)
     out["host_hidden"] = (breakable & has_med & (host < med)).astype(bool)
     return _derive_torchrun_cells(out)
 
@@ -96,7 +96,7 @@ def _derive_torchrun_cells(out: pd.DataFrame) -> pd.DataFrame:
             out[col] = np.nan
     if "launch" not in out or "status" not in out:
         return out
-    dist = out[out["launch"].eq("torchrun") & out["status"].isin(["ok", "mismatch"])]
+    dist = out[out["launch"].eq("torchrun") & out["status"].isin([Status.OK, Status.MISMATCH])]
     keys = [c for c in (*CELL_COLUMNS, "mode") if c in dist]
     if dist.empty or not keys:
         return out

@@ -4,6 +4,7 @@ them on read)."""
 
 from __future__ import annotations
 
+from cpbench.domain.modes import Status
 from cpbench.results.schema import SCHEMA_VERSION, STATUSES, field_problem
 
 
@@ -42,17 +43,17 @@ class Row(dict):
         return (Row, (dict(self),))
 
 
-def make_row(cell_key: dict, *, rank: int, mode: str, timing: str, status: str, reason: str = "",
+def make_row(cell_key: dict, *, rank: int, mode: str, timing: str, status: Status | str, reason: str = "",
              measured: dict | None = None) -> Row:
     """One row: ``cell_key`` (the run and cell columns shared by every row of the cell: model, backend,
     dtype, launch, world_size, seed, gather, tp_size, fused_order, then ``CellKey.row_columns()``,
     page_size, num_layers), then ``rank``, ``mode`` (a ``Mode``), ``timing`` (a ``Timing``), the ``measured``
-    columns (latencies in µs, bytes, counts; none for a row that did not run) and ``status`` / ``reason``
-    last, so a measured value cannot overwrite them.
+    columns (latencies in µs, bytes, counts; none for a row that did not run) and ``status`` (a ``Status``) /
+    ``reason`` last, so a measured value cannot overwrite them. The enums are stored as their plain strings.
 
     Raises ValueError for a status outside ``schema.STATUSES`` and RowFieldError for a field the schema does
     not have (both programming errors)."""
     if status not in STATUSES:
         raise ValueError(f"status {status!r} not in {STATUSES}")
     return Row({"schema_version": SCHEMA_VERSION, **cell_key, "rank": rank, "mode": str(mode),
-                "timing": str(timing), **(measured or {}), "status": status, "reason": reason})
+                "timing": str(timing), **(measured or {}), "status": str(status), "reason": reason})

@@ -11,12 +11,12 @@ import math
 import re
 from dataclasses import dataclass
 
-from cpbench.domain.modes import ALL_MODES, MODES, TIMINGS
+from cpbench.domain.modes import ALL_MODES, MODES, TIMINGS, Status
 from cpbench.results.policy import clock_drop_text
 
 SCHEMA_VERSION = 3
 LAUNCHES = ("simulated", "torchrun")
-STATUSES = ("ok", "ineligible", "skipped", "unsupported", "oom", "mismatch", "error")
+STATUSES: tuple[str, ...] = tuple(s.value for s in Status)  # the values a row's status may hold
 # kinds of device memory a mode's setup holds (setup_mem_<kind> columns, measure/memory.py), in chart order:
 # Prepared.setup_mem keys, the K|V all-gather buffers of a torchrun layer, and what lies outside those
 SETUP_PARTS = ("page_table", "swa_page_table", "metadata", "plan", "workspace", "outputs", "comm", "other")

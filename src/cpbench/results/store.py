@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cpbench.domain.modes import Status
 from cpbench.results.bad_rows import drop_bad_rows
 from cpbench.results.planned import valid_planned_cells
 from cpbench.results.schema import (CPU_MEM_REASON, SCHEMA_VERSION, V2_DEFAULTS, V2_RENAMED, V3_DEFAULTS, check_row,
@@ -277,7 +278,7 @@ class RunDir:
     def done_keys(self) -> set:
         """Keys of rows already measured (for --resume); a cell skipped over the token cap is not
         measured, so a resume with a larger ``--max-prefill-tokens`` runs it."""
-        return {row_key(r) for r in self.rows() if r.get("status") != "skipped"}
+        return {row_key(r) for r in self.rows() if r.get("status") != Status.SKIPPED}
 
     def finalize(self) -> pd.DataFrame:
         """Deduplicate ``results.jsonl`` and write ``results.parquet`` / ``results.csv`` (what was measured);

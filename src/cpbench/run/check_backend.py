@@ -21,7 +21,7 @@ import torch
 
 from cpbench.domain.cells import Batch
 from cpbench.domain.geometry import all_ranks
-from cpbench.domain.modes import Mode, Timing
+from cpbench.domain.modes import Mode, Timing, Status
 from cpbench.errors import CpbenchInputError, one_line
 from cpbench.kernels.backends import registry
 from cpbench.kernels.backends.base import Prepared
@@ -221,7 +221,7 @@ def _run_probes(report: CheckReport, spec: BackendSpec, device, dtype: str, budg
         rows = _run(_config(p, spec, device, dtype, budget_ms))
         all_rows += rows
         eager = [r for r in rows if r["timing"] == Timing.EAGER]
-        bad = next((r for r in eager if r["status"] != "ok"), None)
+        bad = next((r for r in eager if r["status"] != Status.OK), None)
         if bad is not None:
             failed.append(p.name)
             report.add(f"cell: {p.name}", FAIL, f"rank {bad['rank']} {bad['mode']}: {bad['status']}: {bad['reason']}")
@@ -242,7 +242,7 @@ def _kernels(report: CheckReport, spec: BackendSpec, device, dtype: str) -> None
                    "the CPU")
         return
     rows = _run(_config(PROBES[-1], spec, device, dtype, 5.0, check=False, profile=True, timings=(Timing.EAGER,)))
-    bad = next((r for r in rows if r["status"] != "ok"), None)
+    bad = next((r for r in rows if r["status"] != Status.OK), None)
     if bad is not None:
         report.add("kernel patterns", FAIL, f"{bad['mode']}: {bad['status']}: {bad['reason']}")
         return
@@ -259,7 +259,7 @@ def _timing(report: CheckReport, rows: list[dict], cuda: bool) -> None:
             report.add("timing graph", SKIP, "CUDA graphs need a CUDA device")
             continue
         these = [r for r in rows if r["timing"] == timing]
-        bad = next((r for r in these if r["status"] not in ("ok", "mismatch")), None)
+        bad = next((r for r in these if r["status"] not in (Status.OK, Status.MISMATCH)), None)
         if bad is not None:
             report.add(f"timing {timing}", FAIL, f"rank {bad['rank']} {bad['mode']}: {bad['status']}: {bad['reason']}")
             continue

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from cpbench.domain.modes import Mode, MODES
+from cpbench.domain.modes import Mode, MODES, Timing
 from cpbench.kernels.backends import get_backend
 from cpbench.kernels.check import max_abs_diff, max_abs_error
 from cpbench.domain.geometry import all_ranks, eligibility
@@ -75,7 +75,7 @@ def run_explain_child(model, cell: CellSpec, rank: int, *, backend: str, device:
     labels = {mode: explain_label(cell, rank, mode, timing) for mode in MODES}
     runs = {}
     for mode, p in preps.items():
-        if timing == "graph":
+        if timing == Timing.GRAPH:
             replay, rng = capture_graph(p.forward), nvtx_range(labels[mode])
 
             def run(replay=replay, rng=rng) -> None:
@@ -91,7 +91,7 @@ def run_explain_child(model, cell: CellSpec, rank: int, *, backend: str, device:
     release_graphs()
     info = {"labels": labels,
             "calls": {m: [s.name for layer in p.layers for s in layer if s.kind == "attention"] for m, p in preps.items()},
-            "kernel_patterns": list(preps["fused"].kernel_patterns),
+            "kernel_patterns": list(preps[Mode.FUSED].kernel_patterns),
             "diff_vs_two_call": None if math.isnan(diff) else diff,
             "max_abs_err": {m: None if math.isnan(e) else e for m, e in errs.items()},
             "sms": torch.cuda.get_device_properties(device).multi_processor_count}
@@ -147,7 +147,7 @@ def run_under_ncu(exe: str, argv: list[str], run_dir: Path, spec, cell, rank: in
     splits = {}
     for w in (spec.layer_kinds if backend in WORK_SPLIT else ()):  # tile sizes as the profiled kernels' names carry them (first layer of the kind)
         layer = min(r["layer"] for r in rows if r["window_left"] == w)
-        named = {("fused" if r["call"] == "combined" else r["call"]): tiles_from_kernel_name(r["kernel"])
+        named = {(Mode.FUSED if r["call"] == "combined" else r["call"]): tiles_from_kernel_name(r["kernel"])
                  for r in rows if r["layer"] == layer}
         splits[w] = {k: v.to_json() for k, v in split_rank(
             g.actual_seq_q_prev, g.kv_len_prev, g.actual_seq_q_next, g.kv_len_next, fused_order=fused_order,

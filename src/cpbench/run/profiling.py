@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from cpbench.domain.modes import Mode, MODES
+from cpbench.domain.modes import Mode, MODES, Status, Timing
 from cpbench.kernels.backends import get_backend
 from cpbench.domain.geometry import all_ranks, eligibility
 from cpbench.measure.rank import forward_label
@@ -118,7 +118,7 @@ def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: 
 
     rows: list[dict] = []
     cfg = SweepConfig(model=model, cp_sizes=tuple(sorted({c.cp_size for c in cells})),
-                      batches=tuple(Batch(c.extend_lens, c.prefix_lens, c.batch) for c in cells), backends=(backend,), device=device, timings=("eager",), budget_ms=1.0, warmup=1, dtype=dtype,
+                      batches=tuple(Batch(c.extend_lens, c.prefix_lens, c.batch) for c in cells), backends=(backend,), device=device, timings=(Timing.EAGER,), budget_ms=1.0, warmup=1, dtype=dtype,
                       seed=seed, gather=gather)
     runner = Runner(cfg, rows.extend, trace_dir=trace_dir, group=group)
     per_collective = {"packed": 1, "separate": 2}.get(gather, 0) if device.type == "cuda" else 0
@@ -138,11 +138,11 @@ def _cell_entry(model, cell: CellSpec, rows: list[dict], per_collective: int) ->
     # plain dicts: a profile row adds the forward's label and the communication check to the sweep row
     mine = [dict(r) for r in rows if (r["cp_size"], r["extend_lens"]) == (key["cp_size"], key["extend_lens"])]
     entry = cell.key().as_json()
-    failed = [r for r in mine if r["status"] != "ok"]
+    failed = [r for r in mine if r["status"] != Status.OK]
     if failed:
         return {**entry, "status": failed[0]["status"], "reason": failed[0]["reason"], "per_rank": [], "total": None}
     for r in mine:
         r["label"] = forward_label(cell.label(), r["rank"], r["mode"])
         r["comm_kernels_expected"] = model.num_layers * per_collective
         r["comm_check"] = r.get("comm_kernels") == r["comm_kernels_expected"]
-    return {**entry, "status": "ok", "per_rank": mine, "total": totals(mine, cell.cp_size)}
+    return {**entry, "status": Status.OK, "per_rank": mine, "total": totals(mine, cell.cp_size)}

@@ -30,7 +30,8 @@ from cpbench.measure.breakable import CellRest, RestUnavailable, build_layer_res
 from cpbench.measure.passes import merge_pass
 from cpbench.measure.rank import DTYPES, RankJob, is_oom, measure_rank
 from cpbench.domain.models import ModelSpec
-from cpbench.ranks.group import LocalGroup, RankGroup
+from cpbench.domain.modes import Status, Timing
+from cpbench.ranks.group import OK_PAIR, LocalGroup, RankGroup, StatusPair
 from cpbench.results.rows import make_row
 from cpbench.results.schema import row_key
 from cpbench.measure.timing import Clock, time_op_us
@@ -93,7 +94,7 @@ def cpu_longest_extend(model: ModelSpec, cp_size: int, bs: int, prefix: int = 0)
     return lo
 
 
-def over_token_budget(cell: CellSpec, max_prefill_tokens: int) -> tuple[str, str] | None:
+def over_token_budget(cell: CellSpec, max_prefill_tokens: int) -> StatusPair | None:
     """``("skipped", reason)`` when ``cell``'s batch holds more extend tokens (prefix tokens are cached, not
     prefilled) than ``max_prefill_tokens`` (0: no cap), else None. SGLang's scheduler builds no prefill
     batch over its ``--max-prefill-tokens`` (a single longer request runs alone), so such a cell is not a
@@ -101,8 +102,8 @@ def over_token_budget(cell: CellSpec, max_prefill_tokens: int) -> tuple[str, str
     tokens = sum(cell.extend_lens)
     if not max_prefill_tokens or tokens <= max_prefill_tokens or cell.bs == 1:
         return None
-    return "skipped", (f"{tokens} extend tokens in one batch > --max-prefill-tokens {max_prefill_tokens}: "
-                       "raise it (0 = no cap) to measure this cell")
+    return Status.SKIPPED, (f"{tokens} extend tokens in one batch > --max-prefill-tokens {max_prefill_tokens}: "
+                            "raise it (0 = no cap) to measure this cell")
 
 
 def omp_threads() -> int | None:
@@ -163,7 +164,7 @@ class Runner:
             return
         for row in rows:
             self.done.add(row_key(row))
-            self.mismatches += row.get("status") == "mismatch" and self.pass_no == 1
+            self.mismatches += row.get("status") == Status.MISMATCH and self.pass_no == 1
             if self.cfg.passes > 1:
                 self.prior[row_key(row)] = row
         self._sink(rows)
@@ -192,10 +193,10 @@ class Runner:
                 for m in self.cfg.modes for t in self.cfg.timings}
         if self.pass_no == 1:
             return [x for x, k in keys.items() if k not in self.done]
-        return [x for x, k in keys.items() if k in self.prior and self.prior[k].get("status") == "ok"
+        return [x for x, k in keys.items() if k in self.prior and self.prior[k].get("status") == Status.OK
                 and int(self.prior[k].get("passes") or 1) < self.pass_no]
 
-    def _status_rows(self, cell: CellSpec, backend: str, ranks: list[int], status: str, reason: str,
+    def _status_rows(self, cell: CellSpec, backend: str, ranks: list[int], status: Status, reason: str,
                      todo: dict[int, list]) -> list[dict]:
         base = self.base(cell, backend)
         return [make_row(base, rank=r, mode=m, timing=t, status=status, reason=reason)
@@ -244,35 +245,35 @@ class Runner:
     def _measure_cell(self, cell: CellSpec, backend: str, mine: list[int], todo: dict, on_rank) -> list[dict]:
         g = self.group
         ok, reason = eligibility(cell.extend_lens, cell.cp_size, self.cfg.cp_rule)
-        why = (None if ok else ("ineligible", reason)) or over_token_budget(cell, self.cfg.max_prefill_tokens) \
+        why = (None if ok else (Status.INELIGIBLE, reason)) or over_token_budget(cell, self.cfg.max_prefill_tokens) \
             or self._unsupported(cell, backend)
         if why:
             for _ in mine:
                 on_rank()
             return self._status_rows(cell, backend, mine, *why, todo)
         rows: list[dict] = []
-        status, (inputs, cell_metrics) = ("ok", ""), (None, {})
+        status, (inputs, cell_metrics) = OK_PAIR, (None, {})
         if mine:
             try:
                 inputs, cell_metrics = self._cell_inputs(cell)
             except CpbenchInputError:
                 raise
             except Exception as e:
-                status = ("oom", f"out of memory building or running the cell: {one_line(e)}") if is_oom(e) \
-                    else ("error", one_line(e))
+                status = (Status.OOM, f"out of memory building or running the cell: {one_line(e)}") \
+                    if is_oom(e) else (Status.ERROR, one_line(e))
                 self.tracebacks.record(one_line(e), e)
         status = g.agree_status(status)
-        if status != ("ok", ""):
+        if status != OK_PAIR:
             for _ in mine:
                 on_rank()
             return self._status_rows(cell, backend, mine, *status, todo)
         geoms = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)
-        rest = self._cell_rest(cell, geoms[0].tokens_padded) if any(t == "breakable" for r in mine
+        rest = self._cell_rest(cell, geoms[0].tokens_padded) if any(t == Timing.BREAKABLE for r in mine
                                                                      for _, t in todo[r]) else None
         if isinstance(rest, RestUnavailable):  # the other timings still run
             rows += self._status_rows(cell, backend, mine, rest.status, rest.reason,
-                                      {r: [x for x in todo[r] if x[1] == "breakable"] for r in mine})
-            todo = {r: [x for x in todo[r] if x[1] != "breakable"] for r in todo}
+                                      {r: [x for x in todo[r] if x[1] == Timing.BREAKABLE] for r in mine})
+            todo = {r: [x for x in todo[r] if x[1] != Timing.BREAKABLE] for r in todo}
             rest = None
         for r in mine:
             if not todo[r]:
@@ -285,7 +286,8 @@ class Runner:
                 raise
             except Exception as e:  # measure_rank records failures itself; this is a last resort
                 self.tracebacks.record(one_line(e), e)
-                rows += self._status_rows(cell, backend, [r], "oom" if is_oom(e) else "error", one_line(e), todo)
+                rows += self._status_rows(cell, backend, [r], Status.OOM if is_oom(e) else Status.ERROR, one_line(e),
+                                          todo)
             on_rank()
         return rows
 
@@ -294,7 +296,7 @@ class Runner:
         ``error_dir/<cell>-r<rank>-<mode>.txt`` (cell label with ``_`` for spaces), one section per backend and
         timing. A row whose failure was met on another process's rank has none here (that process writes it)."""
         for r in rows:
-            text = self.tracebacks.take(r["reason"]) if r["status"] == "error" else None
+            text = self.tracebacks.take(r["reason"]) if r["status"] == Status.ERROR else None
             if text is None or self.error_dir is None:
                 continue
             path = self.error_dir / f"{cell.label().replace(' ', '_')}-r{r['rank']}-{r['mode']}.txt"
@@ -329,13 +331,13 @@ class Runner:
                 rest = build_layer_rest(c.model, tokens_padded, cell.cp_size, tp_size=c.tp_size, ep=c.ep,
                                         layer_rest_us=c.layer_rest_us, buckets=c.graph_buckets, device=c.device,
                                         dtype=DTYPES[c.dtype], seed=c.seed, a2a=self.group.all_to_all())
-                status = ("ok", "")
+                status = OK_PAIR
             except RestUnavailable as e:
                 rest, status = e, (e.status, e.reason)
             except CpbenchInputError:
                 raise
             except Exception as e:
-                rest = RestUnavailable("oom" if is_oom(e) else "error", one_line(e))
+                rest = RestUnavailable(Status.OOM if is_oom(e) else Status.ERROR, one_line(e))
                 status = (rest.status, rest.reason)
             agreed = self.group.agree_status(status)
             self._rest = rest if agreed == status else RestUnavailable(*agreed)
@@ -354,14 +356,14 @@ class Runner:
                        # real ranks time the whole forward together (each sample's maximum over ranks)
                        forward_layers=c.forward_layers if self.group.launch == "simulated" else "all")
 
-    def _unsupported(self, cell: CellSpec, backend: str) -> tuple[str, str] | None:
+    def _unsupported(self, cell: CellSpec, backend: str) -> StatusPair | None:
         reason = self.backends[backend].supports(self.cfg.device, self.cfg.model, DTYPES[self.cfg.dtype])
         if reason:
-            return "unsupported", reason
+            return Status.UNSUPPORTED, reason
         if self.cfg.device.type == "cpu":  # the reference on a CPU: refuse what would run for hours
             why = cpu_refusal(self.cfg.model, cell)
             if why:
-                return "unsupported", why
+                return Status.UNSUPPORTED, why
         return None
 
     def _cell_metrics(self, inputs: CellInputs) -> dict:

@@ -13,6 +13,7 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
 
+from cpbench.domain.modes import Status, Timing
 from cpbench.kernels.backends import get_backend, resolve_auto
 from cpbench.measure.env import environment
 from cpbench.domain.geometry import eligibility
@@ -195,8 +196,8 @@ class Sweep:
         directory, so a ``--resume`` that completes a run still fails on the rows an earlier invocation wrote."""
         if df is None:
             return 0, ""
-        errors = df[df["status"] == "error"] if not df.empty else df
-        if df.empty or not (df["status"].isin(["ok", "mismatch"])).any():
+        errors = df[df["status"] == Status.ERROR] if not df.empty else df
+        if df.empty or not (df["status"].isin([Status.OK, Status.MISMATCH])).any():
             reasons = sorted(set(df.get("reason", []))) if not df.empty else []
             if len(errors):  # every cell raised: a crash (1, or 0 with --keep-going), not bad input
                 return (0, "") if keep_going else (1, f"no cell ran: every one ended in an error, first: "
@@ -205,7 +206,7 @@ class Sweep:
                                                       " --keep-going to exit 0)")
             return 2, f"no cell could run: {shorten('; '.join(map(str, reasons)), 300)}"
         problems = []
-        mismatches = int((df["status"] == "mismatch").sum())
+        mismatches = int((df["status"] == Status.MISMATCH).sum())
         if mismatches and not allow_mismatch:
             earlier = mismatches - self.runner.mismatches
             note = f", {earlier} of them written before this resume" if earlier > 0 else ""
@@ -224,7 +225,7 @@ def _no_writer(rows: list[dict]) -> None:
 def timing_method(cfg: SweepConfig, cpu_threads: int | None) -> str:
     """One sentence of what a sample is, for the manifest and the report."""
     clock = "CUDA events" if cfg.device.type == "cuda" else "time.perf_counter"
-    graph = " (graph = CUDA graph replay)" if "graph" in cfg.timings else ""
+    graph = " (graph = CUDA graph replay)" if Timing.GRAPH in cfg.timings else ""
     layers, warm = cfg.model.num_layers, cfg.warmup
     sync = "device synchronised before each sample" if cfg.device.type == "cuda" else "one forward at a time"
     return (f"{clock}, one whole forward ({layers} layer{'' if layers == 1 else 's'}) per sample, {sync}; "

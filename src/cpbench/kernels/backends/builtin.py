@@ -7,9 +7,10 @@ No torch and no backend implementation is imported here.
 
 from __future__ import annotations
 
+from cpbench.domain.modes import ALL_MODES
 from cpbench.kernels.backends.spec import BackendSpec
 
-THREE_MODES = ("two-call", "fused", "cp-native")
+THREE_MODES = tuple(m.value for m in ALL_MODES)  # plain strings, as BackendSpec.modes holds them
 
 # From the most portable to the most specialised: `auto` picks the last one that runs on the device (of those it
 # may pick; the flex analysis backend comes last and never is).

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cpbench.domain.modes import Mode, Timing
+from cpbench.domain.modes import Mode, Timing, Status
 from cpbench.studies.engine_traces.forwards import LayerTimes
 
 KIND_COLUMN = {"window": "window_layers_us", "full": "full_layers_us"}
@@ -49,7 +49,7 @@ def cpbench_layer_us(rows, *, cp_size: int, bs: int, max_extend_len: int, backen
     """
     mode = Mode(mode).value  # ValueError for a name that is no mode
     need = {"cp_size": cp_size, "bs": bs, "max_extend_len": max_extend_len, "backend": backend, "mode": mode,
-            "timing": Timing.EAGER.value, "status": "ok"}
+            "timing": Timing.EAGER.value, "status": Status.OK.value}
     sel = rows
     for col, v in need.items():
         if col not in sel:

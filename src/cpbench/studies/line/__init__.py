@@ -9,7 +9,7 @@ from functools import partial
 
 import pandas as pd
 
-from cpbench.domain.modes import Mode
+from cpbench.domain.modes import Mode, Status
 from cpbench.report.study import StudyReport
 from cpbench.studies.line.chart import line_chart
 from cpbench.studies.line.section import line_section
@@ -26,7 +26,8 @@ CPU_CHART = ("line", partial(line_chart, cpu=True),
 
 
 def _ran_native(rows: pd.DataFrame) -> bool:
-    return bool(len(rows) and "mode" in rows and ((rows["mode"] == Mode.CP_NATIVE) & (rows["status"] == "ok")).any())
+    return bool(len(rows) and "mode" in rows
+                and ((rows["mode"] == Mode.CP_NATIVE) & (rows["status"] == Status.OK)).any())
 
 
 def charts(rows: pd.DataFrame, cpu: bool) -> tuple:
@@ -37,7 +38,7 @@ def charts(rows: pd.DataFrame, cpu: bool) -> tuple:
 def not_drawn(rows: pd.DataFrame, cpu: bool) -> list[tuple[str, str]]:
     """``line`` is left out of a group that ran cp-native without two-call (nothing to set it against)."""
     modes = set(rows["mode"]) if len(rows) and "mode" in rows else set()
-    if modes and (rows["status"] == "ok").any() and Mode.CP_NATIVE in modes and Mode.TWO_CALL not in modes:
+    if modes and (rows["status"] == Status.OK).any() and Mode.CP_NATIVE in modes and Mode.TWO_CALL not in modes:
         return [("line", "the run measured no two-call latency to set fused and cp-native against")]
     return []
 

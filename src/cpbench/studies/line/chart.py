@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cpbench.domain.modes import Mode
+from cpbench.domain.modes import Mode, Timing
 from cpbench.report import style
 from cpbench.report.style import MODE_COLOR, MODE_MARKER, human_tokens
 from cpbench.report.tables import HOST_MARK
@@ -42,7 +42,7 @@ def line_chart(rows: pd.DataFrame, out_dir: Path, name: str, title: str, cpu: bo
             hi = _pct(sub.get(f"{col}_ci_high", sub[col])).fillna(v)
             # a host-bound eager cell: its GPU-time ratio, an open marker without interval (the host set its latency)
             host = sub.get(f"{col}_host_bound", pd.Series(False, index=sub.index)).map(flag).astype(bool)
-            host &= sub["timing"].eq("eager")
+            host &= sub["timing"].eq(Timing.EAGER)
             xs = pd.Series([i + (k - 0.5) * 0.18 for i in x], index=sub.index)
             if cpu:  # no claim: the points alone, in grey
                 ax.plot(xs, v, ls="", marker=MODE_MARKER[mode], color=CPU_GREY, label=str(mode))

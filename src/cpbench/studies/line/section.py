@@ -9,7 +9,7 @@ import math
 
 import pandas as pd
 
-from cpbench.domain.modes import ALL_MODES, Mode
+from cpbench.domain.modes import ALL_MODES, Mode, Status, Timing
 
 from cpbench.report.units import human_bytes, human_tokens
 from cpbench.report.tables import HOST_MARK, md_table, ms
@@ -19,11 +19,11 @@ from cpbench.results.verdicts import effect_text, verdict_text
 
 
 def _ratio(r: pd.Series, name: str) -> str:
-    if r.get(f"{name}_status", "ok") != "ok":
+    if r.get(f"{name}_status", Status.OK) != Status.OK:
         return str(r.get(f"{name}_status"))
     v, lo, hi = r.get(name, math.nan), r.get(f"{name}_ci_low", math.nan), r.get(f"{name}_ci_high", math.nan)
     text = verdict_text(v, lo, hi)
-    if r.get("timing") == "eager" and flag(r.get(f"{name}_host_bound")):
+    if r.get("timing") == Timing.EAGER and flag(r.get(f"{name}_host_bound")):
         text += f" {HOST_MARK} (GPU time {effect_text(r.get(f'{name}_gpu', math.nan))})"
     return text
 
@@ -116,7 +116,7 @@ def _structure_vs_kernel(line: pd.DataFrame, view: pd.DataFrame) -> list[str]:
     keys = ["timing", "cp_size", "bs", "max_extend_len", "prefix_len"]
     out = []
     for _, r in line.iterrows():
-        same = view[(view["backend"] != r["backend"]) & (view["status"] == "ok")]
+        same = view[(view["backend"] != r["backend"]) & (view["status"] == Status.OK)]
         for k in keys:
             same = same[same[k] == r[k]]
         if same.empty:

@@ -12,7 +12,7 @@ import math
 
 import pandas as pd
 
-from cpbench.domain.modes import Mode
+from cpbench.domain.modes import Mode, Status
 from cpbench.results.critical_path import critical_path
 from cpbench.results.schema import CELL_COLUMNS
 
@@ -32,7 +32,7 @@ def line_view(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty or "mode" not in df or not (df["mode"] == Mode.CP_NATIVE).any():
         return pd.DataFrame()
     keys = [c for c in CELL_COLUMNS if c in df]
-    has_native = df[(df["mode"] == Mode.CP_NATIVE) & (df["status"] == "ok")][keys].drop_duplicates()
+    has_native = df[(df["mode"] == Mode.CP_NATIVE) & (df["status"] == Status.OK)][keys].drop_duplicates()
     if has_native.empty:  # cp-native asked for, but every backend recorded it unsupported (or it failed)
         return pd.DataFrame()
     rows = df.merge(has_native, on=keys)
