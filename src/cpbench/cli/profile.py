@@ -102,9 +102,8 @@ def profile(
     cp = "4" if cp is None else cp
     extend_len = c.renamed(extend_len, seq, "--extend-len", "--seq")
     extend_lens = c.renamed(extend_lens, seq_lens, "--extend-lens", "--seq-lens")
-    from cpbench.kernels.backends import get_backend
+    from cpbench.run.prepare import CellPrep
     from cpbench.run.profiling import nsys_child as run_child
-    from cpbench.run.runner import DTYPES
     from cpbench.domain.cells import plan_cells
     from cpbench.profiles.nsys import find_nsys
 
@@ -122,9 +121,7 @@ def profile(
     if nsys_child:
         run_child(spec, [cl for cl in cells if not skip_reason(spec, cl, dev)], **kw)
         return
-    why = get_backend(name).supports(dev, spec, DTYPES[dtype.value])
-    if why:
-        raise CpbenchInputError(f"backend {name}: {why}")
+    CellPrep(spec, dev, dtype.value).backend(name)  # one that cannot run here is refused before any cell
     skipped = {cl: skip_reason(spec, cl, dev) for cl in cells}
     skipped = {cl: why for cl, why in skipped.items() if why}
     if len(skipped) == len(cells):  # as sweep: nothing could run is bad input

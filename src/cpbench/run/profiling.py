@@ -14,38 +14,11 @@ from typing import Callable
 import torch
 
 from cpbench.domain.modes import Mode, MODES
-from cpbench.kernels.backends import get_backend
-from cpbench.domain.geometry import all_ranks, eligibility
 from cpbench.measure.rank import forward_label
-from cpbench.run.runner import DTYPES, count_kernels
+from cpbench.run.runner import count_kernels
 from cpbench.domain.cells import Batch, CellSpec
 from cpbench.results.schema import MODES
-from cpbench.kernels.workload import build_cell, rank_work
-from cpbench.errors import CpbenchInputError
-
-
-
-def _prepared(model, cell: CellSpec, backend: str, device: torch.device, dtype: str, seed: int,
-              ranks: list[int] | None, context_len: int | None):
-    """Yield ``(rank, mode, prepared)`` for every rank and mode of a cell, each forward run once."""
-    ok, reason = eligibility(cell.extend_lens, cell.cp_size)
-    if not ok:
-        raise CpbenchInputError(f"{cell.label()} is not CP-eligible: {reason}")
-    be = get_backend(backend)
-    why = be.supports(device, model, DTYPES[dtype])
-    if why:
-        raise CpbenchInputError(f"backend {backend}: {why}")
-    inputs = build_cell(model, cell.extend_lens, cell.prefix_lens, page_size=model.page_size,
-                        dtype=DTYPES[dtype], device=device, seed=seed, context_len=context_len)
-    geoms = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)
-    for r in ranks if ranks is not None else range(cell.cp_size):
-        work = rank_work(inputs, geoms[r])
-        for mode in MODES:
-            prep = be.prepare(work, mode)
-            prep.forward()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            yield r, mode, prep
+from cpbench.run.prepare import CellPrep
 
 
 def profile_cell(model, cell: CellSpec, *, backend: str, device: torch.device, dtype: str = "bf16",
@@ -55,10 +28,10 @@ def profile_cell(model, cell: CellSpec, *, backend: str, device: torch.device, d
 
     Row keys: ``rank, mode, label, attn_kernels, attn_kernels_expected, kernels_per_call, attn_calls,
     other_kernels, kernels, launches`` (+ ``trace``). Raises CpbenchInputError for an ineligible cell
-    or an unsupported backend; ProfileError when no attention work is seen.
+    or an unsupported backend (:meth:`CellPrep.forwards`); ProfileError when no attention work is seen.
     """
     rows = []
-    for r, mode, prep in _prepared(model, cell, backend, device, dtype, seed, ranks, context_len):
+    for r, mode, _, prep in CellPrep(model, device, dtype, seed, context_len).forwards(cell, backend, ranks):
         label = forward_label(cell.label(), r, mode)
         counts = count_kernels(prep, label.removesuffix(" eager"), device, trace_dir)
         rows.append({"rank": r, "mode": mode, "label": label, **counts})
@@ -73,7 +46,7 @@ def nsys_child(model, cells: list[CellSpec], *, backend: str, device: torch.devi
 
     forwards = []
     for cell in cells:
-        for r, mode, prep in _prepared(model, cell, backend, device, dtype, seed, ranks, context_len):
+        for r, mode, _, prep in CellPrep(model, device, dtype, seed, context_len).forwards(cell, backend, ranks):
             payload = cell.key().as_json(rank=r)
             forwards.append((prep, annotated_forward(prep, forward_label(cell.label(), r, mode), payload, nvtx_on=True)))
     torch.cuda.synchronize()
