@@ -16,7 +16,7 @@ import torch
 from cpbench.domain.modes import Mode, MODES
 from cpbench.measure.rank import forward_label
 from cpbench.run.runner import count_kernels
-from cpbench.domain.cells import Batch, CellSpec
+from cpbench.domain.cells import CellSpec
 from cpbench.results.schema import MODES
 from cpbench.run.prepare import CellPrep
 
@@ -71,35 +71,32 @@ def totals(rows: list[dict], cp_size: int) -> dict:
     return out
 
 
-def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: torch.device, dtype: str,
-                  trace_dir: Path, gather: str, seed: int = 0,
+def profile_ranks(cfg, cells: list[CellSpec], group, *, trace_dir: Path,
                   on_cell: Callable[[dict], None] | None = None) -> list[dict]:
     """Kernel counts per rank of a torchrun launch: each process profiles its own rank's forwards (one
-    Chrome trace per rank and mode, with torch.distributed's rank info in it); rank 0 gets
-    ``[{cp_size, bs, max_extend_len, extend_lens, per_rank: [...], total}]`` (other ranks: []).
+    Chrome trace per rank and mode, with torch.distributed's rank info in it), measuring ``cells`` through the
+    sweep's Runner as ``cfg`` (a :class:`~cpbench.run.config.SweepConfig`; the profile command builds it)
+    says; rank 0 gets ``[{cp_size, bs, max_extend_len, extend_lens, per_rank: [...], total}]`` (other ranks: []).
     ``on_cell(entry)`` is called on rank 0 with each cell's entry as soon as the cell is done (so a launch
     killed part-way keeps the cells it finished: cli/profile.py writes profile.json there).
 
-    Each per-rank row adds ``comm_kernels_expected`` (layers x collectives per layer on NCCL: 1 packed,
-    2 separate; 0 on gloo, whose collectives run on the CPU) and ``comm_check`` (the two agree).
+    Each per-rank row (a sweep row) adds ``comm_kernels_expected`` (layers x collectives per layer on NCCL: 1
+    packed, 2 separate; 0 on gloo, whose collectives run on the CPU) and ``comm_check`` (the two agree).
 
     A cell that failed on a rank (an exception or out of memory there; the ranks agree on it, as in a
     sweep) is returned with ``status`` ``error`` or ``oom``, the sweep row's ``reason`` (it names the
     failed rank) and empty ``per_rank``; the other cells are profiled as usual.
     """
-    from cpbench.run.runner import Runner, SweepConfig
+    from cpbench.run.runner import Runner
 
     rows: list[dict] = []
-    cfg = SweepConfig(model=model, cp_sizes=tuple(sorted({c.cp_size for c in cells})),
-                      batches=tuple(Batch(c.extend_lens, c.prefix_lens, c.batch) for c in cells), backends=(backend,), device=device, timings=("eager",), budget_ms=1.0, warmup=1, dtype=dtype,
-                      seed=seed, gather=gather)
     runner = Runner(cfg, rows.extend, trace_dir=trace_dir, group=group)
-    per_collective = {"packed": 1, "separate": 2}.get(gather, 0) if device.type == "cuda" else 0
+    per_collective = {"packed": 1, "separate": 2}.get(cfg.gather, 0) if cfg.device.type == "cuda" else 0
     out = []
     for cell in cells:
         runner.run_cell(cell)
         if group.writes_rows:
-            out.append(_cell_entry(model, cell, rows, per_collective))
+            out.append(_cell_entry(cfg.model, cell, rows, per_collective))
             if on_cell is not None:
                 on_cell(out[-1])
     return out
