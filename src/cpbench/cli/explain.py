@@ -100,7 +100,7 @@ def explain(
     check_not_written(run_dir, "explain.json")
     from cpbench.run.prepare import CellPrep
 
-    CellPrep(spec, dev, dtype.value).check(cell, name)  # what the child would refuse, refused before ncu runs
+    CellPrep(spec, dev, dtype.value).check(name, cell)  # what the child would refuse, refused before ncu runs
     from cpbench.profiles.ncu import find_ncu
 
     exe = find_ncu()

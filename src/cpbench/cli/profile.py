@@ -121,7 +121,7 @@ def profile(
     if nsys_child:
         run_child(spec, [cl for cl in cells if not skip_reason(spec, cl, dev)], **kw)
         return
-    CellPrep(spec, dev, dtype.value).backend(name)  # one that cannot run here is refused before any cell
+    CellPrep(spec, dev, dtype.value).check(name)  # one that cannot run here is refused before any cell
     skipped = {cl: skip_reason(spec, cl, dev) for cl in cells}
     skipped = {cl: why for cl, why in skipped.items() if why}
     if len(skipped) == len(cells):  # as sweep: nothing could run is bad input

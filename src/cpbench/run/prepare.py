@@ -1,10 +1,6 @@
-"""A cell's forwards, prepared one way for ``cpbench sweep``, ``cpbench profile`` and ``cpbench explain``.
-
-:class:`CellPrep` holds what a cell's tensors are built from besides the cell. The sweep's
-:class:`~cpbench.run.runner.Runner` builds a cell's inputs with :meth:`CellPrep.inputs` and each rank's
-work with :meth:`CellPrep.work`, and ``measure.rank.measure_rank`` prepares each mode of it;
-``cpbench profile`` (ranks in one process, and its nsys child) and ``cpbench explain``'s child take the
-same prepared forwards from :meth:`CellPrep.forwards`. A torchrun profile runs its cells through the Runner.
+"""A cell's forwards, prepared one way for ``cpbench sweep``, ``profile`` and ``explain``: the sweep's Runner
+builds a cell's inputs and each rank's work with :class:`CellPrep` (``measure.rank.measure_rank`` prepares each
+mode); the profile (ranks in one process, its nsys child) and explain's child take :meth:`CellPrep.forwards`.
 """
 
 from __future__ import annotations
@@ -49,29 +45,24 @@ class CellPrep:
         """Why ``backend`` cannot run the model in this dtype on this device (its ``supports``), or None."""
         return backend.supports(self.device, self.model, DTYPES[self.dtype])
 
-    def backend(self, name: str) -> Backend:
-        """The registered backend ``name``. Raises CpbenchInputError for an unknown name, or
-        ``"backend NAME: why"`` when it cannot run here (:meth:`unsupported`)."""
-        be = get_backend(name)
-        why = self.unsupported(be)
-        if why:
-            raise CpbenchInputError(f"backend {name}: {why}")
-        return be
-
-    def check(self, cell: CellSpec, backend: str, ranks: Sequence[int] = ()) -> Backend:
-        """The backend named ``backend`` (:meth:`backend`), once ``cell`` and ``ranks`` can be prepared with it.
+    def check(self, backend: str, cell: CellSpec | None = None, ranks: Sequence[int] = ()) -> Backend:
+        """The backend named ``backend``, once ``cell`` (None: no cell to check) and ``ranks`` can be prepared with it.
 
         Raises:
-            CpbenchInputError: ``cell`` is not CP-eligible (PR #33137's rule), a rank is outside
-                ``[0, cp_size)``, or as :meth:`backend`.
+            CpbenchInputError: ``cell`` is not CP-eligible (PR #33137's rule), a rank is outside ``[0, cp_size)``,
+                the backend is unknown, or ``"backend NAME: why"`` when it cannot run here (:meth:`unsupported`).
         """
-        ok, why = eligibility(cell.extend_lens, cell.cp_size)
+        ok, why = (True, "") if cell is None else eligibility(cell.extend_lens, cell.cp_size)
         if not ok:
             raise CpbenchInputError(f"{cell.label()} is not CP-eligible: {why}")
         for r in ranks:
             if not 0 <= r < cell.cp_size:
                 raise CpbenchInputError(f"--rank {r} is not a rank of cp_size {cell.cp_size}: use 0..{cell.cp_size - 1}")
-        return self.backend(backend)
+        be = get_backend(backend)
+        why = self.unsupported(be)
+        if why:
+            raise CpbenchInputError(f"backend {backend}: {why}")
+        return be
 
     def inputs(self, cell: CellSpec) -> CellInputs:
         """The tensors every rank of ``cell`` reads (``kernels.workload.build_cell``, seeded): ``q_all``
@@ -106,7 +97,7 @@ class CellPrep:
             torch.OutOfMemoryError: the device is full (building, preparing or running).
         """
         ranks = range(cell.cp_size) if ranks is None else ranks
-        be = self.check(cell, backend, ranks)
+        be = self.check(backend, cell, ranks)
         inputs = self.inputs(cell)
         geoms = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)
         for r in ranks:
