@@ -24,6 +24,7 @@ def test_a_torchrun_profile_stopped_after_its_first_cell_keeps_that_cell(tmp_pat
     from cpbench.cli.profile import _profile_ranks
     from cpbench.domain.cells import Batch, plan_cells
     from cpbench.ranks.group import LocalGroup
+    from cpbench.run.config import SweepConfig
     from cpbench.run.runner import Runner
 
     run_cell = Runner.run_cell
@@ -34,11 +35,13 @@ def test_a_torchrun_profile_stopped_after_its_first_cell_keeps_that_cell(tmp_pat
         return run_cell(self, cell, *a, **kw)
 
     monkeypatch.setattr(Runner, "run_cell", stop_at_48)
-    cells = plan_cells([2], [Batch((40,), (0,)), Batch((48,), (0,))])
+    batches = [Batch((40,), (0,)), Batch((48,), (0,))]
+    cells = plan_cells([2], batches)
+    cfg = SweepConfig(model=_spec(), cp_sizes=(2,), batches=batches, backends=("torch",), device=torch.device("cpu"),
+                      timings=("eager",), budget_ms=1.0, warmup=1, gather="none")  # as the profile command builds it
     report = {"model": "tiny", "backend": "torch", "counted": "calls", "cells": []}
     with pytest.raises(KeyboardInterrupt):
-        _profile_ranks(_spec(), cells, LocalGroup(), torch.device("cpu"), report, tmp_path, tmp_path / "profiles",
-                       "torch", "bf16", "none")
+        _profile_ranks(cfg, cells, LocalGroup(), report, tmp_path, tmp_path / "profiles")
     saved = json.loads((tmp_path / "profile.json").read_text())
     assert saved["partial"] is True and [c["max_extend_len"] for c in saved["cells"]] == [40]
     cell = saved["cells"][0]

@@ -99,16 +99,9 @@ def explain(
                           fused_order=fused_order, out_dir=run_dir)
         return
     check_not_written(run_dir, "explain.json")
-    from cpbench.kernels.backends import get_backend
-    from cpbench.domain.geometry import eligibility
-    from cpbench.run.runner import DTYPES
+    from cpbench.run.prepare import CellPrep
 
-    ok, why = eligibility(cell.extend_lens, cell.cp_size)
-    if not ok:
-        raise CpbenchInputError(f"{cell.label()} is not CP-eligible: {why}")
-    why = get_backend(name).supports(dev, spec, DTYPES[dtype.value])
-    if why:
-        raise CpbenchInputError(f"backend {name}: {why}")
+    CellPrep(spec, dev, dtype.value).check(name, cell)  # what the child would refuse, refused before ncu runs
     from cpbench.profiles.ncu import find_ncu
 
     exe = find_ncu()

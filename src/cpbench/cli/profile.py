@@ -103,9 +103,8 @@ def profile(
     cp = "4" if cp is None else cp
     extend_len = c.renamed(extend_len, seq, "--extend-len", "--seq")
     extend_lens = c.renamed(extend_lens, seq_lens, "--extend-lens", "--seq-lens")
-    from cpbench.kernels.backends import get_backend
+    from cpbench.run.prepare import CellPrep
     from cpbench.run.profiling import nsys_child as run_child
-    from cpbench.run.runner import DTYPES
     from cpbench.domain.cells import plan_cells
     from cpbench.profiles.nsys import find_nsys
 
@@ -123,9 +122,7 @@ def profile(
     if nsys_child:
         run_child(spec, [cl for cl in cells if not skip_reason(spec, cl, dev)], **kw)
         return
-    why = get_backend(name).supports(dev, spec, DTYPES[dtype.value])
-    if why:
-        raise CpbenchInputError(f"backend {name}: {why}")
+    CellPrep(spec, dev, dtype.value).check(name)  # one that cannot run here is refused before any cell
     skipped = {cl: skip_reason(spec, cl, dev) for cl in cells}
     skipped = {cl: why for cl, why in skipped.items() if why}
     if len(skipped) == len(cells):  # as sweep: nothing could run is bad input
@@ -160,10 +157,17 @@ def profile(
     report = {"model": spec.name, "tp_size": tp, "backend": name, "device": str(dev), "counted": counted_as(name, dev),
               "cells": [skipped_cell(cl, why) for cl, why in skipped.items()]}
     if dist.distributed:
+        from cpbench.domain.modes import Timing
+        from cpbench.run.config import SweepConfig
+
         def body(group, device) -> int:
             trace_dir.mkdir(parents=True, exist_ok=True)
             report["device"], report["launch"] = str(device), {"world_size": group.world_size, "gather": dist.gather_mode}
-            _profile_ranks(spec, cells, group, device, report, run_dir, trace_dir, name, dtype.value, dist.gather_mode)
+            # the ranks measure the cells as a sweep's ranks do (their rows are sweep rows), one short eager timing each
+            cfg = SweepConfig(model=spec, cp_sizes=tuple(parsed.cp_sizes), batches=batches_of(parsed, None),
+                              backends=(name,), device=device, timings=(Timing.EAGER,), budget_ms=1.0, warmup=1,
+                              dtype=dtype.value, gather=dist.gather_mode)
+            _profile_ranks(cfg, cells, group, report, run_dir, trace_dir)
             if not group.writes_rows:
                 return 0
             _finish(report, run_dir, as_json)
@@ -188,21 +192,20 @@ def _locked(run_dir: Path, writer: bool, fn):
         return fn()
 
 
-def _profile_ranks(spec, cells, group, device, report: dict, run_dir: Path, trace_dir: Path, name: str, dtype: str,
-                   gather: str) -> None:
-    """This rank's part of a torchrun profile (run.profiling.profile_ranks); on rank 0 each cell's entry joins
+def _profile_ranks(cfg, cells, group, report: dict, run_dir: Path, trace_dir: Path) -> None:
+    """This rank's part of a torchrun profile (run.profiling.profile_ranks: ``cells`` measured as ``cfg``, a
+    SweepConfig, says); on rank 0 each cell's entry joins
     ``report["cells"]`` and profile.json is rewritten (partial) as soon as the cell is done, so a launch killed
     part-way keeps the counts of the cells it finished."""
     from cpbench.run.profiling import profile_ranks
 
     def done(cell: dict) -> None:
-        report["cells"].append({**cell, "per_rank": cell["per_rank"] if device.type == "cuda" else
+        report["cells"].append({**cell, "per_rank": cell["per_rank"] if cfg.device.type == "cuda" else
                                 [{**r, **{k: None for k in GPU_ONLY if k in r and k != "comm_kernels"}}
                                  for r in cell["per_rank"]]})
         write_profile(run_dir, report, partial=True)
 
-    profile_ranks(spec, cells, group, backend=name, device=device, dtype=dtype, trace_dir=trace_dir, gather=gather,
-                  on_cell=done)
+    profile_ranks(cfg, cells, group, trace_dir=trace_dir, on_cell=done)
 
 
 def _profile_here(spec, cells, kw, report, run_dir: Path, trace_dir: Path, dev, name: str, nsys: bool,

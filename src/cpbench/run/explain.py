@@ -18,18 +18,16 @@ from pathlib import Path
 import torch
 
 from cpbench.domain.modes import Mode, MODES, Timing
-from cpbench.kernels.backends import get_backend
 from cpbench.kernels.check import max_abs_diff, max_abs_error
-from cpbench.domain.geometry import all_ranks, eligibility
-from cpbench.run.runner import DTYPES
+from cpbench.domain.geometry import all_ranks
 from cpbench.domain.cells import CellSpec
 from cpbench.results.schema import MODES
-from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.errors import CpbenchInputError
 from cpbench.profiles.kernels import ProfileError
 from cpbench.profiles.ncu import (METRICS, attention_call_rows, check_ncu_output, group_calls, ncu_argv,
                                   parse_ncu_csv, parse_ncu_version, tiles_from_kernel_name)
 from cpbench.domain.worksplit import TEMPLATES, split_rank
+from cpbench.run.prepare import CellPrep
 
 CHILD_FILE = "explain_child.json"
 WORK_SPLIT = TEMPLATES  # backend -> its FlashInfer template, whose work split domain/worksplit.py models beside ncu
@@ -54,22 +52,9 @@ def run_explain_child(model, cell: CellSpec, rank: int, *, backend: str, device:
     from cpbench.measure.timing import capture_graph, release_graphs
     from cpbench.profiles.ranges import annotated_forward, nvtx_range
 
-    ok, why = eligibility(cell.extend_lens, cell.cp_size)
-    if not ok:
-        raise CpbenchInputError(f"{cell.label()} is not CP-eligible: {why}")
-    if not 0 <= rank < cell.cp_size:
-        raise CpbenchInputError(f"--rank {rank} is not a rank of cp_size {cell.cp_size}: use 0..{cell.cp_size - 1}")
-    be = get_backend(backend)
-    why = be.supports(device, model, DTYPES[dtype])
-    if why:
-        raise CpbenchInputError(f"backend {backend}: {why}")
-    inputs = build_cell(model, cell.extend_lens, cell.prefix_lens, page_size=model.page_size, dtype=DTYPES[dtype],
-                        device=device, seed=seed)
-    work = rank_work(inputs, all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)[rank], fused_order)
-    preps = {mode: be.prepare(work, mode) for mode in MODES}
-    for p in preps.values():
-        p.forward()  # untraced warm-up
-    torch.cuda.synchronize(device)
+    preps = {}
+    for _, mode, work, p in CellPrep(model, device, dtype, seed, fused_order=fused_order).forwards(cell, backend, [rank]):
+        preps[mode] = p  # each run once untraced (warm-up)
     diff = max_abs_diff(preps[Mode.TWO_CALL], preps[Mode.FUSED])
     errs = {m: max_abs_error(work, p) for m, p in preps.items()}  # vs the fp32 reference, sampled rows
     labels = {mode: explain_label(cell, rank, mode, timing) for mode in MODES}

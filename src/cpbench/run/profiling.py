@@ -13,39 +13,11 @@ from typing import Callable
 
 import torch
 
-from cpbench.domain.modes import Mode, MODES, Status, Timing
-from cpbench.kernels.backends import get_backend
-from cpbench.domain.geometry import all_ranks, eligibility
+from cpbench.domain.modes import Mode, MODES, Status
 from cpbench.measure.rank import forward_label
-from cpbench.run.runner import DTYPES, count_kernels
-from cpbench.domain.cells import Batch, CellSpec
-from cpbench.results.schema import MODES
-from cpbench.kernels.workload import build_cell, rank_work
-from cpbench.errors import CpbenchInputError
-
-
-
-def _prepared(model, cell: CellSpec, backend: str, device: torch.device, dtype: str, seed: int,
-              ranks: list[int] | None, context_len: int | None):
-    """Yield ``(rank, mode, prepared)`` for every rank and mode of a cell, each forward run once."""
-    ok, reason = eligibility(cell.extend_lens, cell.cp_size)
-    if not ok:
-        raise CpbenchInputError(f"{cell.label()} is not CP-eligible: {reason}")
-    be = get_backend(backend)
-    why = be.supports(device, model, DTYPES[dtype])
-    if why:
-        raise CpbenchInputError(f"backend {backend}: {why}")
-    inputs = build_cell(model, cell.extend_lens, cell.prefix_lens, page_size=model.page_size,
-                        dtype=DTYPES[dtype], device=device, seed=seed, context_len=context_len)
-    geoms = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)
-    for r in ranks if ranks is not None else range(cell.cp_size):
-        work = rank_work(inputs, geoms[r])
-        for mode in MODES:
-            prep = be.prepare(work, mode)
-            prep.forward()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            yield r, mode, prep
+from cpbench.run.runner import count_kernels
+from cpbench.domain.cells import CellSpec
+from cpbench.run.prepare import CellPrep
 
 
 def profile_cell(model, cell: CellSpec, *, backend: str, device: torch.device, dtype: str = "bf16",
@@ -55,10 +27,10 @@ def profile_cell(model, cell: CellSpec, *, backend: str, device: torch.device, d
 
     Row keys: ``rank, mode, label, attn_kernels, attn_kernels_expected, kernels_per_call, attn_calls,
     other_kernels, kernels, launches`` (+ ``trace``). Raises CpbenchInputError for an ineligible cell
-    or an unsupported backend; ProfileError when no attention work is seen.
+    or an unsupported backend (:meth:`CellPrep.forwards`); ProfileError when no attention work is seen.
     """
     rows = []
-    for r, mode, prep in _prepared(model, cell, backend, device, dtype, seed, ranks, context_len):
+    for r, mode, _, prep in CellPrep(model, device, dtype, seed, context_len).forwards(cell, backend, ranks):
         label = forward_label(cell.label(), r, mode)
         counts = count_kernels(prep, label.removesuffix(" eager"), device, trace_dir)
         rows.append({"rank": r, "mode": mode, "label": label, **counts})
@@ -73,7 +45,7 @@ def nsys_child(model, cells: list[CellSpec], *, backend: str, device: torch.devi
 
     forwards = []
     for cell in cells:
-        for r, mode, prep in _prepared(model, cell, backend, device, dtype, seed, ranks, context_len):
+        for r, mode, _, prep in CellPrep(model, device, dtype, seed, context_len).forwards(cell, backend, ranks):
             payload = cell.key().as_json(rank=r)
             forwards.append((prep, annotated_forward(prep, forward_label(cell.label(), r, mode), payload, nvtx_on=True)))
     torch.cuda.synchronize()
@@ -98,35 +70,32 @@ def totals(rows: list[dict], cp_size: int) -> dict:
     return out
 
 
-def profile_ranks(model, cells: list[CellSpec], group, *, backend: str, device: torch.device, dtype: str,
-                  trace_dir: Path, gather: str, seed: int = 0,
+def profile_ranks(cfg, cells: list[CellSpec], group, *, trace_dir: Path,
                   on_cell: Callable[[dict], None] | None = None) -> list[dict]:
     """Kernel counts per rank of a torchrun launch: each process profiles its own rank's forwards (one
-    Chrome trace per rank and mode, with torch.distributed's rank info in it); rank 0 gets
-    ``[{cp_size, bs, max_extend_len, extend_lens, per_rank: [...], total}]`` (other ranks: []).
+    Chrome trace per rank and mode, with torch.distributed's rank info in it), measuring ``cells`` through the
+    sweep's Runner as ``cfg`` (a :class:`~cpbench.run.config.SweepConfig`; the profile command builds it)
+    says; rank 0 gets ``[{cp_size, bs, max_extend_len, extend_lens, per_rank: [...], total}]`` (other ranks: []).
     ``on_cell(entry)`` is called on rank 0 with each cell's entry as soon as the cell is done (so a launch
     killed part-way keeps the cells it finished: cli/profile.py writes profile.json there).
 
-    Each per-rank row adds ``comm_kernels_expected`` (layers x collectives per layer on NCCL: 1 packed,
-    2 separate; 0 on gloo, whose collectives run on the CPU) and ``comm_check`` (the two agree).
+    Each per-rank row (a sweep row) adds ``comm_kernels_expected`` (layers x collectives per layer on NCCL: 1
+    packed, 2 separate; 0 on gloo, whose collectives run on the CPU) and ``comm_check`` (the two agree).
 
     A cell that failed on a rank (an exception or out of memory there; the ranks agree on it, as in a
     sweep) is returned with ``status`` ``error`` or ``oom``, the sweep row's ``reason`` (it names the
     failed rank) and empty ``per_rank``; the other cells are profiled as usual.
     """
-    from cpbench.run.runner import Runner, SweepConfig
+    from cpbench.run.runner import Runner
 
     rows: list[dict] = []
-    cfg = SweepConfig(model=model, cp_sizes=tuple(sorted({c.cp_size for c in cells})),
-                      batches=tuple(Batch(c.extend_lens, c.prefix_lens, c.batch) for c in cells), backends=(backend,), device=device, timings=(Timing.EAGER,), budget_ms=1.0, warmup=1, dtype=dtype,
-                      seed=seed, gather=gather)
     runner = Runner(cfg, rows.extend, trace_dir=trace_dir, group=group)
-    per_collective = {"packed": 1, "separate": 2}.get(gather, 0) if device.type == "cuda" else 0
+    per_collective = {"packed": 1, "separate": 2}.get(cfg.gather, 0) if cfg.device.type == "cuda" else 0
     out = []
     for cell in cells:
         runner.run_cell(cell)
         if group.writes_rows:
-            out.append(_cell_entry(model, cell, rows, per_collective))
+            out.append(_cell_entry(cfg.model, cell, rows, per_collective))
             if on_cell is not None:
                 on_cell(out[-1])
     return out

@@ -36,9 +36,10 @@ from cpbench.results.rows import make_row
 from cpbench.results.schema import row_key
 from cpbench.measure.timing import Clock, time_op_us
 from cpbench.measure.walltime import PhaseTimes
-from cpbench.kernels.workload import CellInputs, build_cell, rank_work
+from cpbench.kernels.workload import CellInputs
 from cpbench.errors import CpbenchInputError, CpbenchWarning, one_line
 from cpbench.run.config import SweepConfig
+from cpbench.run.prepare import CellPrep
 
 __all__ = ["DTYPES", "Runner", "SweepConfig", "count_kernels", "cpu_longest_extend", "cpu_refusal", "cpu_too_much",
            "cpu_tflop_limit",
@@ -136,6 +137,7 @@ class Runner:
                  trace_dir: Path | None = None, group: RankGroup | None = None, prior: dict | None = None,
                  error_dir: Path | None = None) -> None:
         self.cfg = cfg
+        self.prep = CellPrep.of(cfg)  # how the cells' inputs and ranks' work are built (run/prepare.py)
         self.error_dir = error_dir  # where the traceback of each error row measured here is written
         self.tracebacks = Tracebacks()
         self.prior = dict(prior or {})  # row key -> the stored row a later pass folds its samples into
@@ -280,7 +282,7 @@ class Runner:
                 on_rank()
                 continue
             try:
-                work = rank_work(inputs, geoms[r], self.cfg.fused_order)
+                work = self.prep.work(inputs, geoms[r])
                 rows += measure_rank(self._job(cell, backend, cell_metrics, todo[r], rest), work, g)
             except CpbenchInputError:
                 raise
@@ -313,10 +315,7 @@ class Runner:
         backends (dropped by :meth:`run_cell`). Raises what building raises (OOM included)."""
         if self._inputs is None:
             t_build = time.perf_counter()
-            inputs = build_cell(self.cfg.model, cell.extend_lens, cell.prefix_lens,
-                                page_size=self.cfg.model.page_size, dtype=DTYPES[self.cfg.dtype],
-                                device=self.cfg.device, seed=self.cfg.seed, context_len=self.cfg.context_len,
-                                swa_pool=self.cfg.swa_pool)
+            inputs = self.prep.inputs(cell)
             self._inputs = (inputs, self._cell_metrics(inputs))
             self.times.add("build", time.perf_counter() - t_build)
         return self._inputs
@@ -357,7 +356,7 @@ class Runner:
                        forward_layers=c.forward_layers if self.group.launch == "simulated" else "all")
 
     def _unsupported(self, cell: CellSpec, backend: str) -> StatusPair | None:
-        reason = self.backends[backend].supports(self.cfg.device, self.cfg.model, DTYPES[self.cfg.dtype])
+        reason = self.prep.unsupported(self.backends[backend])
         if reason:
             return Status.UNSUPPORTED, reason
         if self.cfg.device.type == "cpu":  # the reference on a CPU: refuse what would run for hours
