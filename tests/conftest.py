@@ -114,7 +114,7 @@ def _one_gemm_peak_per_process() -> None:
     a CPU) once per device, dtype and intra-op thread count, and later sweeps record a copy of that
     measurement: a real peak in every manifest, measured once instead of in each of the many in-process sweeps.
     ``measure.peak.gemm_peak`` itself is unchanged (test_peak.py), and so is a sweep run as a real process."""
-    from cpbench.run import sweep as run_sweep
+    from cpbench.commands import sweep as run_sweep
 
     real, measured = run_sweep.gemm_peak, {}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from cpbench.run.sweep import SweepOutput, make_config
+from cpbench.commands.sweep import SweepOutput, make_config
 from cpbench.domain.cells import Batch
 from cpbench.domain.models import get_preset, with_overrides
 

@@ -161,7 +161,7 @@ def test_doctor_json_on_cpu_exits_0_with_reasons(monkeypatch):
 
 
 def test_doctor_without_flashinfer_says_so_for_the_jit_cache(monkeypatch, tmp_path):
-    from cpbench.run import doctor
+    from cpbench.commands import doctor
 
     (tmp_path / "flashinfer").mkdir()  # a directory named flashinfer is not an installed flashinfer
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -173,7 +173,7 @@ def test_doctor_without_flashinfer_says_so_for_the_jit_cache(monkeypatch, tmp_pa
 
 
 def test_doctor_says_when_the_jit_cache_will_rebuild(tmp_path):
-    from cpbench.run.doctor import jit_cache
+    from cpbench.commands.doctor import jit_cache
 
     cache, pkg = tmp_path / "cache", tmp_path / "flashinfer"
     (cache / "0.7.2.post1" / "90a" / "cached_ops" / "m").mkdir(parents=True)
@@ -208,7 +208,7 @@ def test_doctor_without_torch_exits_0_and_says_why():
 def test_doctor_jit_cache_in_odd_environments(tmp_path, monkeypatch):
     from pathlib import Path
 
-    from cpbench.run.doctor import diagnose, jit_cache
+    from cpbench.commands.doctor import diagnose, jit_cache
 
     afile = tmp_path / "afile"
     afile.write_text("x")

@@ -11,8 +11,8 @@ from cpbench.kernels.backends import plugins, registry
 from cpbench.kernels.backends.registry import get_backend, get_spec
 from cpbench.kernels.workload import build_cell, rank_work
 from cpbench.domain.geometry import all_ranks
-from cpbench.run import check_backend as cb
-from cpbench.run.check_probes import BASE, PROBES, diagnosis
+from cpbench.commands import check_backend as cb
+from cpbench.commands.check_probes import BASE, PROBES, diagnosis
 from clirun import cpbench
 from exampleplugin import example_site, installed  # noqa: F401 (fixtures)
 

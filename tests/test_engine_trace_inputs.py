@@ -140,7 +140,7 @@ def test_ctrl_c_of_profile_says_interrupted_without_a_sweeps_resume_advice(tmp_p
     monkeypatch.setattr(engine_trace, "read_torch_trace", interrupted)
     r = cpbench("profile", "--from", tmp_path / "r0.json.gz")
     assert r.returncode == 130 and r.stderr == "interrupted\n"
-    import cpbench.run.profiling as profiling
+    import cpbench.commands.profiling as profiling
 
     monkeypatch.setattr(profiling, "profile_cell", interrupted)
     r = cpbench("profile", "--cp", "2", "--extend-len", "64", "--layers", "2", "--device", "cpu", "--out", tmp_path / "p")

@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from cpbench.run.explain import CHILD_FILE, run_explain_child
+from cpbench.studies.explain.measure import CHILD_FILE, run_explain_child
 from cpbench.domain.models import get_preset, with_overrides
 from cpbench.domain.cells import CellSpec
 from clirun import cpbench

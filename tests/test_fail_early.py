@@ -106,7 +106,7 @@ def test_a_cell_too_big_for_the_cpu_is_refused_before_any_file(tmp_path, no_gpu)
     --seq (not in --help). It is refused first, in one line naming --extend-len, the limit and a length that fits."""
     from cpbench.domain.cells import CellSpec
     from cpbench.domain.models import get_preset, with_overrides
-    from cpbench.run.runner import cpu_refusal
+    from cpbench.commands.runner import cpu_refusal
 
     out = tmp_path / "run"
     r = cpbench("sweep", "--cp", "2", "--bs", "1", "--extend-len", "10000000", "--out", out, *TINY)

@@ -91,7 +91,7 @@ def test_a_manifest_with_cp_sizes_not_a_list_is_said_so(tmp_path):
 def test_resumes_mixing_a_grid_and_extend_lens_list_only_planned_cells(tmp_path, text_reports, monkeypatch):
     """A run grown by resumes with other cells, as a cpbench from before #49 let them (a resume now refuses
     another grid): the report lists only the cells some invocation planned."""
-    import cpbench.run.resume as resume
+    import cpbench.commands.resume as resume
 
     fixed = tuple(k for k in resume.FIXED_ON_RESUME if k not in resume.GRID_OPTIONS)
     monkeypatch.setattr(resume, "FIXED_ON_RESUME", fixed)  # an older cpbench's checks: no grid among them
@@ -169,7 +169,7 @@ def test_junk_planned_cells_in_an_edited_manifest_are_left_out_by_name(tmp_path,
 
 def test_a_resume_drops_junk_planned_cells_from_the_manifest(tmp_path):
     from cpbench.errors import CpbenchWarning
-    from cpbench.run.manifest import SweepManifest
+    from cpbench.commands.manifest import SweepManifest
 
     run = RunDir(write_run(tmp_path / "run", _rows(), manifest_over={"planned_cells": JUNK_CELLS}))
     cell = {"cp_size": 2, "bs": 4, "max_extend_len": 1024, "batch": 0, "timing": "eager"}

@@ -116,7 +116,7 @@ def test_cpu_sweep_table_is_a_functional_check():
 
 
 def test_profile_records_an_oom_cell_and_goes_on(tmp_path, no_gpu, monkeypatch):
-    from cpbench.run import profiling
+    from cpbench.commands import profiling
 
     real = profiling.profile_cell
 

@@ -1,4 +1,4 @@
-"""One cell-preparation path (run/prepare.CellPrep): sweep, profile and explain prepare the same forward of the
+"""One cell-preparation path (commands/prepare.CellPrep): sweep, profile and explain prepare the same forward of the
 same cell and rank. A spy on the torch reference's ``prepare`` records what each command hands it; the cell's
 tensors, the rank's work and the prepared forward's tensors must be equal, so a command that built its cells
 its own way (another seed, page table, context length, fused order or SWA pool) fails here."""
@@ -12,7 +12,7 @@ from cpbench.domain.cells import Batch, CellSpec
 from cpbench.domain.models import get_preset, with_overrides
 from cpbench.errors import CpbenchInputError
 from cpbench.kernels.backends.torch_ref import TorchBackend
-from cpbench.run.prepare import CellPrep
+from cpbench.commands.prepare import CellPrep
 
 CPU = torch.device("cpu")
 MODEL = with_overrides(get_preset("gpt-oss-120b"), layers=2, heads=4, kv_heads=1, head_dim=16, page_size=16)
@@ -38,8 +38,8 @@ def spy(monkeypatch):
 
 
 def _sweep(spy, **fields) -> None:
-    from cpbench.run.config import SweepConfig
-    from cpbench.run.runner import Runner
+    from cpbench.commands.config import SweepConfig
+    from cpbench.commands.runner import Runner
 
     cfg = SweepConfig(model=MODEL, cp_sizes=(CELL.cp_size,), batches=(BATCH,), backends=("torch",), device=CPU,
                       timings=("eager",), budget_ms=1.0, warmup=0, rel_ci=None, dtype="fp32", check=False,
@@ -88,7 +88,7 @@ def _assert_same_forwards(spy, one: str, other: str) -> None:
 
 
 def test_profile_prepares_the_forwards_a_sweep_prepares(spy):
-    from cpbench.run.profiling import profile_cell
+    from cpbench.commands.profiling import profile_cell
 
     _sweep(spy)
     spy.command = "profile"
@@ -101,7 +101,7 @@ def test_explain_prepares_the_forward_a_sweep_prepares(spy, tmp_path, monkeypatc
     """explain's child (run under ncu on a GPU) with the CUDA calls made no-ops: rank 1 in the next-prev order and
     another seed, as the sweep's rank 1 with the same options."""
     from cpbench.profiles import ranges
-    from cpbench.run.explain import run_explain_child
+    from cpbench.studies.explain.measure import run_explain_child
 
     _sweep(spy, fused_order="next-prev", seed=7)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)

@@ -24,8 +24,8 @@ def test_a_torchrun_profile_stopped_after_its_first_cell_keeps_that_cell(tmp_pat
     from cpbench.cli.profile import _profile_ranks
     from cpbench.domain.cells import Batch, plan_cells
     from cpbench.ranks.group import LocalGroup
-    from cpbench.run.config import SweepConfig
-    from cpbench.run.runner import Runner
+    from cpbench.commands.config import SweepConfig
+    from cpbench.commands.runner import Runner
 
     run_cell = Runner.run_cell
 
@@ -51,7 +51,7 @@ def test_a_torchrun_profile_stopped_after_its_first_cell_keeps_that_cell(tmp_pat
 
 def test_a_profile_stopped_after_its_first_cell_keeps_that_cell(tmp_path, monkeypatch):
     """The same in a simulated profile (cpbench profile, ranks in this process): Ctrl-C in the second cell."""
-    from cpbench.run import profiling
+    from cpbench.commands import profiling
 
     real = profiling.profile_cell
 

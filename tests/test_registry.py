@@ -43,7 +43,7 @@ def test_names_are_the_cli_choices_minus_auto():
 
 
 def test_doctor_lists_exactly_the_registry_backends():
-    from cpbench.run.doctor import diagnose
+    from cpbench.commands.doctor import diagnose
 
     assert tuple(diagnose()["backends"]) == BACKEND_NAMES
 

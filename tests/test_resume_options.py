@@ -10,9 +10,9 @@ import pytest
 from cpbench.errors import CpbenchInputError
 from cpbench.results.schema import FIXED_ON_RESUME
 from cpbench.results.store import RunDir
-from cpbench.run.resume_options import FLAGS, phrase
-from cpbench.run.manifest import config_dict
-from cpbench.run.resume import check_resume_config
+from cpbench.commands.resume_options import FLAGS, phrase
+from cpbench.commands.manifest import config_dict
+from cpbench.commands.resume import check_resume_config
 from cpbench.domain.models import with_overrides
 from sweepcfg import TINY_MODEL, grid_config
 
@@ -126,7 +126,7 @@ def test_a_resume_of_the_same_grid_and_of_a_manifest_without_the_lists_is_let_th
 
 def test_a_config_built_without_its_options_is_checked_by_the_cells_it_plans(tmp_path):
     """A SweepConfig built in Python without ``cells_from`` records no --bs list: the cells it plans are compared."""
-    from cpbench.run.manifest import planned_cells
+    from cpbench.commands.manifest import planned_cells
 
     old, new = grid_config(cells_from=()), grid_config(bs_list=(1, 2), cells_from=())
     (tmp_path / "manifest.json").write_text(json.dumps({"config": config_dict(old, SIM),

@@ -19,7 +19,7 @@ from cpbench.kernels.backends.torch_ref import TorchBackend
 from cpbench.results.critical_path import critical_path
 from cpbench.results.schema import DERIVED_COLUMNS, KEY_COLUMNS
 from cpbench.results.store import RunDir, load_run, read_jsonl
-from cpbench.run.manifest import _union
+from cpbench.commands.manifest import _union
 from cpbench.cli.sweep import run_sweep
 from sweepcfg import grid_config, output
 from cpbench.errors import CpbenchWarning
@@ -341,7 +341,7 @@ def test_an_interrupted_sweep_prints_the_command_that_finishes_it_and_that_comma
     --out and --resume added), it finishes the run with every row once."""
     import shlex
 
-    import cpbench.run.runner as runner
+    import cpbench.commands.runner as runner
 
     out = tmp_path / "run"
     real, calls = runner.measure_rank, []

@@ -3,7 +3,7 @@
 
 import json
 
-from cpbench.run.manifest import SweepManifest, record_wall_time
+from cpbench.commands.manifest import SweepManifest, record_wall_time
 from cpbench.cli.sweep import run_sweep
 from cpbench.report.run_report import environment_table, timing_methods
 from cpbench.results.store import RunDir

@@ -13,7 +13,7 @@ from cpbench.errors import CpbenchInputError
 from cpbench.results.rows import Row, RowFieldError, make_row
 from cpbench.results.schema import CELL_COLUMNS, RUN_COLUMNS, check_row
 from cpbench.domain.models import get_preset
-from cpbench.run.config import SweepConfig
+from cpbench.commands.config import SweepConfig
 
 pytestmark = pytest.mark.quick
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from cpbench.run.manifest import record_wall_time
-from cpbench.run.runner import omp_threads, over_token_budget
+from cpbench.commands.manifest import record_wall_time
+from cpbench.commands.runner import omp_threads, over_token_budget
 from cpbench.domain.cells import CellSpec
 from cpbench.measure.walltime import PHASES, PhaseTimes
 from clirun import cpbench

@@ -37,7 +37,7 @@ def test_the_work_split_models_flashinfers_templates_by_backend_name():
     """cpbench's flashinfer-fa2 / flashinfer-fa3 map to FlashInfer's fa2 / fa3 templates (tile_config's names);
     a backend name is refused there, FlashAttention-3's fa3 has no model, and explain maps the name it runs."""
     from cpbench.domain.worksplit import TEMPLATES
-    from cpbench.run.explain import WORK_SPLIT
+    from cpbench.studies.explain.measure import WORK_SPLIT
 
     assert TEMPLATES == {"flashinfer-fa2": "fa2", "flashinfer-fa3": "fa3"} and WORK_SPLIT == TEMPLATES
     assert tile_config(TEMPLATES["flashinfer-fa3"], 64, [256], 8).persistent

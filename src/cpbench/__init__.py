@@ -9,7 +9,7 @@ reads a run directory; bad input raises ``cpbench.CpbenchInputError`` with a one
 __version__ = "0.1.0"
 
 _API = {"sweep": "cpbench.api", "grid": "cpbench.api", "Run": "cpbench.api", "SweepHooks": "cpbench.api",
-        "SweepConfig": "cpbench.run.config", "Batch": "cpbench.domain.cells", "get_preset": "cpbench.domain.models",
+        "SweepConfig": "cpbench.commands.config", "Batch": "cpbench.domain.cells", "get_preset": "cpbench.domain.models",
         "Mode": "cpbench.domain.modes", "Timing": "cpbench.domain.modes", "DType": "cpbench.domain.modes",
         "CpbenchInputError": "cpbench.errors"}
 __all__ = sorted(_API)

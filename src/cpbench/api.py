@@ -22,14 +22,14 @@ from cpbench.domain.cells import Batch, CellSpec
 from cpbench.domain.limits import MAX_BS, MAX_CP_SIZE, MAX_TOKENS, check_ints, check_plan
 from cpbench.domain.models import ModelSpec, get_preset, with_overrides
 from cpbench.errors import CpbenchInputError
-from cpbench.run.config import SweepConfig, device_defaults
+from cpbench.commands.config import SweepConfig, device_defaults
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # keep torch.profiler's per-step log lines off the terminal
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from cpbench.run.sweep import Sweep
+    from cpbench.commands.sweep import Sweep
 
 
 @dataclass(frozen=True, repr=False)
@@ -132,7 +132,7 @@ def sweep(config: SweepConfig, out: str | Path | None = None, *, resume: bool = 
         CpbenchInputError: bad input found before anything is measured (no cell can run, a bad ``out``, a
             resume with other options, or with no ``out`` and no run to resume); a one-line message.
     """
-    from cpbench.run.sweep import Sweep
+    from cpbench.commands.sweep import Sweep
 
     hooks = hooks or SweepHooks()
     env_extra = {}

@@ -1,4 +1,4 @@
-"""``cpbench check-backend NAME``: the conformance run of one backend (run/check_backend.py), as a verdict table.
+"""``cpbench check-backend NAME``: the conformance run of one backend (commands/check_backend.py), as a verdict table.
 
 Exit codes: 0 every part passed (or was skipped where it cannot run), 1 a part failed, 2 bad input.
 """
@@ -32,7 +32,7 @@ def check_backend(
     two-call, its kernel patterns (CUDA), eager and graph timing (graph on CUDA). Exit 0 pass, 1 fail, 2 bad
     input (docs/backends.md)."""
     from cpbench.errors import CpbenchInputError
-    from cpbench.run.check_backend import FAIL, PASS, check_backend as run_check
+    from cpbench.commands.check_backend import FAIL, PASS, check_backend as run_check
 
     if not budget_ms > 0:
         raise CpbenchInputError(f"--budget-ms must be > 0, got {budget_ms:g}")

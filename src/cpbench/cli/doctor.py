@@ -20,7 +20,7 @@ def doctor(
 ) -> None:
     """Show the GPU, drivers, library versions, JIT cache, nsys, which backends can run here, the backend plugins
     found and those left out (with why). Exits 0 even when things are missing."""
-    from cpbench.run.doctor import diagnose
+    from cpbench.commands.doctor import diagnose
 
     info = diagnose()
     if as_json:

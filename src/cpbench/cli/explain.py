@@ -1,7 +1,7 @@
 """``cpbench explain``: why the fused call wins or loses for one cell and rank, kernel by kernel.
 
 The command re-runs itself under Nsight Compute (``--explain-child``): the child runs the rank's
-two-call and fused forwards once each inside NVTX ranges (run/explain.py); ncu profiles only the
+two-call and fused forwards once each inside NVTX ranges (studies/explain/measure.py); ncu profiles only the
 kernels inside them and writes its raw CSV (profiles/ncu.py). The parent (run/explain.run_under_ncu)
 groups the kernels into attention calls and adds the work split (domain/worksplit.py); this command writes ``explain.json``, ``explain.md``
 (the verdict) and a chart (report/explain_*.py).
@@ -93,13 +93,13 @@ def explain(
 
     run_dir = out_dir(out, "explain")
     if explain_child:
-        from cpbench.run.explain import run_explain_child
+        from cpbench.studies.explain.measure import run_explain_child
 
         run_explain_child(spec, cell, rank, backend=name, device=dev, dtype=dtype.value, timing=timing,
                           fused_order=fused_order, out_dir=run_dir)
         return
     check_not_written(run_dir, "explain.json")
-    from cpbench.run.prepare import CellPrep
+    from cpbench.commands.prepare import CellPrep
 
     CellPrep(spec, dev, dtype.value).check(name, cell)  # what the child would refuse, refused before ncu runs
     from cpbench.profiles.ncu import find_ncu
@@ -110,15 +110,15 @@ def explain(
     argv = [a for a in sys.argv[1:] if a != "--json"]
     if out is None:
         argv += ["--out", str(run_dir)]
-    from cpbench.report.explain_report import build_explain
+    from cpbench.studies.explain.report import build_explain
     from cpbench.results.store import RunDir
-    from cpbench.run.explain import run_under_ncu
+    from cpbench.studies.explain.measure import run_under_ncu
 
     with RunDir(run_dir).held():  # another explain, profile or sweep writing here is refused
         rep = build_explain(*run_under_ncu(exe, argv, run_dir, spec, cell, rank, name, timing, fused_order))
         (run_dir / "explain.json").write_text(dumps(rep, indent=2) + "\n", encoding="utf-8")
-        from cpbench.report.explain_chart import explain_chart
-        from cpbench.report.explain_report import explain_markdown
+        from cpbench.studies.explain.chart import explain_chart
+        from cpbench.studies.explain.report import explain_markdown
         from cpbench.results.store import as_utf8
 
         md = explain_markdown(rep)

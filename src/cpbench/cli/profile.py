@@ -103,8 +103,8 @@ def profile(
     cp = "4" if cp is None else cp
     extend_len = c.renamed(extend_len, seq, "--extend-len", "--seq")
     extend_lens = c.renamed(extend_lens, seq_lens, "--extend-lens", "--seq-lens")
-    from cpbench.run.prepare import CellPrep
-    from cpbench.run.profiling import nsys_child as run_child
+    from cpbench.commands.prepare import CellPrep
+    from cpbench.commands.profiling import nsys_child as run_child
     from cpbench.domain.cells import plan_cells
     from cpbench.profiles.nsys import find_nsys
 
@@ -158,7 +158,7 @@ def profile(
               "cells": [skipped_cell(cl, why) for cl, why in skipped.items()]}
     if dist.distributed:
         from cpbench.domain.modes import Timing
-        from cpbench.run.config import SweepConfig
+        from cpbench.commands.config import SweepConfig
 
         def body(group, device) -> int:
             trace_dir.mkdir(parents=True, exist_ok=True)
@@ -193,11 +193,11 @@ def _locked(run_dir: Path, writer: bool, fn):
 
 
 def _profile_ranks(cfg, cells, group, report: dict, run_dir: Path, trace_dir: Path) -> None:
-    """This rank's part of a torchrun profile (run.profiling.profile_ranks: ``cells`` measured as ``cfg``, a
+    """This rank's part of a torchrun profile (commands.profiling.profile_ranks: ``cells`` measured as ``cfg``, a
     SweepConfig, says); on rank 0 each cell's entry joins
     ``report["cells"]`` and profile.json is rewritten (partial) as soon as the cell is done, so a launch killed
     part-way keeps the counts of the cells it finished."""
-    from cpbench.run.profiling import profile_ranks
+    from cpbench.commands.profiling import profile_ranks
 
     def done(cell: dict) -> None:
         report["cells"].append({**cell, "per_rank": cell["per_rank"] if cfg.device.type == "cuda" else
@@ -212,8 +212,8 @@ def _profile_here(spec, cells, kw, report, run_dir: Path, trace_dir: Path, dev, 
                   as_json: bool) -> None:
     """Profile every cell in this process (ranks one after another), rewriting profile.json (partial) after each
     cell, then write it whole and print."""
-    from cpbench.run.profiling import profile_cell, totals
-    from cpbench.run.runner import is_oom
+    from cpbench.commands.profiling import profile_cell, totals
+    from cpbench.commands.runner import is_oom
 
     for cell in cells:
         try:

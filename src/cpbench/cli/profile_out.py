@@ -36,7 +36,7 @@ def skip_reason(model, cell, device) -> str | None:
     ``ineligible``: an extend length < 2*cp_size (SGLang runs such a batch without CP); on CPU also the
     reference's TFLOP limit (``CPBENCH_CPU_TFLOP_LIMIT``)."""
     from cpbench.domain.geometry import eligibility
-    from cpbench.run.runner import cpu_refusal
+    from cpbench.commands.runner import cpu_refusal
 
     ok, why = eligibility(cell.extend_lens, cell.cp_size)
     if not ok:

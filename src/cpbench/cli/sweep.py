@@ -162,7 +162,7 @@ def sweep(
     longest = max(e + p for ext, pre in mix for e, p in zip(ext, pre)) if mix else cells.longest
     check_out(out, "runs/<timestamp>")
     timing_text = ",".join((Timing.EAGER, Timing.GRAPH)) if timing is not None and timing.strip() == "both" else timing
-    from cpbench.run.config import device_defaults
+    from cpbench.commands.config import device_defaults
 
     defaults = device_defaults(dev, simulated=launch == Launch.simulated)
     timings = choice_list(timing_text if timing is not None else ",".join(defaults["timings"]),
@@ -183,7 +183,7 @@ def sweep(
         parse_cpu_list(cpu_affinity)  # a bad list fails here, before a launch starts its ranks
     dist = DistOptions(launch, nproc_per_node, gather, dist_backend, dist_timeout)
     dist.check(cells.ranks, cells.cp_sizes)
-    from cpbench.run.sweep import SweepOutput, make_config
+    from cpbench.commands.sweep import SweepOutput, make_config
 
     cfg = make_config(",".join(backend_list(backend)),
                       model=spec, cp_sizes=tuple(cells.cp_sizes), batches=batches_of(cells, mix),
@@ -206,7 +206,7 @@ def sweep(
         raise typer.Exit(run_sweep(cfg, output, cpu_affinity=cpu_affinity))
     if not under_torchrun():
         from cpbench.results.store import out_dir
-        from cpbench.run.resume import precheck_resume
+        from cpbench.commands.resume import precheck_resume
 
         if out is not None:
             out_dir(out)  # a file: refused before torchrun starts
@@ -218,7 +218,7 @@ def sweep(
 
 
 def run_sweep(cfg, output, *, console: Console = console, group=None, cpu_affinity: str | None = None) -> int:
-    """Run the sweep ``cfg`` (run.config.SweepConfig) into ``output`` (run.sweep.SweepOutput) through
+    """Run the sweep ``cfg`` (commands.config.SweepConfig) into ``output`` (commands.sweep.SweepOutput) through
     :func:`cpbench.api.sweep`, with a progress bar and the console summary; return the exit code (0 ok, 1 a
     mismatch or an error row, 2 nothing could run). ``group``: where ranks run (default: every rank here, one
     after another). ``cpu_affinity``: a CPU list this process is pinned to first (its local rank's share under
@@ -304,7 +304,7 @@ def _print_header(sweep, console: Console) -> None:
                   f"· backend [cyan]{', '.join(cfg.backends)}[/] · {launch.launch} x{launch.world_size} -> {run_dir}"
                   + (f" (resuming, {sweep.resumed_rows} row{'' if sweep.resumed_rows == 1 else 's'} on disk)"
                      if sweep.resumed_rows else ""))
-    from cpbench.run.runner import DTYPES
+    from cpbench.commands.runner import DTYPES
 
     for backend in sweep.runner.backends.values():
         note = getattr(backend, "first_use_note", lambda dtype: None)(DTYPES[cfg.dtype])

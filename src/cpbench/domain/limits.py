@@ -1,5 +1,5 @@
 """The size limits of a sweep's cell options, in one place: the CLI's list options (``cli/options.int_list``,
-``cli/cells.parse_cells``), ``cpbench.grid`` and :class:`~cpbench.run.config.SweepConfig` read them. Far above
+``cli/cells.parse_cells``), ``cpbench.grid`` and :class:`~cpbench.commands.config.SweepConfig` read them. Far above
 real prefill batches, low enough that a typo cannot make cpbench build billions of Python objects (or overflow
 the kernels' int32 token indices). Each check runs before anything is allocated from the values it checks."""
 

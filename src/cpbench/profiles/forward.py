@@ -1,7 +1,7 @@
 """What profiling needs from one rank's forward, as a Protocol (no torch, nothing from the layers).
 
 ``cpbench.kernels.backends.base.Prepared`` satisfies it; profiles never import it (import rule:
-``cpbench.profiles`` imports nothing from ``cpbench.domain`` up to ``cpbench.run``; the import-linter contracts in
+``cpbench.profiles`` imports nothing from ``cpbench.domain`` up to ``cpbench.commands``; the import-linter contracts in
 pyproject.toml check it).
 """
 

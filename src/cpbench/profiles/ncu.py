@@ -1,6 +1,6 @@
 """Nsight Compute (``ncu``): argv for a profiled child, its version, and its raw CSV read back.
 
-Flow (``run/explain.py`` owns the subprocesses; this module builds argv and parses text)::
+Flow (``studies/explain/measure.py`` owns the subprocesses; this module builds argv and parses text)::
 
     exe = find_ncu()                                   # None -> "ncu not found", exit 2
     subprocess.run(ncu_argv(exe, child, ranges, log)) # child wraps each forward in an NVTX range

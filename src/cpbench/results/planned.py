@@ -12,7 +12,7 @@ import warnings
 from cpbench.errors import CpbenchWarning
 from cpbench.results.schema import TIMINGS
 
-PLANNED_CELL_KEYS = ("cp_size", "bs", "max_extend_len", "batch", "timing")  # one entry's keys (run/manifest.py)
+PLANNED_CELL_KEYS = ("cp_size", "bs", "max_extend_len", "batch", "timing")  # one entry's keys (commands/manifest.py)
 LEAST = {"cp_size": 1, "bs": 1, "max_extend_len": 1, "batch": 0}  # the integer keys and their smallest value
 SHOWN = 5  # entries named in the warning; the rest are counted
 _WARNED: set[tuple[str, str]] = set()

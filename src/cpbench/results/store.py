@@ -324,7 +324,7 @@ class RunDir:
 
     def write_manifest(self, manifest: dict) -> None:
         """Write ``manifest`` as ``manifest.json``, atomically (a kill leaves the old file or the new one).
-        What a sweep records, and how a resume merges it, is run/manifest.py's business."""
+        What a sweep records, and how a resume merges it, is commands/manifest.py's business."""
         _write_json(self.manifest_path, manifest)
 
     # -- reading -------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ call them.
 * ``engine_traces``: ``cpbench profile --from``, reading profiles an engine wrote itself (torch.profiler or nsys)
   into kernel counts per step, a fused/two-call verdict and a comparison with a cpbench cell (docs/design.md §13).
 * ``line``: two-call, fused and cp-native on one kernel family, its report section and chart.
+* ``explain``: ``cpbench explain``, one cell and rank under Nsight Compute and a verdict naming the cause.
 """
 
 

@@ -3,7 +3,7 @@
 In order: the declaration (registered, or named by its class; its module imports no torch), the class (imports,
 has the protocol), ``supports()`` on every check cell's model, ``prepare()`` in every declared mode (a Prepared of
 the model's layers, the mode's calls per layer, outputs shaped and typed as the queries, the declared kernel
-patterns), then the check cells (run/check_probes.py) measured as a sweep measures them (run/runner.Runner: the
+patterns), then the check cells (commands/check_probes.py) measured as a sweep measures them (commands/runner.Runner: the
 fp32 reference check, fused against two-call, eager timing, CUDA-graph timing on CUDA), and on CUDA the attention
 kernels found by torch.profiler with the declared patterns. Each part gets a :class:`Verdict`; a failed part
 stops the parts that need it.
@@ -27,9 +27,9 @@ from cpbench.kernels.backends import registry
 from cpbench.kernels.backends.base import Prepared
 from cpbench.kernels.backends.spec import BackendSpec
 from cpbench.kernels.workload import build_cell, rank_work
-from cpbench.run.check_probes import PROBES, Probe, diagnosis
-from cpbench.run.config import SweepConfig
-from cpbench.run.runner import DTYPES, Runner
+from cpbench.commands.check_probes import PROBES, Probe, diagnosis
+from cpbench.commands.config import SweepConfig
+from cpbench.commands.runner import DTYPES, Runner
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 

@@ -50,7 +50,7 @@ class SweepConfig:
     batches: tuple[Batch, ...]
     backends: tuple[str, ...]  # measured on the same cells, in this order (registry names, ``auto`` resolved)
     device: torch.device
-    cells_from: tuple[tuple[str, object], ...] = ()  # (option, value) pairs; see ``run.manifest.config_dict``
+    cells_from: tuple[tuple[str, object], ...] = ()  # (option, value) pairs; see ``commands.manifest.config_dict``
     ranks: tuple[int, ...] | None = None  # None: every rank
     modes: tuple[Mode, ...] = MODES
     timings: tuple[Timing, ...] = (Timing.EAGER,)

@@ -38,7 +38,7 @@ class CellPrep:
 
     @classmethod
     def of(cls, cfg) -> "CellPrep":
-        """How a sweep (``cfg``: a :class:`~cpbench.run.config.SweepConfig`) prepares its cells."""
+        """How a sweep (``cfg``: a :class:`~cpbench.commands.config.SweepConfig`) prepares its cells."""
         return cls(cfg.model, cfg.device, cfg.dtype, cfg.seed, cfg.context_len, cfg.swa_pool, cfg.fused_order)
 
     def unsupported(self, backend: Backend) -> str | None:

@@ -1,4 +1,4 @@
-"""The small cells ``cpbench check-backend`` runs a backend on (run/check_backend.py): one plain causal cell, then
+"""The small cells ``cpbench check-backend`` runs a backend on (commands/check_backend.py): one plain causal cell, then
 one cell per feature a backend can get wrong alone (a cached prefix, sinks, a sliding window, the SWA pool's own
 page table), then everything together at cp 4, as gpt-oss runs it. When the plain cell passes and a feature's cell
 fails, that feature is what the backend gets wrong (:func:`diagnosis`).

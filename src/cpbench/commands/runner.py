@@ -38,8 +38,8 @@ from cpbench.measure.timing import Clock, time_op_us
 from cpbench.measure.walltime import PhaseTimes
 from cpbench.kernels.workload import CellInputs
 from cpbench.errors import CpbenchInputError, CpbenchWarning, one_line
-from cpbench.run.config import SweepConfig
-from cpbench.run.prepare import CellPrep
+from cpbench.commands.config import SweepConfig
+from cpbench.commands.prepare import CellPrep
 
 __all__ = ["DTYPES", "Runner", "SweepConfig", "count_kernels", "cpu_longest_extend", "cpu_refusal", "cpu_too_much",
            "cpu_tflop_limit",
@@ -137,7 +137,7 @@ class Runner:
                  trace_dir: Path | None = None, group: RankGroup | None = None, prior: dict | None = None,
                  error_dir: Path | None = None) -> None:
         self.cfg = cfg
-        self.prep = CellPrep.of(cfg)  # how the cells' inputs and ranks' work are built (run/prepare.py)
+        self.prep = CellPrep.of(cfg)  # how the cells' inputs and ranks' work are built (commands/prepare.py)
         self.error_dir = error_dir  # where the traceback of each error row measured here is written
         self.tracebacks = Tracebacks()
         self.prior = dict(prior or {})  # row key -> the stored row a later pass folds its samples into

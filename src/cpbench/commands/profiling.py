@@ -15,9 +15,9 @@ import torch
 
 from cpbench.domain.modes import Mode, MODES, Status
 from cpbench.measure.rank import forward_label
-from cpbench.run.runner import count_kernels
+from cpbench.commands.runner import count_kernels
 from cpbench.domain.cells import CellSpec
-from cpbench.run.prepare import CellPrep
+from cpbench.commands.prepare import CellPrep
 
 
 def profile_cell(model, cell: CellSpec, *, backend: str, device: torch.device, dtype: str = "bf16",
@@ -74,7 +74,7 @@ def profile_ranks(cfg, cells: list[CellSpec], group, *, trace_dir: Path,
                   on_cell: Callable[[dict], None] | None = None) -> list[dict]:
     """Kernel counts per rank of a torchrun launch: each process profiles its own rank's forwards (one
     Chrome trace per rank and mode, with torch.distributed's rank info in it), measuring ``cells`` through the
-    sweep's Runner as ``cfg`` (a :class:`~cpbench.run.config.SweepConfig`; the profile command builds it)
+    sweep's Runner as ``cfg`` (a :class:`~cpbench.commands.config.SweepConfig`; the profile command builds it)
     says; rank 0 gets ``[{cp_size, bs, max_extend_len, extend_lens, per_rank: [...], total}]`` (other ranks: []).
     ``on_cell(entry)`` is called on rank 0 with each cell's entry as soon as the cell is done (so a launch
     killed part-way keeps the cells it finished: cli/profile.py writes profile.json there).
@@ -86,7 +86,7 @@ def profile_ranks(cfg, cells: list[CellSpec], group, *, trace_dir: Path,
     sweep) is returned with ``status`` ``error`` or ``oom``, the sweep row's ``reason`` (it names the
     failed rank) and empty ``per_rank``; the other cells are profiled as usual.
     """
-    from cpbench.run.runner import Runner
+    from cpbench.commands.runner import Runner
 
     rows: list[dict] = []
     runner = Runner(cfg, rows.extend, trace_dir=trace_dir, group=group)

@@ -25,11 +25,11 @@ from cpbench.results.store import RunDir
 
 if TYPE_CHECKING:
     from cpbench.ranks.group import RankGroup
-    from cpbench.run.config import SweepConfig
+    from cpbench.commands.config import SweepConfig
 
 MANIFEST_VERSION = 2  # 2: planned_cells (the report diffs keys instead of re-planning); 1 (absent): before
 # config lists kept as the sorted union of every invocation's (a resume now refuses another grid, but an older
-# cpbench's resumes could add cells to a run; run/sweep.py compares these lists as sets)
+# cpbench's resumes could add cells to a run; commands/sweep.py compares these lists as sets)
 GROWING = ("cp_sizes", "bs_list", "extend_len_list", "timings", "modes")
 # what each invocation planned, kept per invocation in ``planned`` (the config's GROWING lists are unions: a
 # --bs x --extend-len grid and a later --extend-lens batch would plan cells neither asked for)

@@ -21,13 +21,12 @@ from cpbench.domain.modes import Mode, MODES, Timing
 from cpbench.kernels.check import max_abs_diff, max_abs_error
 from cpbench.domain.geometry import all_ranks
 from cpbench.domain.cells import CellSpec
-from cpbench.results.schema import MODES
 from cpbench.errors import CpbenchInputError
 from cpbench.profiles.kernels import ProfileError
 from cpbench.profiles.ncu import (METRICS, attention_call_rows, check_ncu_output, group_calls, ncu_argv,
                                   parse_ncu_csv, parse_ncu_version, tiles_from_kernel_name)
 from cpbench.domain.worksplit import TEMPLATES, split_rank
-from cpbench.run.prepare import CellPrep
+from cpbench.commands.prepare import CellPrep
 
 CHILD_FILE = "explain_child.json"
 WORK_SPLIT = TEMPLATES  # backend -> its FlashInfer template, whose work split domain/worksplit.py models beside ncu

@@ -1,6 +1,6 @@
 """Whether a sweep may ``--resume`` a run directory: the same options (the grid among them), the same cells,
 host and thread count as the run was measured with; each refusal one line naming what differs, as the user
-types it (run/resume_options.py). A torchrun launcher checks the same before its ranks start."""
+types it (commands/resume_options.py). A torchrun launcher checks the same before its ranks start."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from cpbench.measure.affinity import parse_cpu_list
 from cpbench.ranks.group import RankGroup
 from cpbench.results.schema import FIXED_ON_RESUME, GRID_OPTIONS
 from cpbench.results.store import RUNS_ROOT, RunDir
-from cpbench.run.config import SweepConfig
-from cpbench.run.manifest import GROWING, config_dict, planned_cells
-from cpbench.run.resume_options import FLAGS, difference
-from cpbench.run.runner import omp_threads
+from cpbench.commands.config import SweepConfig
+from cpbench.commands.manifest import GROWING, config_dict, planned_cells
+from cpbench.commands.resume_options import FLAGS, difference
+from cpbench.commands.runner import omp_threads
 
 
 def check_resume_config(run: RunDir, cfg: SweepConfig, group: RankGroup) -> None:
@@ -66,7 +66,7 @@ def resume_mismatch(run: RunDir, cfg: SweepConfig, group: RankGroup) -> str | No
 
 def _as_compared(key: str, value):
     """A config value as a resume compares it: as JSON reads it back, and a list a manifest keeps as a sorted
-    union (run/manifest.GROWING: --cp, --bs, --extend-len, --timing, --mode) as a set."""
+    union (commands/manifest.GROWING: --cp, --bs, --extend-len, --timing, --mode) as a set."""
     value = json.loads(json.dumps(value))
     if key in GROWING and isinstance(value, list):
         return {json.dumps(v) for v in value}

@@ -19,9 +19,9 @@ from cpbench.measure.env import environment
 from cpbench.domain.geometry import eligibility
 from cpbench.measure.peak import gemm_peak
 from cpbench.ranks.group import LocalGroup, RankGroup
-from cpbench.run.manifest import SweepManifest, config_dict, planned_cells, record_wall_time
-from cpbench.run.resume import check_resume_config, check_resume_host, find_unfinished
-from cpbench.run.runner import (DTYPES, Runner, SweepConfig, cpu_longest_extend, cpu_sweep_threads,
+from cpbench.commands.manifest import SweepManifest, config_dict, planned_cells, record_wall_time
+from cpbench.commands.resume import check_resume_config, check_resume_host, find_unfinished
+from cpbench.commands.runner import (DTYPES, Runner, SweepConfig, cpu_longest_extend, cpu_sweep_threads,
                                 cpu_tflop_limit, cpu_too_much, over_token_budget)
 from cpbench.domain.cells import CellSpec
 from cpbench.results.schema import row_key
@@ -103,7 +103,7 @@ class Sweep:
              env_extra: dict | None = None) -> "Sweep":
         """Plan the cells, open the run directory (writer only) and write its manifest. ``out`` None: a new
         ``runs/<timestamp>``, or with ``resume`` the newest unfinished run of this sweep in ``runs/``
-        (:func:`~cpbench.run.resume.find_unfinished`).
+        (:func:`~cpbench.commands.resume.find_unfinished`).
 
         Raises:
             CpbenchInputError: no cell can run, a bad --out, a resume with other options (or, without
