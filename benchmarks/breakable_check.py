@@ -311,7 +311,10 @@ def run_cell(args, C, bs, L, dev, dt):
         rotating over its last 2 layers, behind a GPU spin that hides the host's issue of the first ones (CUDA
         events between layers; perf_counter on a CPU). Returns [(kind, ms)] per layer."""
         count = max(4, 2 * round(args.chunk_ms / max(layer_ms, 1e-3) / 2))
-        order = [rotation["window" if j % 2 == 0 else "full"][(j // 2) % 2] for j in range(count)]
+        order = []
+        for j in range(count):  # window, full, window, full, ...: the j//2-th layer of the kind's rotation
+            rot = rotation["window" if j % 2 == 0 else "full"]
+            order.append(rot[(j // 2) % len(rot)])
 
         def layer(i):
             pre_fns[i]()
@@ -423,6 +426,8 @@ def main():
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--window", type=int, default=128, help="sliding window of even layers (window_left = window-1)")
     args = ap.parse_args()
+    if args.kinds and args.layers < 2:
+        ap.error("--kinds needs a window and a full layer: --layers 2 or more")
     dev, dt = torch.device(args.device), torch.bfloat16
     if dev.type == "cpu":  # the CPU run is a smoke test; tiny ops with many threads were 100x slower here
         torch.set_num_threads(1)

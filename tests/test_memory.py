@@ -107,3 +107,27 @@ def test_cuda_setup_memory_by_part_is_measured():
     out_bytes = 2 * work.q.numel() * work.q.element_size()  # one output per layer kind (window, full)
     assert fused["outputs"] == two["outputs"] >= out_bytes
     assert all(v >= 0 for v in (*fused.values(), *two.values()))
+
+
+def test_the_forwards_peak_leaves_out_the_copies_the_breakable_check_keeps(fake_cuda):
+    """measure/rank._first_forward copies the outputs for the breakable check after reading the forward's peak:
+    the copies are the check's memory, not the forward's (they once inflated forward_mem_bytes by the outputs)."""
+    from types import SimpleNamespace
+
+    from cpbench.measure.rank import _first_forward
+
+    class Output:  # an output whose copy allocates 5000 bytes
+        def clone(self):
+            fake_cuda.alloc(5000)
+            return "copy"
+
+    def forward():  # 300 bytes of transient work, freed
+        fake_cuda.alloc(300)
+        fake_cuda.free(300)
+
+    prep = SimpleNamespace(setup_us={}, forward=forward, local_outputs=lambda: {-1: Output()})
+    job = SimpleNamespace(device=torch.device("cuda"), clock=SimpleNamespace(sync=lambda: None), check=False)
+    kept: dict = {}
+    setup = {"parts": {}, "total": 0, "transient": 0}
+    cols = _first_forward(job, SimpleNamespace(), prep, setup, None, kept)
+    assert cols["forward_mem_bytes"] == 300.0 and cols["peak_mem_bytes"] == 300.0 and kept == {-1: "copy"}

@@ -424,6 +424,14 @@ def test_charts_drawn_by_worker_processes_equal_those_drawn_in_process(tmp_path,
     assert drawn_apart == []
     parallel = render_frame(df, tmp_path / "parallel", workers=2)
     assert drawn_apart == [2]
+    # worker processes import the caller's script: only the guarded CLI asks for them, a library call does not
+    import inspect
+
+    from cpbench import api
+    from cpbench.report.run_report import write_report
+    assert inspect.signature(render_frame).parameters["workers"].default == 1
+    assert inspect.signature(write_report).parameters["chart_workers"].default == 1
+    assert inspect.signature(api.sweep).parameters["chart_workers"].default == 1
     assert [p.name for p in parallel] == [p.name for p in serial] and len(serial) >= 2 * len(STEMS)
     for a, b in zip(serial, parallel):
         if a.suffix == ".png":

@@ -115,7 +115,7 @@ class SweepHooks:
 
 def sweep(config: SweepConfig, out: str | Path | None = None, *, resume: bool = False, report: bool = True,
           allow_mismatch: bool = False, keep_going: bool = False, group=None, cpu_affinity: str | None = None,
-          hooks: SweepHooks | None = None) -> Run:
+          hooks: SweepHooks | None = None, chart_workers: int | None = 1) -> Run:
     """Measure every cell of ``config`` into the run directory ``out`` (None: ``runs/<timestamp>``).
 
     Args:
@@ -126,6 +126,9 @@ def sweep(config: SweepConfig, out: str | Path | None = None, *, resume: bool = 
         group: where the ranks run (default: every rank in this process, one after another).
         cpu_affinity: a CPU list (``0-7``) this process is pinned to first.
         hooks: progress callbacks (:class:`SweepHooks`).
+        chart_workers: processes that draw the report's charts (``report.charts.render_frame``; None: one per core
+            on a machine of 4 or more, as the CLI does). More than 1 starts worker processes, which import the
+            calling script as ``__mp_main__``: give it an ``if __name__ == "__main__":`` guard first.
     Returns:
         the :class:`Run`; a cell that could not run is a row with its status and reason.
     Raises:
@@ -156,7 +159,7 @@ def sweep(config: SweepConfig, out: str | Path | None = None, *, resume: bool = 
             from cpbench.report.run_report import write_report
             from cpbench.studies import study_reports
 
-            report_path = write_report(run.run_dir.path, studies=study_reports())
+            report_path = write_report(run.run_dir.path, studies=study_reports(), chart_workers=chart_workers)
         code, message = run.exit_code(df, allow_mismatch, keep_going)
         return Run(run.run_dir.path, df, run.run_dir.read_manifest(), report_path, code, message)
     finally:

@@ -77,7 +77,7 @@ def plot(run: RunArg) -> None:
     run = latest_run(run)
     warn_if_writing("the charts cover", run)
     with readable(run):
-        paths = render_all(run, studies=study_reports())
+        paths = render_all(run, studies=study_reports(), workers=None)
     pngs = [p for p in paths if p.suffix == ".png"]
     typer.echo(f"wrote {len(pngs)} charts (PNG + SVG) to {run / 'plots'}")
 
@@ -100,7 +100,8 @@ def report(
     run = latest_run(run)
     warn_if_writing("the report covers", run, *([simulated] if simulated is not None else []))
     with readable(run, *([simulated] if simulated is not None else [])):
-        path = write_report(run, replot=replot, simulated=simulated, studies=study_reports())
+        path = write_report(run, replot=replot, simulated=simulated, studies=study_reports(),
+                                chart_workers=None)
     typer.echo(f"wrote {path}")
 
 

@@ -253,7 +253,8 @@ def run_sweep(cfg, output, *, console: Console = console, group=None, cpu_affini
                                                                                    if passes > 1 else "")))
     try:
         run = sweep(cfg, output.out, resume=output.resume, report=output.report, allow_mismatch=output.allow_mismatch,
-                    keep_going=output.keep_going, group=group, cpu_affinity=cpu_affinity, hooks=hooks)
+                    keep_going=output.keep_going, group=group, cpu_affinity=cpu_affinity, hooks=hooks,
+                    chart_workers=None)  # the CLI's entry points are guarded: the charts may use worker processes
     except KeyboardInterrupt:
         if run_dir is None:  # nothing written yet
             raise SweepInterrupted("interrupted: the sweep had not made its run directory yet, nothing was written; "

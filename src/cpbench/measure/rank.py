@@ -297,10 +297,10 @@ def _first_forward(job: RankJob, work: RankWork, prep: Prepared, setup_mem: dict
         before = torch.cuda.memory_allocated(dev)
     prep.forward()  # also JIT-loads kernels
     job.clock.sync()
-    if keep_outputs is not None:
-        keep_outputs.update({w: o.clone() for w, o in prep.local_outputs().items()})
     forward_bytes = (torch.cuda.max_memory_allocated(dev) - before) if dev.type == "cuda" else math.nan
     out.update(memory_columns(setup_mem, forward_bytes))
+    if keep_outputs is not None:  # after the peak is read: the copies are the check's, not the forward's
+        keep_outputs.update({w: o.clone() for w, o in prep.local_outputs().items()})
     out["max_abs_err"] = checks.max_abs_error(work, prep, cache=ref_cache) if job.check else math.nan
     return out
 

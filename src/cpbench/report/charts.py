@@ -177,16 +177,18 @@ def chart_stems(df: pd.DataFrame, cpu: bool = False,
 
 
 def render_frame(df: pd.DataFrame, out_dir: Path, cpu: bool = False, device: str = "",
-                 workers: int | None = None, studies: tuple[StudyReport, ...] = ()) -> list[Path]:
+                 workers: int | None = 1, studies: tuple[StudyReport, ...] = ()) -> list[Path]:
     """Draw every chart of a results frame (any shape, even empty) into ``out_dir``.
 
     Args: df: a results frame (``load_run``); out_dir: created if missing; cpu: the run is on a CPU
     (``data.on_cpu(manifest)``): CPU wording, no balance drawn from CPU noise; device: the GPU (or CPU) the run
     measured on (the manifest's ``gpu_name``), named in every chart's title with the model; studies: the optional
     studies whose charts to draw too (:class:`~cpbench.report.study.StudyReport`); workers: processes
-    that draw the charts (None: one per core up to :data:`MAX_WORKERS`, serial on a machine of fewer than
-    :data:`MIN_PARALLEL` cores; 1: serial). Drawing, not data, is a chart's cost (Agg at 160 dpi), so a GPU
-    box's idle cores take it off the main job's wall time; the files are the same either way.
+    that draw the charts (1, the default: this one; None: one per core up to :data:`MAX_WORKERS`, serial on a
+    machine of fewer than :data:`MIN_PARALLEL` cores, as the CLI asks). Drawing, not data, is a chart's cost (Agg
+    at 160 dpi), so a GPU box's idle cores take it off the main job's wall time; the files are the same either
+    way. Worker processes import the calling script as ``__mp_main__``: the CLI's entry points are guarded; a
+    user script passing more than 1 needs an ``if __name__ == "__main__":`` guard.
     Returns every written path (PNG and SVG per chart). One chart set per (model, backend); file stems
     get a ``_<model>_<backend>`` suffix when the run holds more than one.
     """
@@ -207,7 +209,7 @@ def render_frame(df: pd.DataFrame, out_dir: Path, cpu: bool = False, device: str
     if workers > 1:
         try:
             return _render_parallel(tasks, workers)
-        except (OSError, BrokenProcessPool):  # no process pool here (a sandbox): draw them in this process
+        except (OSError, ValueError, BrokenProcessPool):  # no process pool (a sandbox, no forkserver): draw here
             pass
     return [p for task in tasks for p in _render_one(*task)]
 
@@ -239,7 +241,7 @@ def device_name(manifest: dict) -> str:
     return name.replace("NVIDIA ", "")
 
 
-def render_all(run_dir: str | Path, studies: tuple[StudyReport, ...] = ()) -> list[Path]:
+def render_all(run_dir: str | Path, studies: tuple[StudyReport, ...] = (), workers: int | None = 1) -> list[Path]:
     """Load ``run_dir`` and write every chart to ``run_dir/plots/`` (PNG + SVG), the ``studies``' too.
 
     Returns the written paths.
@@ -248,4 +250,4 @@ def render_all(run_dir: str | Path, studies: tuple[StudyReport, ...] = ()) -> li
     df, manifest = load_run(run_dir)
     with one_view():
         return render_frame(df, RunDir(run_dir).plots, cpu=on_cpu(manifest), device=device_name(manifest),
-                            studies=studies)
+                            studies=studies, workers=workers)

@@ -395,7 +395,7 @@ def _simulated(d: pd.DataFrame, sim_df: pd.DataFrame | None) -> pd.DataFrame | N
 
 
 def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Path | None = None,
-                 charts: bool = True, studies: tuple[StudyReport, ...] = ()) -> Path:
+                 charts: bool = True, studies: tuple[StudyReport, ...] = (), chart_workers: int | None = 1) -> Path:
     """Write ``run_dir/report.md`` (and the charts into ``run_dir/plots/`` if any is missing, or always
     with ``replot``). Returns the report path.
 
@@ -404,6 +404,7 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
     ``charts``: False writes report.md only: no chart is drawn (``replot`` is ignored) and the report embeds
     only the charts already in ``plots/``; the text is otherwise the same (drawing the charts is most of
     a report's time). ``studies``: the optional studies' sections and charts (``studies.study_reports()``).
+    ``chart_workers``: processes that draw the charts (``charts.render_frame``'s ``workers``).
     Raises: CpbenchInputError (from ``load_run``): missing directory, no results, other schema version.
     """
     from cpbench.report.gather import sim_vs_real_chart
@@ -419,7 +420,7 @@ def write_report(run_dir: str | Path, replot: bool = False, simulated: str | Pat
         stems = chart_stems(prepare(df), cpu, studies)
         drawn = [plot_dir / f"{stored_stem(plot_dir, *s[:3])}.png" for s in stems]  # a run's old names included
         if charts and (replot or any(not p.exists() for p in drawn)):
-            render_frame(df, plot_dir, cpu=cpu, device=device_name(manifest), studies=studies)
+            render_frame(df, plot_dir, cpu=cpu, device=device_name(manifest), studies=studies, workers=chart_workers)
         d = prepare(df)
         sim = _simulated(d, sim_df)
         if charts and sim is not None:
