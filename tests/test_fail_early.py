@@ -111,6 +111,7 @@ def test_a_cell_too_big_for_the_cpu_is_refused_before_any_file(tmp_path, no_gpu)
     out = tmp_path / "run"
     r = cpbench("sweep", "--cp", "2", "--bs", "1", "--extend-len", "10000000", "--out", out, *TINY)
     assert r.returncode == 2 and not out.exists(), (r.returncode, r.stderr)
+    assert r.stdout == "", repr(r.stdout)  # nothing but the error line (a progress bar never started said "\n")
     line = r.stderr.strip()
     assert len(line.splitlines()) == 1 and "--seq" not in line, line
     head = "error: no cell can run on a CPU: about "

@@ -262,7 +262,8 @@ def run_sweep(cfg, output, *, console: Console = console, group=None, cpu_affini
         raise SweepInterrupted(f"interrupted: the rows measured so far are in {run_dir}; to finish the run: "
                                f"{resume_command(sys.argv[1:], run_dir)}") from None
     finally:
-        bar.stop()
+        if task is not None:  # a bar never started (bad input found first) would still print an empty line
+            bar.stop()
     if run.path is None:
         return 0
     show_summary(console, run.rows, cpu=cfg.device.type == "cpu")
