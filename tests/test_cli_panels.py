@@ -38,6 +38,9 @@ def test_sweep_help_opens_with_a_first_run_panel_and_lists_every_option_once():
     assert len(listed) == len(set(listed))  # each option in one panel
     assert {"--forward-layers", "--budget-ms", "--swa-pool", "--dist-timeout", "--help"} <= set(listed)
     assert "--forward-layers" in sections["Breakable forward (--timing breakable)"]
+    # what a first run does not need is in its own panel (a newcomer found --launch and --resume in the first)
+    assert {"--launch", "--nproc-per-node"} <= set(sections["Real ranks (--launch torchrun)"])
+    assert "--resume" in sections["Checks, output, resuming"]
 
 
 @pytest.mark.slow

@@ -19,8 +19,8 @@ from cpbench.errors import CpbenchInputError
 # listed last, under "Other options".
 PANELS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "sweep": (
-        ("First run", ("cp", "bs", "extend_len", "model", "backend", "mode", "timing", "device", "out", "resume",
-                       "launch", "nproc_per_node", "config", "set_")),
+        ("First run", ("cp", "bs", "extend_len", "model", "backend", "mode", "timing", "device", "out", "config",
+                       "set_")),
         ("Workload: lengths, prefixes, mixes", ("extend_lens", "seq", "seq_lens", "prefix", "prefix_hit", "lengths",
                                                 "trace", "batches", "max_prefill_tokens", "cp_min_extend",
                                                 "cp_min_tokens", "ranks", "context_len", "seed")),
@@ -29,8 +29,9 @@ PANELS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
         ("Breakable forward (--timing breakable)", ("forward_layers", "ep", "layer_rest_us", "graph_buckets")),
         ("Timing", ("passes", "budget_ms", "rel_ci", "warmup", "cpu_affinity")),
         ("Fused call and page tables", ("fused_order", "swa_pool")),
-        ("Real ranks (--launch torchrun)", ("gather", "dist_backend", "dist_timeout")),
-        ("Checks and output", ("check", "allow_mismatch", "keep_going", "profile", "report", "nvtx")),
+        ("Real ranks (--launch torchrun)", ("launch", "nproc_per_node", "gather", "dist_backend", "dist_timeout")),
+        ("Checks, output, resuming", ("check", "allow_mismatch", "keep_going", "profile", "report", "nvtx",
+                                      "resume")),
     ),
 }
 CONFIG_OPTIONS = ("--config", "--set")  # read before click parses (they fill the defaults of the others)
