@@ -100,7 +100,7 @@ def h200_forward_agrees_with_the_independent_script() -> None:
     import json
 
     from cpbench.report.data import cells
-    from cpbench.report.forward import forward_cells
+    from cpbench.studies.breakable.report import forward_cells
 
     df, manifest = load_run(RUNS / "h200-forward")
     br = df[(df["timing"] == "breakable") & (df["status"] == "ok")]
@@ -332,7 +332,8 @@ def results_headline_rows() -> list[str]:
     alone (``h200-fmha-v2-vs-fa3``, graph timing). ``--print`` shows them for pasting."""
     from cpbench.report.backend_answer import best_of
     from cpbench.report.data import cells
-    from cpbench.report.forward import forward_cells, forward_text
+    from cpbench.report.tables import forward_text
+    from cpbench.studies.breakable.report import forward_cells
     from cpbench.report.style import human_tokens
     from cpbench.report.tables import answer as verdict_effect, ms
 
@@ -376,7 +377,7 @@ def readme_answer_comes_from_the_runs() -> None:
     flashinfer-fa3's largest cost (h200-forward), fa3's largest saving and its 6 of 8 cells faster, none slower,
     and fa3's cp-native call a tie with the fused call in every cell (h200-fa3-modes-graph)."""
     from cpbench.report.data import cells
-    from cpbench.report.forward import attention_share, forward_cells
+    from cpbench.studies.breakable.report import attention_share, forward_cells
     from cpbench.studies.line.view import line_view
     from cpbench.results.verdicts import effect_text, side_of_one
 

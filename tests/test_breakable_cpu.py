@@ -62,7 +62,7 @@ class _CountingA2A:
 def test_real_ranks_split_the_moe_at_its_dispatch_and_combine():
     import torch
 
-    from cpbench.kernels.layer_rest import LayerRest
+    from cpbench.studies.breakable.layer_rest import LayerRest
     from cpbench.domain.hf_config import mlp_fields
     from cpbench.domain.layer_rest import rest_shape
     from cpbench.domain.models import ModelSpec
@@ -116,8 +116,9 @@ def test_a_cells_segments_are_captured_once_for_all_its_ranks_and_modes(monkeypa
     from cpbench.domain.layer_rest import rest_shape
     from cpbench.domain.models import ModelSpec
     from cpbench.kernels.backends.base import Prepared, Step
-    from cpbench.kernels.layer_rest import LayerRest
-    from cpbench.measure import breakable
+    from cpbench.studies.breakable.layer_rest import LayerRest
+    from cpbench.studies.breakable import layers as breakable
+    from cpbench.studies.breakable.rest import CellRest
 
     captured: list = []
 
@@ -127,8 +128,8 @@ def test_a_cells_segments_are_captured_once_for_all_its_ranks_and_modes(monkeypa
 
     monkeypatch.setattr(breakable, "capture_segments", fake_capture)
     spec = ModelSpec("tiny", 3, 4, 2, 16, (7, -1, 7), True, **mlp_fields(TINY, "tiny"))
-    rest = breakable.CellRest(LayerRest(rest_shape(spec, 12, cp_size=2), 3, torch.device("cpu"), torch.float32),
-                              graphs=True, columns={})
+    rest = CellRest(LayerRest(rest_shape(spec, 12, cp_size=2), 3, torch.device("cpu"), torch.float32),
+                    graphs=True, columns={})
     attn = lambda: None  # noqa: E731
 
     def prep(names):  # a forward of 3 layers whose attention steps are ``names``

@@ -13,8 +13,9 @@ import torch
 
 from cpbench.kernels.backends import get_backend
 from cpbench.kernels.check import max_abs_diff, max_diff_outputs
-from cpbench.measure.breakable import breakable_layers, build_layer_rest, run_layers
-from cpbench.measure.stream import run_chunk, spin_cycles_per_us
+from cpbench.studies.breakable.layers import breakable_layers, run_layers
+from cpbench.studies.breakable.rest import build_layer_rest
+from cpbench.studies.breakable.stream import run_chunk, spin_cycles_per_us
 from cpbench.measure.timing import Clock, release_graphs
 from cpbench.domain.geometry import all_ranks
 from cpbench.domain.models import get_preset, with_overrides

@@ -56,7 +56,7 @@ def test_log_scale_is_said_only_on_a_log_axis(tmp_path, figs):
 def test_interval_whiskers_are_named_in_the_legend(tmp_path, figs):
     from pathlib import Path
 
-    from cpbench.report.forward import forward_chart
+    from cpbench.studies.breakable.report import forward_chart
     from cpbench.results.store import load_run
 
     runs = Path(__file__).parent.parent / "docs" / "runs"

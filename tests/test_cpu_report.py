@@ -170,7 +170,7 @@ def test_a_three_mode_cpu_report_does_not_say_both_modes(tmp_path):
 def test_the_cpu_breakable_line_says_when_the_rest_of_the_layer_was_left_out():
     import pandas as pd
 
-    from cpbench.report.forward import cpu_forward_lines
+    from cpbench.studies.breakable.report import cpu_forward_lines
 
     rows = pd.DataFrame({"timing": ["breakable"] * 2, "status": ["ok", "ok"], "layer_rest": ["0 us", "0 us"]})
     text = " ".join(cpu_forward_lines(rows))

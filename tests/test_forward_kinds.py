@@ -1,4 +1,4 @@
-"""--forward-layers kinds (measure/breakable.py time_layer_kinds): the forward estimated from one layer of each
+"""--forward-layers kinds (studies/breakable/layers.py time_layer_kinds): the forward estimated from one layer of each
 kind, layers of a kind run back to back and rotated, scaled by the kind's layer count; on a CPU sweep the kinds
 rows carry the rule and the same columns as a whole-forward row."""
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from cpbench.measure.breakable import kind_layers, kind_rotation, kinds_text, time_layer_kinds
+from cpbench.studies.breakable.layers import kind_layers, kind_rotation, kinds_text, time_layer_kinds
 from clirun import cpbench
 
 

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from cpbench.cli.sweep import show_summary
 from cpbench.report.data import cells, prepare
-from cpbench.report.forward import forward_text
+from cpbench.report.tables import forward_text
 from cpbench.report.run_report import render_report
 from cpbench.report.units import EFFECT_UNIT
 from cpbench.results.verdicts import effect_text, saved_share, verdict_text

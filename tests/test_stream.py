@@ -1,9 +1,9 @@
-"""measure/stream.py time_stream: the one-layer samples of --forward-layers kinds, taken back to back in ABBA
+"""studies/breakable/stream.py time_stream: the one-layer samples of --forward-layers kinds, taken back to back in ABBA
 order inside chunks, paired by round, sized by the budget and stopped by precision like synchronised samples."""
 
 import math
 
-from cpbench.measure.stream import time_stream
+from cpbench.studies.breakable.stream import time_stream
 
 
 class ChunkClock:
@@ -26,7 +26,7 @@ def _variants(log, cost):
 
 
 def test_samples_come_back_to_back_in_abba_order_and_pair_by_round(monkeypatch):
-    import cpbench.measure.stream as stream
+    import cpbench.studies.breakable.stream as stream
 
     log: list = []
     cost = [0.0, {"a|w": 10.0, "a|f": 30.0, "b|w": 11.0, "b|f": 33.0}]
@@ -50,7 +50,7 @@ def test_samples_come_back_to_back_in_abba_order_and_pair_by_round(monkeypatch):
 
 
 def test_a_quiet_stream_stops_at_precision(monkeypatch):
-    import cpbench.measure.stream as stream
+    import cpbench.studies.breakable.stream as stream
 
     chunks = []
 
@@ -67,7 +67,7 @@ def test_a_quiet_stream_stops_at_precision(monkeypatch):
 
 
 def test_a_precise_predicate_replaces_the_per_variant_stop(monkeypatch):
-    import cpbench.measure.stream as stream
+    import cpbench.studies.breakable.stream as stream
 
     monkeypatch.setattr(stream, "run_chunk", lambda fns, clock, lead_us: ([100.0] * len(fns), [math.nan] * len(fns)))
     seen = []

@@ -136,6 +136,7 @@ def sweep(config: SweepConfig, out: str | Path | None = None, *, resume: bool = 
             resume with other options, or with no ``out`` and no run to resume); a one-line message.
     """
     from cpbench.commands.sweep import Sweep
+    from cpbench.studies import timings as study_timings
 
     hooks = hooks or SweepHooks()
     env_extra = {}
@@ -144,7 +145,8 @@ def sweep(config: SweepConfig, out: str | Path | None = None, *, resume: bool = 
 
         cores = pin(cpu_affinity, int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
         env_extra["cpu_affinity"] = {"requested": cpu_affinity, "cores": cores}
-    run = Sweep.open(config, None if out is None else str(out), resume, group, env_extra=env_extra)
+    run = Sweep.open(config, None if out is None else str(out), resume, group, env_extra=env_extra,
+                     timings=study_timings())
     try:
         hooks.opened(run)
         run.run(on_cell=hooks.cell, on_rank=hooks.rank)

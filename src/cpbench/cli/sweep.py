@@ -337,7 +337,7 @@ def show_summary(console: Console, df, cpu: bool = False) -> None:
 
     from cpbench.report.tables import HOST_MARK
     from cpbench.results.critical_path import flag
-    from cpbench.report.forward import forward_text
+    from cpbench.report.tables import forward_text
     from cpbench.report.units import EFFECT_UNIT
     from cpbench.results.verdicts import CPU_CLAIM, effect_text, speedup_verdict
 

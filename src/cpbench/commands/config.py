@@ -74,14 +74,14 @@ class SweepConfig:
     cp_min_tokens: int = 0
     # a separate sliding-window KV pool (SGLang SWAKVPool): window layers' own page table, duplicated too
     swa_pool: bool = False
-    # the breakable forward (timing breakable, measure/breakable.py): expert parallelism (None: cp_size x
+    # the breakable forward (timing breakable, studies/breakable): expert parallelism (None: cp_size x
     # tp_size), µs of GPU work per layer instead of the model's (None: the model's), token buckets (): exact
     ep: int | None = None
     layer_rest_us: float | None = None
     graph_buckets: tuple[int, ...] = ()
     # timing passes over every cell (measure/passes.py): the interval covers the drift between them
     passes: int = 1
-    # breakable timing: "kinds" estimates the forward from one layer of each kind (measure/breakable.py
+    # breakable timing: "kinds" estimates the forward from one layer of each kind (studies/breakable
     # time_layer_kinds), "all" times all num_layers layers; a torchrun launch times the whole forward either way
     forward_layers: str = "kinds"
 

@@ -26,11 +26,11 @@ from cpbench.domain.lengths import MAX_TOKENS
 from cpbench.kernels.kv import duplicate_block_tables, table_bytes
 from cpbench.measure.failures import Tracebacks
 from cpbench.measure.kernel_counts import count_kernels
-from cpbench.measure.breakable import CellRest, RestUnavailable, build_layer_rest
+from cpbench.measure.method import TimingFactory, TimingMethod, Unavailable
 from cpbench.measure.passes import merge_pass
-from cpbench.measure.rank import DTYPES, RankJob, is_oom, measure_rank
+from cpbench.measure.rank import CORE_TIMINGS, DTYPES, RankJob, is_oom, measure_rank
 from cpbench.domain.models import ModelSpec
-from cpbench.domain.modes import Status, Timing
+from cpbench.domain.modes import Status
 from cpbench.ranks.group import OK_PAIR, LocalGroup, RankGroup, StatusPair
 from cpbench.results.rows import make_row
 from cpbench.results.schema import row_key
@@ -135,7 +135,7 @@ class Runner:
 
     def __init__(self, cfg: SweepConfig, emit: Callable[[list[dict]], None], done: set | None = None,
                  trace_dir: Path | None = None, group: RankGroup | None = None, prior: dict | None = None,
-                 error_dir: Path | None = None) -> None:
+                 error_dir: Path | None = None, timings: tuple[TimingFactory, ...] = ()) -> None:
         self.cfg = cfg
         self.prep = CellPrep.of(cfg)  # how the cells' inputs and ranks' work are built (commands/prepare.py)
         self.error_dir = error_dir  # where the traceback of each error row measured here is written
@@ -150,7 +150,12 @@ class Runner:
         self.group = group if group is not None else LocalGroup(self.clock.sync)
         self._kernels_per_call: dict = {}  # kernels per call, measured once per (cell, backend, mode)
         self._inputs: tuple[CellInputs, dict] | None = None  # the current cell's, shared by its backends
-        self._rest: CellRest | RestUnavailable | None = None  # the current cell's rest of the layer (breakable)
+        self.timings = {f.timing: f for f in timings}  # the studies' timings (measure/method.py), by timing
+        missing = [t for t in cfg.timings if t not in CORE_TIMINGS and t not in self.timings]
+        if missing:
+            raise CpbenchInputError(f"--timing {','.join(missing)}: this command cannot time it (it runs "
+                                    f"{', '.join(CORE_TIMINGS + tuple(self.timings))}); use cpbench sweep")
+        self._methods: dict[str, TimingMethod | Unavailable] = {}  # the current cell's forms of them
         self.cpu_threads: int | None = None
         if cfg.device.type == "cpu":
             torch.set_num_threads(cpu_sweep_threads())
@@ -213,15 +218,16 @@ class Runner:
         self.pass_no = pass_no
         self.group.begin_cell(cell.label(), cell.cp_size)
         self._inputs = None
-        self._rest = None
+        self._methods = {}
         try:
             for backend in self.backends:
                 self._run_cell_on(cell, backend, on_rank)
         finally:
             self._inputs = None
-            if isinstance(self._rest, CellRest):
-                self._rest.release()
-            self._rest = None
+            for method in self._methods.values():
+                if not isinstance(method, Unavailable):
+                    method.release()
+            self._methods = {}
             if self.cfg.device.type == "cuda":
                 torch.cuda.empty_cache()
 
@@ -270,20 +276,22 @@ class Runner:
                 on_rank()
             return self._status_rows(cell, backend, mine, *status, todo)
         geoms = all_ranks(cell.extend_lens, cell.prefix_lens, cell.cp_size)
-        rest = self._cell_rest(cell, geoms[0].tokens_padded) if any(t == Timing.BREAKABLE for r in mine
-                                                                     for _, t in todo[r]) else None
-        if isinstance(rest, RestUnavailable):  # the other timings still run
-            rows += self._status_rows(cell, backend, mine, rest.status, rest.reason,
-                                      {r: [x for x in todo[r] if x[1] == Timing.BREAKABLE] for r in mine})
-            todo = {r: [x for x in todo[r] if x[1] != Timing.BREAKABLE] for r in todo}
-            rest = None
+        methods = {}
+        for t in dict.fromkeys(t for r in mine for _, t in todo[r] if t in self.timings):
+            method = self._cell_method(t, cell, geoms[0].tokens_padded)
+            if isinstance(method, Unavailable):  # the other timings still run
+                rows += self._status_rows(cell, backend, mine, method.status, method.reason,
+                                          {r: [x for x in todo[r] if x[1] == t] for r in mine})
+                todo = {r: [x for x in todo[r] if x[1] != t] for r in todo}
+            else:
+                methods[t] = method
         for r in mine:
             if not todo[r]:
                 on_rank()
                 continue
             try:
                 work = self.prep.work(inputs, geoms[r])
-                rows += measure_rank(self._job(cell, backend, cell_metrics, todo[r], rest), work, g)
+                rows += measure_rank(self._job(cell, backend, cell_metrics, todo[r], methods), work, g)
             except CpbenchInputError:
                 raise
             except Exception as e:  # measure_rank records failures itself; this is a last resort
@@ -320,30 +328,31 @@ class Runner:
             self.times.add("build", time.perf_counter() - t_build)
         return self._inputs
 
-    def _cell_rest(self, cell: CellSpec, tokens_padded: int) -> CellRest | RestUnavailable:
-        """The cell's rest-of-layer work for the breakable timing, built on first use and kept for the cell's
-        other backends; a RestUnavailable (agreed over the cell's ranks) when it cannot be built."""
-        if self._rest is None:
-            c = self.cfg
-            t_rest = time.perf_counter()
+    def _cell_method(self, timing: str, cell: CellSpec, tokens_padded: int) -> TimingMethod | Unavailable:
+        """A study's timing for the cell (:meth:`TimingFactory.for_cell`), built on first use and kept for the cell's
+        other backends; an Unavailable (agreed over the cell's ranks) when it cannot be built."""
+        if timing not in self._methods:
+            factory = self.timings[timing]
+            t0 = time.perf_counter()
             try:
-                rest = build_layer_rest(c.model, tokens_padded, cell.cp_size, tp_size=c.tp_size, ep=c.ep,
-                                        layer_rest_us=c.layer_rest_us, buckets=c.graph_buckets, device=c.device,
-                                        dtype=DTYPES[c.dtype], seed=c.seed, a2a=self.group.all_to_all())
+                method: TimingMethod | Unavailable = factory.for_cell(self.cfg, cell, tokens_padded, self.group)
                 status = OK_PAIR
-            except RestUnavailable as e:
-                rest, status = e, (e.status, e.reason)
+            except Unavailable as e:
+                method, status = e, (e.status, e.reason)
             except CpbenchInputError:
                 raise
             except Exception as e:
-                rest = RestUnavailable(Status.OOM if is_oom(e) else Status.ERROR, one_line(e))
-                status = (rest.status, rest.reason)
+                method = Unavailable(Status.OOM if is_oom(e) else Status.ERROR, one_line(e))
+                status = (method.status, method.reason)
             agreed = self.group.agree_status(status)
-            self._rest = rest if agreed == status else RestUnavailable(*agreed)
-            self.times.add("rest", time.perf_counter() - t_rest)
-        return self._rest
+            if agreed != status and not isinstance(method, Unavailable):
+                method.release()
+            self._methods[timing] = method if agreed == status else Unavailable(*agreed)
+            self.times.add(factory.phase, time.perf_counter() - t0)
+        return self._methods[timing]
 
-    def _job(self, cell: CellSpec, backend: str, cell_metrics: dict, todo: list, rest=None) -> RankJob:
+    def _job(self, cell: CellSpec, backend: str, cell_metrics: dict, todo: list,
+             methods: dict[str, TimingMethod] | None = None) -> RankJob:
         c = self.cfg
         return RankJob(self.backends[backend], self.clock, c.device, c.dtype, self.base(cell, backend), cell.key(),
                        cell_metrics, todo, cell.label(),
@@ -351,9 +360,7 @@ class Runner:
                        check=c.check and self.pass_no == 1, profile=c.profile and self.pass_no == 1,
                        nvtx=c.nvtx, trace_dir=self.trace_dir, tracebacks=self.tracebacks,
                        per_call_cache=self._kernels_per_call.setdefault((cell, backend), {}),
-                       rest=rest, times=self.times, modes=get_spec(backend).modes,
-                       # real ranks time the whole forward together (each sample's maximum over ranks)
-                       forward_layers=c.forward_layers if self.group.launch == "simulated" else "all")
+                       methods=methods or {}, times=self.times, modes=get_spec(backend).modes)
 
     def _unsupported(self, cell: CellSpec, backend: str) -> StatusPair | None:
         reason = self.prep.unsupported(self.backends[backend])

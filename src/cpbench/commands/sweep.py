@@ -100,10 +100,11 @@ class Sweep:
 
     @classmethod
     def open(cls, cfg: SweepConfig, out, resume: bool, group: RankGroup | None = None,
-             env_extra: dict | None = None) -> "Sweep":
+             env_extra: dict | None = None, timings: tuple = ()) -> "Sweep":
         """Plan the cells, open the run directory (writer only) and write its manifest. ``out`` None: a new
         ``runs/<timestamp>``, or with ``resume`` the newest unfinished run of this sweep in ``runs/``
-        (:func:`~cpbench.commands.resume.find_unfinished`).
+        (:func:`~cpbench.commands.resume.find_unfinished`). ``timings``: the studies' timings
+        (:class:`~cpbench.measure.method.TimingFactory`, ``studies.timings()``) beside eager and graph.
 
         Raises:
             CpbenchInputError: no cell can run, a bad --out, a resume with other options (or, without
@@ -136,7 +137,7 @@ class Sweep:
         try:
             prior = {row_key(r): r for r in run.latest_rows()} if run is not None and cfg.passes > 1 else {}
             runner = Runner(cfg, run.append_rows if run is not None else _no_writer, set(map(tuple, done)), group=group,
-                            prior=prior, error_dir=Path(path) / ERRORS_DIR)
+                            prior=prior, error_dir=Path(path) / ERRORS_DIR, timings=timings)
             if run is not None:
                 peak = gemm_peak(cfg.device, DTYPES[cfg.dtype])
                 env = environment(cfg.device)

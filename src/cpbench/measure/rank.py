@@ -7,7 +7,7 @@ prepare (metadata, page tables, plans; host-timed, device bytes by part) -> firs
 transient memory peak) -> checks (fp32 reference, fused vs two-call) -> kernel counts and per-layer
 times (torch.profiler) -> timing
 (eager and/or CUDA graph, ABBA, agreed repeat counts, a barrier before each sample; host enqueue time
-inside the samples) -> per-phase
+inside the samples; a timing a study adds runs through its :class:`~cpbench.measure.method.TimingMethod`) -> per-phase
 times (gather / KV write / attention, when the forward has communication steps). Per-layer-kind times
 (window / full layers, for a model with both) come from the profiled forward.
 """
@@ -28,19 +28,17 @@ from cpbench.kernels import check as checks
 from cpbench.kernels.backends.base import Backend, Prepared
 from cpbench.kernels.backends.registry import names_with_mode
 from cpbench.domain.tolerance import reference_tolerance
-from cpbench.measure.breakable import (CellRest, breakable_layers, kind_rotation, layer_kind_us, run_layers,
-                                      time_layer_kinds)
 from cpbench.measure.env import sm_clock_mhz
 from cpbench.measure.failures import Tracebacks
 from cpbench.domain.flops import forward_flops
 from cpbench.measure.kernel_counts import COUNT_COLUMNS, count_kernels
 from cpbench.measure.layer_kinds import KIND_COLUMNS
 from cpbench.measure.memory import SetupMemory, memory_columns
+from cpbench.measure.method import TimingMethod
 from cpbench.measure.phases import phase_times_us
 from cpbench.results.policy import TimingPolicy
 from cpbench.results.rows import make_row
 from cpbench.ranks.group import OK_PAIR, Exchange, PeerFailure, RankGroup, StatusPair
-from cpbench.measure.stream import time_stream
 from cpbench.measure.timing import (Clock, capture_graph, release_graphs, summarize,
                                    time_interleaved)
 from cpbench.measure.walltime import PhaseTimes
@@ -48,6 +46,7 @@ from cpbench.kernels.workload import RankWork
 from cpbench.errors import CpbenchInputError, one_line
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+CORE_TIMINGS = (Timing.EAGER, Timing.GRAPH)  # timed here; any other timing is a study's (RankJob.methods)
 
 
 @dataclass
@@ -78,9 +77,7 @@ class RankJob:
     nvtx: bool = False
     trace_dir: Path | None = None
     per_call_cache: dict = field(default_factory=dict)
-    rest: CellRest | None = None  # the cell's rest-of-layer work, for timing breakable (measure/breakable.py)
-    # breakable: "kinds" estimates the forward from one layer of each kind (time_layer_kinds), "all" times it whole
-    forward_layers: str = "kinds"
+    methods: dict[str, TimingMethod] = field(default_factory=dict)  # a study's timing -> its form for this cell
     times: PhaseTimes = field(default_factory=PhaseTimes)  # harness wall time by phase (measure/walltime.py)
     tracebacks: Tracebacks = field(default_factory=Tracebacks)  # of the failures that became error rows
     modes: tuple[str, ...] = tuple(MODES)  # the modes the backend has a call for (its BackendSpec's)
@@ -104,12 +101,12 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
 
     def fail_open(run: Callable[[str], None], agreeing: bool = False) -> None:
         """run(mode) for every mode still ok, then agree. ``agreeing``: the run holds collectives (the
-        exchange's gathers), so it is agreed inside and at its end (:func:`_attempt_agreed`)."""
+        exchange's gathers), so it is agreed inside and at its end (:func:`attempt_agreed`)."""
         for m in modes:
             if status[m] == OK_PAIR:
                 ex = exchanges.get(m) if agreeing else None
-                status[m] = _attempt_agreed(lambda: run(m), ex, group, job.tracebacks) if ex is not None \
-                    else _attempt(lambda: run(m), job.tracebacks)
+                status[m] = attempt_agreed(lambda: run(m), ex, group, job.tracebacks) if ex is not None \
+                    else attempt(lambda: run(m), job.tracebacks)
         oom = next((s for s in status.values() if s[0] == Status.OOM), None)
         for m in modes:  # an OOM anywhere fails the whole cell (memory is shared by the modes)
             status[m] = group.agree_status(oom or status[m])
@@ -136,14 +133,14 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
     with times("check"):
         fail_open(lambda m: exchanges[m].check() if exchanges.get(m) is not None else None, agreeing=True)
         ref_cache: dict = {}  # the reference rows, computed for the first mode and reused by the second
-        # the attention outputs of this eager forward: what the breakable forward must leave there too
+        # the attention outputs of this eager forward: what a study's timing must leave there too
         eager_outputs: dict[str, dict] = {m: {} for m in modes} if job.check and any(
-            t == Timing.BREAKABLE for _, t in job.todo) else {}
+            job.methods[t].keeps_first_outputs for _, t in job.todo if t in job.methods) else {}
         fail_open(lambda m: info[m].update(_first_forward(job, work, prepared[m], setup_mem.get(m), ref_cache,
                                                           eager_outputs.get(m))), agreeing=True)
         ref_cache.clear()
         if job.check and all(m in prepared and status[m] == OK_PAIR for m in MODES):
-            status_diff = _attempt(lambda: info[Mode.FUSED].update(
+            status_diff = attempt(lambda: info[Mode.FUSED].update(
                 diff_vs_two_call=checks.max_abs_diff(prepared[Mode.FUSED], prepared[Mode.TWO_CALL])), job.tracebacks)
             if status_diff != OK_PAIR:
                 status[Mode.FUSED] = status_diff
@@ -163,13 +160,12 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
     flops = forward_flops(work.model, work.geometry)
     for timing in dict.fromkeys(t for _, t in job.todo):
         runnable = [m for m in modes if status[m] == OK_PAIR and (m, timing) in job.todo]
-        layer_fns: dict = {}  # breakable: mode -> per-layer callables (for the per-layer-kind pass)
+        method = job.methods.get(timing)  # a study's timing (measure/method.py), or None: eager or graph
         with times("capture"):
-            fns, graph_status = _timed_fns(job, work, prepared, runnable, timing, group, layer_fns)
+            fns, graph_status = method.callables(job, work, prepared, runnable, group) if method is not None \
+                else _timed_fns(job, work, prepared, runnable, timing, group)
         clk0 = sm_clock_mhz(job.device)
-        samples, stop, kind_cols = {}, {}, {}
-        wl = work.model.window_left_per_layer
-        by_kind = timing == Timing.BREAKABLE and job.forward_layers == "kinds"
+        samples, stop, measured_with = {}, {}, {}
 
         def timer(variants: dict, info: dict) -> dict:
             return time_interleaved(
@@ -177,24 +173,15 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                 min_reps=job.timing.min_reps(job.clock.cuda), agree=group.agree, barrier=group.barrier,
                 min_stop=job.timing.min_stop, rel_ci=job.timing.rel_ci, info=info, times=times)
 
-        def layer_timer(variants: dict, info: dict, budget_share: float, forward_ci: Callable) -> dict:
-            rel_ci = job.timing.rel_ci  # one layer at a time, as a forward runs them (time_layer_kinds)
-            return time_stream(variants, job.clock, warmup=job.timing.warmup,
-                               budget_ms=job.timing.pass_budget_ms * budget_share,
-                               min_reps=job.timing.min_reps(job.clock.cuda), min_stop=job.timing.min_stop,
-                               rel_ci=rel_ci, info=info, times=times,
-                               precise=lambda s: forward_ci(s) <= rel_ci if rel_ci else False)
-
         def measure() -> None:
-            if not by_kind:
+            if method is None:
                 samples.update(timer(fns, stop))
                 return
-            est = time_layer_kinds({m: layer_fns[m] for m in fns}, job.clock, wl, layer_timer, {})
-            for m, e in est.items():
-                samples[m], stop[m], kind_cols[m] = e.forward_us, e.stop, e.columns
+            for into, got in zip((samples, stop, measured_with), method.samples(job, work, fns, timer)):
+                into.update(got)
 
         if fns:
-            st = group.agree_status(_attempt(measure, job.tracebacks))
+            st = group.agree_status(attempt(measure, job.tracebacks))
             if st != OK_PAIR:
                 graph_status.update({m: st for m in fns})
                 samples = {}
@@ -202,20 +189,16 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
         t_extra = time.perf_counter()
         phases: dict = {}
         if samples and timing == Timing.EAGER and any(s.kind != "attention" for s in prepared[runnable[0]].layers[0]):
-            st = _attempt(lambda: phases.update(
+            st = attempt(lambda: phases.update(
                 {m: phase_times_us(prepared[m], job.clock, barrier=group.barrier) for m in samples}))
             if group.agree_status(st) != OK_PAIR:  # phase times are extra columns: the rows stand without them
                 phases = {}
-        if samples and timing == Timing.BREAKABLE:
-            def split(m: str) -> dict:  # the kinds' share: measured with the samples (kinds) or in its own pass
-                return kind_cols[m] if by_kind else {**layer_kind_us(layer_fns[m], job.clock, wl, barrier=group.barrier),
-                                                     "forward_rule": "all"}
-            def diff(m: str) -> dict:  # pass 1 with the check on: against the first forward's outputs
-                return {"diff_vs_eager": checks.max_diff_outputs(prepared[m].local_outputs(), eager_outputs[m])} \
-                    if eager_outputs.get(m) else {}
-            st = _attempt(lambda: phases.update({m: {**split(m), **job.rest.columns, **diff(m)} for m in samples}))
-            if group.agree_status(st) != OK_PAIR:  # the kind split is extra; the rest's columns are not
-                phases = {m: dict(job.rest.columns) for m in samples}
+        if samples and method is not None:
+            st = attempt(lambda: phases.update({m: method.columns(job, work, m, measured_with.get(m, {}),
+                                                                  eager_outputs.get(m), prepared[m], group)
+                                                for m in samples}))
+            if group.agree_status(st) != OK_PAIR:  # the method's further columns are extra; its own are not
+                phases = {m: dict(method.columns_always) for m in samples}
         times.add("extra", time.perf_counter() - t_extra)
         release_graphs()  # reset captured graphs before any later collective or teardown
         for m, t in job.todo:
@@ -228,7 +211,7 @@ def measure_rank(job: RankJob, work: RankWork, group: RankGroup) -> list[dict]:
                                      status=st[0], reason=st[1]))
                 continue
             rows.append(_measured_row(job, work, m, timing, samples[m], prepared[m], info[m], flops, clk0, clk1,
-                                      {**phases.get(m, {}), **stop.get(m, {})}))
+                                      {**phases.get(m, {}), **stop.get(m, {})}, method))
     return rows
 
 
@@ -236,7 +219,7 @@ class StatusError(RuntimeError):
     """A failure whose message is the status reason as it stands (no exception type prefixed)."""
 
 
-def _attempt(fn: Callable[[], None], tracebacks: Tracebacks | None = None) -> StatusPair:
+def attempt(fn: Callable[[], None], tracebacks: Tracebacks | None = None) -> StatusPair:
     """Run ``fn``; the status it ends with (OOM -> ``oom``, other exceptions -> ``error``, their traceback
     kept in ``tracebacks`` under the row's reason). CpbenchInputError (bad input) propagates."""
     try:
@@ -256,7 +239,7 @@ def _attempt(fn: Callable[[], None], tracebacks: Tracebacks | None = None) -> St
         return Status.ERROR, one_line(e)
 
 
-def _prefixed(st: StatusPair, prefix: str, tracebacks: Tracebacks) -> StatusPair:
+def prefixed(st: StatusPair, prefix: str, tracebacks: Tracebacks) -> StatusPair:
     """An ``error`` status with ``prefix`` before its reason (its traceback filed under the new reason)."""
     if st[0] != Status.ERROR:
         return st
@@ -264,9 +247,9 @@ def _prefixed(st: StatusPair, prefix: str, tracebacks: Tracebacks) -> StatusPair
     return Status.ERROR, f"{prefix}: {st[1]}"
 
 
-def _attempt_agreed(fn: Callable[[], None], exchange: Exchange, group: RankGroup,
+def attempt_agreed(fn: Callable[[], None], exchange: Exchange, group: RankGroup,
                     tracebacks: Tracebacks | None = None) -> StatusPair:
-    """:func:`_attempt` of ``fn`` whose exchange runs collectives, agreed on every rank of the cell: inside
+    """:func:`attempt` of ``fn`` whose exchange runs collectives, agreed on every rank of the cell: inside
     ``exchange.agreeing()`` each gather is preceded by an agreement, and this rank's status is agreed at
     the end. A rank that fails mid-forward (an OOM in one layer) thus makes its failure its next
     agreement, which the others meet before their next gather (PeerFailure) or at their end: every rank
@@ -280,7 +263,7 @@ def _attempt_agreed(fn: Callable[[], None], exchange: Exchange, group: RankGroup
             met.append(e.status)
 
     with exchange.agreeing():
-        st = _attempt(run, tracebacks)
+        st = attempt(run, tracebacks)
     return met[0] if met else group.agree_status(st)
 
 
@@ -306,29 +289,13 @@ def _first_forward(job: RankJob, work: RankWork, prep: Prepared, setup_mem: dict
 
 
 def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], timing: str,
-               group: RankGroup, layer_fns: dict | None = None) -> tuple[dict, dict]:
+               group: RankGroup) -> tuple[dict, dict]:
     """Zero-argument callables to time per mode, and the status of modes that could not be set up
     (CUDA graph capture fails). Capture is agreed: a mode whose capture fails on any rank is dropped
-    on every rank. ``breakable``: each mode's per-layer callables also go to ``layer_fns``."""
+    on every rank. A study's timing sets its own up (TimingMethod.callables)."""
     fns, status = {}, {}
     for m in modes:
         prep = prepared[m]
-        if timing == Timing.BREAKABLE:
-            holder: dict = {}
-            only = None  # kinds: capture only the layers its samples run
-            if job.forward_layers == "kinds":
-                only = [i for idx in kind_rotation(work.model.window_left_per_layer).values() for i in idx]
-            st = _attempt(lambda: holder.update(layers=breakable_layers(prep, job.rest, only)), job.tracebacks)
-            st = _prefixed(st, "breakable segment capture failed", job.tracebacks)
-            st = group.agree_status(st)
-            if st == OK_PAIR:
-                layers = holder["layers"]
-                fns[m] = lambda layers=layers: run_layers(layers)
-                if layer_fns is not None:
-                    layer_fns[m] = layers
-            else:
-                status[m] = st
-            continue
         if timing == Timing.EAGER:
             fns[m] = prep.forward
             if job.nvtx:  # NVTX ranges around the timed forwards (their cost: profiles.ranges.range_overhead_us)
@@ -344,8 +311,8 @@ def _timed_fns(job: RankJob, work: RankWork, prepared: dict, modes: list[str], t
         warm = 1 if any(s.kind != "attention" for s in prep.layers[0]) else 0
         group.barrier()  # a collective inside the graph: every rank captures together
         holder = {}
-        st = _attempt(lambda: holder.update(fn=capture_graph(prep.forward, warmup=warm)), job.tracebacks)
-        st = _prefixed(st, "CUDA graph capture failed", job.tracebacks)
+        st = attempt(lambda: holder.update(fn=capture_graph(prep.forward, warmup=warm)), job.tracebacks)
+        st = prefixed(st, "CUDA graph capture failed", job.tracebacks)
         st = group.agree_status(st)
         if st == OK_PAIR:
             fns[m] = holder["fn"]
@@ -361,7 +328,7 @@ def forward_label(cell_label: str, rank: int, mode: str, timing: str = Timing.EA
 
 
 def _measured_row(job: RankJob, work: RankWork, mode, timing, xs, prep: Prepared, info, flops, clk0, clk1,
-                  phases: dict) -> dict:
+                  phases: dict, method: TimingMethod | None = None) -> dict:
     """The row of one timed (mode, timing): what was measured, status ``ok`` or ``mismatch`` (outputs
     beyond the dtype's tolerance against the fp32 reference, or fused vs two-call)."""
     g = work.geometry
@@ -375,18 +342,18 @@ def _measured_row(job: RankJob, work: RankWork, mode, timing, xs, prep: Prepared
         for k in COUNT_COLUMNS:
             measured[k] = math.nan
         for k in KIND_COLUMNS.values():
-            if k not in phases:  # breakable: its own per-layer-kind pass
+            if k not in phases:  # a study's timing may measure its own (TimingMethod.columns)
                 measured.pop(k, None)
-    if timing == Timing.BREAKABLE:  # the forward's FLOPs: attention and the rest of every layer
-        measured["flops"] = flops + measured.get("rest_flops", 0.0)
-    else:
+    if method is not None:  # the forward's FLOPs: attention and what the method runs beside it
+        measured["flops"] = flops + method.extra_flops
+    if method is None or not method.keeps_host_samples:
         measured.pop("host_samples_us", None)
     tol = reference_tolerance(job.dtype, job.backend.name)
     err = measured.get("max_abs_err", math.nan)
     diff = max(measured.get("diff_vs_two_call", 0.0), measured.get("diff_vs_eager", 0.0))
     status, reason = Status.OK, ""
     if job.check and not (err <= tol and diff <= tol):  # NaN fails both comparisons
-        status, reason = Status.MISMATCH, (f"max |err| {err:.3g} (fused vs two-call, or breakable vs eager: "
+        status, reason = Status.MISMATCH, (f"max |err| {err:.3g} (fused vs two-call, or {timing} vs eager: "
                                            f"{diff:.3g}) > tolerance {tol:g} against the fp32 torch reference")
     return make_row({**job.base, "fused_order": work.fused_order}, rank=g.rank, mode=mode, timing=timing,
                     status=status, reason=reason, measured=measured)

@@ -15,10 +15,9 @@ import math
 import pandas as pd
 
 from cpbench.domain.modes import MODES, Status, Timing
-from cpbench.report.forward import forward_text
 from cpbench.results.critical_path import flag
 from cpbench.report.units import human_tokens
-from cpbench.report.tables import HOST_MARK, answer, md_table, ms
+from cpbench.report.tables import HOST_MARK, answer, forward_text, md_table, ms
 from cpbench.results.verdicts import effect_text
 from cpbench.results.policy import host_bound_text
 

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from cpbench.domain.modes import Mode, Status, Timing
+from cpbench.domain.modes import Mode, Status
 from cpbench.results.store import RunDir, load_run
 from cpbench.report.costs import counts_missing, kernels_chart, memory_chart
 from cpbench.report import style
 from cpbench.report.data import groups, on_cpu, one_view, prepare
 from cpbench.report.dist_data import has_phases
-from cpbench.report.forward import forward_chart
 from cpbench.report.gather import gather_share_chart
 from cpbench.report.latency import latency_chart, speedup_heatmap
 from cpbench.report.memory import setup_memory_chart
@@ -119,14 +118,6 @@ CPU_CHARTS = {
 CPU_SKIP = ("throughput", "setup_memory", "balance")
 
 
-FORWARD_CHARTS = (
-    ("forward", forward_chart, "fusion's effect on the prefill forward (breakable CUDA graphs)",
-     "The share of the two-call prefill forward the fusion saves (+) or costs (−) on the layer-synchronised "
-     "critical path, whiskers: 95 % interval, a line per bs; a ring marks a cell whose host issued the forward "
-     "slower than the GPU ran it."),
-)
-
-
 def not_drawn(rows: pd.DataFrame, cpu: bool = False, studies: tuple[StudyReport, ...] = ()) -> list[tuple[str, str]]:
     """``[(chart, why)]``: the charts of one prepared (model, backend) group with nothing of its rows to draw, which
     are left out (the report says why) rather than drawn empty: ``kernels`` without attention counts
@@ -153,16 +144,15 @@ def omitted_charts(df: pd.DataFrame, cpu: bool = False,
 
 
 def charts_for(rows: pd.DataFrame, cpu: bool = False, studies: tuple[StudyReport, ...] = ()) -> tuple:
-    """The chart table of one prepared (model, backend) group: ``FORWARD_CHARTS`` when it holds breakable rows
-    (GPU only), ``CHARTS``, plus ``DIST_CHARTS`` when its torchrun rows carry phase times, then each study's
-    (``StudyReport.charts``); with ``cpu``, the CPU wording and functions of ``CPU_CHARTS``; without the charts it
-    has nothing to draw on (:func:`not_drawn`)."""
+    """The chart table of one prepared (model, backend) group: the studies' leading charts
+    (``StudyReport.lead_charts``), ``CHARTS``, plus ``DIST_CHARTS`` when its torchrun rows carry phase times, then
+    each study's (``StudyReport.charts``); with ``cpu``, the CPU wording and functions of ``CPU_CHARTS``; without the
+    charts it has nothing to draw on (:func:`not_drawn`)."""
     table = CHARTS + DIST_CHARTS if len(rows) and has_phases(rows) else CHARTS
-    if not cpu and len(rows) and "timing" in rows and (rows["timing"] == Timing.BREAKABLE).any():
-        table = FORWARD_CHARTS + table
     if cpu:  # throughput, measured memory and balance say nothing on a CPU (CPU_SKIP)
         table = tuple((name, *CPU_CHARTS[name]) if name in CPU_CHARTS else (name, fn, title, caption)
                       for name, fn, title, caption in table if name not in CPU_SKIP)
+    table = tuple(c for st in studies for c in st.lead_charts(rows, cpu)) + table
     table += tuple(c for st in studies for c in st.charts(rows, cpu))
     empty = {name for name, _ in not_drawn(rows, cpu, studies)}
     return tuple(c for c in table if c[0] not in empty)

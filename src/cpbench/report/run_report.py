@@ -23,7 +23,6 @@ from cpbench.domain.modes import ALL_MODES, Mode, Status
 from cpbench.results.schema import CELL_COLUMNS, MODES, V3_BACKENDS
 from cpbench.results.store import RunDir, as_utf8, load_run
 from cpbench.results.verdicts import CPU_CLAIM, TIE_BAND
-from cpbench.report.forward import cpu_forward_lines, forward_section
 from cpbench.report.backend_answer import backend_answer
 from cpbench.report.charts import chart_stems, device_name, omitted_charts, render_frame
 from cpbench.report.study import StudyReport
@@ -331,7 +330,8 @@ def render_report(df: pd.DataFrame, manifest: dict, run_name: str, plot_dir: Pat
     unit = "calls" if cpu else "kernels"
     pair = "mode" in d and set(MODES) <= set(d["mode"])  # fused against two-call: a speedup to summarise
     parts += ((ran_lines(d) + reference_check_lines(d)) if cpu else summary_lines(view) if pair else ran_lines(d))
-    parts += forward_section(view, d) if not cpu else cpu_forward_lines(d)
+    for st in studies:  # a study's lines in the summary (the breakable forward's section)
+        parts += st.summary(d, view, cpu)
     parts += kernel_lines(counts, unit) + merge_lines(d)
     rule = run_rule(manifest)
     parts += [""] + (workload_sections(view, d, rule) if not cpu else cp_share_lines(view, rule) + [""])  # no speedups on CPU

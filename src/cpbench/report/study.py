@@ -19,15 +19,19 @@ class StudyReport:
 
     Attributes:
         name: the study's folder name (``line``).
-        section: ``(rows, view, cpu) -> markdown lines`` placed after the workload sections (rows: prepared,
+        summary: ``(rows, view, cpu) -> markdown lines`` placed in the summary, after its bullets (rows: prepared,
             ``report.data.prepare``; view: their critical path, ``report.data.cells``; cpu: CPU wording).
+        section: ``(rows, view, cpu) -> markdown lines`` placed after the workload sections.
         charts: ``(rows, cpu) -> ((stem, fn, title, caption), ...)`` it adds to one (model, backend) group's chart
             table (``fn(rows, out_dir, name, title) -> [paths]``), in CPU wording with ``cpu``.
+        lead_charts: like ``charts``, placed before the core's charts.
         not_drawn: ``(rows, cpu) -> [(stem, why)]``: its charts the group has nothing to draw for (left out, the
             report says why).
     """
 
     name: str
+    summary: Callable[[pd.DataFrame, pd.DataFrame, bool], list[str]] = _nothing
     section: Callable[[pd.DataFrame, pd.DataFrame, bool], list[str]] = _nothing
     charts: Callable[[pd.DataFrame, bool], tuple] = _nothing
+    lead_charts: Callable[[pd.DataFrame, bool], tuple] = _nothing
     not_drawn: Callable[[pd.DataFrame, bool], list[tuple[str, str]]] = _nothing

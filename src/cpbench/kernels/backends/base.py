@@ -108,7 +108,7 @@ class Prepared:
     def with_layer_work(self, before: Callable[[int], Call], after: Callable[[int], list]) -> "Prepared":
         """This forward with the rest of each layer around its steps: ``before(i)`` (norm, QKV projection,
         RoPE) first, as a ``layer`` step, and the ``(name, closure, kind)`` steps of ``after(i)`` (O
-        projection, MLP or MoE, with real ranks the MoE's collectives) last (kernels/layer_rest.py); outputs,
+        projection, MLP or MoE, with real ranks the MoE's collectives) last (studies/breakable/layer_rest.py); outputs,
         setup and kernel patterns are shared."""
         layers = [[Step("before_attention", before(i), "layer"), *steps, *(Step(*x) for x in after(i))]
                   for i, steps in enumerate(self.layers)]

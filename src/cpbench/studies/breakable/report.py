@@ -1,4 +1,6 @@
-"""What the fusion buys of the whole prefill forward: the ``breakable`` timing read back (no torch).
+"""What the fusion buys of the whole prefill forward: the ``breakable`` timing read back (no torch), as the
+study's part of a run's report (:data:`REPORT`: the "Prefill forward" section after the summary, the ``forward``
+chart first in each group's chart table).
 
 A breakable row times a forward as SGLang runs it under breakable prefill CUDA graphs: every layer's other
 work (norms, projections, MLP or MoE) replayed from graph segments, attention launched eagerly between them.
@@ -23,8 +25,9 @@ import pandas as pd
 from cpbench.domain.modes import MODES, Mode, Status, Timing
 from cpbench.report import style
 from cpbench.report.style import human_tokens
+from cpbench.report.study import StudyReport
 from cpbench.report.units import EFFECT_UNIT
-from cpbench.report.tables import answer, md_table, ms
+from cpbench.report.tables import answer, forward_text, md_table, ms
 from cpbench.results.critical_path import flag
 from cpbench.results.verdicts import saved_share
 
@@ -32,19 +35,6 @@ CELL_KEYS = ["model", "backend", "cp_size", "bs", "max_extend_len", "prefix_len"
 MXFP4_LINE = ("gpt-oss stores its experts in MXFP4, which torch cannot run here: the stand-in experts run in {dtype} "
               "and move more bytes than the deployment, so the rest-of-layer time is an upper bound and "
               "attention's share of the forward a lower bound.")
-
-
-def forward_text(c: pd.Series) -> str:
-    """One cell's answer on the forward, in the one notation (the share of the two-call forward the fusion saves, +,
-    or costs, −, with its 95 % interval: :func:`cpbench.report.tables.answer`) and the ms it stands for:
-    ``"faster +0.9 % [+0.5, +1.3] (saves 0.22 ms of 24.70 ms)"``, ``"tie −0.2 % [−0.6, +0.3] (costs 0.06 ms ...)"``,
-    or the status of a cell that did not run."""
-    if c.get("status", Status.OK) != Status.OK or not math.isfinite(float(c.get("speedup", math.nan))):
-        return str(c.get("status", "—")) if c.get("status", Status.OK) != Status.OK else "—"
-    two, fused = float(c["two_call_us"]), float(c["fused_us"])
-    host = "" if flag(c.get("host_hidden")) else ", host exposed"
-    saves = (two - fused) / 1e3
-    return f"{answer(c)} ({'saves' if saves >= 0 else 'costs'} {abs(saves):.2f} ms of {ms(two)} ms{host})"
 
 
 def attention_share(view: pd.DataFrame, c: pd.Series, mode_tag: str = Mode.FUSED.tag) -> float:
@@ -184,3 +174,23 @@ def forward_chart(df: pd.DataFrame, out_dir: Path, name: str = "forward",
     axes.ravel()[0].legend(handles + [style.whisker_handle(style.WHISKERS_CI)], labels + [style.WHISKERS_CI],
                            fontsize=7, title="ring: host exposed", title_fontsize=7)
     return style.save(fig, out_dir, name)
+
+
+FORWARD_CHART = ("forward", forward_chart, "fusion's effect on the prefill forward (breakable CUDA graphs)",
+                 "The share of the two-call prefill forward the fusion saves (+) or costs (−) on the layer-synchronised "
+                 "critical path, whiskers: 95 % interval, a line per bs; a ring marks a cell whose host issued the "
+                 "forward slower than the GPU ran it.")
+
+
+def summary(rows: pd.DataFrame, view: pd.DataFrame, cpu: bool) -> list[str]:
+    """The study's lines in a report's summary: the "Prefill forward" section (GPU), or the CPU's one line."""
+    return cpu_forward_lines(rows) if cpu else forward_section(view, rows)
+
+
+def lead_charts(rows: pd.DataFrame, cpu: bool) -> tuple:
+    """The ``forward`` chart, first in a (model, backend) group with breakable rows (none on a CPU)."""
+    ran = not cpu and len(rows) and "timing" in rows and (rows["timing"] == Timing.BREAKABLE).any()
+    return (FORWARD_CHART,) if ran else ()
+
+
+REPORT = StudyReport(Timing.BREAKABLE, summary=summary, lead_charts=lead_charts)

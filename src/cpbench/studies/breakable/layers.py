@@ -1,4 +1,4 @@
-"""The ``breakable`` timing: a prefill forward as SGLang runs it under breakable prefill CUDA graphs
+"""The breakable forward's layers: a prefill forward as SGLang runs it under breakable prefill CUDA graphs
 (``--cuda-graph-backend-prefill breakable``; docs/design.md §11).
 
 Per layer: a graph segment replays the layer's work before attention (norm, QKV projection, RoPE), the
@@ -7,111 +7,30 @@ torchrun launch the K|V gather and KV write too), then a graph segment replays t
 projection, norm, MLP or MoE). Consecutive ``layer`` steps form one segment; every other step is eager.
 The segments read only the rest's own buffers (its stand-in of the attention output, not the backend's), so a
 layer's segments are the same work for every rank, mode and backend of a cell: they are captured once per cell
-(:attr:`CellRest.segments`), outside the timed region, and replayed by all of them. On a CPU,
-or for a token count SGLang would not replay (``--graph-buckets``), the segments run eagerly.
+(:attr:`~cpbench.studies.breakable.rest.CellRest.segments`), outside the timed region, and replayed by all of
+them. On a CPU, or for a token count SGLang would not replay (``--graph-buckets``), the segments run eagerly.
 
-:func:`build_layer_rest` makes the cell's rest-of-layer work (or says why it cannot);
 :func:`breakable_layers` turns a prepared forward into per-layer callables; :func:`layer_kind_us` times the
 window and full layers apart (CUDA events after every layer, a separate pass: events inside the timed
-samples would add host work to the forward they measure).
+samples would add host work to the forward they measure); :func:`time_layer_kinds` estimates the forward from
+one layer of each kind (``--forward-layers kinds``).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Collection, Sequence
 
-import torch
-
 from cpbench.kernels.backends.base import Prepared, Step
-from cpbench.kernels.layer_rest import AllToAll, LayerRest, SpinRest
 from cpbench.measure.layer_kinds import has_both_kinds, layer_kind_sums
 from cpbench.measure.phases import span_times_us
 from cpbench.measure.timing import Clock, capture_segments, ci_rel_width
-from cpbench.domain.layer_rest import graph_bucket, rest_shape
-from cpbench.domain.models import ModelSpec
-from cpbench.domain.modes import Status, Timing
+from cpbench.studies.breakable.rest import CellRest
 
 Fn = Callable[[], None]
 KIND_PASS_REPS = 3  # forwards timed layer by layer for the per-layer-kind split
-
-
-class RestUnavailable(Exception):
-    """The rest-of-layer work of a cell cannot be built: ``status`` (``skipped``, ``oom``) and one-line ``reason``."""
-
-    def __init__(self, status: Status, reason: str) -> None:
-        super().__init__(reason)
-        self.status, self.reason = status, reason
-
-
-@dataclass
-class CellRest:
-    """One cell's rest-of-layer work, shared by its ranks, modes and backends.
-
-    Attributes:
-        work: a :class:`LayerRest` or :class:`SpinRest` (``before_attention(i)`` / ``after_attention(i)``).
-        graphs: replay the segments as CUDA graphs (False: eager, for the reason in ``columns["segments"]``).
-        columns: the row columns every breakable row of the cell carries (segments, graph_bucket,
-            bucket_pad_ratio, rest_flops, rest_weight_bytes, rest_weights_note, ep_size, layer_rest).
-        segments: ``(layer, step names) -> replay`` of the segments captured so far (:func:`breakable_layers`);
-            their graphs live until :meth:`release`.
-    """
-
-    work: LayerRest | SpinRest
-    graphs: bool
-    columns: dict
-    segments: dict = field(default_factory=dict)
-    _graphs: list = field(default_factory=list)
-
-    def release(self) -> None:
-        """Reset the graphs of :attr:`segments` (the cell is done with them)."""
-        self.segments.clear()
-        while self._graphs:
-            self._graphs.pop().reset()
-
-
-def build_layer_rest(model: ModelSpec, tokens_padded: int, cp_size: int, *, tp_size: int, ep: int | None,
-                     layer_rest_us: float | None, buckets: tuple[int, ...], device: torch.device,
-                     dtype: torch.dtype, seed: int, a2a: AllToAll | None = None) -> CellRest:
-    """The rest of every layer of one cell, on ``tokens_padded`` rows per rank (every rank of a cell pads to
-    the same count) or the bucket they pad to (:func:`cpbench.domain.layer_rest.graph_bucket`). ``a2a``: the
-    all-to-all of a torchrun launch's CP group (the MoE dispatch and combine), None for simulated ranks.
-
-    Raises:
-        RestUnavailable: ``skipped`` when the weights and activations would not fit in free device memory (the
-            reason gives the bytes needed), ``oom`` when allocating them failed anyway.
-        CpbenchInputError: the model lacks the fields to build its layer (spec.layer_rest.rest_shape).
-    """
-    rows, how = graph_bucket(tokens_padded, buckets)
-    if device.type != "cuda":
-        how = "eager: CPU (no CUDA graphs)"
-    cols = dict(segments=how, graph_bucket=rows, bucket_pad_ratio=rows / tokens_padded if tokens_padded else math.nan,
-                rest_weights_note="", ep_size=0)
-    if layer_rest_us is not None:
-        work = SpinRest(layer_rest_us, device)
-        cols.update(layer_rest=f"{layer_rest_us:g} us", rest_flops=0.0, rest_weight_bytes=0.0, moe_a2a_bytes=0)
-        return CellRest(work, how == Timing.GRAPH, cols)
-    shape = rest_shape(model, rows, cp_size, tp_size, ep)
-    elem = torch.tensor([], dtype=dtype).element_size()
-    need = shape.weight_bytes(elem) + shape.activation_bytes(elem)
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        if need > 0.9 * free:
-            raise RestUnavailable(Status.SKIPPED, f"the rest of the layer needs about {need / 2**30:.1f} GiB (one "
-                                                  f"layer's weights and activations at {rows} tokens), "
-                                                  f"{free / 2**30:.1f} GiB free")
-    try:
-        work = LayerRest(shape, model.num_layers, device, dtype, seed, a2a)
-    except (torch.OutOfMemoryError, MemoryError) as e:
-        raise RestUnavailable(Status.OOM, f"out of memory building the rest of the layer ({need / 2**30:.1f} "
-                                          f"GiB per layer): {str(e).splitlines()[0]}") from e
-    ep_size = shape.num_experts // shape.local_experts if shape.is_moe else 0
-    cols.update(layer_rest="model", rest_flops=float(shape.flops * model.num_layers),
-                rest_weight_bytes=float(work.weight_bytes), rest_weights_note=model.weights_note, ep_size=ep_size,
-                moe_a2a_bytes=work.a2a_bytes)
-    return CellRest(work, how == Timing.GRAPH, cols)
 
 
 def breakable_layers(prep: Prepared, rest: CellRest, capture: Collection[int] | None = None) -> list[list[Fn]]:
@@ -242,7 +161,7 @@ def time_layer_kinds(layer_fns: dict[str, list[list[Fn]]], clock: Clock, window_
     segments and eager attention), rotating over the kind's last ``rotation`` layers (:func:`kind_rotation`: other
     weights and KV caches from sample to sample), and the forward is ``sum over kinds of n_kind x t_kind``.
     ``timer`` times the variants (mode x kind) the way a forward runs its layers, back to back without a sync
-    (:func:`cpbench.measure.stream.time_stream`, called as ``timer(fns, info=..., budget_share=..., forward_ci=...)``:
+    (:func:`cpbench.studies.breakable.stream.time_stream`, called as ``timer(fns, info=..., budget_share=..., forward_ci=...)``:
     each kind gets its share of a variant's budget, as one forward sample costs one layer of each kind, and the
     precision stop reads the widest relative CI of the modes' forward estimates), so a sample is a layer's time
     in a forward's steady state, host issue hidden or not as it would be there; samples of each kind pair up by
