@@ -115,8 +115,9 @@ def backend_answer(view: pd.DataFrame) -> list[str]:
                   "path, and whether the host was hidden behind the GPU (see Prefill forward below)"
                   + (", estimated from one layer of each kind (window, full) timed many times: layers x its time, "
                      "summed over kinds (`--forward-layers kinds`). `--forward-layers all` times every layer; on an "
-                     "H200 the two agreed within 1.0 % at one SM clock, and runs made minutes apart differed by the "
-                     "clock the GPU settled at, up to 3 % in ms (cpbench's docs/evidence/h200-forward-kinds.md)."
+                     "H200 the two agreed within 1.0 % at one SM clock in all 8 default cells, and runs made minutes "
+                     "apart differed by the clock the GPU settled at, up to 3 % in ms (cpbench's "
+                     "docs/evidence/h200-forward-kinds.md)."
                      if kinds else "."))
     out = [intro, "", md_table(heads, rows), ""]
     if marked:
