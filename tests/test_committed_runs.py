@@ -91,9 +91,9 @@ def test_fmha_v2_vs_fa3_report_answers_per_backend_and_marks_host_bound_cells():
 def test_a_committed_run_of_flashinfer_reads_under_its_new_name(name, old, new):
     """The committed rows say fa2 / fa3 (FlashInfer's, as schema 1 and 2 named them) and are not rewritten: they
     load as flashinfer-fa2 / flashinfer-fa3, and the report names the backend so, and reproduces it so."""
-    from cpbench.results.store import read_jsonl
+    import pandas as pd
 
-    assert old in {r["backend"] for r in read_jsonl(RUNS / name / "results.jsonl")}  # as committed
+    assert old in set(pd.read_parquet(RUNS / name / "results.parquet")["backend"])  # as committed
     df, manifest = load_run(RUNS / name)
     assert new in set(df["backend"]) and old not in set(df["backend"]) and set(df["schema_version"]) == {3}
     assert new in manifest["config"]["backend"].split(",")
