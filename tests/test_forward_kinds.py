@@ -83,6 +83,10 @@ def test_a_cpu_sweep_estimates_the_forward_by_kind_and_all_keeps_the_whole(tmp_p
         assert all(x["window_layers_us"] > 0 and x["full_layers_us"] > 0 and x["diff_vs_eager"] == 0.0 for x in rs)
     assert {x["kind_layers_per_sample"] for x in rows["kinds"]} == {"window 127: 1 of 2, full: 1 of 2"}
     assert "kind_layers_per_sample" not in rows["all"][0]
+    # all (simulated ranks) also times the one-layer estimate right after its whole forwards; kinds rows need none
+    for x in rows["all"]:  # 4 layers on a CPU: the estimate is the forward's size, not a stray number
+        assert 0.2 < x["kinds_forward_us"] / x["latency_us_median"] < 5, x
+    assert "kinds_forward_us" not in rows["kinds"][0]
     # the report says the forward is an estimate, and what it was checked against, only where it is one
     assert "the forward estimated from them" in (tmp_path / "kinds" / "report.md").read_text()
     assert "the forward estimated from them" not in (tmp_path / "all" / "report.md").read_text()

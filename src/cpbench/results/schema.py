@@ -180,6 +180,9 @@ _COLUMNS = [
        "timed (all; always under torchrun)"),
     _c("kind_layers_per_sample", "str", "", "breakable kinds rows: layers of each kind one sample ran, e.g. "
        "'window 127: 1 of 18, full: 1 of 18'"),
+    _c("kinds_forward_us", "float", "µs", "breakable all rows of simulated ranks: the forward estimated from one "
+       "layer of each kind (as --forward-layers kinds does), timed right after the whole forwards of the same rank "
+       "and mode, median (pass 1): the estimate checked against the forward at the clock the GPU held then"),
     _c("kernel_impl", "str", "module version", "which build of the backend's kernel ran (fa3: sgl_kernel.flash_attn or "
        "flash_attn_interface, with its version)"),
     # -- torchrun launches: per-rank phases, medians of 3 separately timed eager forwards (sums over layers)

@@ -5,6 +5,7 @@ cell's rest of the layer once (:func:`~cpbench.studies.breakable.rest.build_laye
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -27,10 +28,13 @@ class BreakableMethod:
     Attributes:
         rest: the cell's rest-of-layer work and its captured segments.
         forward_layers: ``kinds`` (one layer of each kind, :func:`time_layer_kinds`) or ``all`` (whole forwards).
+        check_kinds: ``all`` on simulated ranks: after the whole forwards, estimate the same forward from one layer
+            of each kind too (``kinds_forward_us``), at the clock and temperature the whole forwards left.
     """
 
     rest: CellRest
     forward_layers: str
+    check_kinds: bool = False
     timing: str = Timing.BREAKABLE
     keeps_first_outputs: bool = True
     keeps_host_samples: bool = True
@@ -69,12 +73,21 @@ class BreakableMethod:
 
     def samples(self, job: RankJob, work: RankWork, fns: dict[str, Fn],
                 timer: Callable[[dict, dict], dict]) -> tuple[dict, dict, dict]:
-        """``all``: whole forwards through the core's interleaved timer; ``kinds``: the forward estimated from one
-        layer of each kind, its layers back to back (:func:`time_stream`), the ``forward_rule`` and kind columns
-        with the samples."""
+        """``all``: whole forwards through the core's interleaved timer (with :attr:`check_kinds`, then the one-layer
+        estimate's median as ``kinds_forward_us``); ``kinds``: the forward estimated from one layer of each kind, its
+        layers back to back (:func:`time_stream`), the ``forward_rule`` and kind columns with the samples."""
         if self.forward_layers != "kinds":
             stop: dict = {}
-            return timer(fns, stop), stop, {}
+            whole = timer(fns, stop)
+            checked = {m: {"kinds_forward_us": statistics.median(e.forward_us)}
+                       for m, e in self._estimate(job, work, fns, {}).items()} if self.check_kinds else {}
+            return whole, stop, checked
+        est = self._estimate(job, work, fns, {})
+        return ({m: e.forward_us for m, e in est.items()}, {m: e.stop for m, e in est.items()},
+                {m: e.columns for m, e in est.items()})
+
+    def _estimate(self, job: RankJob, work: RankWork, fns: dict[str, Fn], info: dict) -> dict:
+        """:func:`time_layer_kinds` of the modes in ``fns``, each kind's layers back to back (:func:`time_stream`)."""
         t = job.timing
         rel_ci = t.rel_ci
 
@@ -83,17 +96,16 @@ class BreakableMethod:
                                min_reps=t.min_reps(job.clock.cuda), min_stop=t.min_stop, rel_ci=rel_ci, info=info,
                                times=job.times, precise=lambda s: forward_ci(s) <= rel_ci if rel_ci else False)
 
-        est = time_layer_kinds({m: self._layers[m] for m in fns}, job.clock, work.model.window_left_per_layer,
-                               layer_timer, {})
-        return ({m: e.forward_us for m, e in est.items()}, {m: e.stop for m, e in est.items()},
-                {m: e.columns for m, e in est.items()})
+        return time_layer_kinds({m: self._layers[m] for m in fns}, job.clock, work.model.window_left_per_layer,
+                                layer_timer, info)
 
     def columns(self, job: RankJob, work: RankWork, mode: str, measured: dict, first_outputs: dict | None,
                 prepared: Prepared, group: RankGroup) -> dict:
         """The kind split (measured with the samples, or ``all``: its own per-layer pass), the rest's columns and,
         in pass 1 with the check on, ``diff_vs_eager`` against the first forward's outputs."""
-        split = measured or {**layer_kind_us(self._layers[mode], job.clock, work.model.window_left_per_layer,
-                                             barrier=group.barrier), "forward_rule": "all"}
+        split = measured if "forward_rule" in measured else {
+            **layer_kind_us(self._layers[mode], job.clock, work.model.window_left_per_layer, barrier=group.barrier),
+            "forward_rule": "all", **measured}
         diff = {"diff_vs_eager": checks.max_diff_outputs(prepared.local_outputs(), first_outputs)} \
             if first_outputs else {}
         return {**split, **self.rest.columns, **diff}
@@ -107,7 +119,8 @@ class BreakableMethod:
 class BreakableTiming:
     """The breakable timing's factory (:class:`cpbench.measure.method.TimingFactory`): a cell's rest of the layer,
     from the sweep's ``model``, ``tp_size``, ``ep``, ``layer_rest_us``, ``graph_buckets`` and ``forward_layers``
-    (real ranks time whole forwards: each sample's maximum over ranks is the critical path)."""
+    (real ranks time whole forwards: each sample's maximum over ranks is the critical path; ``all`` on simulated ranks
+    also times the one-layer estimate after the whole forwards, ``kinds_forward_us``)."""
 
     timing: str = Timing.BREAKABLE
     phase: str = "rest"
@@ -118,7 +131,9 @@ class BreakableTiming:
         rest = build_layer_rest(cfg.model, tokens_padded, cell.cp_size, tp_size=cfg.tp_size, ep=cfg.ep,
                                 layer_rest_us=cfg.layer_rest_us, buckets=cfg.graph_buckets, device=cfg.device,
                                 dtype=DTYPES[cfg.dtype], seed=cfg.seed, a2a=group.all_to_all())
-        return BreakableMethod(rest, cfg.forward_layers if group.launch == "simulated" else "all")
+        simulated = group.launch == "simulated"
+        rule = cfg.forward_layers if simulated else "all"
+        return BreakableMethod(rest, rule, check_kinds=simulated and rule == "all")
 
 
 TIMING = BreakableTiming()
